@@ -1,0 +1,1 @@
+"""relayllm-shout: an example third-party adapter."""

@@ -1,0 +1,1 @@
+"""relayllm adapter for openai (work in progress)."""

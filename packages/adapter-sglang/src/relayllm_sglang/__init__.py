@@ -1,0 +1,1 @@
+"""relayllm adapter for sglang (work in progress)."""

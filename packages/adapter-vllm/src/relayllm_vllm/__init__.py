@@ -1,0 +1,1 @@
+"""relayllm adapter for vllm (work in progress)."""

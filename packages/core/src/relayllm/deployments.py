@@ -1,0 +1,249 @@
+"""Shared deployments by name: the one module that knows how a name maps to a Serve app.
+
+A relayllm deployment named ``NAME`` is the Serve application ``relayllm-NAME`` holding one
+Serve deployment called ``NAME``. Any driver connected to the cluster finds it by name.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import logging
+import re
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator
+
+from relayllm.errors import (
+    DeploymentConflictError,
+    DeploymentNotFoundError,
+    DeploymentStartError,
+)
+
+if TYPE_CHECKING:
+    from ray.serve.handle import DeploymentHandle
+
+    from relayllm.backend import Backend
+
+logger = logging.getLogger(__name__)
+
+APP_PREFIX = "relayllm-"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+
+
+class DeploymentConfig(BaseModel):
+    """One named, shareable engine. ``options`` are checked by the backend's own model."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(description="Name processors use to find this deployment.")
+    backend: str = Field(description="Backend name, e.g. 'vllm', 'openai', 'sglang'.")
+    options: dict[str, Any] = Field(default_factory=dict, description="Backend options.")
+    num_replicas: PositiveInt = 1
+    max_ongoing_requests: PositiveInt = Field(
+        default=8, description="Batches one replica works on at once: the global admission limit."
+    )
+    autoscaling_config: dict[str, Any] | None = None
+    ray_actor_options: dict[str, Any] | None = None
+    startup_timeout_s: float = Field(default=900.0, gt=0)
+    health_check_period_s: float = Field(default=10.0, gt=0)
+    health_check_timeout_s: float = Field(default=30.0, gt=0)
+
+    @field_validator("name")
+    @classmethod
+    def _valid_name(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError(
+                "must start with a letter or digit and contain only letters, digits, '_', '.', '-'"
+            )
+        return value
+
+
+@dataclass(frozen=True)
+class DeploymentRef:
+    """Where a named deployment lives in Serve."""
+
+    name: str
+    app_name: str
+    deployment_name: str
+    backend: str | None = None
+    status: str | None = None
+
+    def handle(self) -> DeploymentHandle:
+        from ray import serve
+
+        return serve.get_deployment_handle(self.deployment_name, self.app_name)
+
+
+def app_name(name: str) -> str:
+    return f"{APP_PREFIX}{name}"
+
+
+def resolve(config: DeploymentConfig) -> tuple[type[Backend], BaseModel]:
+    """The backend class and validated options for ``config``. No cluster is touched: bad
+    config fails here, before any engine starts."""
+    from relayllm.plugin.manager import get_registry
+
+    backend = get_registry().get(config.backend)
+    options = backend.parse_options(config.options)
+    backend.check_requirements()
+    backend.check_options(options)
+    return backend, options
+
+
+def normalized_config(config: DeploymentConfig, options: BaseModel) -> dict[str, Any]:
+    """The config as a replica reports it: options with their defaults filled in."""
+    return {**config.model_dump(mode="json"), "options": options.model_dump(mode="json")}
+
+
+def deploy(config: DeploymentConfig, *, address: str | None = None) -> DeploymentRef:
+    """Start the deployment, or reuse the running one of the same name and config."""
+    from ray import serve
+
+    from relayllm.cluster import connect
+
+    backend, options = resolve(config)
+    wanted = normalized_config(config, options)
+    connect(address)
+    ref = DeploymentRef(config.name, app_name(config.name), config.name, config.backend)
+    if ref.app_name in serve.status().applications:
+        running = ref.handle().describe.remote().result(timeout_s=config.startup_timeout_s)
+        if running == wanted:
+            logger.info("reusing running deployment %r", config.name)
+            return _with_status(ref)
+        raise DeploymentConflictError(
+            f"a deployment named {config.name!r} is running with a different config; "
+            f"shut it down first (relayllm.shutdown({config.name!r})) or pick another name.\n"
+            + _diff(running, wanted)
+        )
+    app = backend.build_deployment(config, options)
+    # serve.run() waits with no time limit; _run(_blocking=False) lets us bound the start-up and
+    # report the replica's own failure message. (Ray is pinned to 2.60.*.)
+    from ray.serve.api import _run
+
+    _run(app, name=ref.app_name, route_prefix=None, _blocking=False)
+    _wait_running(ref, config.startup_timeout_s)
+    return _with_status(ref)
+
+
+def _wait_running(ref: DeploymentRef, timeout_s: float) -> None:
+    from ray import serve
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        app = serve.status().applications.get(ref.app_name)
+        status = str(app.status) if app else "MISSING"
+        if status.endswith("RUNNING"):
+            return
+        if status.endswith(("DEPLOY_FAILED", "UNHEALTHY", "MISSING")):
+            message = app.message if app else "the application disappeared"
+            details = ""
+            if app:
+                details = "; ".join(
+                    d.message for d in app.deployments.values() if getattr(d, "message", "")
+                )
+            _delete_quietly(ref.app_name)
+            raise DeploymentStartError(
+                f"deployment {ref.name!r} failed to start: {message or details or status}"
+            )
+        if time.monotonic() > deadline:
+            _delete_quietly(ref.app_name)
+            raise DeploymentStartError(
+                f"deployment {ref.name!r} did not start within {timeout_s:.0f}s "
+                f"(status {status}); raise startup_timeout_s if the engine is just slow"
+            )
+        time.sleep(0.5)
+
+
+def _delete_quietly(app: str) -> None:
+    from ray import serve
+
+    try:
+        serve.delete(app)
+    except Exception:  # cleanup after a failure must not hide the failure
+        logger.exception("could not delete %s", app)
+
+
+def _with_status(ref: DeploymentRef) -> DeploymentRef:
+    for running in list_deployments():
+        if running.name == ref.name:
+            return running
+    return ref
+
+
+def list_deployments(*, address: str | None = None) -> list[DeploymentRef]:
+    """Every relayllm deployment running on the cluster."""
+    from ray import serve
+
+    from relayllm.cluster import connect
+
+    connect(address)
+    refs = []
+    for app, status in sorted(serve.status().applications.items()):
+        if not app.startswith(APP_PREFIX):
+            continue
+        name = app[len(APP_PREFIX) :]
+        refs.append(DeploymentRef(name, app, name, None, str(status.status).rsplit(".", 1)[-1]))
+    return refs
+
+
+def get_deployment(name: str, *, address: str | None = None) -> DeploymentRef:
+    """The running deployment called ``name``; the error lists the running ones."""
+    for ref in list_deployments(address=address):
+        if ref.name == name:
+            return ref
+    raise DeploymentNotFoundError(not_found_message(name, [r.name for r in list_deployments()]))
+
+
+def handle_for(name: str) -> DeploymentHandle:
+    """A handle to the running deployment ``name`` (from inside any Ray worker)."""
+    from ray import serve
+
+    apps = serve.status().applications
+    if app_name(name) not in apps:
+        running = sorted(a[len(APP_PREFIX) :] for a in apps if a.startswith(APP_PREFIX))
+        raise DeploymentNotFoundError(not_found_message(name, running))
+    return serve.get_deployment_handle(name, app_name(name))
+
+
+def not_found_message(name: str, running: list[str]) -> str:
+    listed = ", ".join(running) if running else "none"
+    return (
+        f"no relayllm deployment named {name!r} is running; running deployments: {listed}. "
+        f"Start it with relayllm.deploy(DeploymentConfig(name={name!r}, ...))."
+    )
+
+
+def shutdown(name: str | None = None, *, address: str | None = None) -> list[str]:
+    """Stop the named deployment (or every relayllm deployment); returns the names stopped."""
+    from ray import serve
+
+    names = [name] if name else [r.name for r in list_deployments(address=address)]
+    if name:
+        get_deployment(name, address=address)  # a clear error for an unknown name
+    for each in names:
+        serve.delete(app_name(each))
+    return names
+
+
+def _diff(running: dict[str, Any], wanted: dict[str, Any]) -> str:
+    a = json.dumps(running, indent=2, sort_keys=True).splitlines()
+    b = json.dumps(wanted, indent=2, sort_keys=True).splitlines()
+    return "\n".join(difflib.unified_diff(a, b, "running", "requested", lineterm=""))
+
+
+__all__ = [
+    "APP_PREFIX",
+    "DeploymentConfig",
+    "DeploymentRef",
+    "app_name",
+    "deploy",
+    "get_deployment",
+    "handle_for",
+    "list_deployments",
+    "not_found_message",
+    "resolve",
+    "shutdown",
+]

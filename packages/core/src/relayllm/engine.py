@@ -1,0 +1,197 @@
+"""The deployment interface every backend implements, and how a Backend becomes a Serve app.
+
+The stage calls exactly three methods on a deployment: ``process_batch(requests)`` (one call,
+many rows, one result per row in order, errors as values), ``health()`` and ``info()``.
+:class:`BatchDeployment` implements the bookkeeping once -- per-row error capture, idempotency by
+request id, counters -- so an adapter only writes :meth:`BatchDeployment.run_request` (or
+:meth:`BatchDeployment.run_batch` when its engine takes a list in one call).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from relayllm.rows import Request, Result
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+    from ray.serve import Application
+
+    from relayllm.backend import Backend
+    from relayllm.deployments import DeploymentConfig
+
+logger = logging.getLogger(__name__)
+
+#: How many finished results a replica remembers, so a batch retried after a caller-side
+#: timeout is answered from memory instead of being generated (and counted) twice.
+RESULT_CACHE_SIZE = 8192
+
+
+class BatchDeployment:
+    """Base class of the Serve deployment a backend builds."""
+
+    backend_name: ClassVar[str] = "unknown"
+
+    def __init__(self, options: dict[str, Any], deployment: dict[str, Any]) -> None:
+        self.options = options
+        self.deployment = deployment
+        self.calls = 0  # process_batch calls served by this replica
+        self.rows = 0  # rows this replica computed (cache hits excluded)
+        self._inflight: dict[str, asyncio.Future[Result]] = {}
+        self._finished: OrderedDict[str, Result] = OrderedDict()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # -- what adapters implement -------------------------------------------------------------
+
+    async def run_request(self, request: Request) -> Result:
+        """Serve one row. Raise to fail just this row (the message becomes its ``error``)."""
+        raise NotImplementedError
+
+    async def run_batch(self, requests: list[Request]) -> list[Result]:
+        """Serve many rows; by default one :meth:`run_request` per row, run concurrently so the
+        engine's continuous batching sees them all at once."""
+        return list(await asyncio.gather(*(self._guarded(r) for r in requests)))
+
+    def engine_info(self) -> dict[str, Any]:
+        """Backend-specific facts for :meth:`info` (model, engine version, device)."""
+        return {}
+
+    async def engine_health(self) -> None:
+        """Raise if the engine is not serving."""
+
+    # -- what the stage calls ----------------------------------------------------------------
+
+    async def process_batch(self, requests: list[Request]) -> list[Result]:
+        self.calls += 1
+        loop = asyncio.get_running_loop()
+        waiting: list[asyncio.Future[Result]] = []
+        fresh: list[tuple[Request, asyncio.Future[Result]]] = []
+        for request in requests:
+            rid = request.get("request_id")
+            if rid in self._finished:
+                done: asyncio.Future[Result] = loop.create_future()
+                done.set_result(self._finished[rid])
+                waiting.append(done)
+            elif rid in self._inflight:
+                waiting.append(self._inflight[rid])
+            else:
+                future = loop.create_future()
+                if rid is not None:
+                    self._inflight[rid] = future
+                fresh.append((request, future))
+                waiting.append(future)
+        if fresh:
+            # A separate task: if the caller times out and cancels this call, the work goes on
+            # and its retry (same request ids) picks up the same futures.
+            task = loop.create_task(self._compute(fresh))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        return list(await asyncio.gather(*(asyncio.shield(f) for f in waiting)))
+
+    async def health(self) -> dict[str, Any]:
+        await self.engine_health()
+        return {"ok": True, "backend": self.backend_name, "deployment": self.deployment.get("name")}
+
+    async def info(self) -> dict[str, Any]:
+        return {
+            "backend": self.backend_name,
+            "deployment": self.deployment.get("name"),
+            "replica_id": _replica_id(),
+            "pid": os.getpid(),
+            "calls": self.calls,
+            "rows": self.rows,
+            **self.engine_info(),
+        }
+
+    async def describe(self) -> dict[str, Any]:
+        """The DeploymentConfig this replica was started with (used to detect conflicts)."""
+        return self.deployment
+
+    async def check_health(self) -> None:
+        """Serve's periodic health check: a dead engine gets the replica restarted."""
+        await self.engine_health()
+
+    # -- internals ---------------------------------------------------------------------------
+
+    async def _guarded(self, request: Request) -> Result:
+        try:
+            return await self.run_request(request)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a row's failure is that row's value
+            return {"error": _describe(exc)}
+
+    async def _compute(self, fresh: list[tuple[Request, asyncio.Future[Result]]]) -> None:
+        requests = [r for r, _ in fresh]
+        try:
+            results = await self.run_batch(requests)
+            if len(results) != len(requests):
+                raise RuntimeError(
+                    f"{type(self).__name__}.run_batch returned {len(results)} results "
+                    f"for {len(requests)} requests"
+                )
+        except Exception as exc:
+            logger.exception("batch failed in %s", type(self).__name__)
+            results = [{"error": _describe(exc)} for _ in requests]
+        self.rows += len(requests)
+        for (request, future), result in zip(fresh, results):
+            rid = request.get("request_id")
+            if rid is not None:
+                self._inflight.pop(rid, None)
+                self._finished[rid] = result
+            if not future.done():
+                future.set_result(result)
+        while len(self._finished) > RESULT_CACHE_SIZE:
+            self._finished.popitem(last=False)
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _replica_id() -> str | None:
+    try:
+        from ray import serve
+
+        return serve.get_replica_context().replica_id.unique_id
+    except Exception:  # not inside a replica (a unit test calling the class directly)
+        return None
+
+
+def build_application(
+    backend: type[Backend], config: DeploymentConfig, options: BaseModel
+) -> Application:
+    """Turn a backend + config into a Serve application (pure: nothing runs yet)."""
+    from ray import serve
+
+    from relayllm.deployments import normalized_config
+
+    cls = backend.deployment_class()
+    serve_options: dict[str, Any] = {
+        "name": config.name,
+        "max_ongoing_requests": config.max_ongoing_requests,
+        "health_check_period_s": config.health_check_period_s,
+        "health_check_timeout_s": config.health_check_timeout_s,
+        # One access-log line per batch drowns the job's own output; errors are still logged.
+        "logging_config": {"enable_access_log": False},
+    }
+    serve_options.update(backend.deployment_options(options))
+    if config.ray_actor_options:
+        serve_options["ray_actor_options"] = {
+            **serve_options.get("ray_actor_options", {}),
+            **config.ray_actor_options,
+        }
+    if config.autoscaling_config:
+        serve_options["autoscaling_config"] = config.autoscaling_config
+    else:
+        serve_options["num_replicas"] = config.num_replicas
+    deployment = serve.deployment(cls).options(**serve_options)
+    return deployment.bind(options.model_dump(mode="json"), normalized_config(config, options))
+
+
+__all__ = ["RESULT_CACHE_SIZE", "BatchDeployment", "build_application"]

@@ -1,0 +1,39 @@
+"""Exceptions users see. Each message says what to do next."""
+
+from __future__ import annotations
+
+
+class RelayLLMError(Exception):
+    """Base class of every relayllm error."""
+
+
+class ConfigError(RelayLLMError, ValueError):
+    """A configuration is invalid; raised before any engine starts."""
+
+
+class UnknownBackendError(ConfigError):
+    """No installed plugin registers the requested backend name."""
+
+
+class DuplicateBackendError(RelayLLMError):
+    """Two plugins register the same backend name."""
+
+
+class MissingDependencyError(RelayLLMError, ImportError):
+    """A backend's engine package is not installed."""
+
+
+class DeploymentNotFoundError(RelayLLMError, LookupError):
+    """No running deployment has the requested name."""
+
+
+class DeploymentConflictError(RelayLLMError):
+    """A running deployment has the requested name but a different config."""
+
+
+class DeploymentStartError(RelayLLMError):
+    """A deployment failed to start or did not become healthy in time."""
+
+
+class RowError(RelayLLMError):
+    """A row failed and the processor runs with ``on_error="raise"``."""

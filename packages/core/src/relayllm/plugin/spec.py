@@ -1,0 +1,23 @@
+"""The hook contract. It fits on one screen on purpose: a hook only registers; behaviour lives
+on the Backend class (the shape of simonw/llm's ``hookspecs.py``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from relayllm.plugin import hookspec
+
+if TYPE_CHECKING:
+    from relayllm.backend import BackendRegistry
+
+
+@hookspec
+def relayllm_register_backends(registry: BackendRegistry) -> None:
+    """Register Backend classes with ``registry.add(MyBackend)``.
+
+    A backend name may be registered once; a second registration of the same name raises
+    :class:`relayllm.errors.DuplicateBackendError` naming both plugins.
+    """
+
+
+__all__ = ["relayllm_register_backends"]

@@ -1,0 +1,100 @@
+"""Processors: ``Dataset -> Dataset`` callables that send rows to a named deployment."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, field_validator
+
+from relayllm.rows import check_sampling_params
+
+if TYPE_CHECKING:
+    from ray.data import Dataset
+
+RowFn = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+class ProcessorConfig(BaseModel):
+    """How a processor talks to its deployment."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    deployment: str = Field(description="Name of a running relayllm deployment.")
+    task: Literal["chat", "completion", "embedding"] = "chat"
+    batch_size: PositiveInt = Field(default=64, description="Rows per call to the deployment.")
+    concurrency: PositiveInt = Field(default=1, description="Stage actors (Ray Data workers).")
+    max_in_flight_batches: PositiveInt = Field(
+        default=4, description="Calls one stage actor keeps outstanding."
+    )
+    timeout_s: float = Field(default=600.0, gt=0, description="Limit on one call.")
+    max_retries: NonNegativeInt = Field(
+        default=3, description="Retries of a failed call (backoff with jitter) before its rows fail."
+    )
+    on_error: Literal["record", "raise"] = "record"
+    sampling_params: dict[str, Any] = Field(default_factory=dict)
+    num_cpus: float = Field(
+        default=0.25, gt=0, description="CPUs reserved per stage actor; it mostly waits on I/O."
+    )
+
+    @field_validator("sampling_params")
+    @classmethod
+    def _valid_params(cls, value: dict[str, Any]) -> dict[str, Any]:
+        problem = check_sampling_params(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+
+class Processor:
+    """Apply with ``processor(dataset)``; lazy like any Ray Data transform."""
+
+    def __init__(
+        self,
+        config: ProcessorConfig,
+        preprocess: RowFn | None = None,
+        postprocess: RowFn | None = None,
+    ) -> None:
+        self.config = config
+        self.preprocess = preprocess
+        self.postprocess = postprocess
+        # Part of every request id, so ids never collide across processors or actors.
+        self.processor_id = uuid.uuid4().hex[:12]
+
+    def __call__(self, dataset: Dataset) -> Dataset:
+        from relayllm.stage import ServeStage
+
+        config = self.config
+        if self.preprocess is not None:
+            dataset = dataset.map(self.preprocess)
+        dataset = dataset.map_batches(
+            ServeStage,
+            fn_constructor_kwargs={"config": config, "processor_id": self.processor_id},
+            # One Ray Data batch fills every in-flight slot; the stage splits it into calls.
+            batch_size=config.batch_size * config.max_in_flight_batches,
+            batch_format="pyarrow",
+            zero_copy_batch=True,
+            concurrency=config.concurrency,
+            num_cpus=config.num_cpus,
+        )
+        if self.postprocess is not None:
+            dataset = dataset.map(self.postprocess)
+        return dataset
+
+    def __repr__(self) -> str:
+        return f"Processor(deployment={self.config.deployment!r}, task={self.config.task!r})"
+
+
+def build_processor(
+    config: ProcessorConfig,
+    preprocess: RowFn | None = None,
+    postprocess: RowFn | None = None,
+) -> Processor:
+    """A processor for ``config``. Pure: nothing touches the cluster until the dataset runs."""
+    if not isinstance(config, ProcessorConfig):
+        raise TypeError(f"build_processor takes a ProcessorConfig, got {type(config).__name__}")
+    return Processor(config, preprocess, postprocess)
+
+
+__all__ = ["Processor", "ProcessorConfig", "build_processor"]

@@ -1,0 +1,164 @@
+"""The row protocol: which input columns a task reads, what a request and a result look like,
+and which output columns the stage writes. The one place that knows the column names."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, TypedDict
+
+Task = Literal["chat", "completion", "embedding"]
+
+#: The column each task reads its input from.
+INPUT_COLUMN: dict[str, str] = {"chat": "messages", "completion": "prompt", "embedding": "input"}
+SAMPLING_PARAMS_COLUMN = "sampling_params"
+MODEL_COLUMN = "model"
+
+#: Columns every processor adds (``embedding`` only for the embedding task).
+OUTPUT_COLUMNS = (
+    "generated_text",
+    "finish_reason",
+    "num_input_tokens",
+    "num_generated_tokens",
+    "request_id",
+    "error",
+)
+EMBEDDING_COLUMN = "embedding"
+
+_ROLES = {"system", "user", "assistant", "tool", "developer"}
+
+
+class Request(TypedDict, total=False):
+    """What the stage sends to a deployment for one row."""
+
+    request_id: str
+    task: Task
+    messages: list[dict[str, Any]]  # chat
+    prompt: str  # completion
+    input: str  # embedding
+    sampling_params: dict[str, Any]
+    model: str | None  # LoRA adapter name, where the backend has one
+
+
+class Result(TypedDict, total=False):
+    """What a deployment returns for one row: a value, never an exception."""
+
+    generated_text: str | None
+    finish_reason: str | None
+    num_input_tokens: int | None
+    num_generated_tokens: int | None
+    embedding: list[float] | None
+    error: str | None
+
+
+def error_result(message: str) -> Result:
+    return {"error": message}
+
+
+def _drop_none(value: Any) -> Any:
+    """Arrow struct columns give every row every key (missing ones as None): drop those."""
+    if isinstance(value, dict):
+        return {k: _drop_none(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_drop_none(v) for v in value]
+    return value
+
+
+def check_messages(messages: Any) -> str | None:
+    """Why ``messages`` is not an OpenAI chat message list, or None if it is one."""
+    if not isinstance(messages, list) or not messages:
+        return f"'messages' must be a non-empty list of messages, got {_short(messages)}"
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            return f"messages[{i}] must be an object with 'role' and 'content', got {_short(message)}"
+        role = message.get("role")
+        if role not in _ROLES:
+            return f"messages[{i}].role must be one of {sorted(_ROLES)}, got {_short(role)}"
+        content = message.get("content")
+        if not isinstance(content, (str, list)):
+            return f"messages[{i}].content must be a string or a list of parts, got {_short(content)}"
+    return None
+
+
+def check_sampling_params(params: Any) -> str | None:
+    """Why ``params`` are not valid OpenAI-style sampling params, or None.
+
+    Only the names the design promises are type-checked here; other keys pass through to the
+    backend, which may reject them (and then the row gets the backend's error).
+    """
+    if not isinstance(params, dict):
+        return f"'sampling_params' must be an object, got {_short(params)}"
+    checks = {
+        "temperature": lambda v: _num(v) and v >= 0,
+        "top_p": lambda v: _num(v) and 0 < v <= 1,
+        "max_tokens": lambda v: _int(v) and v > 0,
+        "seed": _int,
+        "n": lambda v: v == 1,
+        "stop": lambda v: isinstance(v, str) or (isinstance(v, list) and all(isinstance(s, str) for s in v)),
+        "response_format": lambda v: isinstance(v, dict) and isinstance(v.get("type"), str),
+    }
+    for key, ok in checks.items():
+        if key in params and not ok(params[key]):
+            return f"sampling_params.{key} is invalid: {_short(params[key])}"
+    return None
+
+
+def build_request(
+    task: Task,
+    value: Any,
+    sampling_params: dict[str, Any],
+    row_sampling_params: Any,
+    model: Any,
+    request_id: str,
+) -> Request | str:
+    """One row's request, or the reason the row cannot be sent (becomes its ``error``)."""
+    column = INPUT_COLUMN[task]
+    if value is None:
+        return f"row has no '{column}' column value (required for task '{task}')"
+    value = _drop_none(value)
+    if task == "chat":
+        problem = check_messages(value)
+        if problem:
+            return problem
+    elif not isinstance(value, str) or not value:
+        return f"'{column}' must be a non-empty string, got {_short(value)}"
+    params = sampling_params
+    if row_sampling_params is not None:
+        row_params = _drop_none(row_sampling_params)
+        problem = check_sampling_params(row_params)
+        if problem:
+            return problem
+        params = {**sampling_params, **row_params}
+    request: Request = {"request_id": request_id, "task": task, column: value, "sampling_params": params}
+    if model is not None:
+        if not isinstance(model, str):
+            return f"'model' must be a string (a LoRA adapter name), got {_short(model)}"
+        request["model"] = model
+    return request
+
+
+def _num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+__all__ = [
+    "EMBEDDING_COLUMN",
+    "INPUT_COLUMN",
+    "MODEL_COLUMN",
+    "OUTPUT_COLUMNS",
+    "SAMPLING_PARAMS_COLUMN",
+    "Request",
+    "Result",
+    "Task",
+    "build_request",
+    "check_messages",
+    "check_sampling_params",
+    "error_result",
+]

@@ -1,0 +1,150 @@
+"""The Ray Data stage: turns a block of rows into batched calls on a named deployment.
+
+One Ray Data batch arrives (``batch_size * max_in_flight_batches`` rows), is split into calls
+of ``batch_size`` rows, and those calls share the actor's ``max_in_flight_batches`` slots with
+the calls of other batches Ray Data runs concurrently on this actor. Input columns pass
+through as Arrow columns, untouched; only the output columns are built in Python.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from relayllm.engine import _describe
+from relayllm.errors import RowError
+from relayllm.retry import call_with_retries
+from relayllm.rows import (
+    EMBEDDING_COLUMN,
+    INPUT_COLUMN,
+    MODEL_COLUMN,
+    SAMPLING_PARAMS_COLUMN,
+    Request,
+    Result,
+    build_request,
+)
+
+if TYPE_CHECKING:
+    from relayllm.processor import ProcessorConfig
+
+_STRING_OUTPUTS = ("generated_text", "finish_reason")
+_INT_OUTPUTS = ("num_input_tokens", "num_generated_tokens")
+
+
+class ServeStage:
+    """``map_batches`` UDF (an actor): looks the deployment up by name once, then batches."""
+
+    def __init__(self, config: ProcessorConfig, processor_id: str) -> None:
+        from relayllm.deployments import handle_for
+
+        self.config = config
+        self._handle = handle_for(config.deployment)  # unknown name -> lists running ones
+        self._method = self._handle.process_batch
+        self._id_prefix = f"{processor_id}-{uuid.uuid4().hex[:8]}-"
+        self._ids = itertools.count()
+        self._slots = asyncio.Semaphore(config.max_in_flight_batches)
+        self._input_column = INPUT_COLUMN[config.task]
+
+    async def __call__(self, batch: pa.Table) -> pa.Table:
+        n = batch.num_rows
+        values = _column(batch, self._input_column, n)
+        row_params = _column(batch, SAMPLING_PARAMS_COLUMN, n)
+        models = _column(batch, MODEL_COLUMN, n)
+        ids = [f"{self._id_prefix}{next(self._ids)}" for _ in range(n)]
+        results: list[Result] = [{}] * n
+        pending: list[tuple[int, Request]] = []
+        for i in range(n):
+            request = build_request(
+                self.config.task,
+                values[i],
+                self.config.sampling_params,
+                row_params[i],
+                models[i],
+                ids[i],
+            )
+            if isinstance(request, str):
+                results[i] = {"error": request}
+            else:
+                pending.append((i, request))
+
+        size = self.config.batch_size
+        calls = [pending[k : k + size] for k in range(0, len(pending), size)]
+        answers = await asyncio.gather(*(self._send([r for _, r in call]) for call in calls))
+        for call, answer in zip(calls, answers):
+            for (i, _), result in zip(call, answer):
+                results[i] = result
+
+        if self.config.on_error == "raise":
+            self._raise_first_error(results, ids, values)
+        return _with_outputs(batch, results, ids, self.config.task == "embedding")
+
+    async def _send(self, requests: list[Request]) -> list[Result]:
+        async with self._slots:
+            try:
+                return await call_with_retries(
+                    lambda: self._call(requests), max_retries=self.config.max_retries
+                )
+            except Exception as exc:  # transport failure after every retry: rows fail, not vanish
+                error = (
+                    f"deployment {self.config.deployment!r} failed after "
+                    f"{self.config.max_retries + 1} attempts: {_describe(exc)}"
+                )
+                return [{"error": error} for _ in requests]
+
+    async def _call(self, requests: list[Request]) -> list[Result]:
+        response = self._method.remote(requests)
+        try:
+            return await asyncio.wait_for(_await(response), self.config.timeout_s)
+        except asyncio.TimeoutError:
+            response.cancel()
+            raise TimeoutError(
+                f"no answer within timeout_s={self.config.timeout_s:g}s for {len(requests)} rows"
+            ) from None
+
+    def _raise_first_error(self, results: list[Result], ids: list[str], values: list[Any]) -> None:
+        for i, result in enumerate(results):
+            if result.get("error"):
+                preview = repr(values[i])
+                preview = preview if len(preview) <= 120 else preview[:117] + "..."
+                raise RowError(
+                    f"row {i} of its batch (request_id {ids[i]}, {self._input_column}={preview}) "
+                    f"failed on deployment {self.config.deployment!r}: {result['error']}"
+                )
+
+
+async def _await(response: Any) -> Any:
+    return await response
+
+
+def _column(batch: pa.Table, name: str, n: int) -> list[Any]:
+    if name not in batch.column_names:
+        return [None] * n
+    return batch.column(name).to_pylist()
+
+
+def _with_outputs(batch: pa.Table, results: list[Result], ids: list[str], embedding: bool) -> pa.Table:
+    columns: dict[str, pa.Array] = {}
+    for name in _STRING_OUTPUTS:
+        columns[name] = pa.array([r.get(name) for r in results], pa.string())
+    for name in _INT_OUTPUTS:
+        columns[name] = pa.array([r.get(name) for r in results], pa.int64())
+    if embedding:
+        columns[EMBEDDING_COLUMN] = pa.array(
+            [r.get(EMBEDDING_COLUMN) for r in results], pa.list_(pa.float32())
+        )
+    columns["request_id"] = pa.array(ids, pa.string())
+    columns["error"] = pa.array([r.get("error") for r in results], pa.string())
+    for name, values in columns.items():
+        index = batch.schema.get_field_index(name)
+        if index >= 0:
+            batch = batch.set_column(index, name, values)
+        else:
+            batch = batch.append_column(name, values)
+    return batch
+
+
+__all__ = ["ServeStage"]

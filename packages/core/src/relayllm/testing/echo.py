@@ -1,0 +1,103 @@
+"""The echo backend: a real Serve deployment with no model.
+
+It exists for contract tests and for measuring relayllm's own overhead; it is registered only
+when asked for (:func:`relayllm.testing.enable_echo_backend` or ``RELAYLLM_ECHO_BACKEND=1``),
+never as a user-facing backend by default. Tokens are whitespace-separated words.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field
+
+from relayllm.backend import Backend, BackendOptions
+from relayllm.engine import BatchDeployment
+from relayllm.plugin import hookimpl
+from relayllm.rows import Request, Result
+
+
+EMBEDDING_SIZE = 8  # echo "embeds" a text as the lengths of its first 8 words
+
+
+class EchoOptions(BackendOptions):
+    mode: Literal["echo", "reverse"] = "echo"
+    delay_s: float = Field(default=0.0, ge=0, description="Sleep per call: models engine time.")
+    fail_marker: str | None = Field(
+        default=None, description="Rows whose text contains this fail with an engine error."
+    )
+    max_tokens_default: int | None = Field(
+        default=None, gt=0, description="Truncate output to this many words if the row sets none."
+    )
+
+
+class EchoDeployment(BatchDeployment):
+    backend_name = "echo"
+
+    async def run_batch(self, requests: list[Request]) -> list[Result]:
+        if self.options["delay_s"]:
+            await asyncio.sleep(self.options["delay_s"])
+        return [self._answer(r) for r in requests]
+
+    def _answer(self, request: Request) -> Result:
+        text = _text_of(request)
+        marker = self.options["fail_marker"]
+        if marker and marker in text:
+            return {"error": f"echo engine refused the row: it contains {marker!r}"}
+        words = text.split()
+        if request["task"] == "embedding":
+            vector = ([float(len(w)) for w in words] + [0.0] * EMBEDDING_SIZE)[:EMBEDDING_SIZE]
+            return {"embedding": vector, "num_input_tokens": len(words)}
+        out = list(reversed(words)) if self.options["mode"] == "reverse" else words
+        limit = request.get("sampling_params", {}).get("max_tokens") or self.options["max_tokens_default"]
+        finish = "stop"
+        if limit and len(out) > limit:
+            out, finish = out[:limit], "length"
+        return {
+            "generated_text": " ".join(out),
+            "finish_reason": finish,
+            "num_input_tokens": len(words),
+            "num_generated_tokens": len(out),
+        }
+
+    async def chat_stream(self, request: dict[str, Any]):
+        """The streaming one-row method ``ray.data.llm``'s Serve stage calls (benchmarks)."""
+        kwargs = {k: v for k, v in request.items() if k not in ("request_id", "idx_in_batch")}
+        kwargs.setdefault("task", "chat")
+        yield self._answer(kwargs)  # type: ignore[arg-type]
+
+    def engine_info(self) -> dict[str, Any]:
+        return {"model": f"echo-{self.options['mode']}", "device": "cpu", "tasks": sorted(EchoBackend.tasks)}
+
+
+def _text_of(request: Request) -> str:
+    if "messages" in request:
+        parts = []
+        for message in request["messages"]:
+            content = message.get("content")
+            parts.append(content if isinstance(content, str) else " ".join(
+                p.get("text", "") for p in content if isinstance(p, dict)
+            ))
+        return " ".join(parts)
+    return request.get("prompt") or request.get("input") or ""
+
+
+class EchoBackend(Backend):
+    name = "echo"
+    Options = EchoOptions
+    tasks = frozenset({"chat", "completion", "embedding"})
+
+    @classmethod
+    def deployment_class(cls) -> type[BatchDeployment]:
+        return EchoDeployment
+
+    @classmethod
+    def deployment_options(cls, options: EchoOptions) -> dict[str, Any]:
+        # No model, so no CPU reserved: the echo replica must never starve the stage actors.
+        return {"ray_actor_options": {"num_cpus": 0}}
+
+
+@hookimpl
+def relayllm_register_backends(registry) -> None:
+    registry.add(EchoBackend)
