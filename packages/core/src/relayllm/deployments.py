@@ -146,7 +146,7 @@ def _wait_running(ref: DeploymentRef, timeout_s: float) -> None:
                 )
             _delete_quietly(ref.app_name)
             raise DeploymentStartError(
-                f"deployment {ref.name!r} failed to start: {message or details or status}"
+                f"deployment {ref.name!r} failed to start: {details or message or status}"
             )
         if time.monotonic() > deadline:
             _delete_quietly(ref.app_name)

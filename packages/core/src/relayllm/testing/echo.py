@@ -30,10 +30,26 @@ class EchoOptions(BackendOptions):
     max_tokens_default: int | None = Field(
         default=None, gt=0, description="Truncate output to this many words if the row sets none."
     )
+    # Fault injection, for tests of retries and start-up failures.
+    fail_calls: int = Field(
+        default=0, ge=0, description="The first N calls on each replica fail as a whole."
+    )
+    fail_start: bool = Field(default=False, description="The replica fails in its constructor.")
 
 
 class EchoDeployment(BatchDeployment):
     backend_name = "echo"
+
+    def __init__(self, options: dict[str, Any], deployment: dict[str, Any]) -> None:
+        super().__init__(options, deployment)
+        if options["fail_start"]:
+            raise RuntimeError("echo engine failed to start (fail_start=True)")
+
+    async def process_batch(self, requests: list[Request]) -> list[Result]:
+        if self.calls < self.options["fail_calls"]:
+            self.calls += 1
+            raise ConnectionError(f"injected failure of call {self.calls}")
+        return await super().process_batch(requests)
 
     async def run_batch(self, requests: list[Request]) -> list[Result]:
         if self.options["delay_s"]:

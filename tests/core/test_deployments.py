@@ -1,0 +1,99 @@
+"""Shared deployments by name on a real local Ray cluster with real Serve apps."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+import relayllm
+from relayllm import DeploymentConfig
+
+
+def _echo(name, **options):
+    return DeploymentConfig(name=name, backend="echo", options=options)
+
+
+def _replica(ref):
+    return ref.handle().info.remote().result(timeout_s=60)["replica_id"]
+
+
+def test_same_name_and_config_reuses_the_running_deployment():
+    first = relayllm.deploy(_echo("reuse"))
+    again = relayllm.deploy(_echo("reuse", mode="echo"))  # the default, spelled out: same config
+    assert _replica(first) == _replica(again)
+    assert again.status == "RUNNING"
+    relayllm.shutdown("reuse")
+
+
+def test_same_name_with_another_config_is_an_error_showing_the_difference():
+    relayllm.deploy(_echo("conflict"))
+    with pytest.raises(relayllm.DeploymentConflictError) as err:
+        relayllm.deploy(_echo("conflict", mode="reverse"))
+    message = str(err.value)
+    assert '-    "mode": "echo"' in message and '+    "mode": "reverse"' in message
+    relayllm.shutdown("conflict")
+
+
+def test_bad_options_fail_before_anything_starts_naming_the_field():
+    with pytest.raises(relayllm.ConfigError, match="delay_s"):
+        relayllm.deploy(_echo("bad-options", delay_s="slow"))
+    with pytest.raises(relayllm.ConfigError, match="no_such_field"):
+        relayllm.deploy(_echo("bad-options", no_such_field=1))
+    assert "bad-options" not in [r.name for r in relayllm.list_deployments()]
+
+
+def test_config_itself_rejects_unknown_fields_and_bad_names():
+    with pytest.raises(ValueError, match="replicas"):
+        DeploymentConfig(name="x", backend="echo", replicas=2)
+    with pytest.raises(ValueError, match="name"):
+        DeploymentConfig(name="has space", backend="echo")
+
+
+def test_unknown_deployment_lists_running_ones():
+    relayllm.deploy(_echo("listed"))
+    with pytest.raises(relayllm.DeploymentNotFoundError, match="listed"):
+        relayllm.get_deployment("nope")
+    relayllm.shutdown("listed")
+
+
+def test_list_and_shutdown():
+    relayllm.deploy(_echo("one"))
+    relayllm.deploy(_echo("two"))
+    names = [r.name for r in relayllm.list_deployments()]
+    assert {"one", "two"} <= set(names)
+    assert relayllm.shutdown("one") == ["one"]
+    assert "one" not in [r.name for r in relayllm.list_deployments()]
+    with pytest.raises(relayllm.DeploymentNotFoundError):
+        relayllm.shutdown("one")
+    stopped = relayllm.shutdown()
+    assert "two" in stopped and relayllm.list_deployments() == []
+
+
+def test_engine_that_fails_to_start_is_reported_and_removed():
+    start = time.monotonic()
+    with pytest.raises(relayllm.DeploymentStartError, match="fail_start"):
+        relayllm.deploy(DeploymentConfig(
+            name="broken", backend="echo", options={"fail_start": True}, startup_timeout_s=120
+        ))
+    assert time.monotonic() - start < 120
+    assert "broken" not in [r.name for r in relayllm.list_deployments()]
+
+
+def test_another_driver_finds_the_deployment_by_name(ray_session):
+    relayllm.deploy(_echo("shared-across-drivers", mode="reverse"))
+    address = ray_session.get_runtime_context().gcs_address
+    code = (
+        "import json, ray, relayllm\n"
+        "ref = relayllm.get_deployment('shared-across-drivers')\n"
+        "out = ref.handle().process_batch.remote([{'request_id': 'x', 'task': 'completion', "
+        "'prompt': 'a b c', 'sampling_params': {}}]).result(timeout_s=60)\n"
+        "print(json.dumps(out))\n"
+    )
+    env = {**os.environ, "RAY_ADDRESS": address}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=180)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1])[0]["generated_text"] == "c b a"
+    relayllm.shutdown("shared-across-drivers")

@@ -1,0 +1,120 @@
+"""The plugin host: discovery, duplicates, switches, and the errors users read."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pluggy
+import pytest
+
+import relayllm
+from relayllm.backend import Backend, BackendRegistry
+from relayllm.plugin import manager
+
+
+class _Alpha(Backend):
+    name = "alpha"
+
+
+class _AlsoAlpha(Backend):
+    name = "alpha"
+
+
+def _run(code: str, **env: str) -> dict:
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, **env}
+    )
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+LIST_BACKENDS = (
+    "import json; from relayllm.plugin.manager import get_registry; "
+    "print(json.dumps(get_registry().names()))"
+)
+
+
+def test_duplicate_backend_names_raise_naming_both_plugins():
+    registry = BackendRegistry()
+    registry._current_plugin = "first-plugin (dist-a 1.0)"
+    registry.add(_Alpha)
+    registry._current_plugin = "second-plugin (dist-b 2.0)"
+    with pytest.raises(relayllm.DuplicateBackendError) as err:
+        registry.add(_AlsoAlpha)
+    assert "first-plugin" in str(err.value) and "second-plugin" in str(err.value)
+
+
+def test_duplicate_through_the_hook_names_both_plugins():
+    class Twin:
+        @relayllm.hookimpl
+        def relayllm_register_backends(self, registry):
+            registry.add(_AlsoAlpha)
+
+    class Original:
+        @relayllm.hookimpl
+        def relayllm_register_backends(self, registry):
+            registry.add(_Alpha)
+
+    pm = manager.PluginManager()
+    pm._loaded = True  # no entry points: only the two plugins below
+    pm.register(Original(), "original-plugin")
+    pm.register(Twin(), "twin-plugin")
+    with pytest.raises(relayllm.DuplicateBackendError, match="original-plugin.*twin-plugin|twin-plugin.*original-plugin"):
+        pm.registry()
+
+
+def test_entry_points_are_discovered():
+    assert "shout" in _run(LIST_BACKENDS)
+
+
+def test_autoload_can_be_disabled():
+    assert "shout" not in _run(LIST_BACKENDS, RELAYLLM_DISABLE_PLUGIN_AUTOLOAD="1")
+
+
+def test_named_plugins_can_be_blocked():
+    assert "shout" not in _run(LIST_BACKENDS, RELAYLLM_BLOCK_PLUGINS="other, shout")
+
+
+def test_echo_backend_is_registered_only_when_asked_for():
+    assert "echo" not in _run(LIST_BACKENDS)
+    assert "echo" in _run(LIST_BACKENDS, RELAYLLM_ECHO_BACKEND="1")
+
+
+def test_misspelled_hook_is_rejected_by_check_pending():
+    class Typo:
+        @relayllm.hookimpl
+        def relayllm_register_backend(self, registry):  # missing the final "s"
+            pass
+
+    pm = manager.PluginManager()
+    pm._loaded = True
+    with pytest.raises(pluggy.PluginValidationError, match="relayllm_register_backend"):
+        pm.register(Typo(), "typo-plugin")
+
+
+def test_unknown_backend_lists_installed_ones_and_the_pip_command():
+    with pytest.raises(relayllm.UnknownBackendError) as err:
+        manager.get_registry().get("vllm-typo")
+    assert "echo" in str(err.value) and "shout" in str(err.value)
+    with pytest.raises(relayllm.UnknownBackendError, match="pip install 'relayllm-sglang\\[engine\\]'"):
+        BackendRegistry().get("sglang")
+
+
+def test_missing_engine_package_names_the_pip_command():
+    class NeedsEngine(Backend):
+        name = "needs-engine"
+        requires = ("surely_not_an_installed_module_xyz",)
+        install_hint = "pip install relayllm-needs-engine"
+
+    with pytest.raises(relayllm.MissingDependencyError, match="pip install relayllm-needs-engine"):
+        NeedsEngine.check_requirements()
+
+
+def test_import_relayllm_loads_no_engine_and_not_ray():
+    code = (
+        "import json, sys, relayllm, relayllm.testing; "
+        "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules} & "
+        "{'ray', 'vllm', 'sglang', 'torch', 'openai', 'transformers'})))"
+    )
+    assert _run(code) == []

@@ -1,0 +1,150 @@
+"""The batched stage on a real cluster: counts, order, errors, retries, timeouts."""
+
+import pytest
+import ray
+
+import relayllm
+from relayllm import DeploymentConfig, ProcessorConfig, build_processor
+
+
+@pytest.fixture(scope="module")
+def echo():
+    ref = relayllm.deploy(DeploymentConfig(name="proc-echo", backend="echo", options={"mode": "reverse"}))
+    yield ref
+    relayllm.shutdown("proc-echo")
+
+
+def _rows(n, bad_every=None):
+    rows = []
+    for i in range(n):
+        row = {"id": i, "messages": [{"role": "user", "content": f"word{i} tail"}]}
+        if bad_every and i % bad_every == 0:
+            row = {"id": i, "messages": []} if (i // bad_every) % 2 else {"id": i, "messages": [{"role": "nobody", "content": "x"}]}
+        rows.append(row)
+    return rows
+
+
+def _ordered():
+    ray.data.DataContext.get_current().execution_options.preserve_order = True
+
+
+def test_thousand_rows_with_five_percent_bad_rows_exact_counts(echo):
+    _ordered()
+    out = build_processor(ProcessorConfig(deployment="proc-echo", batch_size=16))(
+        ray.data.from_items(_rows(1000, bad_every=20), override_num_blocks=10)
+    ).take_all()
+    errors = [r for r in out if r["error"] is not None]
+    good = [r for r in out if r["error"] is None]
+    assert len(out) == 1000 and len(errors) == 50 and len(good) == 950
+    assert {r["id"] for r in errors} == set(range(0, 1000, 20))
+    assert all(r["generated_text"] == f"tail word{r['id']}" for r in good)
+    assert len({r["request_id"] for r in out}) == 1000
+
+
+def test_order_is_preserved_across_many_blocks_and_columns_pass_through(echo):
+    _ordered()
+    rows = [{"id": i, "prompt": f"p{i} q", "extra": {"k": i}, "tag": f"t{i}"} for i in range(600)]
+    ds = ray.data.from_items(rows, override_num_blocks=37)
+    out = build_processor(ProcessorConfig(deployment="proc-echo", task="completion", batch_size=7))(ds).take_all()
+    assert [r["id"] for r in out] == list(range(600))
+    assert all(r["extra"] == {"k": r["id"]} and r["tag"] == f"t{r['id']}" for r in out)
+    assert all(r["generated_text"] == f"q p{r['id']}" for r in out)
+
+
+def test_pre_and_postprocess_run_around_the_stage(echo):
+    _ordered()
+    proc = build_processor(
+        ProcessorConfig(deployment="proc-echo", sampling_params={"max_tokens": 1}),
+        preprocess=lambda row: {"id": row["id"], "messages": [{"role": "user", "content": f"a b {row['id']}"}]},
+        postprocess=lambda row: {"id": row["id"], "answer": row["generated_text"], "why": row["finish_reason"]},
+    )
+    out = proc(ray.data.range(20)).take_all()
+    assert out == [{"id": i, "answer": str(i), "why": "length"} for i in range(20)]
+
+
+def test_row_sampling_params_override_the_processor_and_bad_ones_fail_the_row(echo):
+    _ordered()
+    rows = [
+        {"id": 0, "prompt": "a b c d", "sampling_params": {"max_tokens": 2}},
+        {"id": 1, "prompt": "a b c d", "sampling_params": {"max_tokens": -1}},
+        {"id": 2, "prompt": "a b c d", "sampling_params": {"temperature": 0.5}},
+    ]
+    out = build_processor(ProcessorConfig(deployment="proc-echo", task="completion",
+                                          sampling_params={"max_tokens": 3}))(
+        ray.data.from_items(rows, override_num_blocks=1)
+    ).take_all()
+    assert out[0]["generated_text"] == "d c" and out[2]["generated_text"] == "d c b"
+    assert "max_tokens" in out[1]["error"] and out[1]["generated_text"] is None
+
+
+def test_raise_mode_names_the_row_and_the_deployment(echo):
+    rows = [{"id": i, "prompt": "fine"} for i in range(10)] + [{"id": 10, "prompt": ""}]
+    proc = build_processor(ProcessorConfig(deployment="proc-echo", task="completion", on_error="raise"))
+    with pytest.raises(Exception) as err:
+        proc(ray.data.from_items(rows, override_num_blocks=1)).take_all()
+    message = str(err.value)
+    assert "proc-echo" in message and "request_id" in message and "non-empty string" in message
+
+
+def test_unknown_deployment_fails_at_stage_start_listing_running_ones(echo):
+    proc = build_processor(ProcessorConfig(deployment="no-such-engine"))
+    with pytest.raises(Exception) as err:
+        proc(ray.data.from_items(_rows(3))).take_all()
+    assert "no-such-engine" in str(err.value) and "proc-echo" in str(err.value)
+
+
+def test_builder_is_pure_and_validates_config():
+    proc = build_processor(ProcessorConfig(deployment="not-running-anywhere"))  # no I/O, no error
+    assert proc.config.deployment == "not-running-anywhere"
+    with pytest.raises(ValueError, match="on_error"):
+        ProcessorConfig(deployment="x", on_error="ignore")
+    with pytest.raises(ValueError, match="temperature"):
+        ProcessorConfig(deployment="x", sampling_params={"temperature": "hot"})
+    with pytest.raises(ValueError, match="batch_sizes"):
+        ProcessorConfig(deployment="x", batch_sizes=3)
+
+
+def test_transport_failures_are_retried_before_any_row_fails():
+    relayllm.deploy(DeploymentConfig(name="flaky", backend="echo", options={"fail_calls": 2}))
+    _ordered()
+    out = build_processor(ProcessorConfig(deployment="flaky", task="completion", batch_size=50,
+                                          max_in_flight_batches=1, max_retries=3))(
+        ray.data.from_items([{"prompt": f"x{i}"} for i in range(50)], override_num_blocks=1)
+    ).take_all()
+    info = relayllm.get_deployment("flaky").handle().info.remote().result(timeout_s=30)
+    relayllm.shutdown("flaky")
+    assert [r["error"] for r in out] == [None] * 50
+    assert info["calls"] == 3  # two injected failures, then the retry that worked
+
+
+def test_exhausted_retries_mark_rows_failed_and_keep_them():
+    relayllm.deploy(DeploymentConfig(name="down", backend="echo", options={"fail_calls": 100}))
+    out = build_processor(ProcessorConfig(deployment="down", task="completion", batch_size=10, max_retries=1))(
+        ray.data.from_items([{"prompt": f"x{i}"} for i in range(30)], override_num_blocks=1)
+    ).take_all()
+    relayllm.shutdown("down")
+    assert len(out) == 30
+    assert all("failed after 2 attempts" in r["error"] and "injected failure" in r["error"] for r in out)
+
+
+def test_timeouts_are_retried_and_a_retry_joins_the_work_already_running():
+    relayllm.deploy(DeploymentConfig(name="slow", backend="echo", options={"delay_s": 1.5}))
+    out = build_processor(ProcessorConfig(deployment="slow", task="completion", batch_size=20,
+                                          max_in_flight_batches=1, timeout_s=1.0, max_retries=3))(
+        ray.data.from_items([{"prompt": f"x{i} y"} for i in range(20)], override_num_blocks=1)
+    ).take_all()
+    info = relayllm.get_deployment("slow").handle().info.remote().result(timeout_s=30)
+    relayllm.shutdown("slow")
+    assert [r["error"] for r in out] == [None] * 20
+    assert info["calls"] >= 2, "the first call timed out and was retried"
+    assert info["rows"] == 20, "the retry reused the in-flight results: no row computed twice"
+
+
+def test_a_call_that_never_answers_in_time_becomes_row_errors():
+    relayllm.deploy(DeploymentConfig(name="stuck", backend="echo", options={"delay_s": 30}))
+    out = build_processor(ProcessorConfig(deployment="stuck", task="completion", batch_size=5,
+                                          timeout_s=0.5, max_retries=1))(
+        ray.data.from_items([{"prompt": f"x{i}"} for i in range(5)], override_num_blocks=1)
+    ).take_all()
+    relayllm.shutdown("stuck")
+    assert all("timeout_s=0.5" in r["error"] for r in out) and len(out) == 5
