@@ -1,0 +1,79 @@
+"""The ``sglang`` backend: options, deploy-time checks and the GPUs a replica reserves."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+from typing import Any, ClassVar
+
+from relayllm import Backend
+from relayllm.engine import BatchDeployment
+from relayllm_sglang import INSTALL_HINT, SGLANG_VERSION
+from relayllm_sglang.options import SGLangOptions, check_server_arg_names, engine_kwargs
+from relayllm_sglang.source import SourceLayoutError, SourceTree
+
+logger = logging.getLogger(__name__)
+
+
+class SGLangBackend(Backend):
+    name = "sglang"
+    Options = SGLangOptions
+    requires: ClassVar[tuple[str, ...]] = ("sglang",)
+    install_hint = INSTALL_HINT
+    tasks = frozenset({"chat", "completion", "embedding"})
+
+    @classmethod
+    def check_options(cls, options: SGLangOptions) -> None:
+        """Every ServerArgs name the options produce exists in the installed sglang."""
+        tree = SourceTree.installed()
+        if tree is not None:
+            check_options_against(options, tree)
+
+    @classmethod
+    def deployment_class(cls) -> type[BatchDeployment]:
+        from relayllm_sglang.deployment import SGLangDeployment
+
+        return SGLangDeployment
+
+    @classmethod
+    def deployment_options(cls, options: SGLangOptions) -> dict[str, Any]:
+        return placement(options)
+
+
+def check_options_against(options: SGLangOptions, tree: SourceTree) -> None:
+    """Check ``options`` against the ServerArgs of the sglang whose source is ``tree``."""
+    try:
+        known = tree.server_args_fields()
+    except SourceLayoutError as exc:
+        # A release laid out differently from the pinned one: the engine still rejects unknown
+        # names itself when it starts, only later.
+        logger.warning("cannot read sglang's ServerArgs fields (%s); server_args are not checked", exc)
+        return
+    check_server_arg_names(set(engine_kwargs(options)), known)
+    try:
+        installed = importlib.metadata.version("sglang")
+    except importlib.metadata.PackageNotFoundError:
+        return
+    if installed != SGLANG_VERSION:
+        logger.warning("sglang %s is installed; relayllm-sglang is tested with %s", installed, SGLANG_VERSION)
+
+
+def placement(options: SGLangOptions) -> dict[str, Any]:
+    """Serve resources for one replica: ``options.gpus`` GPUs, in ONE bundle when more than one.
+
+    SGLang starts its tensor-parallel workers as local subprocesses of the replica, which see
+    the GPUs Ray assigns to the replica actor; so all of them must be that actor's, on one
+    node (a single bundle, STRICT_PACK), not spread over bundles the workers cannot see.
+    """
+    gpus = options.gpus
+    actor = {"num_cpus": 1, "num_gpus": gpus}
+    if gpus == 1:
+        return {"ray_actor_options": actor}
+    return {
+        "ray_actor_options": actor,
+        "placement_group_bundles": [{"CPU": 1, "GPU": gpus}],
+        "placement_group_strategy": "STRICT_PACK",
+    }
+
+
+__all__ = ["SGLangBackend", "check_options_against", "placement"]

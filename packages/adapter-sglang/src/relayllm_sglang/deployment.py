@@ -1,0 +1,121 @@
+"""The Serve deployment that owns one ``sglang.Engine``. Runs only where sglang (and a GPU) is.
+
+Everything that does not need the engine lives in :mod:`relayllm_sglang.translate`; this
+module only wires those functions to the engine's calls.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+from types import ModuleType
+from typing import Any
+
+from relayllm import BatchDeployment, MissingDependencyError
+from relayllm.rows import Request, Result
+from relayllm_sglang import INSTALL_HINT
+from relayllm_sglang.options import SGLangOptions, engine_kwargs
+from relayllm_sglang.source import SourceLayoutError, SourceTree
+from relayllm_sglang.translate import EngineInput, engine_input, serve_batch
+
+logger = logging.getLogger(__name__)
+
+
+def import_sglang() -> ModuleType:
+    """``import sglang``, or an error that says which extra installs it."""
+    try:
+        import sglang
+    except ImportError as exc:
+        raise MissingDependencyError(
+            f"the sglang backend needs the sglang engine on every node that runs a replica: "
+            f"{INSTALL_HINT} (a CUDA GPU is required). Import failed with: {exc}"
+        ) from exc
+    return sglang
+
+
+class SGLangDeployment(BatchDeployment):
+    backend_name = "sglang"
+
+    def __init__(self, options: dict[str, Any], deployment: dict[str, Any]) -> None:
+        super().__init__(options, deployment)
+        self.config = SGLangOptions.model_validate(options)
+        sglang = import_sglang()
+        self.engine = sglang.Engine(**engine_kwargs(self.config))
+        # The engine's own tokenizer: it carries the chat template the engine loaded.
+        self.tokenizer = self.engine.tokenizer_manager.tokenizer
+        self.lora_names = frozenset(self.config.lora_paths or ())
+        self.base_model_names = frozenset(
+            n for n in (self.config.model_path, self.config.server_args.get("served_model_name")) if n
+        )
+        self.sampling_names = _sampling_param_names()
+        self.engine_version = _version("sglang")
+
+    async def run_batch(self, requests: list[Request]) -> list[Result]:
+        # The whole batch goes to the engine as one async_generate call (see serve_batch).
+        return await serve_batch(requests, self._prepare, self.engine.async_generate, self.engine.async_encode)
+
+    def _prepare(self, request: Request) -> EngineInput:
+        return engine_input(
+            request,
+            self.tokenizer,
+            lora_names=self.lora_names,
+            base_model_names=self.base_model_names,
+            embedding_model=self.config.embedding_model,
+            sampling_names=self.sampling_names,
+        )
+
+    def engine_info(self) -> dict[str, Any]:
+        tasks = ["embedding"] if self.config.embedding_model else ["chat", "completion"]
+        return {
+            "model": self.config.model_path,
+            "engine": "sglang",
+            "engine_version": self.engine_version,
+            "device": "cuda",
+            "gpus": self.config.gpus,
+            "tp_size": self.config.tp_size,
+            "dp_size": self.config.dp_size,
+            "tasks": tasks,
+            "lora_adapters": sorted(self.lora_names),
+            "seeded_sampling": self.config.seeded_sampling,
+        }
+
+    async def engine_health(self) -> None:
+        """The engine's scheduler and detokenizer processes are alive."""
+        import psutil
+
+        for pid in self.engine.get_all_child_pids():
+            try:
+                alive = psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+            except psutil.NoSuchProcess:
+                alive = False
+            if not alive:
+                raise RuntimeError(f"sglang engine process {pid} has exited")
+
+    def __del__(self) -> None:
+        # Serve calls this when the replica stops: the engine's GPU processes go with it.
+        engine = getattr(self, "engine", None)
+        if engine is not None:
+            try:
+                engine.shutdown()
+            except Exception:
+                logger.exception("sglang engine shutdown failed")
+
+
+def _sampling_param_names() -> set[str] | None:
+    """SamplingParams' names in the installed sglang, so a row's unknown name is that row's
+    error up front; None if unreadable (the engine then rejects it, still only for that row)."""
+    tree = SourceTree.installed()
+    try:
+        return tree.sampling_param_fields() if tree else None
+    except SourceLayoutError:
+        return None
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+__all__ = ["SGLangDeployment", "import_sglang"]

@@ -1,0 +1,142 @@
+"""What an SGLang deployment is configured with, and how that becomes ``sglang.Engine(...)``.
+
+The first-class options carry SGLang's own names (they are ``ServerArgs`` fields), so an SGLang
+user recognises them; anything else goes in ``server_args``, whose names are checked against
+the installed sglang's ``ServerArgs`` at deploy time, before an engine starts.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any, Literal
+
+from pydantic import Field, PositiveInt, field_validator, model_validator
+
+from relayllm import BackendOptions, ConfigError
+
+#: ``server_args`` the adapter cannot work with, and why.
+RESERVED_SERVER_ARGS = {
+    "skip_tokenizer_init": "the adapter applies chat templates with the engine's tokenizer",
+    "server_args": "pass server arguments as a dict of names, not a ServerArgs object",
+}
+
+
+class SGLangOptions(BackendOptions):
+    """Options of the ``sglang`` backend (``DeploymentConfig.options``)."""
+
+    model_path: str = Field(min_length=1, description="Model directory or hub id.")
+    tokenizer_path: str | None = Field(default=None, description="Defaults to model_path.")
+    tp_size: PositiveInt = Field(default=1, description="Tensor parallel size: GPUs per engine.")
+    dp_size: PositiveInt = Field(default=1, description="Data parallel copies inside the engine.")
+    mem_fraction_static: float | None = Field(
+        default=None, gt=0, lt=1, description="GPU memory share for weights and KV cache."
+    )
+    context_length: PositiveInt | None = None
+    chunked_prefill_size: int | None = Field(default=None, description="-1 disables chunking.")
+    max_running_requests: PositiveInt | None = None
+    dtype: Literal["auto", "half", "float16", "bfloat16", "float", "float32"] = "auto"
+    chat_template: str | None = Field(
+        default=None, description="Path of a .jinja chat template replacing the model's."
+    )
+    lora_paths: dict[str, str] | None = Field(
+        default=None, description="LoRA adapters by name; rows pick one in their 'model' column."
+    )
+    server_args: dict[str, Any] = Field(
+        default_factory=dict, description="Any other sglang ServerArgs field, by its name."
+    )
+
+    @field_validator("chunked_prefill_size")
+    @classmethod
+    def _chunk(cls, value: int | None) -> int | None:
+        if value is not None and value != -1 and value <= 0:
+            raise ValueError("must be a positive number of tokens, or -1 to disable chunking")
+        return value
+
+    @field_validator("chat_template")
+    @classmethod
+    def _jinja_file(cls, value: str | None) -> str | None:
+        # SGLang's built-in template names only apply to its HTTP server; relayllm renders
+        # chats with the engine's tokenizer, which the engine loads a .jinja file into.
+        if value is not None and not value.endswith(".jinja"):
+            raise ValueError(
+                "must be the path of a .jinja chat template file (SGLang's built-in template "
+                "names apply only to its HTTP server)"
+            )
+        return value
+
+    @field_validator("lora_paths")
+    @classmethod
+    def _lora_names(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        if value is not None:
+            for name, path in value.items():
+                if not name or not path:
+                    raise ValueError("each LoRA adapter needs a non-empty name and path")
+        return value
+
+    @model_validator(mode="after")
+    def _server_args_do_not_repeat_options(self) -> SGLangOptions:
+        for name in self.server_args:
+            if name in FIRST_CLASS_OPTIONS:
+                raise ValueError(f"server_args.{name}: set {name!r} as an option of its own")
+            if name in RESERVED_SERVER_ARGS:
+                raise ValueError(f"server_args.{name} is not allowed: {RESERVED_SERVER_ARGS[name]}")
+        return self
+
+    # -- derived facts -----------------------------------------------------------------------
+
+    @property
+    def embedding_model(self) -> bool:
+        return bool(self.server_args.get("is_embedding"))
+
+    @property
+    def seeded_sampling(self) -> bool:
+        """SGLang applies per-request seeds only in its deterministic inference mode."""
+        return bool(self.server_args.get("enable_deterministic_inference"))
+
+    @property
+    def gpus(self) -> int:
+        """GPUs one engine uses. Data parallelism runs ``dp_size`` copies of a ``tp_size``
+        group, except with DP attention, where the copies share the ``tp_size`` GPUs."""
+        if self.server_args.get("enable_dp_attention"):
+            return self.tp_size
+        return self.tp_size * self.dp_size
+
+
+#: Options that are ServerArgs fields of the same name (all but ``server_args``).
+FIRST_CLASS_OPTIONS = frozenset(SGLangOptions.model_fields) - {"server_args"}
+
+
+def engine_kwargs(options: SGLangOptions) -> dict[str, Any]:
+    """The keyword arguments of ``sglang.Engine(...)`` (ServerArgs fields) for ``options``."""
+    kwargs: dict[str, Any] = {}
+    for name in sorted(FIRST_CLASS_OPTIONS):
+        value = getattr(options, name)
+        if value is not None:
+            kwargs[name] = value
+    kwargs.update(options.server_args)
+    return kwargs
+
+
+def check_server_arg_names(names: set[str] | list[str], known: set[str]) -> None:
+    """Raise :class:`ConfigError` naming every name ServerArgs does not have."""
+    unknown = sorted(set(names) - known)
+    if not unknown:
+        return
+    parts = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, known, n=1)
+        parts.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    raise ConfigError(
+        "invalid options for backend 'sglang': unknown server_args "
+        + ", ".join(parts)
+        + "; server_args takes field names of sglang's ServerArgs"
+    )
+
+
+__all__ = [
+    "FIRST_CLASS_OPTIONS",
+    "RESERVED_SERVER_ARGS",
+    "SGLangOptions",
+    "check_server_arg_names",
+    "engine_kwargs",
+]

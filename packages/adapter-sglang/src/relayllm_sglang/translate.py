@@ -1,0 +1,356 @@
+"""relayllm rows <-> SGLang engine calls, as plain functions (no engine, no sglang import).
+
+Requests: an OpenAI-style row becomes token ids (chat through the tokenizer's chat template),
+SGLang sampling params and an optional LoRA name; a batch becomes the keyword arguments of ONE
+``Engine.async_generate`` (or ``async_encode``) call with a list per argument. Responses: the
+dicts SGLang returns, with their ``meta_info``, become relayllm results, engine aborts included.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import json
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from relayllm.rows import Request, Result
+
+# -- sampling params ---------------------------------------------------------------------------
+
+#: OpenAI (and vLLM) names that SGLang spells differently.
+RENAMED_SAMPLING_PARAMS = {
+    "max_tokens": "max_new_tokens",
+    "max_completion_tokens": "max_new_tokens",
+    "min_tokens": "min_new_tokens",
+    "seed": "sampling_seed",
+}
+#: Names both sides share: passed as they are.
+SHARED_SAMPLING_PARAMS = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "stop",
+    "stop_token_ids",
+    "frequency_penalty",
+    "presence_penalty",
+    "repetition_penalty",
+    "logit_bias",
+    "ignore_eos",
+    "skip_special_tokens",
+)
+#: SGLang's name for structured output; ``response_format`` becomes it.
+JSON_SCHEMA_PARAM = "json_schema"
+#: OpenAI names SGLang has no per-request equivalent for through this adapter.
+UNSUPPORTED_SAMPLING_PARAMS = {
+    "logprobs": "log probabilities are not returned by relayllm",
+    "top_logprobs": "log probabilities are not returned by relayllm",
+    "stream": "relayllm returns whole results",
+    "tools": "tool calling is not supported by the sglang backend",
+    "tool_choice": "tool calling is not supported by the sglang backend",
+    "best_of": "SGLang has no best_of",
+}
+
+
+def sglang_sampling_params(params: Mapping[str, Any], known: set[str] | None = None) -> dict[str, Any]:
+    """SGLang ``sampling_params`` for OpenAI-style ``params``.
+
+    Names SGLang already uses pass through, so rows may also set SGLang-only knobs (``regex``,
+    ``ebnf``...). ``known`` (SamplingParams' field names, when available) turns an unknown name
+    into this row's error instead of a failure of the engine call. Raises ``ValueError``.
+    """
+    out: dict[str, Any] = {}
+    for key, value in params.items():
+        if value is None:
+            continue
+        if key in UNSUPPORTED_SAMPLING_PARAMS:
+            raise ValueError(f"sampling_params.{key} is not supported: {UNSUPPORTED_SAMPLING_PARAMS[key]}")
+        if key == "n":
+            if value != 1:
+                raise ValueError(f"sampling_params.n must be 1 (one result per row), got {value!r}")
+            continue
+        if key == "response_format":
+            schema = json_schema_of(value)
+            if schema is not None:
+                _put(out, JSON_SCHEMA_PARAM, schema, key)
+            continue
+        name = RENAMED_SAMPLING_PARAMS.get(key, key)
+        if known is not None and name not in known:
+            close = difflib.get_close_matches(key, sorted(set(RENAMED_SAMPLING_PARAMS) | known), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(f"sampling_params.{key} is not a sampling parameter SGLang knows{hint}")
+        _put(out, name, value, key)
+    return out
+
+
+def _put(out: dict[str, Any], name: str, value: Any, key: str) -> None:
+    if name in out:
+        raise ValueError(f"sampling_params.{key} sets {name!r}, which another key already sets")
+    out[name] = value
+
+
+def json_schema_of(response_format: Any) -> str | None:
+    """SGLang's ``json_schema`` string for an OpenAI ``response_format`` (None for text)."""
+    if not isinstance(response_format, Mapping):
+        raise ValueError(f"sampling_params.response_format must be an object, got {response_format!r}")
+    kind = response_format.get("type")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return json.dumps({"type": "object"})
+    if kind == "json_schema":
+        spec = response_format.get("json_schema")
+        schema = spec.get("schema") if isinstance(spec, Mapping) else None
+        if not isinstance(schema, Mapping):
+            raise ValueError("sampling_params.response_format.json_schema.schema must be a JSON schema object")
+        return json.dumps(schema)
+    raise ValueError(
+        f"sampling_params.response_format.type must be 'text', 'json_object' or 'json_schema', got {kind!r}"
+    )
+
+
+# -- prompts -----------------------------------------------------------------------------------
+
+
+def chat_input_ids(tokenizer: Any, messages: list[dict[str, Any]]) -> list[int]:
+    """Token ids of a chat, rendered with the tokenizer's chat template (the one the engine
+    loaded, including a ``chat_template`` option). Ids, not text, so the template's own
+    special tokens are not doubled by a second tokenization."""
+    rendered = tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=True)
+    if isinstance(rendered, Mapping):  # transformers 5 returns a BatchEncoding
+        rendered = rendered["input_ids"]
+    return [int(t) for t in rendered]
+
+
+def completion_input_ids(tokenizer: Any, prompt: str) -> list[int]:
+    """Token ids of a plain prompt, tokenized as SGLang tokenizes text (special tokens added)."""
+    return [int(t) for t in tokenizer.encode(prompt)]
+
+
+@dataclass(frozen=True)
+class EngineInput:
+    """One row, ready for the engine."""
+
+    kind: Literal["generate", "encode"]
+    input_ids: list[int] | None = None  # generate
+    text: str | None = None  # encode
+    sampling_params: dict[str, Any] | None = None
+    lora: str | None = None
+
+
+def engine_input(
+    request: Request,
+    tokenizer: Any,
+    *,
+    lora_names: frozenset[str] = frozenset(),
+    base_model_names: frozenset[str] = frozenset(),
+    embedding_model: bool = False,
+    sampling_names: set[str] | None = None,
+) -> EngineInput:
+    """What the engine gets for one request. Raises ``ValueError`` (the row's error) when the
+    row cannot be served here."""
+    task = request["task"]
+    lora = lora_of(request.get("model"), lora_names, base_model_names)
+    if task == "embedding":
+        if not embedding_model:
+            raise ValueError(
+                "this sglang deployment serves a generation model; deploy an embedding model "
+                "with server_args={'is_embedding': True} for the embedding task"
+            )
+        return EngineInput("encode", text=request["input"], lora=lora)
+    if embedding_model:
+        raise ValueError(f"this sglang deployment serves an embedding model; task {task!r} needs a generation model")
+    params = sglang_sampling_params(request.get("sampling_params") or {}, sampling_names)
+    if task == "chat":
+        ids = chat_input_ids(tokenizer, request["messages"])
+    else:
+        ids = completion_input_ids(tokenizer, request["prompt"])
+    return EngineInput("generate", input_ids=ids, sampling_params=params, lora=lora)
+
+
+def lora_of(model: Any, lora_names: frozenset[str], base_model_names: frozenset[str]) -> str | None:
+    """The LoRA adapter a row's ``model`` names; None for the base model."""
+    if model is None or model in base_model_names:
+        return None
+    if model in lora_names:
+        return model
+    known = ", ".join(sorted(lora_names)) or "none (set the lora_paths option)"
+    raise ValueError(f"model {model!r} is not a LoRA adapter of this deployment; adapters: {known}")
+
+
+# -- one call per batch ------------------------------------------------------------------------
+
+
+def generate_kwargs(inputs: Sequence[EngineInput]) -> dict[str, Any]:
+    """Keyword arguments of one ``Engine.async_generate`` call serving every input.
+
+    Request ids are left to SGLang: after a failed batch call SGLang aborts its requests
+    asynchronously, and a retry reusing their ids could be caught by that abort.
+    """
+    kwargs: dict[str, Any] = {
+        "input_ids": [i.input_ids for i in inputs],
+        "sampling_params": [i.sampling_params or {} for i in inputs],
+    }
+    if any(i.lora for i in inputs):
+        kwargs["lora_path"] = [i.lora for i in inputs]
+    return kwargs
+
+
+def encode_kwargs(inputs: Sequence[EngineInput]) -> dict[str, Any]:
+    """Keyword arguments of one ``Engine.async_encode`` call serving every input."""
+    kwargs: dict[str, Any] = {"prompt": [i.text for i in inputs]}
+    if any(i.lora for i in inputs):
+        kwargs["lora_path"] = [i.lora for i in inputs]
+    return kwargs
+
+
+async def serve_batch(
+    requests: Sequence[Request],
+    prepare: Callable[[Request], EngineInput],
+    generate: Callable[..., Awaitable[Any]],
+    encode: Callable[..., Awaitable[Any]],
+) -> list[Result]:
+    """One result per request, in order: ``prepare`` each row (its ``ValueError`` is that row's
+    error), then ONE ``generate(**generate_kwargs(...))`` call for the chat and completion rows
+    and ONE ``encode(**encode_kwargs(...))`` call for the embedding rows, concurrently.
+    ``generate``/``encode`` are the engine's ``async_generate``/``async_encode``."""
+    results: list[Result | None] = [None] * len(requests)
+    batches: dict[str, list[tuple[int, EngineInput]]] = {"generate": [], "encode": []}
+    for i, request in enumerate(requests):
+        try:
+            item = prepare(request)
+        except Exception as exc:  # this row cannot be served; the others go on
+            results[i] = {"error": error_text(exc)}
+            continue
+        batches[item.kind].append((i, item))
+
+    async def one_generate_call(items: Sequence[EngineInput]) -> Any:
+        return await generate(**generate_kwargs(items))
+
+    async def one_encode_call(items: Sequence[EngineInput]) -> Any:
+        return await encode(**encode_kwargs(items))
+
+    generated, encoded = await asyncio.gather(
+        call_per_batch(one_generate_call, [item for _, item in batches["generate"]]),
+        call_per_batch(one_encode_call, [item for _, item in batches["encode"]]),
+    )
+    for (i, _), output in zip(batches["generate"], generated):
+        results[i] = generation_result(output)
+    for (i, _), output in zip(batches["encode"], encoded):
+        results[i] = embedding_result(output)
+    return [r if r is not None else {"error": "no result for this row"} for r in results]
+
+
+async def call_per_batch(
+    call: Callable[[Sequence[Any]], Awaitable[Any]], items: Sequence[Any]
+) -> list[dict[str, Any] | BaseException]:
+    """Run ``call`` once for all ``items``; one output (or exception) per item, in order.
+
+    SGLang validates a batch as a whole: one prompt longer than the context fails the entire
+    ``async_generate`` call. Then each item is called on its own, concurrently, so only the
+    rows that fail carry an error and the others still get their answers.
+    """
+    if not items:
+        return []
+    try:
+        outputs = _as_list(await call(items))
+        if len(outputs) != len(items):
+            raise RuntimeError(f"sglang returned {len(outputs)} outputs for {len(items)} prompts")
+        return outputs
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        if len(items) == 1:
+            return [exc]
+    singles = await asyncio.gather(*(call([item]) for item in items), return_exceptions=True)
+    out: list[dict[str, Any] | BaseException] = []
+    for single in singles:
+        if isinstance(single, asyncio.CancelledError):
+            raise single
+        out.append(single if isinstance(single, BaseException) else _as_list(single)[0])
+    return out
+
+
+def _as_list(outputs: Any) -> list[dict[str, Any]]:
+    return [outputs] if isinstance(outputs, Mapping) else list(outputs)
+
+
+# -- responses ---------------------------------------------------------------------------------
+
+#: The ``meta_info`` keys read from SGLang outputs.
+PROMPT_TOKENS = "prompt_tokens"
+COMPLETION_TOKENS = "completion_tokens"
+FINISH_REASON = "finish_reason"
+#: SGLang finish-reason types -> relayllm ``finish_reason``; "abort" becomes the row's error.
+FINISH_REASONS = {"stop": "stop", "length": "length"}
+ABORT = "abort"
+
+
+def generation_result(output: Mapping[str, Any] | BaseException) -> Result:
+    """A relayllm result for one ``async_generate`` output (or the exception of its call)."""
+    if isinstance(output, BaseException):
+        return {"error": error_text(output)}
+    meta = output.get("meta_info") or {}
+    prompt_tokens = meta.get(PROMPT_TOKENS)
+    reason = meta.get(FINISH_REASON)
+    kind = reason.get("type") if isinstance(reason, Mapping) else reason
+    if kind == ABORT:
+        message = reason.get("message") if isinstance(reason, Mapping) else None
+        return {"error": f"sglang aborted the request: {message or 'no reason given'}",
+                "num_input_tokens": prompt_tokens}
+    text = output.get("text")
+    if not isinstance(text, str):
+        return {"error": f"sglang returned no text (finish reason {kind!r})", "num_input_tokens": prompt_tokens}
+    return {
+        "generated_text": text,
+        "finish_reason": FINISH_REASONS.get(kind, kind),
+        "num_input_tokens": prompt_tokens,
+        "num_generated_tokens": meta.get(COMPLETION_TOKENS),
+    }
+
+
+def embedding_result(output: Mapping[str, Any] | BaseException) -> Result:
+    """A relayllm result for one ``async_encode`` output."""
+    if isinstance(output, BaseException):
+        return {"error": error_text(output)}
+    meta = output.get("meta_info") or {}
+    reason = meta.get(FINISH_REASON)
+    if isinstance(reason, Mapping) and reason.get("type") == ABORT:
+        return {"error": f"sglang aborted the request: {reason.get('message') or 'no reason given'}"}
+    vector = output.get("embedding")
+    if not isinstance(vector, Sequence) or not vector:
+        return {"error": "sglang returned no embedding"}
+    return {"embedding": [float(x) for x in vector], "num_input_tokens": meta.get(PROMPT_TOKENS)}
+
+
+def error_text(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+__all__ = [
+    "ABORT",
+    "COMPLETION_TOKENS",
+    "FINISH_REASON",
+    "FINISH_REASONS",
+    "JSON_SCHEMA_PARAM",
+    "PROMPT_TOKENS",
+    "RENAMED_SAMPLING_PARAMS",
+    "SHARED_SAMPLING_PARAMS",
+    "UNSUPPORTED_SAMPLING_PARAMS",
+    "EngineInput",
+    "call_per_batch",
+    "chat_input_ids",
+    "completion_input_ids",
+    "embedding_result",
+    "encode_kwargs",
+    "engine_input",
+    "generate_kwargs",
+    "generation_result",
+    "json_schema_of",
+    "lora_of",
+    "serve_batch",
+    "sglang_sampling_params",
+]
