@@ -1,0 +1,204 @@
+"""The Serve deployment: rows to an OpenAI-compatible endpoint through one shared gate.
+
+Imported only in the Serve replica (through ``OpenAIBackend.deployment_class``): it is the one
+module that imports the ``openai`` client.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from typing import Any
+
+import openai
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt
+
+import relayllm
+from relayllm.rows import Request, Result
+from relayllm_openai.admission import Admission, estimate_tokens, replicas_of
+from relayllm_openai.retrying import (
+    BackoffHonouringRetryAfter,
+    MalformedResponse,
+    describe_failure,
+    is_retryable,
+    retry_after_s,
+)
+
+logger = logging.getLogger(__name__)
+
+#: Sent as the key to endpoints that need none: the openai client refuses to start without one.
+NO_KEY = "EMPTY"
+
+
+class OpenAIDeployment(relayllm.BatchDeployment):
+    backend_name = "openai"
+
+    def __init__(self, options: dict[str, Any], deployment: dict[str, Any]) -> None:
+        super().__init__(options, deployment)
+        key_env = options["api_key_env"]
+        key = os.environ.get(key_env) if key_env else None
+        if key_env and not key:
+            raise RuntimeError(
+                f"the environment variable {key_env} (options.api_key_env) is not set in this "
+                "Serve replica; export it before starting Ray so the replica inherits it"
+            )
+        self._secret = key
+        self._client = openai.AsyncOpenAI(
+            api_key=key or NO_KEY,
+            base_url=options["base_url"],
+            organization=options["organization"],
+            default_headers=options["headers"] or None,
+            timeout=options["timeout_s"],
+            max_retries=0,  # retries are ours (retrying.py): one policy, one place
+        )
+        self._admission = Admission(
+            max_concurrency=options["max_concurrency"],
+            requests_per_minute=options["requests_per_minute"],
+            tokens_per_minute=options["tokens_per_minute"],
+            replicas=replicas_of(deployment),
+        )
+        self.attempts = 0  # HTTP requests sent for rows, retries included
+        self.retries = 0
+        logger.info(
+            "openai deployment %r: model %s at %s, budget per replica %s",
+            deployment.get("name"), options["model"], self.base_url, self._admission.describe(),
+        )
+
+    @property
+    def base_url(self) -> str:
+        return str(self._client.base_url).rstrip("/")
+
+    # -- rows ---------------------------------------------------------------------------------
+
+    async def run_request(self, request: Request) -> Result:
+        estimate = estimate_tokens(request)
+        attempts = 0
+
+        async def attempt() -> Result:
+            nonlocal attempts
+            attempts += 1
+            self.attempts += 1
+            async with self._admission.slot(estimate):
+                return await self._send(request)
+
+        try:
+            async for try_ in AsyncRetrying(
+                stop=stop_after_attempt(self.options["max_retries"] + 1),
+                wait=BackoffHonouringRetryAfter(),
+                retry=retry_if_exception(is_retryable),
+                before_sleep=self._before_retry,
+                reraise=True,
+            ):
+                with try_:
+                    result = await attempt()
+        except Exception as exc:  # the row's failure is the row's value, never a lost row
+            return {"error": self._redact(describe_failure(exc, attempts, self.options["timeout_s"]))}
+        used = (result.get("num_input_tokens") or 0) + (result.get("num_generated_tokens") or 0)
+        self._admission.settle(estimate, used or None)
+        return result
+
+    def _before_retry(self, state: Any) -> None:
+        self.retries += 1
+        exc = state.outcome.exception() if state.outcome else None
+        asked = retry_after_s(exc)
+        if isinstance(exc, openai.RateLimitError) and asked:
+            self._admission.pause(asked)
+        logger.warning(
+            "retrying a request to %s in %.2fs: %s",
+            self.base_url,
+            state.upcoming_sleep,
+            self._redact(describe_failure(exc, 1, self.options["timeout_s"])) if exc else "?",
+        )
+
+    async def _send(self, request: Request) -> Result:
+        task = request["task"]
+        model = request.get("model") or self.options["model"]
+        # Sampling params go in the JSON body as they are (OpenAI names), so any extra a
+        # server understands (vLLM's top_k...) passes through; a bad one comes back as a 400.
+        params = dict(request.get("sampling_params") or {})
+        try:
+            if task == "chat":
+                response = await self._client.chat.completions.create(
+                    model=model, messages=request["messages"], extra_body=params
+                )
+                choice = _first_choice(response)
+                text = choice.message.content
+            elif task == "completion":
+                response = await self._client.completions.create(
+                    model=model, prompt=request["prompt"], extra_body=params
+                )
+                choice = _first_choice(response)
+                text = choice.text
+            else:
+                response = await self._client.embeddings.create(
+                    model=model, input=request["input"], encoding_format="float"
+                )
+                return _embedding_result(response)
+        except json.JSONDecodeError as exc:
+            raise MalformedResponse(f"the endpoint answered with malformed JSON: {exc}") from None
+        usage = getattr(response, "usage", None)
+        return {
+            "generated_text": text if text is not None else "",
+            "finish_reason": choice.finish_reason,
+            "num_input_tokens": getattr(usage, "prompt_tokens", None),
+            "num_generated_tokens": getattr(usage, "completion_tokens", None),
+        }
+
+    # -- health and info ----------------------------------------------------------------------
+
+    async def engine_health(self) -> None:
+        """Lists the endpoint's models: proves it answers and takes the key, spends no tokens."""
+        try:
+            page = await self._client.models.list()
+        except Exception as exc:
+            raise RuntimeError(self._redact(describe_failure(exc, 1, self.options["timeout_s"]))) from None
+        self._models = [m.id for m in getattr(page, "data", [])]
+
+    async def health(self) -> dict[str, Any]:
+        report = await super().health()
+        models = getattr(self, "_models", [])
+        return {**report, "model": self.options["model"], "model_listed": self.options["model"] in models}
+
+    async def check_health(self) -> None:
+        # Serve calls this every few seconds and restarts a replica that fails it. An outage of
+        # the external endpoint is not this replica's fault: restarting would drop the rate
+        # limiter's state and the rows in flight, which retry on their own. So: no HTTP here.
+        return None
+
+    def engine_info(self) -> dict[str, Any]:
+        return {
+            "model": self.options["model"],
+            "base_url": self.base_url,
+            "tasks": ["chat", "completion", "embedding"],
+            "limits": self._admission.describe(),
+            "attempts": self.attempts,
+            "retries": self.retries,
+        }
+
+    def _redact(self, text: str) -> str:
+        # Belt and braces: an endpoint may echo a header back in its error message.
+        return text.replace(self._secret, "[redacted]") if self._secret else text
+
+
+def _first_choice(response: Any) -> Any:
+    choices = getattr(response, "choices", None)
+    if not choices:
+        raise MalformedResponse(f"the endpoint answered without choices: {_preview(response)}")
+    return choices[0]
+
+
+def _embedding_result(response: Any) -> Result:
+    data = getattr(response, "data", None)
+    if not data or not isinstance(getattr(data[0], "embedding", None), list):
+        raise MalformedResponse(f"the endpoint answered without an embedding: {_preview(response)}")
+    usage = getattr(response, "usage", None)
+    return {"embedding": data[0].embedding, "num_input_tokens": getattr(usage, "prompt_tokens", None)}
+
+
+def _preview(value: Any, limit: int = 200) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+__all__ = ["NO_KEY", "OpenAIDeployment"]
