@@ -41,7 +41,7 @@ class BatchDeployment:
         self.deployment = deployment
         self.calls = 0  # process_batch calls served by this replica
         self.rows = 0  # rows this replica computed (cache hits excluded)
-        self._inflight: dict[str, asyncio.Future[Result]] = {}
+        self._inflight: dict[str, tuple[asyncio.Future[list[Result]], int]] = {}
         self._finished: OrderedDict[str, Result] = OrderedDict()
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -67,30 +67,43 @@ class BatchDeployment:
 
     async def process_batch(self, requests: list[Request]) -> list[Result]:
         self.calls += 1
-        loop = asyncio.get_running_loop()
-        waiting: list[asyncio.Future[Result]] = []
-        fresh: list[tuple[Request, asyncio.Future[Result]]] = []
+        # Each row is answered from memory (finished), joins a computation already running
+        # (a retry of a call that timed out on the caller's side), or is computed fresh.
+        # Bookkeeping is per batch, not per row: this is the hot path.
+        sources: list[tuple[asyncio.Future[list[Result]] | None, int | Result]] = []
+        fresh: list[Request] = []
+        batch_future: asyncio.Future[list[Result]] = asyncio.get_running_loop().create_future()
         for request in requests:
             rid = request.get("request_id")
             if rid in self._finished:
-                done: asyncio.Future[Result] = loop.create_future()
-                done.set_result(self._finished[rid])
-                waiting.append(done)
+                sources.append((None, self._finished[rid]))
             elif rid in self._inflight:
-                waiting.append(self._inflight[rid])
+                sources.append(self._inflight[rid])
             else:
-                future = loop.create_future()
+                source = (batch_future, len(fresh))
                 if rid is not None:
-                    self._inflight[rid] = future
-                fresh.append((request, future))
-                waiting.append(future)
+                    self._inflight[rid] = source
+                sources.append(source)
+                fresh.append(request)
         if fresh:
             # A separate task: if the caller times out and cancels this call, the work goes on
-            # and its retry (same request ids) picks up the same futures.
-            task = loop.create_task(self._compute(fresh))
+            # and its retry (same request ids) picks up the same future.
+            task = asyncio.get_running_loop().create_task(self._compute(fresh, batch_future))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
-        return list(await asyncio.gather(*(asyncio.shield(f) for f in waiting)))
+        else:
+            batch_future.set_result([])
+        answers: dict[int, list[Result]] = {}
+        out: list[Result] = []
+        for future, item in sources:
+            if future is None:
+                out.append(item)  # type: ignore[arg-type]
+                continue
+            key = id(future)
+            if key not in answers:
+                answers[key] = await asyncio.shield(future)
+            out.append(answers[key][item])  # type: ignore[index]
+        return out
 
     async def health(self) -> dict[str, Any]:
         await self.engine_health()
@@ -125,28 +138,27 @@ class BatchDeployment:
         except Exception as exc:  # a row's failure is that row's value
             return {"error": _describe(exc)}
 
-    async def _compute(self, fresh: list[tuple[Request, asyncio.Future[Result]]]) -> None:
-        requests = [r for r, _ in fresh]
+    async def _compute(self, fresh: list[Request], future: asyncio.Future[list[Result]]) -> None:
         try:
-            results = await self.run_batch(requests)
-            if len(results) != len(requests):
+            results = await self.run_batch(fresh)
+            if len(results) != len(fresh):
                 raise RuntimeError(
                     f"{type(self).__name__}.run_batch returned {len(results)} results "
-                    f"for {len(requests)} requests"
+                    f"for {len(fresh)} requests"
                 )
         except Exception as exc:
             logger.exception("batch failed in %s", type(self).__name__)
-            results = [{"error": _describe(exc)} for _ in requests]
-        self.rows += len(requests)
-        for (request, future), result in zip(fresh, results):
+            results = [{"error": _describe(exc)} for _ in fresh]
+        self.rows += len(fresh)
+        for request, result in zip(fresh, results):
             rid = request.get("request_id")
             if rid is not None:
                 self._inflight.pop(rid, None)
                 self._finished[rid] = result
-            if not future.done():
-                future.set_result(result)
         while len(self._finished) > RESULT_CACHE_SIZE:
             self._finished.popitem(last=False)
+        if not future.done():
+            future.set_result(results)
 
 
 def _describe(exc: BaseException) -> str:
