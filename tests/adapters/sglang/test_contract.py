@@ -1,0 +1,156 @@
+"""The API contract with the pinned sglang release, checked on its source (no GPU, no import).
+
+Every name the adapter hands to sglang is derived here from the adapter's own code and
+constants, then looked up in the released wheel: a rename upstream fails this test in CI
+instead of a user's GPU job.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import inspect
+import re
+import zipfile
+
+import pytest
+
+import relayllm_sglang.deployment as deployment_module
+from relayllm_sglang.options import FIRST_CLASS_OPTIONS, SGLangOptions, engine_kwargs
+from relayllm_sglang.source import ENGINE_MODULE
+from relayllm_sglang.translate import (
+    ABORT,
+    COMPLETION_TOKENS,
+    FINISH_REASON,
+    FINISH_REASONS,
+    JSON_SCHEMA_PARAM,
+    PROMPT_TOKENS,
+    RENAMED_SAMPLING_PARAMS,
+    SHARED_SAMPLING_PARAMS,
+    EngineInput,
+    encode_kwargs,
+    generate_kwargs,
+    sglang_sampling_params,
+)
+
+TOKENIZER_MANAGER = ("sglang.srt.managers.tokenizer_manager", "TokenizerManager")
+SCHEDULE_BATCH = "sglang.srt.managers.schedule_batch"
+#: Types of the engine attributes the deployment reaches through (engine.<attr>.<member>).
+ENGINE_ATTRIBUTE_TYPES = {"tokenizer_manager": TOKENIZER_MANAGER}
+
+
+def every_option_set() -> SGLangOptions:
+    """Options with every first-class field set, so every Engine kwarg they map to appears."""
+    return SGLangOptions(
+        model_path="m", tokenizer_path="t", tp_size=2, dp_size=2, mem_fraction_static=0.5,
+        context_length=1024, chunked_prefill_size=512, max_running_requests=8, dtype="bfloat16",
+        chat_template="c.jinja", lora_paths={"a": "p"},
+    )
+
+
+def test_the_wheel_is_the_pinned_release(sglang_wheel, sglang_version):
+    with zipfile.ZipFile(sglang_wheel) as wheel:
+        metadata = wheel.read(f"sglang-{sglang_version}.dist-info/METADATA").decode()
+    assert re.search(rf"^Version: {re.escape(sglang_version)}$", metadata, re.M)
+
+
+def test_engine_kwargs_are_serverargs_fields(sglang_source):
+    kwargs = engine_kwargs(every_option_set())
+    assert set(kwargs) == FIRST_CLASS_OPTIONS, "a new option must be set in every_option_set()"
+    params, takes_kwargs = sglang_source.method_parameters(ENGINE_MODULE, "Engine", "__init__")
+    # Engine(**kwargs) builds ServerArgs(**kwargs): each name must be a ServerArgs field.
+    assert takes_kwargs or set(kwargs) <= params
+    missing = set(kwargs) - sglang_source.server_args_fields()
+    assert not missing, f"sglang {sglang_source.root.name} has no ServerArgs field(s) {sorted(missing)}"
+
+
+def test_server_args_the_adapter_reads_are_serverargs_fields(sglang_source):
+    # Names the options read from server_args (embedding model, seeds, DP attention) ...
+    source = inspect.getsource(SGLangOptions) + inspect.getsource(deployment_module)
+    read = set(re.findall(r"server_args\.get\(\"(\w+)\"\)", source))
+    assert {"is_embedding", "enable_deterministic_inference", "enable_dp_attention"} <= read
+    missing = read - sglang_source.server_args_fields()
+    assert not missing, f"ServerArgs has no {sorted(missing)}"
+
+
+def test_async_generate_keywords_exist(sglang_source):
+    rows = [EngineInput("generate", input_ids=[1], sampling_params={}, lora="a")]
+    used = set(generate_kwargs(rows))
+    params, _ = sglang_source.method_parameters(ENGINE_MODULE, "Engine", "async_generate")
+    assert {"input_ids", "sampling_params", "lora_path"} <= used
+    assert used <= params, f"Engine.async_generate has no {sorted(used - params)}"
+
+
+def test_async_encode_keywords_exist(sglang_source):
+    used = set(encode_kwargs([EngineInput("encode", text="x", lora="a")]))
+    params, _ = sglang_source.method_parameters(ENGINE_MODULE, "Engine", "async_encode")
+    assert {"prompt", "lora_path"} <= used
+    assert used <= params, f"Engine.async_encode has no {sorted(used - params)}"
+
+
+def test_sampling_param_names_the_adapter_emits_exist(sglang_source):
+    values = {"response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "object"}}}}
+    every = {**{name: 1 for name in RENAMED_SAMPLING_PARAMS if name not in ("max_completion_tokens",)},
+             **{name: 1 for name in SHARED_SAMPLING_PARAMS}, **values}
+    emitted = set(sglang_sampling_params(every))
+    assert set(RENAMED_SAMPLING_PARAMS.values()) | {JSON_SCHEMA_PARAM} <= emitted
+    missing = emitted - sglang_source.sampling_param_fields()
+    assert not missing, f"SamplingParams has no {sorted(missing)}"
+
+
+def engine_attribute_chains() -> set[tuple[str, ...]]:
+    """``self.engine.a.b`` (or ``engine.a.b``) accesses in the deployment module, as ("a", "b")."""
+    tree = ast.parse(inspect.getsource(deployment_module))
+    chains = set()
+    for node in ast.walk(tree):
+        names = []
+        while isinstance(node, ast.Attribute):
+            names.append(node.attr)
+            node = node.value
+        names.reverse()
+        if isinstance(node, ast.Name) and node.id == "self" and names[:1] == ["engine"]:
+            names = names[1:]
+        elif not (isinstance(node, ast.Name) and node.id == "engine"):
+            continue
+        if names:
+            chains.add(tuple(names[:2]))
+    return chains
+
+
+def test_engine_members_the_deployment_uses_exist(sglang_source):
+    chains = engine_attribute_chains()
+    used = {chain[0] for chain in chains}
+    assert {"async_generate", "async_encode", "tokenizer_manager", "shutdown", "get_all_child_pids"} <= used
+    missing = used - sglang_source.members(ENGINE_MODULE, "Engine")
+    assert not missing, f"sglang.Engine has no {sorted(missing)}"
+    for chain in (c for c in chains if len(c) == 2):
+        owner = ENGINE_ATTRIBUTE_TYPES.get(chain[0])
+        assert owner, f"the deployment uses engine.{'.'.join(chain)}: add the type of {chain[0]!r} here"
+        assert chain[1] in sglang_source.members(*owner), f"{owner[1]} has no {chain[1]!r}"
+
+
+def test_engine_is_exported_by_the_top_level_package(sglang_source):
+    assert "sglang.Engine(" in inspect.getsource(deployment_module)
+    where, node = sglang_source.find_class(ENGINE_MODULE, "Engine")
+    assert node.name == "Engine" and where.startswith("sglang.")
+
+
+def test_meta_info_names_the_adapter_reads(sglang_source):
+    keys = sglang_source.string_dict_keys(TOKENIZER_MANAGER[0])
+    missing = {PROMPT_TOKENS, COMPLETION_TOKENS, FINISH_REASON} - keys
+    assert not missing, f"the TokenizerManager no longer builds meta_info keys {sorted(missing)}"
+    kinds = sglang_source.dict_values_for_key(SCHEDULE_BATCH, "type")
+    assert set(FINISH_REASONS) | {ABORT} <= kinds, kinds
+
+
+def test_the_tokenizer_libraries_here_are_the_engines(sglang_wheel, sglang_version):
+    """The chat-template tests run with the transformers/tokenizers versions sglang pins."""
+    with zipfile.ZipFile(sglang_wheel) as wheel:
+        metadata = wheel.read(f"sglang-{sglang_version}.dist-info/METADATA").decode()
+    for name in ("transformers", "tokenizers"):
+        pin = re.search(rf"^Requires-Dist: {name}==([\w.]+)\s*$", metadata, re.M)
+        if pin is None:
+            pytest.fail(f"sglang {sglang_version} no longer pins {name}; update the test env")
+        assert importlib.metadata.version(name) == pin.group(1), (
+            f"tox -e sglang installs {name} {importlib.metadata.version(name)}; sglang pins {pin.group(1)}"
+        )
