@@ -35,6 +35,7 @@ class Record:
     """One request as the server saw it."""
 
     at: float  # time.monotonic() on arrival
+    done: float  # time.monotonic() when the answer was ready
     path: str
     text: str
     status: int
@@ -81,6 +82,7 @@ class FaultServer:
     # -- answering ---------------------------------------------------------------------------
 
     def answer(self, path: str, body: dict[str, Any], auth: str | None) -> tuple[int, dict[str, str], bytes]:
+        arrived = time.monotonic()
         text = _text_of(body)
         authorized = self.api_key is None or auth == f"Bearer {self.api_key}"
         with self._lock:
@@ -88,7 +90,7 @@ class FaultServer:
             attempt = self._attempts[(path, text)]
         status, headers, payload = self._decide(path, body, text, attempt, authorized, auth)
         with self._lock:
-            self.records.append(Record(time.monotonic(), path, text, status, authorized))
+            self.records.append(Record(arrived, time.monotonic(), path, text, status, authorized))
         return status, headers, payload
 
     def _decide(self, path, body, text, attempt, authorized, auth):

@@ -1,0 +1,40 @@
+"""Shared set-up for the OpenAI adapter tests.
+
+The test key is put in the environment before Ray starts, so the Serve replicas inherit it
+(as a user's would); the openai client logs at debug level in the replicas, so the secret test
+reads the most talkative logs the client can write.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))  # fault_server, openai_support
+
+from openai_support import KEY_ENV, ensure_test_key  # noqa: E402
+
+ensure_test_key()
+os.environ.setdefault("OPENAI_LOG", "debug")
+
+
+@pytest.fixture(scope="module")
+def ray_per_module():
+    """A real local Ray cluster (2 CPUs, like the machine) per test module, stopped after it,
+    so each module's logs are its own session's."""
+    import ray
+    from ray import serve
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    serve.shutdown()
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def test_key() -> str:
+    return os.environ[KEY_ENV]

@@ -1,0 +1,27 @@
+"""The conformance kit against the project's own OpenAI-compatible server in healthy mode:
+real HTTP on loopback, no engine, so it is quick. Embeddings are covered here too."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from openai_support import KEY_ENV
+from fault_server import FaultServer
+
+from relayllm.testing import BackendConformanceTests
+
+SERVER = FaultServer(api_key=os.environ[KEY_ENV]).start()
+
+pytestmark = pytest.mark.usefixtures("ray_per_module")
+
+
+class TestOpenAIAgainstFaultServer(BackendConformanceTests):
+    backend = "openai"
+    distribution = "relayllm-openai"
+    options = {"base_url": SERVER.base_url, "model": SERVER.model, "api_key_env": KEY_ENV}
+    supports_embedding = True
+
+    def test_every_request_carried_the_key(self, deployment):
+        records = SERVER.records
+        assert records and all(r.authorized for r in records)
