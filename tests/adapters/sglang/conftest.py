@@ -28,7 +28,7 @@ def pytest_collection_modifyitems(config, items):
     # exactly them; the engine-free kit tests stay in the CPU run.
     here = Path(__file__).parent
     for item in items:
-        if here in Path(str(item.fspath)).parents and "deployment" in getattr(item, "fixturenames", ()):
+        if here in Path(item.path).parents and "deployment" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.gpu)
 
 
