@@ -787,9 +787,13 @@ class RowWriter:
             return
         table = pa.Table.from_pylist(rows)
         if self._parquet is None:
+            # A column that is all null in the first block ('error' usually) is text later.
+            self._schema = pa.schema([f.with_type(pa.string()) if pa.types.is_null(f.type) else f
+                                      for f in table.schema])
+            table = table.cast(self._schema)
             self._parquet = pq.ParquetWriter(self.path, table.schema)
-        else:
-            table = table.select(self._parquet.schema.names).cast(self._parquet.schema.to_arrow_schema())
+        else:  # later blocks may type a column differently (e.g. all nulls): use the first's
+            table = table.select(self._schema.names).cast(self._schema)
         self._parquet.write_table(table)
 
     def close(self) -> None:

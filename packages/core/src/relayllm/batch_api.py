@@ -1,0 +1,275 @@
+"""The OpenAI Batch API file format: request lines in, response and error lines out.
+
+A request line is ``{"custom_id", "method": "POST", "url", "body"}`` with ``url`` one of
+:data:`URL_TASKS`. An output line is ``{"id", "custom_id", "response": {"status_code",
+"request_id", "body"}, "error": null}``; an error line has ``"response": null`` and ``"error":
+{"code", "message", "line"}``. Every input line ends up in exactly one of the two files.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from relayllm.errors import ConfigError
+from relayllm.rows import check_messages, check_sampling_params
+
+URL_TASKS = {"/v1/chat/completions": "chat", "/v1/completions": "completion", "/v1/embeddings": "embedding"}
+
+#: Body keys that are not sampling parameters (the rest are passed to the backend as such).
+_NOT_SAMPLING = {"model", "messages", "prompt", "input", "stream", "stream_options", "user",
+                 "metadata", "store", "encoding_format", "dimensions"}
+
+
+@dataclass
+class BatchRequest:
+    line: int
+    custom_id: str
+    task: str
+    value: Any  # messages (chat), prompt (completion) or input (embedding)
+    sampling_params: dict[str, Any]
+    model: str | None = None
+
+
+@dataclass
+class BadLine:
+    line: int
+    custom_id: str | None
+    code: str
+    message: str
+
+
+@dataclass
+class BatchFile:
+    requests: list[BatchRequest] = field(default_factory=list)
+    bad: list[BadLine] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return len(self.requests) + len(self.bad)
+
+
+def read_batch_file(path: str) -> BatchFile:
+    """Parse every line; duplicate ``custom_id``s reject the whole file (as OpenAI does)."""
+    parsed = BatchFile()
+    try:
+        with open(path, encoding="utf-8") as handle:
+            for number, text in enumerate(handle, start=1):
+                if not text.strip():
+                    continue
+                item = parse_line(text, number)
+                (parsed.bad if isinstance(item, BadLine) else parsed.requests).append(item)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the batch file: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    lines_of: dict[str, list[int]] = {}
+    for item in [*parsed.requests, *parsed.bad]:
+        if item.custom_id is not None:
+            lines_of.setdefault(item.custom_id, []).append(item.line)
+    duplicates = {cid: sorted(lines) for cid, lines in lines_of.items() if len(lines) > 1}
+    if duplicates:
+        shown = "; ".join(f"{cid!r} on lines {', '.join(map(str, n))}" for cid, n in list(duplicates.items())[:10])
+        more = f" (and {len(duplicates) - 10} more)" if len(duplicates) > 10 else ""
+        raise ConfigError(f"{path}: duplicate custom_id values, nothing was run: {shown}{more}")
+    if not parsed.total:
+        raise ConfigError(f"{path}: the batch file has no request lines")
+    return parsed
+
+
+def parse_line(text: str, line: int) -> BatchRequest | BadLine:
+    """One request line, or the reason it cannot run."""
+    try:
+        item = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return BadLine(line, None, "invalid_json", f"line {line}: not valid JSON: {exc.msg} (column {exc.colno})")
+    if not isinstance(item, dict):
+        return BadLine(line, None, "invalid_request", f"line {line}: a request line must be a JSON object")
+    custom_id = item.get("custom_id")
+    if not isinstance(custom_id, str) or not custom_id:
+        return BadLine(line, None, "missing_custom_id", f"line {line}: 'custom_id' must be a non-empty string")
+
+    def bad(code: str, message: str) -> BadLine:
+        return BadLine(line, custom_id, code, f"line {line}: {message}")
+
+    unknown = sorted(set(item) - {"custom_id", "method", "url", "body"})
+    if unknown:
+        return bad("invalid_request", f"unknown keys {unknown}; a line has custom_id, method, url, body")
+    if item.get("method", "POST") != "POST":
+        return bad("invalid_request", f"'method' must be POST, got {item.get('method')!r}")
+    url = item.get("url")
+    task = URL_TASKS.get(url) if isinstance(url, str) else None
+    if task is None:
+        return bad("unsupported_url", f"'url' {url!r} is not supported; use one of {', '.join(URL_TASKS)}")
+    body = item.get("body")
+    if not isinstance(body, dict):
+        return bad("invalid_request", "'body' must be a JSON object")
+    if body.get("stream"):
+        return bad("invalid_request", "'stream' is not supported in a batch")
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        return bad("invalid_request", f"'model' must be a string, got {model!r}")
+
+    key = {"chat": "messages", "completion": "prompt", "embedding": "input"}[task]
+    value = body.get(key)
+    if task == "chat":
+        problem = check_messages(value)
+        if problem:
+            return bad("invalid_request", problem)
+    else:
+        if isinstance(value, list) and len(value) == 1:
+            value = value[0]  # one prompt/input per line: the row protocol's shape
+        if not isinstance(value, str) or not value:
+            return bad("invalid_request", f"'{key}' must be a non-empty string (or a list of exactly one)")
+
+    params = {k: v for k, v in body.items() if k not in _NOT_SAMPLING} if task != "embedding" else {}
+    if "max_completion_tokens" in params:
+        params.setdefault("max_tokens", params.pop("max_completion_tokens"))
+    problem = check_sampling_params(params)
+    if problem:
+        return bad("invalid_request", problem.replace("sampling_params.", "body."))
+    return BatchRequest(line, custom_id, task, value, params, model)
+
+
+def route(requests: list[BatchRequest], deployments: list[str], default: str | None) -> dict[int, str]:
+    """The deployment each request goes to, by line.
+
+    A ``model`` naming one of ``deployments`` goes there. Otherwise, if the file uses at most
+    one ``model`` value, everything goes to ``default``. Several model values that do not all
+    name deployments is an error before anything runs.
+    """
+    models = Counter(r.model for r in requests)
+    unrouted = sorted({m for m in models if m is not None and m not in deployments})
+    named = [m for m in models if m is not None]
+    if len(named) > 1 and unrouted:
+        raise ConfigError(
+            f"the file mixes model values {sorted(named)}; each must name a deployment to route to, "
+            f"and {unrouted} do not (deployments: {', '.join(deployments) or 'none'})"
+        )
+    out: dict[int, str] = {}
+    for request in requests:
+        if request.model in deployments:
+            out[request.line] = request.model
+        elif default is not None:
+            out[request.line] = default
+        else:
+            raise ConfigError(
+                f"line {request.line}: model {request.model!r} names none of the deployments "
+                f"({', '.join(deployments)}); name one, or give the file a single deployment"
+            )
+    return out
+
+
+def batch_request_id() -> str:
+    return f"batch_req_{uuid.uuid4().hex}"
+
+
+def response_line(request: BatchRequest, result: dict[str, Any], model: str) -> dict[str, Any]:
+    """The OpenAI batch output line for a request that succeeded."""
+    now = int(time.time())
+    rid = result.get("request_id") or uuid.uuid4().hex
+    prompt_tokens = result.get("num_input_tokens") or 0
+    completion_tokens = result.get("num_generated_tokens") or 0
+    if request.task == "embedding":
+        body: dict[str, Any] = {
+            "object": "list",
+            "data": [{"object": "embedding", "index": 0, "embedding": list(result.get("embedding") or [])}],
+            "model": model,
+            "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens},
+        }
+    else:
+        text = result.get("generated_text") or ""
+        finish = result.get("finish_reason") or "stop"
+        if request.task == "chat":
+            choice = {"index": 0, "message": {"role": "assistant", "content": text},
+                      "finish_reason": finish, "logprobs": None}
+            kind, prefix = "chat.completion", "chatcmpl"
+        else:
+            choice = {"index": 0, "text": text, "finish_reason": finish, "logprobs": None}
+            kind, prefix = "text_completion", "cmpl"
+        body = {
+            "id": f"{prefix}-{rid}",
+            "object": kind,
+            "created": now,
+            "model": model,
+            "choices": [choice],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                      "total_tokens": prompt_tokens + completion_tokens},
+        }
+    return {"id": batch_request_id(), "custom_id": request.custom_id,
+            "response": {"status_code": 200, "request_id": rid, "body": body}, "error": None}
+
+
+def error_line(line: int, custom_id: str | None, code: str, message: str) -> dict[str, Any]:
+    """The error-file line for a request that did not run or failed."""
+    return {"id": batch_request_id(), "custom_id": custom_id, "response": None,
+            "error": {"code": code, "message": message, "line": line}}
+
+
+def request_counts(total: int, completed: int, failed: int) -> dict[str, int]:
+    return {"total": total, "completed": completed, "failed": failed}
+
+
+def run_batch(
+    parsed: BatchFile,
+    routes: dict[int, str],
+    output: Any,
+    errors: Any,
+    processor_fields: dict[str, Any] | None = None,
+) -> dict[str, int]:
+    """Run the parsed requests on their deployments; write each line to ``output`` or
+    ``errors`` (text files); return OpenAI's ``request_counts``."""
+    import ray
+
+    from relayllm.processor import ProcessorConfig, build_processor
+    from relayllm.rows import INPUT_COLUMN
+
+    ray.data.DataContext.get_current().execution_options.preserve_order = True
+    failed = 0
+    for bad in parsed.bad:
+        errors.write(json.dumps(error_line(bad.line, bad.custom_id, bad.code, bad.message)) + "\n")
+        failed += 1
+    groups: dict[tuple[str, str], list[BatchRequest]] = {}
+    for request in parsed.requests:
+        groups.setdefault((routes[request.line], request.task), []).append(request)
+    completed = 0
+    for (deployment, task), requests in groups.items():
+        by_line = {r.line: r for r in requests}
+        rows = [{"line": r.line, INPUT_COLUMN[task]: r.value, "sampling_params": r.sampling_params or None}
+                for r in requests]
+        config = ProcessorConfig(deployment=deployment, task=task, **(processor_fields or {}))
+        # One block: request bodies differ in shape (string vs list content, different
+        # params), which Arrow can hold in one block but not concatenate across blocks.
+        dataset = build_processor(config)(ray.data.from_items(rows, override_num_blocks=1))
+        for batch in dataset.iter_batches(batch_format="pyarrow", batch_size=None):
+            for row in batch.to_pylist():
+                request = by_line[row["line"]]
+                if row.get("error"):
+                    failed += 1
+                    line = error_line(request.line, request.custom_id, "engine_error",
+                                      f"deployment {deployment!r}: {row['error']}")
+                    errors.write(json.dumps(line, ensure_ascii=False) + "\n")
+                else:
+                    completed += 1
+                    line = response_line(request, row, request.model or deployment)
+                    output.write(json.dumps(line, ensure_ascii=False) + "\n")
+    return request_counts(parsed.total, completed, failed)
+
+
+__all__ = [
+    "URL_TASKS",
+    "BadLine",
+    "BatchFile",
+    "BatchRequest",
+    "error_line",
+    "parse_line",
+    "read_batch_file",
+    "request_counts",
+    "response_line",
+    "route",
+    "run_batch",
+]

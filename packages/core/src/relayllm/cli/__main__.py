@@ -1,0 +1,3 @@
+from relayllm.cli import main
+
+main(prog_name="relayllm")

@@ -1,0 +1,94 @@
+"""``relayllm backends``: the installed adapters, their versions and their options."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import click
+from pydantic_core import PydanticUndefined
+
+from relayllm.cli.common import handle_errors
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+@click.argument("names", nargs=-1, metavar="[NAME]...")
+@handle_errors
+def backends(as_json, names):
+    """List installed backends (from the 'relayllm' entry points): the distribution and
+    version that provides each, whether its engine package is installed, its tasks, and its
+    options with types and defaults. Give NAMEs to show only those."""
+    from relayllm.plugin.manager import MANAGER, get_registry
+
+    registry = get_registry()
+    for name in names:
+        registry.get(name)  # unknown name: lists installed ones and the pip command
+    found = [describe(b, MANAGER.distribution_of(b.name)) for b in registry
+             if not names or b.name in names]
+    found.sort(key=lambda b: b["name"])
+    if as_json:
+        click.echo(json.dumps(found, indent=2, default=str))
+        return
+    if not found:
+        click.echo("no backends installed; e.g. pip install 'relayllm-vllm[cpu]'")
+    for item in found:
+        click.echo(_text(item))
+
+
+def describe(backend: Any, dist: tuple[str, str] | None) -> dict[str, Any]:
+    missing = backend.missing_requirements()
+    options = []
+    for key, field in backend.Options.model_fields.items():
+        options.append({
+            "name": key,
+            "type": _type_name(field.annotation),
+            "required": field.is_required(),
+            "default": None if field.is_required() else _default(field),
+            "description": field.description or "",
+        })
+    return {
+        "name": backend.name,
+        "distribution": dist[0] if dist else None,
+        "version": dist[1] if dist else None,
+        "origin": None if dist else backend.__module__,
+        "tasks": sorted(backend.tasks),
+        "engine_installed": not missing,
+        "missing": missing,
+        "install_hint": backend.install_hint if missing else None,
+        "options": options,
+    }
+
+
+def _default(field: Any) -> Any:
+    if field.default is not PydanticUndefined:
+        value = field.default
+    elif field.default_factory is not None:
+        value = field.default_factory()
+    else:
+        return None
+    return value.model_dump(mode="json") if hasattr(value, "model_dump") else value
+
+
+def _type_name(annotation: Any) -> str:
+    text = annotation.__name__ if isinstance(annotation, type) else str(annotation)
+    text = re.sub(r"\b(typing|pydantic|collections\.abc|annotated_types)\.", "", text)
+    return text.replace("NoneType", "None")
+
+
+def _text(item: dict[str, Any]) -> str:
+    source = f"{item['distribution']} {item['version']}" if item["distribution"] else f"{item['origin']} (in code)"
+    engine = "installed" if item["engine_installed"] else (
+        f"NOT installed (missing {', '.join(item['missing'])}"
+        + (f"; {item['install_hint']})" if item["install_hint"] else ")"))
+    lines = [f"{item['name']}  ({source})", f"  tasks: {', '.join(item['tasks'])}", f"  engine: {engine}",
+             "  options:"]
+    if not item["options"]:
+        lines.append("    (none)")
+    width = max((len(o["name"]) for o in item["options"]), default=0)
+    for option in item["options"]:
+        default = "required" if option["required"] else f"default {json.dumps(option['default'], default=str)}"
+        about = f"  {option['description']}" if option["description"] else ""
+        lines.append(f"    {option['name'].ljust(width)}  {option['type']}, {default}.{about}")
+    return "\n".join(lines) + "\n"

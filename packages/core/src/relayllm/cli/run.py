@@ -1,0 +1,113 @@
+"""``relayllm run PIPELINE.yaml``: deploy what the pipeline needs, run its steps, write."""
+
+from __future__ import annotations
+
+import click
+
+from relayllm.cli.common import (
+    Progress,
+    address_option,
+    connect,
+    handle_errors,
+    table,
+    verbose_option,
+)
+from relayllm.errors import ConfigError
+
+
+@click.command()
+@click.argument("pipeline_file", metavar="PIPELINE.yaml", type=click.Path(dir_okay=False))
+@click.option("--input", "input_path", metavar="PATH",
+              help="Read rows from PATH instead of the pipeline's input (a file, directory or glob).")
+@click.option("--output", "output_path", metavar="PATH",
+              help="Write rows to PATH instead of the pipeline's output; '-' for stdout.")
+@click.option("--limit", type=click.IntRange(min=1), metavar="N", help="Process only the first N rows.")
+@click.option("--keep-deployments", is_flag=True,
+              help="Leave running the deployments this run started (default: stop them at the end; "
+              "deployments that were already running are never stopped).")
+@address_option
+@verbose_option
+@handle_errors
+def run(pipeline_file, input_path, output_path, limit, keep_deployments, address, verbose):
+    """Run a pipeline file: its steps, in order, on its deployments.
+
+    Deployments already running under the same name and config are reused. Prints a summary
+    per step (rows, errors, tokens, rows/s, tokens/s, wall time) at the end.
+
+    \b
+    Example:
+      relayllm run examples/questions.yaml --output answers.jsonl
+    """
+    summary = run_pipeline_file(pipeline_file, input_path, output_path, limit, keep_deployments, address, verbose)
+    click.echo(format_summary(summary), err=True)
+
+
+def run_pipeline_file(pipeline_file, input_path, output_path, limit, keep_deployments, address, verbose,
+                      sink=None):
+    """The whole ``run`` command (``pipeline_file`` may be a parsed Pipeline); ``relayllm
+    demo`` calls it with its own ``sink``."""
+    from relayllm import pipeline as pl
+
+    pipeline = pipeline_file if isinstance(pipeline_file, pl.Pipeline) else pl.load_pipeline(pipeline_file)
+    pipeline.check_backends()
+    if input_path or pipeline.spec.input.path is not None:  # files exist, columns match
+        paths = pipeline.input_paths(input_path)
+        columns = pl.peek_columns(paths, pipeline.input_format(paths))
+        if columns is not None:
+            pipeline.check_columns(columns)
+    writer = None
+    if sink is None:
+        writer, where = _writer(pipeline, output_path)
+        sink = writer or pl.stdout_sink
+    else:
+        where = None
+
+    connect(address, verbose)
+    dataset = pl.open_dataset(pipeline, input_path, limit)
+    started = pl.deploy_all(pipeline, address)
+    try:
+        summary = pl.execute(pipeline, dataset, sink, Progress(pipeline.source))
+    finally:
+        if writer is not None:
+            writer.close()
+        if not keep_deployments and started:
+            import relayllm
+
+            for name in started:
+                relayllm.shutdown(name)
+    summary.output = where
+    return summary
+
+
+def _writer(pipeline, output_path):
+    from relayllm import pipeline as pl
+
+    spec = pipeline.spec.output
+    if output_path == "-" or (output_path is None and spec is None):
+        return None, None
+    if output_path:
+        path, fmt, columns = output_path, None, spec.columns if spec else None
+    else:
+        path = str(pipeline.base_dir / spec.path) if not spec.path.startswith("/") else spec.path
+        fmt, columns = spec.format, spec.columns
+    fmt = pl.output_format(path, fmt)
+    try:  # created now, so an unwritable path fails before any engine starts
+        return pl.RowWriter(path, fmt, columns), path
+    except OSError as exc:
+        raise ConfigError(f"cannot write the output {path}: {exc.strerror or exc}") from None
+
+
+def format_summary(summary) -> str:
+    rows = []
+    for s in summary.steps:
+        rows.append([s.name, s.deployment, s.rows, s.errors, s.input_tokens, s.output_tokens,
+                     f"{s.rate(s.rows):.1f}", f"{s.rate(s.output_tokens):.1f}", f"{s.wall_s:.1f}s"])
+    rows.append(["total", "", summary.rows, summary.errors, sum(s.input_tokens for s in summary.steps),
+                 sum(s.output_tokens for s in summary.steps),
+                 f"{summary.rows / summary.wall_s if summary.wall_s else 0:.1f}",
+                 f"{sum(s.output_tokens for s in summary.steps) / summary.wall_s if summary.wall_s else 0:.1f}",
+                 f"{summary.wall_s:.1f}s"])
+    text = table(["step", "deployment", "rows", "errors", "input tokens", "output tokens", "rows/s",
+                  "tokens/s", "wall"], rows, right=range(2, 9))
+    where = f"\n{summary.rows} rows written to {summary.output}" if summary.output else ""
+    return f"\n{text}{where}\n(tokens/s counts output tokens; a step's wall time runs from its first row to its last)"

@@ -1,0 +1,303 @@
+"""Pipeline files: the model, errors that name file/line/field, templates, and a real run."""
+
+import csv
+import difflib
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+import relayllm
+from relayllm.pipeline import (
+    PipelineError,
+    RowWriter,
+    deploy_all,
+    execute,
+    load_pipeline,
+    open_dataset,
+    parse_pipeline,
+    render,
+    template_fields,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+
+GOOD = """\
+deployments:
+  - name: echo-a
+    backend: echo
+input:
+  rows:
+    - {id: 1, question: "hi there"}
+steps:
+  - name: answer
+    deployment: echo-a
+    messages:
+      - role: user
+        content: "{question}"
+    output_column: answer
+"""
+
+
+def parse(text, tmp_path, name="p.yaml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return load_pipeline(path)
+
+
+def problem(text, tmp_path):
+    with pytest.raises(PipelineError) as info:
+        parse(text, tmp_path, "bad.yaml").check_backends()
+    return str(info.value)
+
+
+# -- the examples -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)
+def test_every_example_is_a_valid_pipeline(path):
+    pipeline = load_pipeline(path)
+    assert pipeline.spec.steps
+    for step in pipeline.spec.steps:
+        assert step.deployment in [d.name for d in pipeline.spec.deployments]
+    if pipeline.spec.input.path:
+        paths = pipeline.input_paths()
+        assert all(Path(p).is_file() for p in paths)
+
+
+def test_examples_cover_the_tutorial():
+    names = {p.name for p in EXAMPLES.glob("*.yaml")}
+    assert {"questions.yaml", "prompts.yaml", "sentiment.yaml", "multiturn.yaml",
+            "multiturn-openai.yaml", "multiturn-sglang.yaml"} <= names
+    questions = load_pipeline(EXAMPLES / "questions.yaml").spec
+    assert len(questions.input.rows) == 4
+    assert [s.deployment for s in questions.steps] == ["smollm", "smollm"]
+    sentiment = load_pipeline(EXAMPLES / "sentiment.yaml").spec.steps[0]
+    assert sentiment.response_format["type"] == "json_schema"
+    assert sentiment.output_column == "label" and sentiment.output_json_field == "label"
+    multiturn = load_pipeline(EXAMPLES / "multiturn.yaml").spec
+    assert [s.name for s in multiturn.steps] == ["answer", "critique", "rewrite"]
+    assert len({s.deployment for s in multiturn.steps}) == 1
+
+
+def _deployments_block(lines):
+    start = lines.index("deployments:\n")
+    end = next(i for i in range(start + 1, len(lines)) if lines[i][:1].isalpha())
+    return start, end
+
+
+@pytest.mark.parametrize("other", ["multiturn-openai.yaml", "multiturn-sglang.yaml"])
+def test_swapping_the_backend_changes_only_the_deployment_block(other):
+    base = (EXAMPLES / "multiturn.yaml").read_text().splitlines(keepends=True)
+    swapped = (EXAMPLES / other).read_text().splitlines(keepends=True)
+    start, end = _deployments_block(base)
+    start2, end2 = _deployments_block(swapped)
+    assert base[:start] == swapped[:start2] and base[end:] == swapped[end2:], "".join(
+        difflib.unified_diff(base, swapped)
+    )
+    a, b = load_pipeline(EXAMPLES / "multiturn.yaml").spec, load_pipeline(EXAMPLES / other).spec
+    assert a.model_dump(exclude={"deployments"}) == b.model_dump(exclude={"deployments"})
+    assert [d.name for d in a.deployments] == [d.name for d in b.deployments]
+    assert a.deployments[0].backend != b.deployments[0].backend
+
+
+def test_the_demo_ships_examples_questions_word_for_word():
+    from relayllm.cli.demo_pipeline import QUESTIONS_YAML
+
+    assert QUESTIONS_YAML == (EXAMPLES / "questions.yaml").read_text()
+
+
+# -- errors name the file, the line and the field -------------------------------------------
+
+
+def test_unknown_key_names_line_and_field(tmp_path):
+    text = GOOD.replace("    output_column: answer", "    output_column: answer\n    temprature: 0.5")
+    assert problem(text, tmp_path) == f"{tmp_path / 'bad.yaml'}:14: steps[0].temprature: unknown key"
+
+
+def test_step_naming_an_undeclared_deployment(tmp_path):
+    message = problem(GOOD.replace("deployment: echo-a", "deployment: echo-b"), tmp_path)
+    assert "bad.yaml:9: steps[0].deployment: unknown deployment 'echo-b'; declared deployments: echo-a" in message
+
+
+def test_missing_template_column_points_at_the_template(tmp_path):
+    message = problem(GOOD.replace('content: "{question}"', 'content: "{questoin}"'), tmp_path)
+    assert "bad.yaml:12: steps[0].messages[0].content: column 'questoin' is not in the input" in message
+    assert "columns: id, question" in message
+
+
+def test_a_later_step_may_use_an_earlier_output_column(tmp_path):
+    text = GOOD + """\
+  - name: shorter
+    deployment: echo-a
+    prompt: "Shorter: {answer} {nope}"
+    output_column: short
+"""
+    message = problem(text, tmp_path)
+    assert "steps[1].prompt: column 'nope'" in message and "'answer'" not in message
+
+
+def test_missing_required_key_and_wrong_type(tmp_path):
+    text = GOOD.replace("    output_column: answer\n", "    batch_size: lots\n")
+    message = problem(text, tmp_path)
+    assert "bad.yaml:8: steps[0].output_column: required key is missing" in message
+    assert "bad.yaml:13: steps[0].batch_size: Input should be a valid integer" in message
+
+
+def test_bad_backend_options_name_the_option(tmp_path):
+    text = GOOD.replace("    backend: echo\n", "    backend: echo\n    options:\n      mode: loud\n")
+    message = problem(text, tmp_path)
+    assert "bad.yaml:5: deployments[0].options.mode:" in message and "'echo'" in message
+
+
+def test_unknown_backend_lists_installed_ones(tmp_path):
+    message = problem(GOOD.replace("backend: echo", "backend: nosuch"), tmp_path)
+    assert "bad.yaml:3: deployments[0].backend: unknown backend 'nosuch'" in message
+    assert "echo" in message
+
+
+def test_unreadable_input_path(tmp_path):
+    text = GOOD.replace('  rows:\n    - {id: 1, question: "hi there"}', "  path: nowhere/rows.jsonl")
+    pipeline = parse(text, tmp_path, "bad.yaml")
+    with pytest.raises(PipelineError, match=r"bad.yaml:5: input.path: 'nowhere/rows.jsonl' does not exist"):
+        pipeline.input_paths()
+
+
+def test_duplicate_keys_and_invalid_yaml(tmp_path):
+    message = problem(GOOD.replace("    output_column: answer", "    output_column: answer\n    output_column: x"),
+                      tmp_path)
+    assert "bad.yaml:14: steps[0].output_column: duplicate key" in message
+    assert "bad.yaml:3: not valid YAML" in problem("deployments:\n  - name: [\n", tmp_path)
+
+
+def test_template_and_task_must_agree(tmp_path):
+    message = problem(GOOD.replace("    messages:", "    task: completion\n    messages:"), tmp_path)
+    assert "steps[0]: task 'completion' reads 'prompt', not 'messages'" in message
+
+
+def test_invalid_sampling_params_are_caught_at_load(tmp_path):
+    message = problem(GOOD.replace("    output_column: answer", "    output_column: answer\n"
+                                   "    sampling_params: {temperature: -1}"), tmp_path)
+    assert "steps[0].sampling_params: sampling_params.temperature is invalid" in message
+
+
+def test_environment_variables_fill_deployment_options(tmp_path, monkeypatch):
+    text = GOOD.replace("    backend: echo\n", "    backend: echo\n    options:\n      mode: ${ECHO_MODE:-echo}\n"
+                        "      fail_marker: ${RELAYLLM_TEST_MARKER}\n")
+    assert "deployments[0].options.fail_marker: environment variable RELAYLLM_TEST_MARKER is not set" in problem(
+        text, tmp_path)
+    monkeypatch.setenv("RELAYLLM_TEST_MARKER", "BOOM")
+    monkeypatch.setenv("ECHO_MODE", "reverse")
+    assert parse(text, tmp_path).spec.deployments[0].options == {"mode": "reverse", "fail_marker": "BOOM"}
+
+
+# -- templates ----------------------------------------------------------------------------
+
+
+def test_templates():
+    assert template_fields("a {x} {{literal}} {y:>3}") == ["x", "y"]
+    assert render("Q: {q} {{ok}} n={n:03d}", {"q": "why?", "n": 7}) == "Q: why? {ok} n=007"
+    assert render("{d}", {"d": {"a": [1, 2]}}) == '{"a": [1, 2]}'
+    with pytest.raises(LookupError, match="no column 'z'"):
+        render("{z}", {})
+    with pytest.raises(LookupError, match="column 'q' is empty"):
+        render("{q}", {"q": None})
+
+
+# -- writers ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "json", "csv", "parquet"])
+def test_row_writer_formats(tmp_path, fmt):
+    path = tmp_path / f"out.{fmt}"
+    writer = RowWriter(str(path), fmt)
+    writer([{"id": 1, "text": "a", "tags": ["x"], "error": None}, {"id": 2, "text": None, "tags": [], "error": None}])
+    writer([{"id": 3, "text": "c", "tags": ["y", "z"], "error": "boom"}])
+    writer.close()
+    if fmt == "jsonl":
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+    elif fmt == "json":
+        rows = json.loads(path.read_text())
+    elif fmt == "csv":
+        rows = list(csv.DictReader(path.open()))
+        assert rows[2] == {"id": "3", "text": "c", "tags": '["y", "z"]', "error": "boom"}
+        return
+    else:
+        rows = pq.read_table(path).to_pylist()
+    assert [r["id"] for r in rows] == [1, 2, 3] and rows[1]["text"] is None and rows[2]["tags"] == ["y", "z"]
+    assert [r["error"] for r in rows] == [None, None, "boom"]
+
+
+# -- a real run on the echo backend ---------------------------------------------------------
+
+
+def test_three_steps_share_one_deployment_with_exact_counts(tmp_path):
+    rows = "\n".join(
+        json.dumps({"id": i, "question": f"q{i} " + "w " * i + ("BOOM" if i % 10 == 3 else ""),
+                    "meta": '{"label": "x%d"}' % i if i % 5 else "not json"})
+        for i in range(40)
+    )
+    (tmp_path / "rows.jsonl").write_text(rows + "\n")
+    text = """\
+deployments:
+  - name: pipe-echo
+    backend: echo
+    options: {fail_marker: BOOM}
+input: {path: rows.jsonl, id_column: id}
+steps:
+  - name: answer
+    deployment: pipe-echo
+    prompt: "{question}"
+    output_column: answer
+  - name: label
+    deployment: pipe-echo
+    messages: [{role: user, content: "{meta}"}]
+    output_column: label
+    output_json_field: label
+    batch_size: 7
+  - name: again
+    deployment: pipe-echo
+    prompt: "{answer} done"
+    output_column: again
+"""
+    pipeline = parse_pipeline(text, "run.yaml", tmp_path)
+    pipeline.check_backends()
+    before = {r.name for r in relayllm.list_deployments()}
+    started = deploy_all(pipeline)
+    assert started == ([] if "pipe-echo" in before else ["pipe-echo"])
+    out: list[dict] = []
+    try:
+        summary = execute(pipeline, open_dataset(pipeline), out.extend)
+        handle = relayllm.get_deployment("pipe-echo").handle()
+        info = handle.info.remote().result(timeout_s=60)
+    finally:
+        relayllm.shutdown("pipe-echo")
+
+    boom = {i for i in range(40) if i % 10 == 3}  # the engine refuses these (step 1)
+    not_json = {i for i in range(40) if i % 5 == 0}  # step 2 cannot parse these
+    assert [r["id"] for r in out] == list(range(40))
+    assert all(not any(k.startswith("__relayllm") for k in r) for r in out)
+    assert all("prompt" not in r and "messages" not in r for r in out)
+    for r in out:
+        i = r["id"]
+        if i in boom:
+            assert r["error"].startswith("step 'answer': echo engine refused the row")
+            assert r["answer"] is None and r["label"] is None and r["again"] is None
+        elif i in not_json:
+            assert r["error"].startswith("step 'label': the answer is not JSON")
+            assert r["answer"] == r["question"].strip() and r["again"] is None
+        else:
+            assert r["error"] is None and r["label"] == f"x{i}" and r["again"] == r["answer"] + " done"
+    answer, label, again = summary.steps
+    assert (answer.rows, answer.errors) == (40, len(boom))
+    assert (label.rows, label.errors) == (40, len(boom | not_json))
+    assert (again.rows, again.errors) == (40, len(boom | not_json))
+    assert summary.errors == len(boom | not_json)
+    # Echo counts whitespace-separated words (and none for a row it refuses).
+    words = sum(len(r["question"].split()) for r in out if r["id"] not in boom)
+    assert answer.input_tokens == answer.output_tokens == words
+    assert all(s.wall_s > 0 and s.rate(s.rows) > 0 for s in summary.steps)
+    # One replica served all three steps; skipped rows were never sent.
+    assert info["rows"] == 40 + (40 - len(boom)) + (40 - len(boom | not_json))
