@@ -21,6 +21,10 @@ INSTALL_HINT = (
 )
 
 
+#: Ray CPUs one replica reserves on the CPU build (see deployment_resources).
+CPU_BUILD_NUM_CPUS = 0.5
+
+
 class VLLMBackend(relayllm.Backend):
     """One vLLM ``AsyncLLM`` engine per Serve replica, shared by every processor."""
 
@@ -60,11 +64,15 @@ class VLLMBackend(relayllm.Backend):
 
 
 def deployment_resources(options: VLLMOptions, *, gpu: bool) -> dict[str, Any]:
-    """Ray resources of one replica. On the CPU build: one CPU. On GPU: one GPU in the
-    replica's own actor, or -- tensor/pipeline parallel -- a placement group with one bundle
-    for the replica and one GPU bundle per vLLM worker (vLLM's Ray executor fills them)."""
+    """Ray resources of one replica. On GPU: one GPU in the replica's own actor, or -- tensor/
+    pipeline parallel -- a placement group with one bundle for the replica and one GPU bundle
+    per vLLM worker (vLLM's Ray executor fills them). On the CPU build: half a CPU. vLLM pins
+    its own threads to cores whatever Ray reserves, so the reservation only steers
+    scheduling; a whole CPU would leave a 2-core machine too little for the Ray Data tasks
+    between two processors (a ``map`` takes one CPU) and the pipeline would stall. Raise it
+    with ``DeploymentConfig.ray_actor_options`` on bigger machines."""
     if not gpu:
-        return {"ray_actor_options": {"num_cpus": 1}}
+        return {"ray_actor_options": {"num_cpus": CPU_BUILD_NUM_CPUS}}
     world = options.world_size
     if world == 1:
         return {"ray_actor_options": {"num_cpus": 1, "num_gpus": 1}}

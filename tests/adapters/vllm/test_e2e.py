@@ -1,0 +1,179 @@
+"""End to end on the real vLLM engine: the multi-turn case, bad input, structured output.
+
+All tests share one deployment (see ``vllm_support``): the engine starts once for the module.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from vllm_support import DEPLOYMENT_NAME, shared_config
+
+import relayllm
+
+QUESTIONS = [
+    "What is the capital of France?",
+    "How many days are there in a week?",
+    "What color is the sky on a clear day?",
+    "What is the largest planet in our solar system?",
+    "Who wrote Romeo and Juliet?",
+    "What do bees make?",
+    "What is the boiling point of water in Celsius?",
+    "How many legs does a spider have?",
+]
+
+
+@pytest.fixture(scope="module")
+def deployment():
+    ref = relayllm.deploy(shared_config())
+    yield ref
+    # Left running on purpose: test_kit.py reuses it and shuts it down at its end.
+
+
+def processor(**fields: Any) -> relayllm.Processor:
+    fields.setdefault("batch_size", 16)
+    return relayllm.build_processor(relayllm.ProcessorConfig(deployment=DEPLOYMENT_NAME, **fields))
+
+
+def run(proc: relayllm.Processor, rows: list[dict[str, Any]], blocks: int | None = None):
+    import ray
+
+    ray.data.DataContext.get_current().execution_options.preserve_order = True
+    return proc(ray.data.from_items(rows, override_num_blocks=blocks)).take_all()
+
+
+def replica_states() -> dict[str, int]:
+    from ray import serve
+
+    app = serve.status().applications[f"relayllm-{DEPLOYMENT_NAME}"]
+    return {str(k).rsplit(".", 1)[-1]: v for k, v in app.deployments[DEPLOYMENT_NAME].replica_states.items()}
+
+
+def test_multi_turn_on_one_engine(deployment):
+    """Answer, then "make it shorter": two sequential processors, 64 rows, one engine."""
+    import ray
+
+    handle = deployment.handle()
+    before = handle.info.remote().result(timeout_s=120)
+    n = 64
+    rows = [{"id": i, "question": QUESTIONS[i % len(QUESTIONS)]} for i in range(n)]
+
+    def ask(row: dict[str, Any]) -> dict[str, Any]:
+        return {**row, "messages": [{"role": "user", "content": row["question"]}]}
+
+    def shorten(row: dict[str, Any]) -> dict[str, Any]:
+        prompt = f"Make this answer shorter, ten words at most: {row['generated_text']}"
+        return {"id": row["id"], "question": row["question"], "answer": row["generated_text"],
+                "answer_error": row["error"], "messages": [{"role": "user", "content": prompt}]}
+
+    answer = processor(sampling_params={"temperature": 0.0, "max_tokens": 48})
+    shorter = processor(sampling_params={"temperature": 0.0, "max_tokens": 24})
+    ray.data.DataContext.get_current().execution_options.preserve_order = True
+    dataset = ray.data.from_items(rows).map(ask)
+    out = shorter(answer(dataset).map(shorten)).take_all()
+    after = handle.info.remote().result(timeout_s=120)
+
+    assert [r["id"] for r in out] == list(range(n))
+    assert all(r["answer_error"] is None and r["error"] is None for r in out), [
+        (r["answer_error"], r["error"]) for r in out if r["answer_error"] or r["error"]
+    ]
+    france = [r for r in out if r["question"] == QUESTIONS[0]]
+    assert france and all("Paris" in r["answer"] for r in france), [r["answer"] for r in france]
+    assert all(r["generated_text"] and r["num_generated_tokens"] > 0 for r in out)
+    # One replica, one engine, one model load, for both processors' 128 requests.
+    assert replica_states() == {"RUNNING": 1}
+    assert after["replica_id"] == before["replica_id"] and after["pid"] == before["pid"]
+    assert after["engine_starts"] == 1
+    assert after["engine_started_at"] == before["engine_started_at"]
+    assert after["rows"] - before["rows"] == 2 * n
+
+
+def test_bad_input_becomes_row_errors(deployment):
+    """Each bad row gets its own error, from the engine or from the row check; others complete."""
+    # Every row has every column: a column only some rows have could be dropped on the way in.
+    ok = {"messages": [{"role": "user", "content": "Say hello."}], "sampling_params": {"max_tokens": 8},
+          "model": None}
+    rows = [{"id": i, **ok} for i in range(12)]
+    bad = {
+        2: ({"messages": [{"role": "user", "content": "word " * 700}]}, "maximum context length"),
+        4: ({"sampling_params": {"max_tokens": 8, "presence_penalty": 5.0}}, "presence_penalty"),
+        6: ({"sampling_params": {"max_tokens": 8, "temperature": -1.0}}, "temperature"),
+        8: ({"messages": [{"role": "user", "content": [{"type": "bogus", "text": "hi"}]}]}, "bogus"),
+        10: ({"messages": [{"content": "no role"}]}, "role"),
+        11: ({"model": "no-such-adapter"}, "no-such-adapter"),
+    }
+    for i, (change, _) in bad.items():
+        rows[i] = {**rows[i], **change}
+    # One block: Ray Data cannot concatenate blocks whose column types differ.
+    out = run(processor(), rows, blocks=1)
+
+    assert [r["id"] for r in out] == list(range(12))
+    errors = {r["id"]: r["error"] for r in out if r["error"]}
+    assert sorted(errors) == sorted(bad), errors
+    for i, (_, fragment) in bad.items():
+        assert fragment in errors[i], (i, errors[i])
+        assert out[i]["generated_text"] is None
+    assert all(r["generated_text"] for r in out if r["id"] not in bad)
+
+
+PERSON_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "age": {"type": "integer", "minimum": 0},
+        "city": {"type": "string"},
+    },
+    "required": ["name", "age", "city"],
+    "additionalProperties": False,
+}
+
+
+def test_structured_output_follows_the_schema(deployment):
+    response_format = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON_SCHEMA}}
+    people = [("Ann", 31, "Oslo"), ("Bob", 45, "Lima"), ("Chen", 28, "Pune"), ("Dana", 52, "Kyiv")]
+    rows = [
+        {"id": i, "messages": [{"role": "user", "content": f"{n} is {a} and lives in {c}. Reply with JSON."}]}
+        for i, (n, a, c) in enumerate(people)
+    ]
+    proc = processor(sampling_params={"temperature": 0.0, "max_tokens": 80, "response_format": response_format})
+    out = run(proc, rows)
+
+    assert all(r["error"] is None for r in out), [r["error"] for r in out]
+    for row in out:
+        value = json.loads(row["generated_text"])  # parses...
+        validate(value, PERSON_SCHEMA)  # ...and matches the schema
+
+
+def validate(value: Any, schema: dict[str, Any]) -> None:
+    try:
+        import jsonschema
+    except ImportError:  # a plain check of this flat schema
+        assert isinstance(value, dict) and set(value) == set(schema["required"]), value
+        for key, spec in schema["properties"].items():
+            assert isinstance(value[key], {"string": str, "integer": int}[spec["type"]]), (key, value)
+        return
+    jsonschema.validate(value, schema)
+
+
+def test_completion_and_info(deployment):
+    out = run(processor(task="completion", sampling_params={"temperature": 0.0, "max_tokens": 6}),
+              [{"id": 0, "prompt": "The capital of France is"}])
+    assert out[0]["error"] is None and "Paris" in out[0]["generated_text"], out
+    assert out[0]["finish_reason"] in ("stop", "length")
+    info = deployment.handle().info.remote().result(timeout_s=120)
+    assert info["backend"] == "vllm" and info["model"] == "demo" and info["device"] == "cpu"
+    assert info["engine_version"] and info["engine_version"][0].isdigit(), info
+    assert info["max_model_len"] == 512
+
+
+def test_engine_kwargs_typo_fails_before_any_engine_starts():
+    from ray import serve
+
+    config = relayllm.DeploymentConfig(
+        name="typo", backend="vllm", options={"engine_kwargs": {"max_num_seq": 4}}
+    )
+    with pytest.raises(relayllm.ConfigError, match="max_num_seq.*did you mean 'max_num_seqs'"):
+        relayllm.deploy(config)
+    assert "relayllm-typo" not in serve.status().applications

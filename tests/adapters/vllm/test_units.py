@@ -1,0 +1,154 @@
+"""The adapter's parts that need no engine: options, sampling translation, resources, the
+missing-engine error, the demo model's cache, the torch-extension guard."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+import relayllm
+from relayllm_vllm.demo import ensure_demo_model
+from relayllm_vllm.options import VLLMOptions, engine_args
+from relayllm_vllm.plugin import INSTALL_HINT, VLLMBackend, deployment_resources
+from relayllm_vllm.sampling import SamplingParamsError, to_vllm_kwargs
+
+
+def test_openai_sampling_params_translate_to_vllm():
+    kwargs, structured = to_vllm_kwargs(
+        {"temperature": 0.2, "top_p": 0.9, "max_tokens": 7, "stop": ["\n"], "seed": 3, "n": 1,
+         "top_k": 5, "max_completion_tokens": None}
+    )
+    assert kwargs == {"temperature": 0.2, "top_p": 0.9, "max_tokens": 7, "stop": ["\n"], "seed": 3,
+                      "n": 1, "top_k": 5}
+    assert structured is None
+    assert to_vllm_kwargs({"max_completion_tokens": 9})[0] == {"max_tokens": 9}
+
+
+def test_response_format_becomes_structured_output():
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+    assert to_vllm_kwargs({"response_format": fmt})[1] == {"json": schema}
+    as_text = {"type": "json_schema", "json_schema": {"name": "x", "schema": json.dumps(schema)}}
+    assert to_vllm_kwargs({"response_format": as_text})[1] == {"json": schema}
+    assert to_vllm_kwargs({"response_format": {"type": "json_object"}})[1] == {"json_object": True}
+    assert to_vllm_kwargs({"response_format": {"type": "text"}})[1] is None
+
+
+@pytest.mark.parametrize(
+    ("params", "fragment"),
+    [
+        ({"n": 2}, "n must be 1"),
+        ({"best_of": 2}, "best_of is not supported"),
+        ({"response_format": {"type": "json_schema", "json_schema": {}}}, "json_schema.schema"),
+        ({"response_format": {"type": "yaml"}}, "'yaml'"),
+    ],
+)
+def test_untranslatable_sampling_params_name_the_problem(params, fragment):
+    with pytest.raises(SamplingParamsError, match=fragment):
+        to_vllm_kwargs(params)
+
+
+def test_cpu_build_gets_cpu_defaults_and_explicit_values_win():
+    cpu = engine_args(VLLMOptions(), cpu=True, model_path="/m")
+    assert cpu["gpu_memory_utilization"] == 0.3 and cpu["enforce_eager"] is True
+    assert cpu["model"] == "/m"
+    gpu = engine_args(VLLMOptions(), cpu=False, model_path="/m")
+    assert "gpu_memory_utilization" not in gpu and "enforce_eager" not in gpu
+    mine = engine_args(VLLMOptions(gpu_memory_utilization=0.5, enforce_eager=False), cpu=True, model_path="/m")
+    assert mine["gpu_memory_utilization"] == 0.5 and mine["enforce_eager"] is False
+
+
+def test_lora_embed_and_parallel_options_map_to_engine_args():
+    options = VLLMOptions(
+        model="org/model", task="embed", tensor_parallel_size=2, pipeline_parallel_size=2,
+        lora={"adapters": {"sql": "/adapters/sql"}, "max_loras": 2},
+        engine_kwargs={"max_num_batched_tokens": 1024},
+    )
+    args = engine_args(options, cpu=False, model_path="org/model")
+    assert args["enable_lora"] is True and args["max_loras"] == 2
+    assert (args["runner"], args["convert"]) == ("pooling", "embed")
+    assert args["distributed_executor_backend"] == "ray"
+    assert args["max_num_batched_tokens"] == 1024
+    assert args["tensor_parallel_size"] == 2 and args["pipeline_parallel_size"] == 2
+
+
+def test_resources_cpu_one_gpu_and_placement_group_for_tp_pp():
+    assert deployment_resources(VLLMOptions(), gpu=False) == {"ray_actor_options": {"num_cpus": 0.5}}
+    single = deployment_resources(VLLMOptions(), gpu=True)
+    assert single["ray_actor_options"]["num_gpus"] == 1 and "placement_group_bundles" not in single
+    tp = deployment_resources(VLLMOptions(tensor_parallel_size=4), gpu=True)
+    assert tp["placement_group_bundles"] == [{"CPU": 1}] + [{"GPU": 1}] * 4
+    assert tp["placement_group_strategy"] == "STRICT_PACK"
+    pp = deployment_resources(VLLMOptions(tensor_parallel_size=2, pipeline_parallel_size=2), gpu=True)
+    assert len(pp["placement_group_bundles"]) == 5 and pp["placement_group_strategy"] == "PACK"
+
+
+def test_bad_options_fail_with_the_field_name():
+    with pytest.raises(relayllm.ConfigError, match="gpu_memory_utilization"):
+        VLLMBackend.parse_options({"gpu_memory_utilization": 3})
+    with pytest.raises(relayllm.ConfigError, match="max_model_len set in engine_kwargs"):
+        VLLMBackend.parse_options({"engine_kwargs": {"max_model_len": 10}})
+    with pytest.raises(relayllm.ConfigError, match="task"):
+        VLLMBackend.parse_options({"task": "classify"})
+
+
+def test_missing_vllm_names_both_extras():
+    """With vllm unimportable, deploy fails before touching Ray, naming both extras."""
+    code = (
+        "import sys; sys.modules['vllm'] = None\n"  # find_spec('vllm') now reports it missing
+        "import relayllm\n"
+        "try:\n"
+        "    relayllm.deploy(relayllm.DeploymentConfig(name='x', backend='vllm'))\n"
+        "except relayllm.MissingDependencyError as exc:\n"
+        "    print(exc)\n"
+        "import ray; print(ray.is_initialized())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    message, ray_started = out.stdout.strip().splitlines()
+    assert "relayllm-vllm[gpu]" in message and "relayllm-vllm[cpu]" in message, message
+    assert INSTALL_HINT in message
+    assert ray_started == "False"
+
+
+def test_demo_model_is_a_cached_hf_directory():
+    path = ensure_demo_model()  # built by the first call (tox builds it before the tests)
+    config = json.loads((path / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForCausalLM"] and "quantization_config" not in config
+    assert (path / "model.safetensors").stat().st_size > 200_000_000  # bf16, not the 98 MB GGUF
+    assert (path / "tokenizer.json").is_file()
+    stamp = (path / "model.safetensors").stat().st_mtime
+    started = time.monotonic()
+    assert ensure_demo_model() == path  # idempotent: the cache answers
+    assert time.monotonic() - started < 1.0
+    assert (path / "model.safetensors").stat().st_mtime == stamp
+    printed = subprocess.run(
+        [sys.executable, "-m", "relayllm_vllm.demo"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert printed == str(path)
+
+
+def test_broken_torch_extensions_are_hidden_here_and_in_subprocesses():
+    """Whatever the environment holds, after the guard transformers' vision helpers import,
+    and an engine-style subprocess sees the same modules hidden."""
+    code = (
+        "import json, os, sys\n"
+        "from relayllm_vllm.compat import hide_broken_torch_extensions\n"
+        "hidden = hide_broken_torch_extensions()\n"
+        "import transformers.image_utils\n"  # imports torchvision when it looks available
+        "import subprocess\n"
+        "child = subprocess.run([sys.executable, '-c', 'import sys, json; "
+        "print(json.dumps(sorted(k for k, v in sys.modules.items() if v is None and "
+        "k in (\"torchvision\", \"torchaudio\", \"torchcodec\"))))'], "
+        "capture_output=True, text=True, check=True).stdout\n"
+        "print(json.dumps({'hidden': hidden, 'child': json.loads(child)}))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "RELAYLLM_HIDE_MODULES")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["child"] == sorted(result["hidden"])
