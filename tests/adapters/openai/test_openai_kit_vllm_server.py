@@ -131,6 +131,7 @@ class TestOpenAIAgainstVLLMServer(BackendConformanceTests):
     def test_answers_come_from_the_model(self, deployment):
         import relayllm
 
+        self.deployed()  # the kit's test_undeploy may have run first
         processor = relayllm.build_processor(relayllm.ProcessorConfig(
             deployment=self.deployment_name, sampling_params={"max_tokens": 24, "temperature": 0.0}))
         rows = [{"id": 0, "messages": [{"role": "user", "content": "What is the capital of France?"}]}]
