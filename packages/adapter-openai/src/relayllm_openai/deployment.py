@@ -12,7 +12,7 @@ import os
 from typing import Any
 
 import openai
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 import relayllm
 from relayllm.rows import Request, Result
@@ -60,6 +60,7 @@ class OpenAIDeployment(relayllm.BatchDeployment):
         )
         self.attempts = 0  # HTTP requests sent for rows, retries included
         self.retries = 0
+        self._models: list[str] = []  # what the endpoint listed at the last health()
         logger.info(
             "openai deployment %r: model %s at %s, budget per replica %s",
             deployment.get("name"), options["model"], self.base_url, self._admission.describe(),
@@ -98,7 +99,7 @@ class OpenAIDeployment(relayllm.BatchDeployment):
         self._admission.settle(estimate, used or None)
         return result
 
-    def _before_retry(self, state: Any) -> None:
+    def _before_retry(self, state: RetryCallState) -> None:
         self.retries += 1
         exc = state.outcome.exception() if state.outcome else None
         asked = retry_after_s(exc)
@@ -157,8 +158,7 @@ class OpenAIDeployment(relayllm.BatchDeployment):
 
     async def health(self) -> dict[str, Any]:
         report = await super().health()
-        models = getattr(self, "_models", [])
-        return {**report, "model": self.options["model"], "model_listed": self.options["model"] in models}
+        return {**report, "model": self.options["model"], "model_listed": self.options["model"] in self._models}
 
     async def check_health(self) -> None:
         # Serve calls this every few seconds and restarts a replica that fails it. An outage of
