@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
-import re
+import types
+import typing
+from collections.abc import Sequence
 from typing import Any
 
 import click
@@ -43,7 +45,7 @@ def describe(backend: Any, dist: tuple[str, str] | None) -> dict[str, Any]:
     for key, field in backend.Options.model_fields.items():
         options.append({
             "name": key,
-            "type": _type_name(field.annotation),
+            "type": _type_name(field.annotation, field.metadata),
             "required": field.is_required(),
             "default": None if field.is_required() else _default(field),
             "description": field.description or "",
@@ -71,10 +73,28 @@ def _default(field: Any) -> Any:
     return value.model_dump(mode="json") if hasattr(value, "model_dump") else value
 
 
-def _type_name(annotation: Any) -> str:
-    text = annotation.__name__ if isinstance(annotation, type) else str(annotation)
-    text = re.sub(r"\b(typing|pydantic|collections\.abc|annotated_types)\.", "", text)
-    return text.replace("NoneType", "None")
+def _type_name(annotation: Any, metadata: Sequence[Any] = ()) -> str:
+    """A type as a user writes it in YAML terms: ``int (> 0) | None``, ``Literal['a', 'b']``."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Annotated:
+        return _type_name(args[0], args[1:])
+    if origin in (typing.Union, types.UnionType):
+        text = " | ".join(_type_name(a) for a in args)
+    elif origin is typing.Literal:
+        text = f"Literal[{', '.join(repr(a) for a in args)}]"
+    elif origin is not None:
+        text = f"{getattr(origin, '__name__', origin)}[{', '.join(_type_name(a) for a in args)}]"
+    elif annotation is type(None):
+        text = "None"
+    elif isinstance(annotation, type):
+        text = annotation.__name__
+    else:
+        text = str(annotation).replace("typing.", "")
+    bounds = [f"{op} {getattr(m, name)}" for m in metadata for name, op in _BOUNDS.items() if hasattr(m, name)]
+    return f"{text} ({', '.join(bounds)})" if bounds else text
+
+
+_BOUNDS = {"gt": ">", "ge": ">=", "lt": "<", "le": "<=", "min_length": "length >=", "max_length": "length <="}
 
 
 def _text(item: dict[str, Any]) -> str:

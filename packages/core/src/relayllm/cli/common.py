@@ -79,6 +79,12 @@ def connect(address: str | None, verbose: bool, *, existing_cluster: bool = Fals
                 logging_level=logging.INFO if verbose else logging.WARNING,
             )
         except ConnectionError as exc:
+            if type(exc.__cause__).__name__ == "AuthenticationError":
+                raise ConfigError(
+                    f"the Ray cluster at {address} uses token authentication: set "
+                    f"RAY_AUTH_MODE=token (Ray reads the token from ~/.ray/auth_token or "
+                    f"RAY_AUTH_TOKEN)"
+                ) from None
             raise ConfigError(
                 f"no Ray cluster to connect to ({exc}). Start one with `ray start --head` and "
                 f"pass --address HOST:PORT or set RAY_ADDRESS."

@@ -1,0 +1,126 @@
+"""The ``relayllm`` command on the real vLLM engine with the bundled demo model.
+
+One engine for the module: ``relayllm deploy`` starts the examples' ``smollm`` deployment on
+this session's Ray cluster, then ``run`` (questions, sentiment), ``batch`` and ``demo`` -- each
+a separate driver process -- find it by name and reuse it; the last test shuts it down.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+EXAMPLES = ROOT / "examples"
+RELAYLLM = str(Path(sys.executable).parent / "relayllm")
+NAME = "smollm"  # the deployment every single-engine example declares
+
+
+def cli(*args, env, cwd=None, check=0):
+    done = subprocess.run([RELAYLLM, *map(str, args)], env=env, cwd=cwd, capture_output=True, text=True,
+                          timeout=1500)
+    assert done.returncode == check, f"exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+    return done
+
+
+def summary_rows(stderr_or_stdout: str) -> dict[str, list[str]]:
+    table = {}
+    for line in stderr_or_stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 9 and parts[1] == NAME:
+            table[parts[0]] = parts
+    return table
+
+
+def replica(env) -> dict:
+    status = json.loads(cli("status", "--json", env=env).stdout)
+    return next(d for d in status if d["name"] == NAME)
+
+
+@pytest.fixture(scope="module")
+def env(ray_session):
+    """The CLI's drivers join this session's cluster (the engine outlives each command)."""
+    address = ray_session.get_runtime_context().gcs_address
+    # RAY_AUTH_MODE: ray.init() above set it in this process when it enabled token auth.
+    yield {**os.environ, "RAY_ADDRESS": address}
+
+
+@pytest.fixture(scope="module")
+def engine(env):
+    deployed = cli("deploy", EXAMPLES / "questions.yaml", env=env)
+    assert f"{NAME}: RUNNING (backend vllm)" in deployed.stdout
+    first = replica(env)
+    assert first["backend"] == "vllm" and first["rows"] == 0
+    yield first
+    subprocess.run([RELAYLLM, "shutdown", NAME], env=env, capture_output=True, timeout=300)
+
+
+def test_run_questions_on_one_engine(env, engine, tmp_path):
+    done = cli("run", EXAMPLES / "questions.yaml", "--output", tmp_path / "answers.jsonl", env=env)
+    rows = [json.loads(line) for line in (tmp_path / "answers.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in rows] == [1, 2, 3, 4]
+    assert all(r["error"] is None and r["answer"] and r["short_answer"] for r in rows), rows
+    assert "Paris" in rows[0]["answer"], rows[0]
+    table = summary_rows(done.stderr)
+    for step in ("answer", "shorter"):
+        name, _, n, errors, tokens_in, tokens_out, *_ = table[step]
+        assert (n, errors) == ("4", "0") and int(tokens_in) > 0 and int(tokens_out) > 0
+    after = replica(env)
+    assert after["replica"] == engine["replica"] and after["rows"] == 8  # 4 answers + 4 shorter
+
+
+def test_sentiment_with_a_json_schema_on_the_same_engine(env, engine, tmp_path):
+    out = tmp_path / "sentiment.csv"
+    done = cli("run", EXAMPLES / "sentiment.yaml", "--output", out, env=env)
+    import csv
+
+    rows = list(csv.DictReader(out.open()))
+    assert [r["post_id"] for r in rows] == [f"p{i}" for i in range(1, 9)]
+    assert set(rows[0]) == {"post_id", "text", "label", "error"}
+    labelled = [r for r in rows if not r["error"]]
+    # Structured output: every answer parsed and its label is one the schema allows.
+    assert len(labelled) == 8, [r["error"] for r in rows if r["error"]]
+    assert {r["label"] for r in labelled} <= {"positive", "negative", "neutral"}
+    assert summary_rows(done.stderr)["classify"][2:4] == ["8", "0"]
+    assert replica(env)["replica"] == engine["replica"]
+
+
+def test_batch_file_on_the_running_engine(env, engine, tmp_path):
+    lines = [
+        {"custom_id": "france", "method": "POST", "url": "/v1/chat/completions",
+         "body": {"model": NAME, "messages": [{"role": "user", "content": "What is the capital of France?"}],
+                  "temperature": 0, "max_tokens": 24}},
+        {"custom_id": "count", "method": "POST", "url": "/v1/completions",
+         "body": {"prompt": "One, two, three,", "max_tokens": 8, "temperature": 0}},
+        {"custom_id": "bad", "method": "POST", "url": "/v1/chat/completions",
+         "body": {"messages": [{"role": "user", "content": "word " * 9000}], "max_tokens": 8}},
+    ]
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    done = cli("batch", tmp_path / "in.jsonl", "--deployment", NAME, "--output", tmp_path / "out.jsonl", env=env)
+    assert json.loads(done.stdout.splitlines()[-1])["request_counts"] == {"total": 3, "completed": 2, "failed": 1}
+    out = {r["custom_id"]: r for r in map(json.loads, (tmp_path / "out.jsonl").read_text().splitlines())}
+    france = out["france"]["response"]["body"]
+    assert "Paris" in france["choices"][0]["message"]["content"]
+    assert france["usage"]["completion_tokens"] > 0 and france["model"] == NAME
+    assert out["count"]["response"]["body"]["choices"][0]["text"]
+    (error,) = map(json.loads, (tmp_path / "out.errors.jsonl").read_text().splitlines())
+    assert error["custom_id"] == "bad" and error["error"]["code"] == "engine_error"
+    assert "maximum context length" in error["error"]["message"] or "too long" in error["error"]["message"]
+
+
+def test_demo_prints_answers_and_the_summary(env, engine):
+    before = replica(env)
+    done = cli("demo", env=env)
+    out = done.stdout
+    assert "Q: What is the capital of France?" in out and "Paris" in out
+    assert out.count("\nQ: ") == 4 and out.count("\nShorter: ") == 4
+    table = summary_rows(out)
+    assert table["answer"][2:4] == ["4", "0"] and table["shorter"][2:4] == ["4", "0"]
+    after = replica(env)
+    # The demo found the running engine by name and config: no second engine, 8 more rows.
+    assert after["replica"] == before["replica"] and after["rows"] == before["rows"] + 8

@@ -1,0 +1,330 @@
+"""The ``relayllm`` command, driven in subprocesses against a real Ray cluster on the echo
+backend: run, batch, deploy/status/shutdown across drivers, backends, bad input.
+
+The cluster is started here with ``ray start --head`` in a private temp dir (so no other
+``ray.init()`` on the machine finds it) and stopped at the end of the module.
+"""
+
+import importlib.metadata
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+BIN = Path(sys.executable).parent
+RELAYLLM = str(BIN / "relayllm")
+CLI_TIMEOUT = 600
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A long-lived Ray cluster the CLI's drivers connect to; yields their environment."""
+    temp = tempfile.mkdtemp(prefix="rlcli-")  # short: Ray's socket paths live under it
+    port = _free_port()
+    # Ray 2.60 clusters use token auth; drivers that pass an address must opt in to send it.
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RELAYLLM_ECHO_BACKEND": "1"}
+    subprocess.run([str(BIN / "ray"), "get-auth-token", "--generate"], env=env, capture_output=True,
+                   timeout=120)  # writes Ray's token file only if there is none yet
+    log = open(os.path.join(temp, "head.log"), "w")
+    head = subprocess.Popen(
+        [str(BIN / "ray"), "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1",
+         "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp}",
+         f"--ray-client-server-port={_free_port()}", f"--dashboard-agent-listen-port={_free_port()}",
+         f"--dashboard-agent-grpc-port={_free_port()}", f"--runtime-env-agent-port={_free_port()}",
+         f"--metrics-export-port={_free_port()}"],
+        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while "Ray runtime started" not in Path(temp, "head.log").read_text():
+            assert head.poll() is None, Path(temp, "head.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "ray start did not come up in 300 s"
+            time.sleep(0.5)
+        env["RAY_ADDRESS"] = f"127.0.0.1:{port}"
+        yield env
+    finally:
+        head.send_signal(signal.SIGTERM)  # `ray start --block` stops its own processes...
+        try:
+            head.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # ...gracefully, which takes half a minute: the
+            os.killpg(head.pid, signal.SIGKILL)  # group holds only this cluster's processes
+            head.wait(timeout=60)
+        log.close()
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def cli(*args, env=None, cwd=None, check=None):
+    done = subprocess.run([RELAYLLM, *map(str, args)], env=env or {**os.environ, "RELAYLLM_ECHO_BACKEND": "1"},
+                          cwd=cwd, capture_output=True, text=True, timeout=CLI_TIMEOUT)
+    if check is not None:
+        assert done.returncode == check, f"exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
+    return done
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+TWO_STEPS = """\
+deployments:
+  - name: {name}
+    backend: echo
+    options: {{mode: reverse}}
+input:
+  path: questions.jsonl
+  id_column: id
+steps:
+  - name: answer
+    deployment: {name}
+    messages:
+      - {{role: user, content: "{{question}}"}}
+    output_column: answer
+  - name: shorter
+    deployment: {name}
+    prompt: "short {{answer}}"
+    sampling_params: {{max_tokens: 2}}
+    output_column: short
+output:
+  path: out/answers.jsonl
+"""
+
+
+def questions(tmp_path: Path, n: int) -> None:
+    write(tmp_path / "questions.jsonl",
+          "".join(json.dumps({"id": i, "question": f"alpha beta q{i}"}) + "\n" for i in range(n)))
+
+
+# -- without a cluster --------------------------------------------------------------------
+
+
+def test_help_everywhere():
+    top = cli("--help", check=0).stdout
+    commands = ["run", "batch", "deploy", "status", "shutdown", "backends", "demo"]
+    assert all(c in top for c in commands)
+    for command in commands:
+        out = cli(command, "--help", check=0).stdout
+        assert out.startswith(f"Usage: relayllm {command}"), out
+
+
+def test_backends_lists_installed_backends_with_options():
+    listed = json.loads(cli("backends", "--json", check=0).stdout)
+    echo = next(b for b in listed if b["name"] == "echo")
+    options = {o["name"]: o for o in echo["options"]}
+    assert options["mode"]["type"] == "Literal['echo', 'reverse']" and options["mode"]["default"] == "echo"
+    assert options["delay_s"]["type"] == "float (>= 0)" and options["delay_s"]["default"] == 0.0
+    assert options["fail_marker"]["type"] == "str | None" and "fail" in options["fail_marker"]["description"]
+    assert echo["tasks"] == ["chat", "completion", "embedding"] and echo["engine_installed"] is True
+    for item in listed:  # adapters installed from entry points name their distribution
+        if item["distribution"]:
+            assert item["version"] == importlib.metadata.version(item["distribution"])
+    text = cli("backends", "echo", check=0).stdout
+    assert text.startswith("echo  (relayllm.testing.echo (in code))")
+    assert "mode" in text and "default \"echo\"" in text
+    unknown = cli("backends", "nosuch", check=2)
+    assert "unknown backend 'nosuch'; installed backends:" in unknown.stderr
+
+
+def test_batch_rejects_duplicate_ids_and_unroutable_models_up_front(tmp_path):
+    config = write(tmp_path / "two.yaml", """\
+deployments:
+  - {name: alpha, backend: echo}
+  - {name: beta, backend: echo}
+input: {rows: [{q: x}]}
+steps: [{name: s, deployment: alpha, prompt: "{q}", output_column: a}]
+""")
+    line = {"method": "POST", "url": "/v1/completions", "body": {"prompt": "hi"}}
+    dup = write(tmp_path / "dup.jsonl", "".join(json.dumps({**line, "custom_id": c}) + "\n" for c in "abca"))
+    done = cli("batch", dup, "--config", config, "--output", tmp_path / "o.jsonl", check=2)
+    assert "duplicate custom_id values, nothing was run: 'a' on lines 1, 4" in done.stderr
+    mixed = write(tmp_path / "mixed.jsonl", "".join(
+        json.dumps({**line, "custom_id": str(i), "body": {"prompt": "hi", "model": m}}) + "\n"
+        for i, m in enumerate(["alpha", "gpt-4o", "llama"])))
+    done = cli("batch", mixed, "--config", config, "--output", tmp_path / "o.jsonl", check=2)
+    assert "mixes model values" in done.stderr and "['gpt-4o', 'llama'] do not" in done.stderr
+    assert not (tmp_path / "o.jsonl").exists(), "nothing may be written when the file is rejected"
+    both = cli("batch", mixed, "--deployment", "x", "--config", config, "--output", tmp_path / "o.jsonl", check=2)
+    assert "exactly one of --deployment" in both.stderr
+
+
+# -- on the cluster -----------------------------------------------------------------------
+
+
+def test_bad_pipeline_files_fail_before_any_engine_starts(cluster, tmp_path):
+    questions(tmp_path, 3)
+    good = TWO_STEPS.format(name="never-started")
+    cases = {
+        "unknown-key.yaml": (good.replace("    output_column: short", "    output_column: short\n    temprature: 1"),
+                             "unknown-key.yaml:19: steps[1].temprature: unknown key"),
+        "missing-column.yaml": (good.replace("{{question}}", "{{questoin}}").replace("{question}", "{questoin}"),
+                                "missing-column.yaml:12: steps[0].messages[0].content: column 'questoin' "
+                                "is not in the input (columns: id, question)"),
+        "undeclared.yaml": (good.replace("    deployment: never-started\n    prompt", "    deployment: other\n    prompt"),
+                            "undeclared.yaml:15: steps[1].deployment: unknown deployment 'other'"),
+        "no-input.yaml": (good.replace("path: questions.jsonl", "path: missing/questions.jsonl"),
+                          "no-input.yaml:6: input.path: 'missing/questions.jsonl' does not exist"),
+        "bad-option.yaml": (good.replace("{mode: reverse}", "{mode: loud}"),
+                            "bad-option.yaml:4: deployments[0].options.mode: Input should be 'echo' or 'reverse'"),
+    }
+    for name, (text, expected) in cases.items():
+        started = time.monotonic()
+        done = cli("run", write(tmp_path / name, text), env=cluster, cwd=tmp_path)
+        assert done.returncode == 2, (name, done.stderr[-3000:])
+        assert expected in done.stderr, (name, done.stderr[-3000:])
+        assert "Traceback" not in done.stderr
+        assert time.monotonic() - started < 60, f"{name}: should fail before connecting to the cluster"
+    assert not (tmp_path / "out").exists()
+    missing_file = cli("run", tmp_path / "nope.yaml", env=cluster, check=2)
+    assert "nope.yaml: cannot read the pipeline file" in missing_file.stderr
+    status = json.loads(cli("status", "--json", env=cluster, check=0).stdout)
+    assert "never-started" not in [d["name"] for d in status]
+
+
+def test_run_writes_every_row_and_prints_a_summary_per_step(cluster, tmp_path):
+    questions(tmp_path, 30)
+    pipeline = write(tmp_path / "p.yaml", TWO_STEPS.format(name="run-echo"))
+    done = cli("run", pipeline, env=cluster, cwd=tmp_path, check=0)
+    rows = jsonl(tmp_path / "out" / "answers.jsonl")
+    assert [r["id"] for r in rows] == list(range(30))
+    for r in rows:
+        assert r["answer"] == f"q{r['id']} beta alpha"  # echo in reverse mode
+        assert r["short"] == f"alpha beta"  # "short q.. beta alpha" reversed, cut to 2 tokens
+        assert r["error"] is None and set(r) == {"id", "question", "answer", "short", "error"}
+    summary = {line.split()[0]: line.split() for line in done.stderr.splitlines()
+               if line.split()[:1] in (["answer"], ["shorter"], ["total"])}
+    # step, deployment, rows, errors, input tokens, output tokens, rows/s, tokens/s, wall
+    assert summary["answer"][1:6] == ["run-echo", "30", "0", "90", "90"]
+    assert summary["shorter"][1:6] == ["run-echo", "30", "0", "120", "60"]
+    assert summary["total"][1:5] == ["30", "0", "210", "150"]
+    assert float(summary["answer"][6]) > 0 and summary["answer"][8].endswith("s")
+    assert "30 rows written to" in done.stderr
+    # The run started the deployment, so it stopped it at the end.
+    assert "run-echo" not in [d["name"] for d in json.loads(cli("status", "--json", env=cluster, check=0).stdout)]
+
+
+def _batch_lines() -> tuple[list[str], dict[str, str]]:
+    """50 lines: 45 good ones (chat, completion, embeddings; models alpha and beta) and 5 bad."""
+    lines, bad = [], {}
+    for i in range(45):
+        model = "alpha" if i % 2 else "beta"
+        if i < 35:
+            line = {"custom_id": f"req-{i}", "method": "POST", "url": "/v1/chat/completions",
+                    "body": {"model": model, "messages": [{"role": "user", "content": f"one two {i}"}],
+                             "max_tokens": 16}}
+        elif i < 40:
+            line = {"custom_id": f"req-{i}", "method": "POST", "url": "/v1/completions",
+                    "body": {"model": model, "prompt": f"three four {i}"}}
+        else:
+            line = {"custom_id": f"req-{i}", "method": "POST", "url": "/v1/embeddings",
+                    "body": {"model": model, "input": "a bb ccc"}}
+        lines.append(json.dumps(line))
+    lines.insert(3, '{"custom_id": "broken", "method": "POST", ')
+    bad["line 4"] = "not valid JSON"
+    lines.insert(10, json.dumps({"method": "POST", "url": "/v1/completions", "body": {"prompt": "x"}}))
+    bad["line 11"] = "'custom_id' must be a non-empty string"
+    lines.insert(20, json.dumps({"custom_id": "img", "method": "POST", "url": "/v1/images/generations",
+                                 "body": {"prompt": "a cat"}}))
+    bad["line 21"] = "'url' '/v1/images/generations' is not supported"
+    lines.insert(30, json.dumps({"custom_id": "no-msgs", "method": "POST", "url": "/v1/chat/completions",
+                                 "body": {"model": "alpha", "messages": []}}))
+    bad["line 31"] = "'messages' must be a non-empty list"
+    lines.insert(40, json.dumps({"custom_id": "n2", "method": "POST", "url": "/v1/chat/completions",
+                                 "body": {"model": "beta", "n": 2, "messages": [{"role": "user", "content": "x"}]}}))
+    bad["line 41"] = "body.n is invalid"
+    return lines, bad
+
+
+def test_batch_of_50_lines_with_5_bad_ones(cluster, tmp_path):
+    lines, bad = _batch_lines()
+    assert len(lines) == 50
+    requests = write(tmp_path / "requests.jsonl", "\n".join(lines) + "\n")
+    config = write(tmp_path / "two.yaml", """\
+deployments:
+  - {name: alpha, backend: echo}
+  - {name: beta, backend: echo, options: {mode: reverse}}
+input: {rows: [{q: x}]}
+steps: [{name: s, deployment: alpha, prompt: "{q}", output_column: a}]
+""")
+    done = cli("batch", requests, "--config", config, "--output", tmp_path / "out.jsonl",
+               "--errors", tmp_path / "err.jsonl", env=cluster, check=0)
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {
+        "request_counts": {"total": 50, "completed": 45, "failed": 5}}
+    out, err = jsonl(tmp_path / "out.jsonl"), jsonl(tmp_path / "err.jsonl")
+    assert len(out) == 45 and len(err) == 5
+    assert sorted(r["custom_id"] for r in out) == sorted(f"req-{i}" for i in range(45))
+    for e in err:
+        where = f"line {e['error']['line']}"
+        assert e["response"] is None and e["error"]["message"].startswith(where + ":")
+        assert bad.pop(where) in e["error"]["message"]
+    assert not bad, f"no error line for {bad}"
+    for r in out:
+        i = int(r["custom_id"].split("-")[1])
+        response = r["response"]
+        assert response["status_code"] == 200 and r["error"] is None and r["id"].startswith("batch_req_")
+        body = response["body"]
+        reverse = i % 2 == 0  # model beta is the reversing deployment
+        if i < 35:
+            words = ["one", "two", str(i)]
+            assert body["object"] == "chat.completion"
+            assert body["choices"][0]["message"] == {"role": "assistant",
+                                                     "content": " ".join(words[::-1] if reverse else words)}
+            assert body["usage"] == {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6}
+        elif i < 40:
+            assert body["object"] == "text_completion" and body["choices"][0]["text"].count(" ") == 2
+        else:
+            assert body["object"] == "list" and body["data"][0]["embedding"][:3] == [1.0, 2.0, 3.0]
+        assert body["model"] == ("beta" if reverse else "alpha")
+
+
+def test_deploy_status_and_shutdown_across_driver_processes(cluster, tmp_path):
+    questions(tmp_path, 12)
+    shared = write(tmp_path / "shared.yaml", TWO_STEPS.format(name="shared-echo"))
+    deployed = cli("deploy", shared, env=cluster, check=0)
+    assert "shared-echo: RUNNING (backend echo)" in deployed.stdout
+
+    # Each command below is a new driver process that finds the deployment by name.
+    status = json.loads(cli("status", "--json", env=cluster, check=0).stdout)
+    entry = next(d for d in status if d["name"] == "shared-echo")
+    assert entry["status"] == "RUNNING" and entry["backend"] == "echo" and entry["rows"] == 0
+    replica = entry["replica"]
+
+    ran = cli("run", shared, "--limit", "5", "--output", "-", env=cluster, cwd=tmp_path, check=0)
+    assert [json.loads(line)["id"] for line in ran.stdout.splitlines()] == [0, 1, 2, 3, 4]
+
+    request = {"custom_id": "only", "method": "POST", "url": "/v1/completions", "body": {"prompt": "x y"}}
+    write(tmp_path / "one.jsonl", json.dumps(request) + "\n")
+    batch = cli("batch", tmp_path / "one.jsonl", "--deployment", "shared-echo", "--output", tmp_path / "o.jsonl",
+                env=cluster, check=0)
+    assert '"completed": 1' in batch.stdout
+    assert jsonl(tmp_path / "o.jsonl")[0]["response"]["body"]["choices"][0]["text"] == "y x"
+    assert (tmp_path / "o.errors.jsonl").read_text() == ""
+
+    table = cli("status", env=cluster, check=0).stdout
+    row = next(line.split() for line in table.splitlines() if line.startswith("shared-echo"))
+    # Still running (run and batch reuse, never stop, a deployment they did not start), on the
+    # same replica, which served 5 rows x 2 steps + 1 batch line.
+    assert row[1:3] == ["RUNNING", "echo"] and row[-2:] == [replica, "11"]
+
+    assert cli("shutdown", "shared-echo", env=cluster, check=0).stdout.strip() == "stopped: shared-echo"
+    again = cli("shutdown", "shared-echo", env=cluster)
+    assert again.returncode == 1 and "no relayllm deployment named 'shared-echo' is running" in again.stderr
+
