@@ -41,6 +41,8 @@ class BatchDeployment:
         self.deployment = deployment
         self.calls = 0  # process_batch calls served by this replica
         self.rows = 0  # rows this replica computed (cache hits excluded)
+        self.ongoing = 0  # process_batch calls in progress now...
+        self.peak_ongoing = 0  # ...and the most ever at once (checks the admission limit)
         self._inflight: dict[str, tuple[asyncio.Future[list[Result]], int]] = {}
         self._finished: OrderedDict[str, Result] = OrderedDict()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -67,6 +69,14 @@ class BatchDeployment:
 
     async def process_batch(self, requests: list[Request]) -> list[Result]:
         self.calls += 1
+        self.ongoing += 1
+        self.peak_ongoing = max(self.peak_ongoing, self.ongoing)
+        try:
+            return await self._process(requests)
+        finally:
+            self.ongoing -= 1
+
+    async def _process(self, requests: list[Request]) -> list[Result]:
         # Each row is answered from memory (finished), joins a computation already running
         # (a retry of a call that timed out on the caller's side), or is computed fresh.
         # Bookkeeping is per batch, not per row: this is the hot path.
@@ -117,6 +127,8 @@ class BatchDeployment:
             "pid": os.getpid(),
             "calls": self.calls,
             "rows": self.rows,
+            "ongoing": self.ongoing,
+            "peak_ongoing": self.peak_ongoing,
             **self.engine_info(),
         }
 

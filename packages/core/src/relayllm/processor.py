@@ -34,6 +34,9 @@ class ProcessorConfig(BaseModel):
     )
     on_error: Literal["record", "raise"] = "record"
     sampling_params: dict[str, Any] = Field(default_factory=dict)
+    id_column: str | None = Field(
+        default=None, description="Input column that identifies a row in error messages."
+    )
     num_cpus: float = Field(
         default=0.25, gt=0, description="CPUs reserved per stage actor; it mostly waits on I/O."
     )

@@ -75,6 +75,19 @@ def check_messages(messages: Any) -> str | None:
         content = message.get("content")
         if not isinstance(content, (str, list)):
             return f"messages[{i}].content must be a string or a list of parts, got {_short(content)}"
+        if isinstance(content, str):
+            problem = check_text(content)
+            if problem:
+                return f"messages[{i}].content {problem}"
+    return None
+
+
+def check_text(text: str) -> str | None:
+    """Why ``text`` cannot travel as UTF-8 (a lone surrogate, say), or None."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"is not valid UTF-8 text ({exc.reason} at position {exc.start})"
     return None
 
 
@@ -120,6 +133,10 @@ def build_request(
             return problem
     elif not isinstance(value, str) or not value:
         return f"'{column}' must be a non-empty string, got {_short(value)}"
+    else:
+        problem = check_text(value)
+        if problem:
+            return f"'{column}' {problem}"
     params = sampling_params
     if row_sampling_params is not None:
         row_params = _drop_none(row_sampling_params)
@@ -160,5 +177,6 @@ __all__ = [
     "build_request",
     "check_messages",
     "check_sampling_params",
+    "check_text",
     "error_result",
 ]

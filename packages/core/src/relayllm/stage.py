@@ -48,6 +48,7 @@ class ServeStage:
         self._ids = itertools.count()
         self._slots = asyncio.Semaphore(config.max_in_flight_batches)
         self._input_column = INPUT_COLUMN[config.task]
+        self._gone = False  # the deployment was shut down: fail fast instead of retrying
 
     async def __call__(self, batch: pa.Table) -> pa.Table:
         n = batch.num_rows
@@ -79,21 +80,45 @@ class ServeStage:
                 results[i] = result
 
         if self.config.on_error == "raise":
-            self._raise_first_error(results, ids, values)
+            row_ids = _column(batch, self.config.id_column, n) if self.config.id_column else None
+            self._raise_first_error(results, ids, values, row_ids)
         return _with_outputs(batch, results, ids, self.config.task == "embedding")
 
     async def _send(self, requests: list[Request]) -> list[Result]:
         async with self._slots:
             try:
+                if self._gone:
+                    raise _Gone()
                 return await call_with_retries(
-                    lambda: self._call(requests), max_retries=self.config.max_retries
+                    lambda: self._call(requests),
+                    max_retries=self.config.max_retries,
+                    retryable=lambda exc: not self._deployment_gone(),
                 )
-            except Exception as exc:  # transport failure after every retry: rows fail, not vanish
-                error = (
-                    f"deployment {self.config.deployment!r} failed after "
-                    f"{self.config.max_retries + 1} attempts: {_describe(exc)}"
-                )
+            except _Gone:
+                error = f"deployment {self.config.deployment!r} is no longer running (shut down?)"
                 return [{"error": error} for _ in requests]
+            except Exception as exc:  # transport failure after every retry: rows fail, not vanish
+                if self._deployment_gone():
+                    error = f"deployment {self.config.deployment!r} is no longer running (shut down?)"
+                else:
+                    error = (
+                        f"deployment {self.config.deployment!r} failed after "
+                        f"{self.config.max_retries + 1} attempts: {_describe(exc)}"
+                    )
+                return [{"error": error} for _ in requests]
+
+    def _deployment_gone(self) -> bool:
+        """Asked only after a failure: is the app still there? (A restarting replica is.)"""
+        if not self._gone:
+            from ray import serve
+
+            from relayllm.deployments import app_name
+
+            try:
+                self._gone = app_name(self.config.deployment) not in serve.status().applications
+            except Exception:  # the controller itself is unreachable: keep retrying
+                return False
+        return self._gone
 
     async def _call(self, requests: list[Request]) -> list[Result]:
         response = self._method.remote(requests)
@@ -105,15 +130,22 @@ class ServeStage:
                 f"no answer within timeout_s={self.config.timeout_s:g}s for {len(requests)} rows"
             ) from None
 
-    def _raise_first_error(self, results: list[Result], ids: list[str], values: list[Any]) -> None:
+    def _raise_first_error(
+        self, results: list[Result], ids: list[str], values: list[Any], row_ids: list[Any] | None
+    ) -> None:
         for i, result in enumerate(results):
             if result.get("error"):
                 preview = repr(values[i])
                 preview = preview if len(preview) <= 120 else preview[:117] + "..."
+                which = f"{self.config.id_column}={row_ids[i]!r}, " if row_ids else ""
                 raise RowError(
-                    f"row {i} of its batch (request_id {ids[i]}, {self._input_column}={preview}) "
+                    f"row {i} of its batch ({which}request_id {ids[i]}, {self._input_column}={preview}) "
                     f"failed on deployment {self.config.deployment!r}: {result['error']}"
                 )
+
+
+class _Gone(Exception):
+    """The deployment was shut down while this stage used it."""
 
 
 async def _await(response: Any) -> Any:

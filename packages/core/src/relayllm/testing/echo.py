@@ -8,6 +8,7 @@ never as a user-facing backend by default. Tokens are whitespace-separated words
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field
@@ -35,6 +36,7 @@ class EchoOptions(BackendOptions):
         default=0, ge=0, description="The first N calls on each replica fail as a whole."
     )
     fail_start: bool = Field(default=False, description="The replica fails in its constructor.")
+    start_delay_s: float = Field(default=0.0, ge=0, description="Sleep in the constructor.")
 
 
 class EchoDeployment(BatchDeployment):
@@ -42,6 +44,7 @@ class EchoDeployment(BatchDeployment):
 
     def __init__(self, options: dict[str, Any], deployment: dict[str, Any]) -> None:
         super().__init__(options, deployment)
+        time.sleep(options["start_delay_s"])  # models an engine loading its weights
         if options["fail_start"]:
             raise RuntimeError("echo engine failed to start (fail_start=True)")
 

@@ -1,0 +1,145 @@
+"""Resumable output: results are written as they finish; a job run again on the same output
+directory processes only the rows missing from it.
+
+Each finished block becomes one file ``part-<uuid>.jsonl`` in the output directory, written
+under a temporary name and renamed when complete, so a killed job leaves only whole files (plus
+``*.tmp`` leftovers that the next run deletes). A row is identified by ``id_column`` or, without
+one, by a hash of its content (``ROW_ID_COLUMN``): the same input row gets the same id on every
+run. Ids must be unique in the input; rows with identical content share a content id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ray.data import Dataset
+
+ROW_ID_COLUMN = "row_id"
+PART_GLOB = "part-*.jsonl"
+
+
+@dataclass(frozen=True)
+class ResumeReport:
+    already_done: int  # rows found in the output directory before this run
+    written: int  # rows this run wrote
+    output_dir: Path
+
+
+def content_id(row: dict[str, Any]) -> str:
+    """A stable id for a row: sha256 of its canonical JSON, 24 hex digits."""
+    text = json.dumps(row, sort_keys=True, default=str, ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def completed_ids(output_dir: str | os.PathLike[str], id_column: str) -> set[Any]:
+    """Ids of the rows already in the output directory's complete part files."""
+    done: set[Any] = set()
+    for path in sorted(Path(output_dir).glob(PART_GLOB)):
+        with path.open(encoding="utf-8") as lines:
+            for line in lines:
+                done.add(json.loads(line)[id_column])
+    return done
+
+
+def read_output(output_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Every row of a (finished or partial) output directory."""
+    rows = []
+    for path in sorted(Path(output_dir).glob(PART_GLOB)):
+        with path.open(encoding="utf-8") as lines:
+            rows.extend(json.loads(line) for line in lines)
+    return rows
+
+
+def run_resumable(
+    dataset: Dataset,
+    transform: Callable[[Dataset], Dataset],
+    output_dir: str | os.PathLike[str],
+    id_column: str | None = None,
+) -> ResumeReport:
+    """Run ``transform`` (e.g. one or more processors) on the rows of ``dataset`` that are not
+    yet in ``output_dir`` and append their results there, one file per finished block."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for leftover in out.glob("*.tmp"):
+        leftover.unlink()
+    if id_column is None:
+        id_column = ROW_ID_COLUMN
+        dataset = dataset.map(lambda row: {**row, ROW_ID_COLUMN: content_id(row)})
+    done = completed_ids(out, id_column)
+    if done:
+        done_ids = pa.array(sorted(done, key=str))
+
+        def missing(batch: pa.Table) -> pa.Table:
+            return batch.filter(pc.invert(pc.is_in(batch[id_column], value_set=done_ids)))
+
+        dataset = dataset.map_batches(missing, batch_format="pyarrow", zero_copy_batch=True)
+    sink = JsonlPartsSink(str(out))
+    transform(dataset).write_datasink(sink)
+    written = sum(1 for _ in _lines(out)) - len(done)
+    return ResumeReport(already_done=len(done), written=written, output_dir=out)
+
+
+def _lines(out: Path) -> Iterable[str]:
+    for path in out.glob(PART_GLOB):
+        with path.open(encoding="utf-8") as lines:
+            yield from lines
+
+
+def _datasink_base():
+    from ray.data import Datasink
+
+    return Datasink
+
+
+class JsonlPartsSink(_datasink_base()):  # type: ignore[misc]
+    """Writes each block to its own JSONL file, atomically (temp file, fsync, rename)."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def write(self, blocks: Iterable[Any], ctx: Any) -> None:
+        from ray.data.block import BlockAccessor
+
+        rows: list[dict[str, Any]] = []
+        for block in blocks:
+            rows.extend(BlockAccessor.for_block(block).to_arrow().to_pylist())
+        if not rows:
+            return
+        final = Path(self.directory) / f"part-{uuid.uuid4().hex}.jsonl"
+        temp = final.with_suffix(".tmp")
+        with temp.open("w", encoding="utf-8") as fh:
+            for row in rows:
+                fh.write(json.dumps(row, default=_jsonable, ensure_ascii=False) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(temp, final)
+
+
+def _jsonable(value: Any) -> Any:
+    if hasattr(value, "tolist"):  # numpy arrays and scalars
+        return value.tolist()
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    return str(value)
+
+
+__all__ = [
+    "ROW_ID_COLUMN",
+    "JsonlPartsSink",
+    "ResumeReport",
+    "completed_ids",
+    "content_id",
+    "read_output",
+    "run_resumable",
+]

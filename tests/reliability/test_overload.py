@@ -1,0 +1,87 @@
+"""Four pipelines on one deployment with a small admission limit, 100k rows through echo:
+nothing hangs, the limit holds, and memory stays bounded."""
+
+import resource
+import threading
+import time
+from pathlib import Path
+
+import ray
+
+import relayllm
+from relayllm import DeploymentConfig, ProcessorConfig, build_processor
+
+ROWS_PER_PIPELINE = 25_000
+
+
+def _peak_rss_mib(pid: int) -> float:
+    """Peak resident set size of a process (Linux: VmHWM; 0 for a process already exiting)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _stage_actor_pids() -> set[int]:
+    """This cluster's stage actors: children of our raylet that Ray titled after the actor
+    ("ray::MapWorker(MapBatches(ServeStage))"). Other Ray clusters on the machine are ignored."""
+    raylet = ray._private.worker._global_node.all_processes["raylet"][0].process.pid
+    pids = set()
+    for proc in Path("/proc").iterdir():
+        try:
+            if not proc.name.isdigit() or b"ServeStage" not in (proc / "cmdline").read_bytes():
+                continue
+            parent = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            if parent == raylet:
+                pids.add(int(proc.name))
+        except (OSError, ValueError, IndexError):
+            pass
+    return pids
+
+
+def test_four_pipelines_share_one_small_deployment_without_hanging_or_growing():
+    relayllm.deploy(DeploymentConfig(name="crowded", backend="echo", max_ongoing_requests=2,
+                                     options={"delay_s": 0.002}))
+    counts = [0] * 4
+    errors = [0] * 4
+
+    def pipeline(k: int) -> None:
+        ds = ray.data.range(ROWS_PER_PIPELINE, override_num_blocks=50).map_batches(
+            lambda b: {"id": b["id"], "prompt": [f"pipeline row {i}" for i in b["id"]]}
+        )
+        proc = build_processor(ProcessorConfig(deployment="crowded", task="completion",
+                                               batch_size=100, timeout_s=60, max_retries=5))
+        for batch in proc(ds).iter_batches(batch_size=1000, batch_format="pyarrow"):
+            counts[k] += batch.num_rows
+            errors[k] += batch.num_rows - batch["error"].null_count
+
+    start = time.monotonic()
+    threads = [threading.Thread(target=pipeline, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    stage_pids: set[int] = set()
+    peaks: dict[int, float] = {}
+    while any(t.is_alive() for t in threads):
+        assert time.monotonic() - start < 600, "the pipelines hang"
+        stage_pids.update(_stage_actor_pids())
+        for pid in stage_pids:
+            try:
+                peaks[pid] = max(peaks.get(pid, 0.0), _peak_rss_mib(pid))
+            except (FileNotFoundError, ProcessLookupError):
+                pass
+        time.sleep(1)
+    for t in threads:
+        t.join()
+    elapsed = time.monotonic() - start
+
+    info = relayllm.get_deployment("crowded").handle().info.remote().result(timeout_s=30)
+    relayllm.shutdown("crowded")
+    assert counts == [ROWS_PER_PIPELINE] * 4 and errors == [0] * 4
+    assert info["rows"] == 4 * ROWS_PER_PIPELINE
+    assert info["peak_ongoing"] <= 2, "the deployment's admission limit was exceeded"
+    driver_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"\noverload: {4 * ROWS_PER_PIPELINE} rows in {elapsed:.1f}s, driver peak RSS "
+          f"{driver_mib:.0f} MiB, stage actor peak RSS {max(peaks.values(), default=0):.0f} MiB, "
+          f"peak concurrent calls {info['peak_ongoing']}")
+    assert peaks, "saw the stage actors"
+    assert max(peaks.values()) < 1024, "a stage actor's memory grew past 1 GiB"
