@@ -124,6 +124,7 @@ class BatchDeployment:
             "backend": self.backend_name,
             "deployment": self.deployment.get("name"),
             "replica_id": _replica_id(),
+            "node_id": _node_id(),
             "pid": os.getpid(),
             "calls": self.calls,
             "rows": self.rows,
@@ -184,6 +185,15 @@ def _replica_id() -> str | None:
 
         return serve.get_replica_context().replica_id.unique_id
     except Exception:  # not inside a replica (a unit test calling the class directly)
+        return None
+
+
+def _node_id() -> str | None:
+    try:
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+    except Exception:
         return None
 
 

@@ -1,0 +1,64 @@
+"""Run by test_multinode.py in its own process: a three-node Ray cluster on one machine.
+
+The head node runs the driver and the Ray Data stage actors (it alone has CPUs); two "engine"
+nodes have no CPUs but an ``engine`` resource the echo replica needs. Mid-job, the node that
+hosts the replica is removed. Prints one JSON line with what happened.
+"""
+
+import json
+import threading
+import time
+
+import ray
+from ray.cluster_utils import Cluster
+
+import relayllm
+from relayllm import DeploymentConfig, ProcessorConfig, build_processor
+from relayllm.testing import enable_echo_backend
+
+N = 2000
+
+
+def main() -> None:
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
+    engine_nodes = [cluster.add_node(num_cpus=0, resources={"engine": 1}) for _ in range(2)]
+    ray.init(address=cluster.address, log_to_driver=False)
+    ray.data.DataContext.get_current().enable_progress_bars = False
+    enable_echo_backend()
+    ref = relayllm.deploy(DeploymentConfig(
+        name="spread", backend="echo", options={"delay_s": 0.1},
+        ray_actor_options={"num_cpus": 0, "resources": {"engine": 1}},
+    ))
+    handle = ref.handle()
+    before = handle.info.remote().result(timeout_s=60)
+    head = ray.get_runtime_context().get_node_id()
+
+    proc = build_processor(ProcessorConfig(deployment="spread", task="completion", batch_size=20,
+                                           max_retries=8, timeout_s=30))
+    out: dict = {}
+    job = threading.Thread(target=lambda: out.update(rows=proc(ray.data.from_items(
+        [{"id": i, "prompt": f"row {i}"} for i in range(N)], override_num_blocks=20)).take_all()))
+    job.start()
+    while handle.info.remote().result(timeout_s=60)["rows"] < 300:
+        time.sleep(0.2)
+    victim = next(n for n in engine_nodes if n.node_id == before["node_id"])
+    cluster.remove_node(victim)
+    killed_at = time.monotonic()
+    job.join(timeout=600)
+    after = handle.info.remote().result(timeout_s=120)
+    rows = out.get("rows", [])
+    print(json.dumps({
+        "rows": len(rows),
+        "distinct_ids": len({r["id"] for r in rows}),
+        "errors": sum(1 for r in rows if r["error"]),
+        "replica_node_before": before["node_id"],
+        "replica_node_after": after["node_id"],
+        "replica_was_on_head": before["node_id"] == head,
+        "seconds_to_finish_after_kill": round(time.monotonic() - killed_at, 1),
+    }))
+    ray.shutdown()
+    cluster.shutdown()
+
+
+if __name__ == "__main__":
+    main()
