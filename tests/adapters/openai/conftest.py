@@ -29,7 +29,8 @@ def ray_per_module():
     from ray import serve
 
     if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        # address="local": a new cluster of our own, never one found running on the machine.
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray
     serve.shutdown()
     ray.shutdown()

@@ -30,16 +30,17 @@ EMBEDDING_SIZE = 8
 BAD_REQUEST_MESSAGE = "this row is rejected by the fault server on purpose"
 
 
-@dataclass(frozen=True)
+@dataclass
 class Record:
-    """One request as the server saw it."""
+    """One request as the server saw it; recorded on arrival, completed when answered (a
+    slow answer's record is there while the client has already given up on it)."""
 
     at: float  # time.monotonic() on arrival
-    done: float  # time.monotonic() when the answer was ready
     path: str
     text: str
-    status: int
     authorized: bool
+    status: int | None = None
+    done: float | None = None  # time.monotonic() when the answer was ready
 
 
 class FaultServer:
@@ -82,15 +83,15 @@ class FaultServer:
     # -- answering ---------------------------------------------------------------------------
 
     def answer(self, path: str, body: dict[str, Any], auth: str | None) -> tuple[int, dict[str, str], bytes]:
-        arrived = time.monotonic()
         text = _text_of(body)
         authorized = self.api_key is None or auth == f"Bearer {self.api_key}"
+        record = Record(time.monotonic(), path, text, authorized)
         with self._lock:
+            self.records.append(record)
             self._attempts[(path, text)] += 1
             attempt = self._attempts[(path, text)]
         status, headers, payload = self._decide(path, body, text, attempt, authorized, auth)
-        with self._lock:
-            self.records.append(Record(arrived, time.monotonic(), path, text, status, authorized))
+        record.status, record.done = status, time.monotonic()
         return status, headers, payload
 
     def _decide(self, path, body, text, attempt, authorized, auth):

@@ -4,7 +4,6 @@ from the request timestamps the server records."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
@@ -121,31 +120,41 @@ def test_health_lists_models_without_spending_tokens(deploy, server):
     assert info["base_url"] == server.base_url and info["model"] == server.model
 
 
+def within_budget(times: list[float], rpm: float, window_s: float) -> bool:
+    """No window of ``window_s`` holds more than its share of ``rpm``. The limiter spaces
+    requests exactly; the server's clock also sees the network's jitter (up to ~0.3 s measured
+    on a busy 2-core machine), so the share gets JITTER_S of slack -- far less than the 2x a
+    limiter per processor would let through."""
+    rate = rpm / 60
+    return most_in_window(times, window_s) <= rate * (window_s + JITTER_S) + 1
+
+
+JITTER_S = 0.5
+
+
 def test_requests_per_minute_is_global_across_two_processors(deploy, server):
-    rpm = 300  # 5 requests per second: a per-second equivalent keeps the test short
+    rpm = 600  # 10 requests per second: a per-second equivalent keeps the test short
     deploy("paced", requests_per_minute=rpm, max_concurrency=16)
-    n = 40
+    n = 80
     first = chat_rows([f"pace-a {i}" for i in range(n)])
     second = chat_rows([f"pace-b {i}" for i in range(n)])
-    start = time.monotonic()
     out_a, out_b = run_together(lambda: run("paced", first), lambda: run("paced", second))
     assert all(r["error"] is None for r in out_a + out_b)
 
     a, b = arrivals(server, "pace-a"), arrivals(server, "pace-b")
     both = sorted(a + b)
     assert len(both) == 2 * n
-    # The two processors really ran at the same time (otherwise sharing proves nothing);
-    # one may start a few seconds late on a busy machine.
-    overlap = min(a[-1], b[-1]) - max(a[0], b[0])
-    assert overlap > 0.25 * (both[-1] - both[0]), (a[0], a[-1], b[0], b[-1])
-    # Evenly paced at rpm/60 per second, for the two processors together: 80 requests take
-    # at least 79 gaps of 0.2 s. A limiter per processor (or per stage actor) would take half.
-    assert both[-1] - both[0] >= (2 * n - 1) * 60 / rpm * 0.97
-    # No window holds more than its share of the budget (+1: the server's clock sees network
-    # jitter, not the limiter's). The 60 s window is the configured one.
-    for window in (1.0, 2.0, 5.0, 60.0):
-        assert most_in_window(both, window) <= rpm / 60 * window + 1, window
-    assert time.monotonic() - start < 120
+    # The two processors really sent at the same time (otherwise sharing proves nothing);
+    # on a busy machine one may start some seconds after the other.
+    start, end = max(a[0], b[0]), min(a[-1], b[-1])
+    assert end - start >= 4.0, f"the processors overlapped only {end - start:.1f}s"
+    during = [t for t in both if start <= t <= end]
+    assert len(during) <= rpm / 60 * (end - start + JITTER_S) + 1, (len(during), end - start)
+    # Evenly paced at rpm/60 per second for both together: 160 requests take at least 159
+    # gaps of 0.1 s. A limiter per processor (or per stage actor) would take half that.
+    assert both[-1] - both[0] >= (2 * n - 1) * 60 / rpm - JITTER_S, both[-1] - both[0]
+    for window in (2.0, 5.0, 60.0):  # 60 s: the configured window itself
+        assert within_budget(both, rpm, window), (window, most_in_window(both, window))
 
 
 def test_requests_per_minute_is_split_between_replicas(deploy, server):
@@ -153,12 +162,12 @@ def test_requests_per_minute_is_split_between_replicas(deploy, server):
     ref = deploy("paced-2", num_replicas=2, requests_per_minute=rpm, max_concurrency=16)
     info = ref.handle().info.remote().result(timeout_s=60)
     assert info["limits"]["requests_per_minute"] == rpm / 2
-    out = run("paced-2", chat_rows([f"split {i}" for i in range(60)]), concurrency=2)
+    out = run("paced-2", chat_rows([f"split {i}" for i in range(80)]), concurrency=2)
     assert all(r["error"] is None for r in out)
     times = arrivals(server, "split")
-    assert len(times) == 60
-    for window in (1.0, 3.0):
-        assert most_in_window(times, window) <= rpm / 60 * window + 2, window
+    assert len(times) == 80
+    for window in (2.0, 5.0):
+        assert within_budget(times, rpm, window), (window, most_in_window(times, window))
 
 
 def test_tokens_per_minute_bucket(deploy, server):

@@ -27,7 +27,7 @@ def ray_logging_to_driver():
     if ray.is_initialized():
         serve.shutdown()
         ray.shutdown()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=True)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=True)
     yield ray
     serve.shutdown()
     ray.shutdown()
