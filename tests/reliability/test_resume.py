@@ -63,7 +63,9 @@ def test_killed_driver_resumes_where_it_stopped(ray_session, tmp_path):
     assert report["already_done"] + report["written"] == N
     assert list(Path(out).glob("*.tmp")) == []
     lost = total_computed - N  # rows the engine computed twice because of the crash
-    assert lost < computed_by_first
+    # At most the rows inside the stage when it died: up to 4 Ray Data batches per actor
+    # (Ray Data's async limit), each batch_size * max_in_flight_batches = 50 rows.
+    assert lost <= 4 * 50, f"{lost} rows recomputed"
     print(f"\nresume: {done_at_kill} rows saved at the kill, {lost} rows recomputed")
     relayllm.shutdown("resumable")
 
