@@ -1,6 +1,5 @@
 """Deployment lifecycle faults: each gives a clear error in bounded time and leaves nothing."""
 
-import threading
 import time
 
 import pytest
@@ -23,27 +22,15 @@ def _placement_groups(name: str) -> list[dict]:
             and pg.get("state") != "REMOVED"]
 
 
-def test_shutting_down_a_deployment_mid_job_fails_its_rows_in_bounded_time():
+def test_shutting_down_a_deployment_mid_job_fails_its_rows_in_bounded_time(background_job):
     ref = relayllm.deploy(DeploymentConfig(name="going-away", backend="echo", options={"delay_s": 0.2}))
     proc = build_processor(ProcessorConfig(deployment="going-away", task="completion", batch_size=10,
                                            timeout_s=5, max_retries=2))
-    result: dict = {}
-
-    def job():
-        rows = [{"id": i, "prompt": f"r {i}"} for i in range(1500)]
-        result["rows"] = proc(ray.data.from_items(rows, override_num_blocks=10)).take_all()
-
-    worker = threading.Thread(target=job)
-    worker.start()
-    deadline = time.monotonic() + 120
-    while ref.handle().info.remote().result(timeout_s=30)["rows"] < 200:  # well into the job
-        assert time.monotonic() < deadline, "the job did not start"
-        time.sleep(0.2)
+    job = background_job(proc, [{"id": i, "prompt": f"r {i}"} for i in range(1500)], blocks=10)
+    job.wait_until_replica_computed(ref.handle(), 200)  # well into the job
     start = time.monotonic()
     relayllm.shutdown("going-away")
-    worker.join(timeout=180)
-    assert not worker.is_alive(), "the job hung after its deployment was shut down"
-    out = result["rows"]
+    out = job.finish(timeout_s=180)
     assert len(out) == 1500 and {r["id"] for r in out} == set(range(1500))
     failed = [r for r in out if r["error"]]
     done = [r for r in out if not r["error"]]

@@ -2,37 +2,21 @@
 
 import os
 import signal
-import threading
-import time
-
-import ray
 
 import relayllm
 from relayllm import DeploymentConfig, ProcessorConfig, build_processor
 
 
-def test_replica_killed_mid_job_loses_and_duplicates_nothing():
+def test_replica_killed_mid_job_loses_and_duplicates_nothing(background_job):
     ref = relayllm.deploy(DeploymentConfig(name="victim", backend="echo", options={"delay_s": 0.1}))
     before = ref.handle().info.remote().result(timeout_s=30)
     rows = [{"id": i, "prompt": f"row {i}"} for i in range(2000)]
     proc = build_processor(ProcessorConfig(deployment="victim", task="completion", batch_size=20,
                                            max_retries=6, timeout_s=30))
-    result: dict = {}
-
-    def job():
-        result["rows"] = proc(ray.data.from_items(rows, override_num_blocks=20)).take_all()
-
-    worker = threading.Thread(target=job)
-    worker.start()
-    deadline = time.monotonic() + 60
-    while ref.handle().info.remote().result(timeout_s=30)["rows"] < 300:  # well into the job
-        assert time.monotonic() < deadline, "the job did not start"
-        time.sleep(0.2)
+    job = background_job(proc, rows, blocks=20)
+    job.wait_until_replica_computed(ref.handle(), 300)  # well into the job
     os.kill(before["pid"], signal.SIGKILL)
-    worker.join(timeout=300)
-    assert not worker.is_alive(), "the job hung after the replica died"
-
-    out = result["rows"]
+    out = job.finish(timeout_s=300)
     ids = [r["id"] for r in out]
     assert len(ids) == 2000 and set(ids) == set(range(2000)), "every row exactly once"
     assert [r for r in out if r["error"]] == [], "retries outlasted the restart: no row failed"
