@@ -98,7 +98,9 @@ def engine_arg_names() -> frozenset[str]:
 
     from relayllm_vllm.compat import hide_broken_torch_extensions
 
-    hide_broken_torch_extensions()
+    # Only this process imports vllm here; the driver's environment (which a Ray cluster it
+    # starts later would inherit) stays untouched.
+    hide_broken_torch_extensions(for_subprocesses=False)
     from vllm.engine.arg_utils import AsyncEngineArgs
 
     return frozenset(f.name for f in dataclasses.fields(AsyncEngineArgs))
