@@ -30,9 +30,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    """A long-lived Ray cluster the CLI's drivers connect to; yields their environment."""
+@pytest.fixture(scope="module", autouse=True)
+def head_node():
+    """Starts ``ray start --head`` as the module begins, so the cluster boots while the tests
+    that need none run; stops it at the end."""
     temp = tempfile.mkdtemp(prefix="rlcli-")  # short: Ray's socket paths live under it
     port = _free_port()
     # Ray 2.60 clusters use token auth; drivers that pass an address must opt in to send it.
@@ -49,13 +50,7 @@ def cluster():
         env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )
     try:
-        deadline = time.monotonic() + 300
-        while "Ray runtime started" not in Path(temp, "head.log").read_text():
-            assert head.poll() is None, Path(temp, "head.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "ray start did not come up in 300 s"
-            time.sleep(0.5)
-        env["RAY_ADDRESS"] = f"127.0.0.1:{port}"
-        yield env
+        yield head, Path(temp, "head.log"), {**env, "RAY_ADDRESS": f"127.0.0.1:{port}"}
     finally:
         head.send_signal(signal.SIGTERM)  # `ray start --block` stops its own processes...
         try:
@@ -65,6 +60,18 @@ def cluster():
             head.wait(timeout=60)
         log.close()
         shutil.rmtree(temp, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def cluster(head_node):
+    """The environment of a driver of the (now running) cluster."""
+    head, log, env = head_node
+    deadline = time.monotonic() + 300
+    while "Ray runtime started" not in log.read_text():
+        assert head.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, "ray start did not come up in 300 s"
+        time.sleep(0.5)
+    return env
 
 
 def cli(*args, env=None, cwd=None, check=None):
@@ -118,12 +125,16 @@ def questions(tmp_path: Path, n: int) -> None:
 
 
 def test_help_everywhere():
-    top = cli("--help", check=0).stdout
+    from click.testing import CliRunner
+
+    from relayllm.cli import main
+
+    top = cli("--help", check=0).stdout  # the installed console script
     commands = ["run", "batch", "deploy", "status", "shutdown", "backends", "demo"]
     assert all(c in top for c in commands)
-    for command in commands:
-        out = cli(command, "--help", check=0).stdout
-        assert out.startswith(f"Usage: relayllm {command}"), out
+    for command in commands:  # in-process: a subprocess each would only cost time
+        result = CliRunner().invoke(main, [command, "--help"], prog_name="relayllm")
+        assert result.exit_code == 0 and result.output.startswith(f"Usage: relayllm {command}"), result.output
 
 
 def test_backends_lists_installed_backends_with_options():
@@ -185,18 +196,22 @@ def test_bad_pipeline_files_fail_before_any_engine_starts(cluster, tmp_path):
         "bad-option.yaml": (good.replace("{mode: reverse}", "{mode: loud}"),
                             "bad-option.yaml:4: deployments[0].options.mode: Input should be 'echo' or 'reverse'"),
     }
-    for name, (text, expected) in cases.items():
-        started = time.monotonic()
-        done = cli("run", write(tmp_path / name, text), env=cluster, cwd=tmp_path)
-        assert done.returncode == 2, (name, done.stderr[-3000:])
-        assert expected in done.stderr, (name, done.stderr[-3000:])
-        assert "Traceback" not in done.stderr
-        assert time.monotonic() - started < 60, f"{name}: should fail before connecting to the cluster"
+    cases["nope.yaml"] = (None, "nope.yaml: cannot read the pipeline file")
+    started = time.monotonic()
+    running = {}
+    for name, (text, _) in cases.items():  # in parallel: each is a short-lived process
+        path = write(tmp_path / name, text) if text else tmp_path / name
+        running[name] = subprocess.Popen([RELAYLLM, "run", str(path)], env=cluster, cwd=tmp_path,
+                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for name, process in running.items():
+        _, stderr = process.communicate(timeout=CLI_TIMEOUT)
+        assert process.returncode == 2, (name, stderr[-3000:])
+        assert cases[name][1] in stderr, (name, stderr[-3000:])
+        assert "Traceback" not in stderr
+    # No cluster work happened: connecting alone takes longer than these checks.
+    assert time.monotonic() - started < 60
     assert not (tmp_path / "out").exists()
-    missing_file = cli("run", tmp_path / "nope.yaml", env=cluster, check=2)
-    assert "nope.yaml: cannot read the pipeline file" in missing_file.stderr
-    status = json.loads(cli("status", "--json", env=cluster, check=0).stdout)
-    assert "never-started" not in [d["name"] for d in status]
+    # (test_deploy_status_and_shutdown... checks that 'never-started' never ran on the cluster.)
 
 
 def test_run_writes_every_row_and_prints_a_summary_per_step(cluster, tmp_path):
@@ -217,8 +232,7 @@ def test_run_writes_every_row_and_prints_a_summary_per_step(cluster, tmp_path):
     assert summary["total"][1:5] == ["30", "0", "210", "150"]
     assert float(summary["answer"][6]) > 0 and summary["answer"][8].endswith("s")
     assert "30 rows written to" in done.stderr
-    # The run started the deployment, so it stopped it at the end.
-    assert "run-echo" not in [d["name"] for d in json.loads(cli("status", "--json", env=cluster, check=0).stdout)]
+    # (The run started 'run-echo', so it stops it: test_deploy_status_and_shutdown... checks.)
 
 
 def _batch_lines() -> tuple[list[str], dict[str, str]]:
@@ -303,6 +317,8 @@ def test_deploy_status_and_shutdown_across_driver_processes(cluster, tmp_path):
 
     # Each command below is a new driver process that finds the deployment by name.
     status = json.loads(cli("status", "--json", env=cluster, check=0).stdout)
+    # Earlier tests' commands stopped what they started; the bad pipelines started nothing.
+    assert {d["name"] for d in status} == {"shared-echo"}
     entry = next(d for d in status if d["name"] == "shared-echo")
     assert entry["status"] == "RUNNING" and entry["backend"] == "echo" and entry["rows"] == 0
     replica = entry["replica"]

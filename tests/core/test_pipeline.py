@@ -9,9 +9,9 @@ import pyarrow.parquet as pq
 import pytest
 
 import relayllm
+from relayllm.cli.output import RowWriter
 from relayllm.pipeline import (
     PipelineError,
-    RowWriter,
     deploy_all,
     execute,
     load_pipeline,
@@ -206,6 +206,25 @@ def test_templates():
         render("{q}", {"q": None})
 
 
+def test_input_from_a_glob_or_a_directory(tmp_path):
+    for n in range(2):
+        (tmp_path / "data").mkdir(exist_ok=True)
+        (tmp_path / "data" / f"part{n}.jsonl").write_text(
+            "".join(json.dumps({"id": 10 * n + i, "question": "q"}) + "\n" for i in range(3)))
+    for path in ("data/*.jsonl", "data"):
+        pipeline = parse(GOOD.replace('  rows:\n    - {id: 1, question: "hi there"}', f"  path: {path}"), tmp_path)
+        paths = pipeline.input_paths()
+        assert pipeline.input_format(paths) == "jsonl"
+        assert sorted(r["id"] for r in open_dataset(pipeline).take_all()) == [0, 1, 2, 10, 11, 12]
+    (tmp_path / "t.csv").write_text("id,topic\n1,snow\n")
+    pipeline = parse(GOOD.replace('  rows:\n    - {id: 1, question: "hi there"}', "  path: t.csv"), tmp_path)
+    with pytest.raises(PipelineError, match=r"column 'question' is not in the input \(columns: id, topic\)"):
+        open_dataset(pipeline)
+    nothing = parse(GOOD.replace('  rows:\n    - {id: 1, question: "hi there"}', "  path: none/*.jsonl"), tmp_path)
+    with pytest.raises(PipelineError, match="input.path: no file matches 'none/\\*.jsonl'"):
+        nothing.input_paths()
+
+
 # -- writers ------------------------------------------------------------------------------
 
 
@@ -236,7 +255,7 @@ def test_row_writer_formats(tmp_path, fmt):
 def test_three_steps_share_one_deployment_with_exact_counts(tmp_path):
     rows = "\n".join(
         json.dumps({"id": i, "question": f"q{i} " + "w " * i + ("BOOM" if i % 10 == 3 else ""),
-                    "meta": '{"label": "x%d"}' % i if i % 5 else "not json"})
+                    "meta": '{"label": "x%d"}' % i if i % 5 else "not json", "prompt": "an input column"})
         for i in range(40)
     )
     (tmp_path / "rows.jsonl").write_text(rows + "\n")
@@ -279,7 +298,8 @@ steps:
     not_json = {i for i in range(40) if i % 5 == 0}  # step 2 cannot parse these
     assert [r["id"] for r in out] == list(range(40))
     assert all(not any(k.startswith("__relayllm") for k in r) for r in out)
-    assert all("prompt" not in r and "messages" not in r for r in out)
+    # The steps' own prompt/messages are gone; an input column of the same name is kept.
+    assert all(r["prompt"] == "an input column" and "messages" not in r for r in out)
     for r in out:
         i = r["id"]
         if i in boom:

@@ -18,7 +18,6 @@ import json
 import os
 import re
 import string
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -114,7 +113,8 @@ def _parse_yaml(text: str, source: str) -> _Located:
 
 _COLUMN = r"^[^\s{}][^{}]*$"
 Format = Literal["jsonl", "json", "csv", "parquet"]
-_EXTENSIONS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
+#: File extension -> input/output format.
+EXTENSIONS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 
 
 class _Strict(BaseModel):
@@ -331,7 +331,7 @@ class Pipeline:
         for path in paths:
             candidates = [path] if not os.path.isdir(path) else sorted(os.listdir(path))
             for name in candidates:
-                fmt = _EXTENSIONS.get(Path(name).suffix.lower())
+                fmt = EXTENSIONS.get(Path(name).suffix.lower())
                 if fmt:
                     return fmt
         raise self.error(("input", "path"), "cannot tell the format from the file names; set input.format")
@@ -492,7 +492,7 @@ def peek_columns(paths: list[str], fmt: str, sample: int = 100) -> list[str] | N
             return None
         if os.path.isdir(path):
             files += [os.path.join(path, n) for n in sorted(os.listdir(path))
-                      if _EXTENSIONS.get(Path(n).suffix.lower()) == fmt]
+                      if EXTENSIONS.get(Path(n).suffix.lower()) == fmt]
         else:
             files.append(path)
     if not files:
@@ -725,100 +725,14 @@ def _visible(row: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-# -- output files -------------------------------------------------------------------------
-
-
-def output_format(path: str, fmt: str | None) -> str:
-    if fmt:
-        return fmt
-    found = _EXTENSIONS.get(Path(path).suffix.lower())
-    if not found:
-        raise ConfigError(f"cannot tell the output format of {path!r}; use .jsonl, .json, .csv or .parquet")
-    return found
-
-
-class RowWriter:
-    """Writes blocks of rows to one file, as they arrive (jsonl, json, csv or parquet)."""
-
-    def __init__(self, path: str, fmt: str, columns: list[str] | None = None) -> None:
-        self.path, self.fmt, self.columns = path, fmt, columns
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self._file = None if fmt == "parquet" else open(path, "w", encoding="utf-8", newline="")
-        self._parquet = None
-        self._csv = None
-        self._count = 0
-        if fmt == "json":
-            self._file.write("[")
-
-    def __call__(self, rows: list[dict[str, Any]]) -> None:
-        if self.columns:
-            rows = [{c: row.get(c) for c in self.columns} for row in rows]
-        if self.fmt == "parquet":
-            self._write_parquet(rows)
-        elif self.fmt == "csv":
-            self._write_csv(rows)
-        else:
-            for row in rows:
-                text = json.dumps(row, ensure_ascii=False, default=str)
-                if self.fmt == "json":
-                    text = ("\n" if self._count == 0 else ",\n") + text
-                else:
-                    text += "\n"
-                self._file.write(text)
-                self._count += 1
-
-    def _write_csv(self, rows: list[dict[str, Any]]) -> None:
-        import csv
-
-        if not rows:
-            return
-        if self._csv is None:
-            self._csv = csv.DictWriter(self._file, fieldnames=list(rows[0]), extrasaction="ignore")
-            self._csv.writeheader()
-        for row in rows:
-            self._csv.writerow({k: json.dumps(v, ensure_ascii=False) if isinstance(v, (dict, list)) else v
-                                for k, v in row.items()})
-
-    def _write_parquet(self, rows: list[dict[str, Any]]) -> None:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        if not rows:
-            return
-        table = pa.Table.from_pylist(rows)
-        if self._parquet is None:
-            # A column that is all null in the first block ('error' usually) is text later.
-            self._schema = pa.schema([f.with_type(pa.string()) if pa.types.is_null(f.type) else f
-                                      for f in table.schema])
-            table = table.cast(self._schema)
-            self._parquet = pq.ParquetWriter(self.path, table.schema)
-        else:  # later blocks may type a column differently (e.g. all nulls): use the first's
-            table = table.select(self._schema.names).cast(self._schema)
-        self._parquet.write_table(table)
-
-    def close(self) -> None:
-        if self._parquet is not None:
-            self._parquet.close()
-        if self._file is not None:
-            if self.fmt == "json":
-                self._file.write("\n]\n")
-            self._file.close()
-
-
-def stdout_sink(rows: list[dict[str, Any]]) -> None:
-    for row in rows:
-        sys.stdout.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
-    sys.stdout.flush()
-
-
 __all__ = [
     "ERROR_COLUMN",
+    "EXTENSIONS",
     "InputSpec",
     "OutputSpec",
     "Pipeline",
     "PipelineError",
     "PipelineSpec",
-    "RowWriter",
     "RunSummary",
     "StepSpec",
     "StepStats",
@@ -827,10 +741,8 @@ __all__ = [
     "execute",
     "load_pipeline",
     "open_dataset",
-    "output_format",
     "parse_pipeline",
     "peek_columns",
     "render",
-    "stdout_sink",
     "template_fields",
 ]

@@ -12,6 +12,7 @@ from relayllm.cli.common import (
     table,
     verbose_option,
 )
+from relayllm.cli.output import RowWriter, output_format, stdout_sink
 from relayllm.errors import ConfigError
 
 
@@ -58,7 +59,7 @@ def run_pipeline_file(pipeline_file, input_path, output_path, limit, keep_deploy
     writer = None
     if sink is None:
         writer, where = _writer(pipeline, output_path)
-        sink = writer or pl.stdout_sink
+        sink = writer or stdout_sink
     else:
         where = None
 
@@ -80,19 +81,17 @@ def run_pipeline_file(pipeline_file, input_path, output_path, limit, keep_deploy
 
 
 def _writer(pipeline, output_path):
-    from relayllm import pipeline as pl
-
     spec = pipeline.spec.output
     if output_path == "-" or (output_path is None and spec is None):
         return None, None
     if output_path:
         path, fmt, columns = output_path, None, spec.columns if spec else None
     else:
-        path = str(pipeline.base_dir / spec.path) if not spec.path.startswith("/") else spec.path
+        path = str(pipeline.base_dir / spec.path)  # an absolute spec.path stays as it is
         fmt, columns = spec.format, spec.columns
-    fmt = pl.output_format(path, fmt)
+    fmt = output_format(path, fmt)
     try:  # created now, so an unwritable path fails before any engine starts
-        return pl.RowWriter(path, fmt, columns), path
+        return RowWriter(path, fmt, columns), path
     except OSError as exc:
         raise ConfigError(f"cannot write the output {path}: {exc.strerror or exc}") from None
 

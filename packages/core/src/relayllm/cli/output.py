@@ -1,0 +1,94 @@
+"""Where ``relayllm run`` writes rows: one file (jsonl, json, csv, parquet) or stdout."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from relayllm.errors import ConfigError
+from relayllm.pipeline import EXTENSIONS
+
+
+def output_format(path: str, fmt: str | None) -> str:
+    if fmt:
+        return fmt
+    found = EXTENSIONS.get(Path(path).suffix.lower())
+    if not found:
+        raise ConfigError(f"cannot tell the output format of {path!r}; use .jsonl, .json, .csv or .parquet")
+    return found
+
+
+class RowWriter:
+    """Writes blocks of rows to one file, as they arrive (jsonl, json, csv or parquet)."""
+
+    def __init__(self, path: str, fmt: str, columns: list[str] | None = None) -> None:
+        self.path, self.fmt, self.columns = path, fmt, columns
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self._file = None if fmt == "parquet" else open(path, "w", encoding="utf-8", newline="")
+        self._parquet = None
+        self._csv = None
+        self._count = 0
+        if fmt == "json":
+            self._file.write("[")
+
+    def __call__(self, rows: list[dict[str, Any]]) -> None:
+        if self.columns:
+            rows = [{c: row.get(c) for c in self.columns} for row in rows]
+        if self.fmt == "parquet":
+            self._write_parquet(rows)
+        elif self.fmt == "csv":
+            self._write_csv(rows)
+        else:
+            for row in rows:
+                text = json.dumps(row, ensure_ascii=False, default=str)
+                if self.fmt == "json":
+                    text = ("\n" if self._count == 0 else ",\n") + text
+                else:
+                    text += "\n"
+                self._file.write(text)
+                self._count += 1
+
+    def _write_csv(self, rows: list[dict[str, Any]]) -> None:
+        import csv
+
+        if not rows:
+            return
+        if self._csv is None:
+            self._csv = csv.DictWriter(self._file, fieldnames=list(rows[0]), extrasaction="ignore")
+            self._csv.writeheader()
+        for row in rows:
+            self._csv.writerow({k: json.dumps(v, ensure_ascii=False) if isinstance(v, (dict, list)) else v
+                                for k, v in row.items()})
+
+    def _write_parquet(self, rows: list[dict[str, Any]]) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        if not rows:
+            return
+        table = pa.Table.from_pylist(rows)
+        if self._parquet is None:
+            # A column that is all null in the first block ('error' usually) is text later.
+            self._schema = pa.schema([f.with_type(pa.string()) if pa.types.is_null(f.type) else f
+                                      for f in table.schema])
+            table = table.cast(self._schema)
+            self._parquet = pq.ParquetWriter(self.path, table.schema)
+        else:  # later blocks may type a column differently (e.g. all nulls): use the first's
+            table = table.select(self._schema.names).cast(self._schema)
+        self._parquet.write_table(table)
+
+    def close(self) -> None:
+        if self._parquet is not None:
+            self._parquet.close()
+        if self._file is not None:
+            if self.fmt == "json":
+                self._file.write("\n]\n")
+            self._file.close()
+
+
+def stdout_sink(rows: list[dict[str, Any]]) -> None:
+    for row in rows:
+        sys.stdout.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+    sys.stdout.flush()
