@@ -11,7 +11,7 @@ def ray_session():
 
     enable_echo_backend()
     if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray
     from ray import serve
 

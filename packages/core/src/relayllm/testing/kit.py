@@ -65,7 +65,8 @@ class BackendConformanceTests:
         import ray
 
         if not ray.is_initialized():
-            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+            # "local": a cluster of the test's own, never one already running on the machine.
+            ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
         yield ray
 
     @pytest.fixture(scope="class")
