@@ -540,7 +540,6 @@ class _Prepare:
     def __init__(self, index: int, step: StepSpec) -> None:
         self.index, self.step = index, step
         self.key = step.template_key
-        self.__name__ = f"prepare_{step.name}"  # Ray Data names the operator after it
 
     def __call__(self, row: dict[str, Any]) -> dict[str, Any]:
         row = dict(row)
@@ -574,7 +573,6 @@ class _Finish:
 
     def __init__(self, index: int, step: StepSpec) -> None:
         self.index, self.step = index, step
-        self.__name__ = f"finish_{step.name}"
 
     def __call__(self, row: dict[str, Any]) -> dict[str, Any]:
         row = dict(row)
@@ -672,9 +670,21 @@ def open_dataset(pipeline: Pipeline, input_override: str | None = None, limit: i
 def build_steps(pipeline: Pipeline, dataset):
     """Chain the steps' processors on ``dataset`` (lazy)."""
     for i, step in enumerate(pipeline.spec.steps):
-        processor = build_processor(step.processor_config(), _Prepare(i, step), _Finish(i, step))
+        prepare = _named(_Prepare(i, step), f"prepare[{step.name}]")
+        finish = _named(_Finish(i, step), f"finish[{step.name}]")
+        processor = build_processor(step.processor_config(), prepare, finish)
         dataset = processor(dataset)
     return dataset
+
+
+def _named(fn: Callable[[dict[str, Any]], dict[str, Any]], name: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """A function wrapper: Ray Data names an operator (and its progress bar) after it."""
+
+    def call(row: dict[str, Any]) -> dict[str, Any]:
+        return fn(row)
+
+    call.__name__ = call.__qualname__ = name
+    return call
 
 
 def deploy_all(pipeline: Pipeline, address: str | None = None) -> list[str]:

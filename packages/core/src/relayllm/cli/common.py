@@ -5,8 +5,8 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
 import sys
-import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -92,11 +92,21 @@ def connect(address: str | None, verbose: bool, *, existing_cluster: bool = Fals
     if not verbose:
         _quiet_console_logs()
     connect_cluster(address if address != "auto" else None)
+    from ray.data import DataContext
+
+    context = DataContext.get_current()
+    # On a terminal: a tqdm bar per operator, i.e. per step (prepare[step], the stage,
+    # finish[step]), drawn in this process (Ray's own bars travel through the worker log
+    # forwarding that quiet mode turns off). Elsewhere Ray Data logs the same counts every 10 s.
+    context.use_ray_tqdm = False
+    context.execution_options.verbose_progress = True
 
 
 def _quiet_console_logs() -> None:
     """Ray Data and Serve log every dataset start and Serve start at INFO on the console; keep
-    warnings there (their log files still get everything)."""
+    warnings there (their log files still get everything), and Ray Data's per-operator
+    progress lines -- ``Map(finish[answer])->Map(prepare[shorter]): 120/400`` -- which it
+    logs every 10 s when the output is not a terminal (on a terminal it draws bars)."""
     import ray.data  # noqa: F401  (configures the ray.data logger on import)
     import ray.serve  # noqa: F401
 
@@ -104,9 +114,21 @@ def _quiet_console_logs() -> None:
         logger = logging.getLogger(name)
         for handler in logger.handlers:
             if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler):
-                handler.setLevel(logging.WARNING)
+                if name == "ray.data":
+                    handler.addFilter(_warnings_and_progress)
+                else:
+                    handler.setLevel(logging.WARNING)
         if name == "ray.serve":
             logger.setLevel(logging.WARNING)
+
+
+_PROGRESS_LINE = re.compile(r"^\S.*: \d+/(\d+|\?)$")
+
+
+def _warnings_and_progress(record: logging.LogRecord) -> bool:
+    if record.levelno >= logging.WARNING:
+        return True
+    return record.name.startswith("ray.data._internal.progress") and bool(_PROGRESS_LINE.match(record.getMessage()))
 
 
 def check_writable(path: str) -> None:
@@ -127,18 +149,3 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], right: Sequence
         if n == 0:
             lines.append("  ".join("-" * w for w in widths))
     return "\n".join(lines)
-
-
-class Progress:
-    """Rows done so far, on stderr, at most every ``every_s`` seconds (Ray Data's own bars
-    show per-step progress on a terminal; this line is for logs and pipes)."""
-
-    def __init__(self, label: str, every_s: float = 10.0) -> None:
-        self.label, self.every_s = label, every_s
-        self.start = self.last = time.monotonic()
-
-    def __call__(self, done: int) -> None:
-        now = time.monotonic()
-        if now - self.last >= self.every_s:
-            self.last = now
-            click.echo(f"{self.label}: {done:,} rows done after {now - self.start:.0f}s", err=True)

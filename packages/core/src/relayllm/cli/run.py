@@ -5,7 +5,6 @@ from __future__ import annotations
 import click
 
 from relayllm.cli.common import (
-    Progress,
     address_option,
     connect,
     handle_errors,
@@ -67,7 +66,7 @@ def run_pipeline_file(pipeline_file, input_path, output_path, limit, keep_deploy
     dataset = pl.open_dataset(pipeline, input_path, limit)
     started = pl.deploy_all(pipeline, address)
     try:
-        summary = pl.execute(pipeline, dataset, sink, Progress(pipeline.source))
+        summary = pl.execute(pipeline, dataset, sink)
     finally:
         if writer is not None:
             writer.close()
