@@ -1,18 +1,34 @@
-"""Framework overhead: rows/s through the relayllm stage vs ray.data.llm's Serve stage vs a
-minimal hand-written batched client, all against the SAME echo deployment, in one run.
+"""Framework overhead: rows/s through the relayllm stage vs a minimal hand-written batched
+client vs ray.data.llm's Serve stage, all against the SAME echo deployment, in one run.
 
-    python benchmarks/overhead.py --rows 20000
+    python benchmarks/overhead.py                                # 10k, 100k and 1M rows
+    python benchmarks/overhead.py --sizes 20000 --repeats 1     # a quick look
 
 The echo deployment has no model, so the figure is the cost of moving rows Ray Data -> Serve ->
-Ray Data. Contenders run in alternating order, ``--repeats`` times each; the table reports the
-median and the ratios that matter (this machine is noisy: compare ratios, not absolutes).
+Ray Data. At every size the contenders run in alternating order, ``--repeats`` times each;
+ray.data.llm (one Serve call per row, ~100x slower) runs only at ``--llm-sizes`` and
+``--llm-repeats`` times. Each run records:
+
+- rows/s, wall clock, from building the processor to the last output block (actor start
+  included: that is what a user waits for);
+- CPU time per row, summed over every process of this run's Ray cluster (driver, raylet, stage
+  actors, the replica): other programs on the machine do not count, so on a busy machine it is
+  the steadier figure;
+- the driver's peak RSS during the run, sampled every 0.1 s.
+
+The table reports medians and the ratios that matter (this machine is shared: compare ratios
+measured side by side, not absolutes across runs). Writes benchmarks/results/overhead.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import sys
+import threading
 import time
+from typing import Any
 
 import pyarrow as pa
 import ray
@@ -21,7 +37,13 @@ import relayllm
 from relayllm import DeploymentConfig, ProcessorConfig, build_processor
 from relayllm.testing import enable_echo_backend
 
+if __name__ != "__main__":
+    # Imported (by the smoke test or another benchmark): Ray workers cannot import this file,
+    # so its classes and functions travel by value.
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
 DEPLOYMENT = "bench-echo"
+BATCH_SIZE = 64  # the ProcessorConfig default: every contender sends calls of this many rows
 
 
 class HandWrittenClient:
@@ -42,24 +64,41 @@ class HandWrittenClient:
         return batch.append_column("generated_text", pa.array([r["generated_text"] for r in results]))
 
 
-def dataset(rows: int, blocks: int):
+def dataset(rows: int, blocks: int = 20):
     return ray.data.range(rows, override_num_blocks=blocks).map_batches(
         lambda b: {"id": b["id"], "prompt": [f"question number {i} about things" for i in b["id"]]}
     ).materialize()
 
 
-def run_relayllm(ds, batch_size: int):
+def run_relayllm(ds, batch_size: int = BATCH_SIZE):
     proc = build_processor(ProcessorConfig(deployment=DEPLOYMENT, task="completion", batch_size=batch_size))
     return proc(ds)
 
 
-def run_hand_written(ds, batch_size: int):
+def run_relayllm_actor_transport(ds, batch_size: int = BATCH_SIZE):
+    """relayllm as it was before the transport change: Serve's actor calls, router thread."""
+    from relayllm.stage import ServeStage
+
+    class ActorTransportStage(ServeStage):
+        grpc_transport = False
+
+    config = ProcessorConfig(deployment=DEPLOYMENT, task="completion", batch_size=batch_size)
+    return ds.map_batches(
+        ActorTransportStage,
+        fn_constructor_kwargs={"config": config, "processor_id": "actor-transport"},
+        batch_size=config.batch_size * config.max_in_flight_batches,
+        batch_format="pyarrow", zero_copy_batch=True, concurrency=1, num_cpus=config.num_cpus,
+    )  # fmt: skip
+
+
+def run_hand_written(ds, batch_size: int = BATCH_SIZE):
     return ds.map_batches(HandWrittenClient, batch_size=batch_size, batch_format="pyarrow",
-                          zero_copy_batch=True, concurrency=1, num_cpus=0.25)
+                          zero_copy_batch=True, concurrency=1, num_cpus=0.25)  # fmt: skip
 
 
-def run_ray_data_llm(ds, batch_size: int):
-    from ray.data.llm import ServeDeploymentProcessorConfig, build_processor as build_llm
+def run_ray_data_llm(ds, batch_size: int = BATCH_SIZE):
+    from ray.data.llm import ServeDeploymentProcessorConfig
+    from ray.data.llm import build_processor as build_llm
 
     config = ServeDeploymentProcessorConfig(
         deployment_name=DEPLOYMENT, app_name=f"relayllm-{DEPLOYMENT}", batch_size=batch_size, concurrency=1
@@ -69,76 +108,296 @@ def run_ray_data_llm(ds, batch_size: int):
         preprocess=lambda row: {"id": row["id"], "method": "chat_stream",
                                 "request_kwargs": {"task": "completion", "prompt": row["prompt"], "sampling_params": {}}},
         postprocess=lambda row: {"id": row["id"], "generated_text": row["generated_text"]},
-    )
+    )  # fmt: skip
     return proc(ds)
 
 
-CONTENDERS = {"relayllm": run_relayllm, "hand-written": run_hand_written, "ray.data.llm": run_ray_data_llm}
+CONTENDERS = {
+    "relayllm": run_relayllm,
+    "hand-written": run_hand_written,
+    "relayllm (actor transport)": run_relayllm_actor_transport,
+    "ray.data.llm": run_ray_data_llm,
+}
 
 
-def timed(fn, ds, batch_size: int, expected: int) -> float:
-    start = time.perf_counter()
-    out = fn(ds, batch_size).materialize()
-    elapsed = time.perf_counter() - start
-    count = out.count()
-    assert count == expected, f"{fn.__name__} returned {count} rows, expected {expected}"
-    return expected / elapsed
+# -- measuring -----------------------------------------------------------------------------
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", type=int, default=20000)
-    parser.add_argument("--llm-rows", type=int, default=None,
-                        help="rows for ray.data.llm (it is ~20x slower); default: --rows / 4")
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--blocks", type=int, default=20)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--skip", action="append", default=[], choices=list(CONTENDERS))
-    parser.add_argument("--name", default="overhead", help="results file name (benchmarks/results/NAME.json)")
-    args = parser.parse_args()
+def _descendants(root: int) -> list[int]:
+    """``root`` and every process below it, from /proc/PID/task/TID/children (cheap: only
+    our own tree is read, not every process on the machine)."""
+    tree, stack = [], [root]
+    while stack:
+        pid = stack.pop()
+        tree.append(pid)
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children") as f:
+                    stack.extend(int(c) for c in f.read().split())
+            except OSError:
+                pass
+    return tree
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+
+def _stat(pid: int) -> list[str] | None:
+    """Fields of /proc/PID/stat after the command name (field 3 onwards), or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _rss_bytes() -> int:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:  # not Linux: the lifetime peak is the best we have
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+class RunMonitor:
+    """While the block runs: the driver's peak RSS, and the CPU time of every process of this
+    driver's Ray cluster (its descendants). Ray's raylet ignores SIGCHLD, so an exited worker's
+    time is not added to any parent: each process is sampled while it lives (every 0.2 s; the
+    process list is rescanned every second). Linux; elsewhere only the RSS peak is kept."""
+
+    def __init__(self, period_s: float = 0.2, rescan_s: float = 1.0) -> None:
+        self._linux = os.path.isdir("/proc")
+        self._period, self._rescan = period_s, rescan_s
+        self._tick = os.sysconf("SC_CLK_TCK") if self._linux else 1
+        self._baseline: dict[tuple[int, str], int] = {}
+        self._latest: dict[tuple[int, str], int] = {}
+        self._names: dict[tuple[int, str], str] = {}
+        self._pids: list[int] = []
+        self.peak_rss = _rss_bytes()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _scan(self) -> None:
+        self._pids = _descendants(os.getpid())
+
+    def _sample(self) -> None:
+        self.peak_rss = max(self.peak_rss, _rss_bytes())
+        if not self._linux:
+            return
+        for pid in self._pids:
+            stat = _stat(pid)
+            if stat:  # key by start time too: a pid can be reused
+                key = (pid, stat[19])
+                self._latest[key] = int(stat[11]) + int(stat[12])
+                if self._names.get(key, "ray::IDLE") in ("ray::IDLE", "default_worker.py"):
+                    self._names[key] = _role(pid)  # a worker is titled once it has a job
+
+    def _run(self) -> None:
+        last_scan = 0.0
+        while not self._stop.wait(self._period):
+            if self._linux and time.monotonic() - last_scan >= self._rescan:
+                self._scan()
+                last_scan = time.monotonic()
+            self._sample()
+
+    def __enter__(self) -> RunMonitor:
+        if self._linux:
+            self._scan()
+            self._sample()
+            self._baseline = dict(self._latest)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        if self._linux:
+            self._scan()
+        self._sample()
+
+    @property
+    def cpu_s(self) -> float | None:
+        return sum(self.cpu_by_role().values()) if self._linux else None
+
+    def cpu_by_role(self) -> dict[str, float]:
+        """CPU seconds per kind of process (driver, raylet, stage actor, replica, ...)."""
+        out: dict[str, float] = {}
+        for key, ticks in self._latest.items():
+            role = self._names.get(key, "?")
+            out[role] = out.get(role, 0.0) + (ticks - self._baseline.get(key, 0)) / self._tick
+        return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def _role(pid: int) -> str:
+    if pid == os.getpid():
+        return "driver"
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+    except OSError:
+        return "?"
+    first = argv[0].decode(errors="replace")
+    if first.startswith("ray::"):
+        return first.split(".", 1)[0]  # ray::MapWorker(MapBatches(ServeStage)).submit -> actor
+    script = next((a.decode(errors="replace") for a in argv[1:] if a.endswith(b".py")), "")
+    return os.path.basename(script or first) or "?"
+
+
+def measure(fn, ds, expected: int, batch_size: int = BATCH_SIZE) -> dict[str, Any]:
+    """Run one contender over ``ds``, consuming every output block as it is produced (block
+    references only: no rows travel to the driver)."""
+    rows, first = 0, None
+    with RunMonitor() as monitor:
+        start = time.perf_counter()
+        for bundle in fn(ds, batch_size).iter_internal_ref_bundles():
+            if first is None:
+                first, first_rows = time.perf_counter(), bundle.num_rows()
+            rows += bundle.num_rows()
+        end = time.perf_counter()
+    assert rows == expected, f"{fn.__name__} returned {rows} rows, expected {expected}"
+    cpu = monitor.cpu_s
+    return {
+        "rows_per_s": expected / (end - start),
+        "seconds": end - start,
+        # What the stage sustains once it is up: the first output block marks the end of the
+        # fixed start-up (a new actor process, imports, the first handle call).
+        "first_output_s": first - start,
+        "steady_rows_per_s": (expected - first_rows) / (end - first) if end > first else None,
+        "cpu_us_per_row": None if cpu is None else cpu / expected * 1e6,
+        "driver_peak_rss_mib": monitor.peak_rss / 2**20,
+        "cpu_s_by_process": {k: round(v, 2) for k, v in monitor.cpu_by_role().items() if v >= 0.01},
+    }
+
+
+# -- the run -------------------------------------------------------------------------------
+
+
+def start_cluster() -> None:
+    # address="local": a new cluster of our own, even if `ray start` left one on this machine.
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     ray.data.DataContext.get_current().enable_progress_bars = False
+    deploy_echo()
+
+
+def deploy_echo() -> None:
     enable_echo_backend()
     # ray.data.llm sends one call per row: let the replica take many at once, so it is not
     # throttled by an admission limit that batched callers never reach.
     relayllm.deploy(DeploymentConfig(name=DEPLOYMENT, backend="echo", max_ongoing_requests=256))
-    llm_rows = args.llm_rows or max(1, args.rows // 4)
-    data = {"main": dataset(args.rows, args.blocks), "llm": dataset(llm_rows, max(1, args.blocks // 4))}
 
-    timed(run_relayllm, data["llm"], args.batch_size, llm_rows)  # warm-up: actors, handles, imports
-    samples: dict[str, list[float]] = {name: [] for name in CONTENDERS if name not in args.skip}
-    for repeat in range(args.repeats):
-        order = list(samples) if repeat % 2 == 0 else list(reversed(samples))
+
+def run_size(rows: int, contenders: dict[str, int], blocks: int) -> dict[str, list[dict[str, Any]]]:
+    """``contenders`` maps a name to its repeats; runs alternate order, round by round."""
+    ds = dataset(rows, blocks)
+    samples: dict[str, list[dict[str, Any]]] = {name: [] for name in contenders}
+    names = list(contenders)
+    for round_ in range(max(contenders.values())):
+        order = names if round_ % 2 == 0 else names[::-1]
         for name in order:
-            ds, n = (data["llm"], llm_rows) if name == "ray.data.llm" else (data["main"], args.rows)
-            samples[name].append(timed(CONTENDERS[name], ds, args.batch_size, n))
-            print(f"  repeat {repeat}: {name:>13} {samples[name][-1]:>9,.0f} rows/s", flush=True)
+            if len(samples[name]) >= contenders[name]:
+                continue
+            sample = measure(CONTENDERS[name], ds, rows)
+            samples[name].append(sample)
+            print(f"  {rows:>9,} rows, round {round_}: {name:>26} {sample['rows_per_s']:>9,.0f} rows/s "
+                  f"{sample['cpu_us_per_row'] or 0:>7.0f} CPU us/row "
+                  f"{sample['driver_peak_rss_mib']:>6.0f} MiB driver", flush=True)  # fmt: skip
+    return samples
 
-    median = {name: statistics.median(values) for name, values in samples.items()}
-    ratios = {}
-    if "relayllm" in median and "ray.data.llm" in median:
-        ratios["relayllm / ray.data.llm"] = median["relayllm"] / median["ray.data.llm"]
-    if "relayllm" in median and "hand-written" in median:
-        ratios["relayllm / hand-written"] = median["relayllm"] / median["hand-written"]
-    print(f"\n{'contender':>14} {'rows/s (median)':>16}")
-    for name, value in median.items():
-        print(f"{name:>14} {value:>16,.0f}")
-    for name, value in ratios.items():
-        print(f"{name:>26}: {value:.2f}x")
-    path = relayllm_results(args, llm_rows, samples, median, ratios)
-    print(f"\nresults: {path}")
+
+def summarize(samples: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, float]]:
+    summary = {}
+    for name, runs in samples.items():
+        summary[name] = {
+            "rows_per_s": statistics.median(r["rows_per_s"] for r in runs),
+            "cpu_us_per_row": statistics.median(r["cpu_us_per_row"] or 0 for r in runs),
+            "driver_peak_rss_mib": max(r["driver_peak_rss_mib"] for r in runs),
+            "runs": len(runs),
+        }
+    return summary
+
+
+def ratios(summary: dict[str, dict[str, float]]) -> dict[str, float]:
+    out = {}
+    ours = summary["relayllm"]["rows_per_s"]
+    for other, label in [("hand-written", "relayllm / hand-written"),
+                         ("ray.data.llm", "relayllm / ray.data.llm"),
+                         ("relayllm (actor transport)", "relayllm / relayllm (actor transport)")]:  # fmt: skip
+        if other in summary:
+            out[label] = ours / summary[other]["rows_per_s"]
+    return out
+
+
+def _sizes(text: str) -> list[int]:
+    return [int(float(s)) for s in text.split(",") if s]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", type=_sizes, default=[10_000, 100_000, 1_000_000])
+    parser.add_argument("--llm-sizes", type=_sizes, default=[10_000, 100_000],
+                        help="sizes at which ray.data.llm runs too")
+    parser.add_argument("--actor-transport-sizes", type=_sizes, default=[10_000, 100_000],
+                        help="sizes at which relayllm also runs with Serve's actor-call transport")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--llm-repeats", type=int, default=1)
+    parser.add_argument("--blocks", type=int, default=20)
+    parser.add_argument("--name", default="overhead", help="results file name (benchmarks/results/NAME.json)")
+    args = parser.parse_args()
+
+    start_cluster()
+    measure(run_relayllm, dataset(2000, 4), 2000)  # warm-up: worker processes, imports, handles
+    results = []
+    for rows in args.sizes:
+        contenders = {"relayllm": args.repeats, "hand-written": args.repeats}
+        if rows in args.actor_transport_sizes:
+            contenders["relayllm (actor transport)"] = args.repeats
+        if rows in args.llm_sizes:
+            contenders["ray.data.llm"] = args.llm_repeats
+        samples = run_size(rows, contenders, args.blocks)
+        summary = summarize(samples)
+        results.append({"rows": rows, "samples": samples, "median": summary, "ratios": ratios(summary)})
+        for label, value in results[-1]["ratios"].items():
+            print(f"  {rows:>9,} rows: {label} = {value:.2f}x", flush=True)
+
+    report = {"batch_size": BATCH_SIZE, "blocks": args.blocks, "repeats": args.repeats,
+              "llm_repeats": args.llm_repeats, "sizes": results, "targets": targets(results)}  # fmt: skip
+    print_table(report)
+    from _common import write_results  # the script's folder is on sys.path
+
+    print(f"\nresults: {write_results(args.name, report)}")
     relayllm.shutdown(DEPLOYMENT)
 
 
-def relayllm_results(args, llm_rows, samples, median, ratios):
-    from _common import write_results
+def targets(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each target of the overhead question, its measured figure, and whether it is met."""
+    ours = [r["median"]["relayllm"] for r in results]
+    vs_hand = [r["ratios"]["relayllm / hand-written"] for r in results]
+    vs_llm = [r["ratios"]["relayllm / ray.data.llm"] for r in results if "relayllm / ray.data.llm" in r["ratios"]]
+    rates = [o["rows_per_s"] for o in ours]
+    rss = [o["driver_peak_rss_mib"] for o in ours]
+    out = {
+        "relayllm >= 0.9x hand-written at every size": {"measured": min(vs_hand), "met": min(vs_hand) >= 0.9},
+        "rows/s flat within 20% across sizes": {
+            "measured": min(rates) / max(rates), "met": min(rates) / max(rates) >= 0.8},
+        "driver peak RSS flat across sizes (within 20%)": {
+            "measured": max(rss) / min(rss), "met": max(rss) / min(rss) <= 1.2},
+    }
+    if vs_llm:
+        out["relayllm >= 10x ray.data.llm"] = {"measured": min(vs_llm), "met": min(vs_llm) >= 10}
+    return out
 
-    return write_results(args.name, {
-        "rows": args.rows, "ray_data_llm_rows": llm_rows, "batch_size": args.batch_size,
-        "repeats": args.repeats, "samples_rows_per_s": samples, "median_rows_per_s": median,
-        "ratios": ratios,
-    })
+
+def print_table(report: dict[str, Any]) -> None:
+    print(f"\n{'rows':>9} {'contender':>26} {'rows/s':>9} {'CPU us/row':>10} {'driver MiB':>10}")
+    for size in report["sizes"]:
+        for name, m in size["median"].items():
+            print(f"{size['rows']:>9,} {name:>26} {m['rows_per_s']:>9,.0f} {m['cpu_us_per_row']:>10.0f} "
+                  f"{m['driver_peak_rss_mib']:>10.0f}")  # fmt: skip
+    for name, target in report["targets"].items():
+        print(f"{name}: {target['measured']:.2f} ({'met' if target['met'] else 'NOT met'})")
 
 
 if __name__ == "__main__":

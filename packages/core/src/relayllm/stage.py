@@ -4,12 +4,22 @@ One Ray Data batch arrives (``batch_size * max_in_flight_batches`` rows), is spl
 of ``batch_size`` rows, and those calls share the actor's ``max_in_flight_batches`` slots with
 the calls of other batches Ray Data runs concurrently on this actor. Input columns pass
 through as Arrow columns, untouched; only the output columns are built in Python.
+
+Transport: the cost of moving rows is per call, not per row (docs/benchmarks.md has the
+profile), so the stage calls its deployment the cheapest way Serve offers -- a router on the
+stage's own event loop and Serve's gRPC transport to the replica, which halve the CPU time of a
+call on both sides. That transport caps a message at 4 MiB and needs the replica's port to be
+reachable; on any gRPC-level error the stage switches to Serve's ordinary actor-call transport
+for good and re-sends the call there (not counted as a retry). ``RELAYLLM_SERVE_TRANSPORT=actor``
+uses the actor transport from the start.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
+import os
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +41,10 @@ from relayllm.rows import (
 if TYPE_CHECKING:
     from relayllm.processor import ProcessorConfig
 
+logger = logging.getLogger(__name__)
+
+TRANSPORT_ENV = "RELAYLLM_SERVE_TRANSPORT"
+
 _STRING_OUTPUTS = ("generated_text", "finish_reason")
 _INT_OUTPUTS = ("num_input_tokens", "num_generated_tokens")
 
@@ -38,12 +52,17 @@ _INT_OUTPUTS = ("num_input_tokens", "num_generated_tokens")
 class ServeStage:
     """``map_batches`` UDF (an actor): looks the deployment up by name once, then batches."""
 
+    #: Try Serve's gRPC transport first (see the module docstring).
+    grpc_transport: bool = os.environ.get(TRANSPORT_ENV, "grpc").lower() != "actor"
+
     def __init__(self, config: ProcessorConfig, processor_id: str) -> None:
         from relayllm.deployments import handle_for
 
         self.config = config
-        self._handle = handle_for(config.deployment)  # unknown name -> lists running ones
-        self._method = self._handle.process_batch
+        handle_for(config.deployment)  # unknown name -> an error that lists the running ones
+        self._fast: Any = None  # process_batch over gRPC, bound to this actor's event loop
+        self._safe: Any = None  # process_batch over actor calls: no size limit
+        self._use_fast = self.grpc_transport
         self._id_prefix = f"{processor_id}-{uuid.uuid4().hex[:8]}-"
         self._ids = itertools.count()
         self._slots = asyncio.Semaphore(config.max_in_flight_batches)
@@ -121,14 +140,42 @@ class ServeStage:
         return self._gone
 
     async def _call(self, requests: list[Request]) -> list[Result]:
-        response = self._method.remote(requests)
         try:
-            return await asyncio.wait_for(_await(response), self.config.timeout_s)
+            return await asyncio.wait_for(self._round_trip(requests), self.config.timeout_s)
         except asyncio.TimeoutError:
-            response.cancel()
             raise TimeoutError(
                 f"no answer within timeout_s={self.config.timeout_s:g}s for {len(requests)} rows"
             ) from None
+
+    async def _round_trip(self, requests: list[Request]) -> list[Result]:
+        if self._safe is None:
+            self._bind_handles()
+        if self._use_fast:
+            try:
+                return await _answer(self._fast.remote(requests))
+            except Exception as exc:
+                if not _is_grpc_error(exc):
+                    raise
+                # Too large for gRPC's 4 MiB, or the replica's port is unreachable. A replica
+                # that already computed the batch answers the re-sent call from its cache.
+                self._use_fast = False
+                logger.warning(
+                    "gRPC transport to deployment %r failed (%s); using actor calls from now on",
+                    self.config.deployment, _describe(exc),
+                )
+        return await _answer(self._safe.remote(requests))
+
+    def _bind_handles(self) -> None:
+        """A handle of our own (not Serve's per-process cached one) whose router runs on the
+        event loop Ray Data calls us on: no hop to Serve's router thread and back per call."""
+        from ray.serve.handle import DeploymentHandle
+
+        from relayllm.deployments import app_name
+
+        handle = DeploymentHandle(self.config.deployment, app_name(self.config.deployment))
+        handle._init(_run_router_in_separate_loop=False)  # private in Ray 2.60 (pinned 2.60.*)
+        self._safe = handle.process_batch
+        self._fast = handle.options(_by_reference=False).process_batch
 
     def _raise_first_error(
         self, results: list[Result], ids: list[str], values: list[Any], row_ids: list[Any] | None
@@ -148,8 +195,19 @@ class _Gone(Exception):
     """The deployment was shut down while this stage used it."""
 
 
-async def _await(response: Any) -> Any:
-    return await response
+async def _answer(response: Any) -> Any:
+    try:
+        return await response
+    except asyncio.CancelledError:  # our timeout: let Serve drop the request too
+        response.cancel()
+        raise
+
+
+def _is_grpc_error(exc: BaseException) -> bool:
+    """A failure of the gRPC transport itself (``grpc.aio.AioRpcError``), not of the call."""
+    import grpc  # a dependency of Ray Serve, already loaded by the handle
+
+    return isinstance(exc, grpc.RpcError)
 
 
 def _column(batch: pa.Table, name: str, n: int) -> list[Any]:
