@@ -301,13 +301,13 @@ class Pipeline:
         raw = [raw] if isinstance(raw, str) else list(raw or [])
         base = Path.cwd() if override else self.base_dir
         loc: Loc = ("input", "path")
+        where = "--input" if override else None  # an option's error names the option
         paths: list[str] = []
         for entry in raw:
             if "://" in entry:
                 paths.append(entry)
                 continue
             full = entry if os.path.isabs(entry) else str(base / entry)
-            where = "--input" if override else None
             if glob.has_magic(full):
                 matches = sorted(glob.glob(full))
                 if not matches:
@@ -319,7 +319,7 @@ class Pipeline:
                 paths.append(full)
         for path in paths:
             if "://" not in path and not os.access(path, os.R_OK):
-                raise self._input_error(None if not override else "--input", loc, f"{path} is not readable")
+                raise self._input_error(where, loc, f"{path} is not readable")
         return paths
 
     def _input_error(self, where: str | None, loc: Loc, message: str) -> ConfigError:
