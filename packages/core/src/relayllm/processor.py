@@ -40,6 +40,12 @@ class ProcessorConfig(BaseModel):
     num_cpus: float = Field(
         default=0.25, gt=0, description="CPUs reserved per stage actor; it mostly waits on I/O."
     )
+    order_by_prefix: bool = Field(
+        default=False,
+        description="Sort each Ray Data batch by prompt text before splitting it into calls, so "
+        "rows sharing a long prefix (system prompt, few-shot block) travel together and the "
+        "engine's prefix cache hits; output row order is unchanged.",
+    )
 
     @field_validator("sampling_params")
     @classmethod

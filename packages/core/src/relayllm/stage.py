@@ -91,6 +91,10 @@ class ServeStage:
             else:
                 pending.append((i, request))
 
+        if self.config.order_by_prefix:
+            # Lexicographic order puts rows that share a prefix next to each other, however
+            # long the prefix; results go back by row index, so the output order is unchanged.
+            pending.sort(key=lambda item: _prompt_text(item[1]))
         size = self.config.batch_size
         calls = [pending[k : k + size] for k in range(0, len(pending), size)]
         answers = await asyncio.gather(*(self._send([r for _, r in call]) for call in calls))
@@ -208,6 +212,17 @@ def _is_grpc_error(exc: BaseException) -> bool:
     import grpc  # a dependency of Ray Serve, already loaded by the handle
 
     return isinstance(exc, grpc.RpcError)
+
+
+def _prompt_text(request: Request) -> str:
+    """The text the engine sees first, for ordering rows by shared prefix."""
+    if "messages" in request:
+        parts = []
+        for message in request["messages"]:
+            content = message.get("content")
+            parts.append(f"{message.get('role')}\x01{content if isinstance(content, str) else repr(content)}")
+        return "\x00".join(parts)
+    return request.get("prompt") or request.get("input") or ""
 
 
 def _column(batch: pa.Table, name: str, n: int) -> list[Any]:
