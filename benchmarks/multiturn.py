@@ -96,6 +96,7 @@ def run_variant(variant: str, args: argparse.Namespace) -> dict[str, Any]:
         started = time.perf_counter()
         ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
         configs = [relayllm.DeploymentConfig(name=n, backend="vllm", options=options) for n in names]
+        relayllm.list_deployments()  # starts Serve once, before the deploy threads race to
         with ThreadPoolExecutor(len(configs)) as pool:  # separate engines start together
             list(pool.map(relayllm.deploy, configs))
         ready = time.perf_counter()
