@@ -42,7 +42,7 @@ WORDS = (
 def template(rng: random.Random, tokens: int) -> str:
     """A system prompt with a few-shot block: about ``tokens`` tokens of unique text."""
     lines = ["You label short phrases with one word. Examples follow."]
-    while sum(len(line.split()) for line in lines) * 1.3 < tokens:  # ~1.3 tokens per word here
+    while sum(len(line.split()) for line in lines) * 1.8 < tokens:  # ~1.8 demo-model tokens a word
         phrase = " ".join(rng.choice(WORDS) for _ in range(8))
         lines.append(f"Phrase: {phrase}. Label: {rng.choice(WORDS)}.")
     return "\n".join(lines)

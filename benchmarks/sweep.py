@@ -2,7 +2,8 @@
 
 Question: does a user who sets neither get within 10% of the best setting? One vllm deployment
 (the bundled demo model unless ``--model``) stays warm for the whole sweep; every setting runs
-the same chat rows, in a shuffled order (``--seed``) so that no setting always runs first.
+the same chat rows once per round, ``--rounds`` rounds, each round in a new shuffled order, and
+the table keeps each setting's median (the machine is shared: rounds spread its noise).
 
     flock /tmp/relayllm-engine.lock python benchmarks/sweep.py        # needs relayllm-vllm
     python benchmarks/sweep.py --batch-sizes 16,64 --in-flight 1,4 --rows 64
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import statistics
 import time
 from typing import Any
 
@@ -60,8 +62,9 @@ def _ints(text: str) -> list[int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--batch-sizes", type=_ints, default=[16, 32, 64, 128])
-    parser.add_argument("--in-flight", type=_ints, default=[1, 2, 4])
+    parser.add_argument("--batch-sizes", type=_ints, default=[16, 64, 128])
+    parser.add_argument("--in-flight", type=_ints, default=[1, 4])
+    parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--rows", type=int, default=128)
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--max-model-len", type=int, default=1024)
@@ -80,7 +83,6 @@ def main() -> None:
     settings = [(b, f) for b in args.batch_sizes for f in args.in_flight]
     if (default["batch_size"], default["max_in_flight_batches"]) not in settings:
         settings.append((default["batch_size"], default["max_in_flight_batches"]))
-    random.Random(args.seed).shuffle(settings)
 
     ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     ray.data.DataContext.get_current().enable_progress_bars = False
@@ -89,14 +91,28 @@ def main() -> None:
     relayllm.deploy(DeploymentConfig(name=DEPLOYMENT, backend="vllm", options=options))
     engine_start_s = time.perf_counter() - started
     run_setting(8, 1, 8, args.max_tokens)  # warm-up: the engine's first steps, the stage's imports
-    runs = []
-    for batch_size, in_flight in settings:
-        runs.append(run_setting(batch_size, in_flight, args.rows, args.max_tokens))
-        r = runs[-1]
-        print(f"  batch_size {batch_size:>4}, max_in_flight_batches {in_flight}: "
-              f"{r['output_tokens_per_s']:6.1f} output tokens/s ({r['seconds']:.1f}s, {r['errors']} errors)",
-              flush=True)  # fmt: skip
+    samples: dict[tuple[int, int], list[dict[str, Any]]] = {s: [] for s in settings}
+    orders = []
+    for round_ in range(args.rounds):
+        order = list(settings)
+        random.Random(args.seed + round_).shuffle(order)
+        orders.append(order)
+        for batch_size, in_flight in order:
+            r = run_setting(batch_size, in_flight, args.rows, args.max_tokens)
+            samples[(batch_size, in_flight)].append(r)
+            print(f"  round {round_}: batch_size {batch_size:>4}, max_in_flight_batches {in_flight}: "
+                  f"{r['output_tokens_per_s']:6.1f} output tokens/s ({r['seconds']:.1f}s, {r['errors']} errors)",
+                  flush=True)  # fmt: skip
     relayllm.shutdown(DEPLOYMENT)
+    runs = []
+    for (batch_size, in_flight), rs in samples.items():
+        runs.append({
+            "batch_size": batch_size, "max_in_flight_batches": in_flight, "rows": rs[0]["rows"],
+            "errors": sum(r["errors"] for r in rs),
+            **{key: statistics.median(r[key] for r in rs)
+               for key in ("output_tokens", "seconds", "output_tokens_per_s", "rows_per_s")},
+            "samples": rs,
+        })  # fmt: skip
 
     best = max(runs, key=lambda r: r["output_tokens_per_s"])
     mine = next(r for r in runs if (r["batch_size"], r["max_in_flight_batches"]) == tuple(default.values()))
@@ -105,7 +121,8 @@ def main() -> None:
 
     path = write_results("sweep", {
         "host": host, "model": args.model, "rows": args.rows, "max_tokens": args.max_tokens,
-        "max_model_len": args.max_model_len, "engine_start_s": engine_start_s, "order": settings,
+        "max_model_len": args.max_model_len, "engine_start_s": engine_start_s, "rounds": args.rounds,
+        "orders": orders,
         "default": default, "runs": runs,
         "best": {"batch_size": best["batch_size"], "max_in_flight_batches": best["max_in_flight_batches"]},
         "default_share_of_best": share, "target": "defaults within 10% of the best setting",
