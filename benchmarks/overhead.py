@@ -64,7 +64,10 @@ class HandWrittenClient:
         return batch.append_column("generated_text", pa.array([r["generated_text"] for r in results]))
 
 
-def dataset(rows: int, blocks: int = 20):
+def dataset(rows: int, blocks: int | None = None, rows_per_block: int = 5000):
+    """Prompts in blocks of ``rows_per_block`` rows (or exactly ``blocks`` blocks): the same
+    block size at every dataset size, so only the number of rows changes."""
+    blocks = blocks or max(1, rows // rows_per_block)
     return ray.data.range(rows, override_num_blocks=blocks).map_batches(
         lambda b: {"id": b["id"], "prompt": [f"question number {i} about things" for i in b["id"]]}
     ).materialize()
@@ -306,9 +309,9 @@ def deploy_echo() -> None:
     relayllm.deploy(DeploymentConfig(name=DEPLOYMENT, backend="echo", max_ongoing_requests=256))
 
 
-def run_size(rows: int, contenders: dict[str, int], blocks: int) -> dict[str, list[dict[str, Any]]]:
+def run_size(rows: int, contenders: dict[str, int], rows_per_block: int) -> dict[str, list[dict[str, Any]]]:
     """``contenders`` maps a name to its repeats; runs alternate order, round by round."""
-    ds = dataset(rows, blocks)
+    ds = dataset(rows, rows_per_block=rows_per_block)
     samples: dict[str, list[dict[str, Any]]] = {name: [] for name in contenders}
     names = list(contenders)
     for round_ in range(max(contenders.values())):
@@ -360,7 +363,7 @@ def main() -> None:
                         help="sizes at which relayllm also runs with Serve's actor-call transport")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--llm-repeats", type=int, default=1)
-    parser.add_argument("--blocks", type=int, default=20)
+    parser.add_argument("--rows-per-block", type=int, default=5000)
     parser.add_argument("--name", default="overhead", help="results file name (benchmarks/results/NAME.json)")
     args = parser.parse_args()
 
@@ -374,7 +377,7 @@ def main() -> None:
             contenders["relayllm (actor transport)"] = args.repeats
         if rows in args.llm_sizes:
             contenders["ray.data.llm"] = args.llm_repeats
-        samples = run_size(rows, contenders, args.blocks)
+        samples = run_size(rows, contenders, args.rows_per_block)
         summary = summarize(samples)
         results.append({"rows": rows, "samples": samples, "median": summary, "ratios": ratios(summary)})
         for label, value in results[-1]["ratios"].items():
@@ -382,7 +385,7 @@ def main() -> None:
 
     from report import overhead_targets  # the one place that judges the targets
 
-    report = {"host": host, "batch_size": BATCH_SIZE, "blocks": args.blocks, "repeats": args.repeats,
+    report = {"host": host, "batch_size": BATCH_SIZE, "rows_per_block": args.rows_per_block, "repeats": args.repeats,
               "llm_repeats": args.llm_repeats, "sizes": results, "targets": overhead_targets(results)}  # fmt: skip
     print_table(report)
     from _common import write_results  # the script's folder is on sys.path

@@ -46,9 +46,10 @@ def _plt():
     return plt
 
 
-def _save(fig, name: str) -> str:
+def _save(fig, name: str, *, layout: bool = True) -> str:
     IMG.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
+    if layout:
+        fig.tight_layout()
     fig.savefig(IMG / name)
     _plt().close(fig)
     return f"img/{name}"
@@ -127,23 +128,31 @@ def overhead_section(data: dict[str, Any]) -> list[str]:
     for ax, key, title in [(axes[0], "rows_per_s", "end to end (stage start-up included)"),
                            (axes[1], "steady_rows_per_s", "steady state (after the first output block)")]:  # fmt: skip
         width = 0.8 / len(names)
-        for k, name in enumerate(names):
-            xs = [i + (k - (len(names) - 1) / 2) * width for i, (_, m) in enumerate(med) if name in m]
-            ys = [m[name][key] or 0 for _, m in med if name in m]
+        for name in names:
+            xs, ys = [], []
+            for i, (_, m) in enumerate(med):
+                if name in m:  # centre each size's group on the contenders that ran at it
+                    present = [n for n in names if n in m]
+                    xs.append(i + (present.index(name) - (len(present) - 1) / 2) * width)
+                    ys.append(m[name][key] or 0)
             bars = ax.bar(xs, ys, width, label=name, color=COLORS[name])
             ax.bar_label(bars, labels=[f"{y:,.0f}" for y in ys], fontsize=7, rotation=90, padding=2)
         ax.set_xticks(range(len(med)), [f"{_rows_label(r)} rows" for r, _ in med])
         ax.set_yscale("log")
+        top = max(m[n][k] or 0 for _, m in med for n in names if n in m for k in ("rows_per_s", "steady_rows_per_s"))
+        ax.set_ylim(100, top * 4)  # room for the labels above the bars
         ax.set_title(title, fontsize=10)
     axes[0].set_ylabel("rows/s (log scale)")
-    axes[0].legend(fontsize=8, loc="lower left")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=len(names), frameon=False)
     fig.suptitle("Framework overhead: echo deployment, batch_size 64, same deployment for all", fontsize=11)
-    rate_png = _save(fig, "overhead_rows_per_s.png")
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    rate_png = _save(fig, "overhead_rows_per_s.png", layout=False)
 
-    # Where the CPU goes, per row, at the largest size every contender ran at.
+    # Where the CPU goes, per row, at the largest size each contender ran at. ray.data.llm is
+    # ~30x the others: it gets a number in the title instead of a bar that flattens the rest.
     roles = ["stage actor", "replica", "driver", "rest of Ray"]
-    fig, ax = plt.subplots(figsize=(8, 3.8))
-    shown = []
+    shown, off_scale = [], []
     for name in names:
         size = max((s for s in sizes if name in s["samples"]), key=lambda s: s["rows"])
         runs = size["samples"][name]
@@ -151,7 +160,13 @@ def overhead_section(data: dict[str, Any]) -> list[str]:
         for run in runs:
             for proc, seconds in run.get("cpu_s_by_process", {}).items():
                 shares[_cpu_role(proc)] += seconds / size["rows"] * 1e6 / len(runs)
-        shown.append((f"{name}\n({_rows_label(size['rows'])} rows)", shares))
+        label = f"{name}\n({_rows_label(size['rows'])} rows)"
+        if name == "ray.data.llm":
+            off_scale.append(f"ray.data.llm: {sum(shares.values()):,.0f} µs/row at {_rows_label(size['rows'])} rows, "
+                             f"{shares['stage actor']:,.0f} of them in its stage")  # fmt: skip
+        else:
+            shown.append((label, shares))
+    fig, ax = plt.subplots(figsize=(8, 1.3 + 0.75 * len(shown)))
     left = [0.0] * len(shown)
     palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#c7c7c7"]
     for role, color in zip(roles, palette):
@@ -160,11 +175,12 @@ def overhead_section(data: dict[str, Any]) -> list[str]:
         left = [a + b for a, b in zip(left, values)]
     for y, total in enumerate(left):
         ax.text(total, y, f" {total:,.0f}", va="center", fontsize=8)
-    ax.set_xscale("log")
-    ax.set_xlabel("CPU microseconds per row, all processes of the run's Ray cluster (log scale)")
+    ax.set_xlim(right=max(left) * 1.15)
+    ax.set_xlabel("CPU microseconds per row, every process of the run's Ray cluster")
     ax.invert_yaxis()
     ax.legend(fontsize=8, ncol=4, loc="lower right")
-    ax.set_title("Where the CPU goes (mean over repeats; stage start-up included)", fontsize=10)
+    title = "Where the CPU goes (mean over runs; stage start-up included)"
+    ax.set_title(title + ("\n" + "; ".join(off_scale) if off_scale else ""), fontsize=9)
     cpu_png = _save(fig, "overhead_cpu_per_row.png")
 
     fig, ax = plt.subplots(figsize=(6, 3.2))
@@ -175,7 +191,7 @@ def overhead_section(data: dict[str, Any]) -> list[str]:
     ax.set_ylim(bottom=0)
     ax.set_xlabel("rows")
     ax.set_ylabel("driver peak RSS (MiB)")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="lower right")
     ax.set_title("Driver memory does not grow with the dataset", fontsize=10)
     rss_png = _save(fig, "overhead_driver_rss.png")
 
@@ -186,7 +202,10 @@ def overhead_section(data: dict[str, Any]) -> list[str]:
         "Ray Data. All contenders call the **same** deployment in **one run**, in alternating order, "
         f"{data.get('repeats', '?')} runs each (ray.data.llm: {data.get('llm_repeats', '?')}, "
         "at the sizes it finishes in minutes). Every contender sends calls of "
-        f"{data.get('batch_size', 64)} rows (ray.data.llm: one call per row, that is its design).",
+        f"{data.get('batch_size', 64)} rows (ray.data.llm: one call per row, that is its design). The "
+        f"input is materialized in blocks of {data.get('rows_per_block', '?')} rows at every size, so "
+        "only the number of rows changes; output blocks are consumed as they come (references "
+        "only: no rows travel to the driver).",
         "",
         "- **relayllm**: `build_processor(ProcessorConfig(deployment=..., task='completion'))`, defaults.",
         "- **hand-written**: the least a user could write, one async `handle.process_batch.remote(rows)` "
@@ -283,20 +302,22 @@ the driver (rows never travel there; the stage streams blocks).
 Profiled with py-spy (`py-spy record -r 100 -f raw`) on the driver, the stage actor and the
 replica during a 150k-row run, plus the CPU time of each process of the cluster:
 
-- **Per-row Python work is not the cost.** Building the requests (validation included) takes
-  ~0.9 µs per row, assembling the six Arrow output columns ~1.0 µs per row, pickling a batch
-  of requests and of results ~0.6 µs per row each (micro-benchmarks of `rows.build_request`
-  and `stage._with_outputs` on 256-row batches). Together under 5% of the stage's samples;
-  the replica's own bookkeeping (`BatchDeployment._process`) under 2% of the replica's.
-  Sending Arrow or NumPy instead of Python dicts could only shave that slice.
-- **The cost is per Serve call**, about 2.5 ms of CPU in the caller and 2.5 ms in the replica
-  for a 64-row call with Serve's default handle: its router runs on a thread of its own (a
-  hop there and back per call), and each call is a Ray actor task with a streaming reply
-  for the rejection protocol.
+- **Per-row Python work is not the cost.** Timed with `timeit` while profiling, on 256-row
+  batches: building the requests (validation included) ~0.9 µs per row, assembling the six
+  Arrow output columns ~1.0 µs per row, pickling the requests and the results ~0.6 µs per row
+  each. In the profiles relayllm's own frames are under 5% of the stage actor's samples and
+  `BatchDeployment`'s bookkeeping under 2% of the replica's. Sending Arrow or NumPy instead
+  of Python dicts could only shave that slice.
+- **The cost is per Serve call.** With Serve's default handle a 64-row call took about
+  2.5 ms of CPU in the caller and 2.5 ms in the replica (a throwaway micro-benchmark of 600
+  calls from an async actor, 4 in flight): the router runs on a thread of its own (a hop
+  there and back per call), and each call is a Ray actor task with a streaming reply for the
+  rejection protocol.
 - **Change:** the stage now creates its own handle whose router runs on the stage's event loop
   (`_run_router_in_separate_loop=False`) and sends calls over Serve's gRPC transport to the
-  replica (`handle.options(_by_reference=False)`), which replicas serve anyway. Measured on
-  the same 64-row calls: caller 2.5 -> 0.9 ms, replica 2.5 -> 1.25 ms of CPU per call.
+  replica (`handle.options(_by_reference=False)`), which replicas serve anyway. In the same
+  micro-benchmark: caller 2.5 -> 0.9 ms, replica 2.5 -> 1.25 ms of CPU per call; the
+  reproducible figure is the paragraph under this list, from the benchmark run above.
   gRPC caps a message at 4 MiB (Serve's `RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH`) and
   needs the replica's port reachable from the stage: on any gRPC-level error the stage
   switches to the actor-call transport for good and re-sends that call there (not counted as
@@ -321,29 +342,33 @@ def scaleout_section(data: dict[str, Any]) -> list[str]:
     grid = data["grid"]
     replicas = sorted({g["replicas"] for g in grid})
     actors = sorted({g["stage_actors"] for g in grid})
-    fig, ax = plt.subplots(figsize=(7, 4))
-    ideal = [r * data["batch_size"] / data["delay_s"] for r in replicas]
-    ax.plot(replicas, ideal, "k--", label="ideal: replicas x batch_size / delay_s")
+    per_replica = data["slots"] * data["batch_size"] / data["delay_s"]
+    fig, ax = plt.subplots(figsize=(7, 4.2))
     for a, color in zip(actors, ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd"]):
-        pts = sorted((g["replicas"], g["steady_rows_per_s"]) for g in grid if g["stage_actors"] == a)
+        pts = sorted((g["replicas"], g["steady_rows_per_s"], g["ideal_rows_per_s"]) for g in grid if g["stage_actors"] == a)
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=color,
-                label=f"{a} stage actor{'s' if a > 1 else ''}")  # fmt: skip
+                label=f"{a} stage actor{'s' if a > 1 else ''}: measured")  # fmt: skip
+        ax.plot([p[0] for p in pts], [p[2] for p in pts], linestyle="--", color=color, alpha=0.6,
+                label=f"{a} stage actor{'s' if a > 1 else ''}: ideal")  # fmt: skip
     ax.set_xticks(replicas)
     ax.set_xlabel("replicas of the deployment")
     ax.set_ylabel("rows/s (steady state)")
     ax.set_ylim(bottom=0)
-    ax.legend(fontsize=8)
-    ax.set_title(f"Scale-out: echo, {data['delay_s'] * 1000:.0f} ms per call, one call at a time per replica",
-                 fontsize=10)  # fmt: skip
+    ax.legend(fontsize=7, ncol=2)
+    ax.set_title(f"Scale-out: each replica {data['slots']} calls at once, {data['delay_s'] * 1000:.0f} ms each "
+                 f"(max {per_replica:,.0f} rows/s)", fontsize=10)  # fmt: skip
     grid_png = _save(fig, "scaleout.png")
     lines = [
         "## 2. Scale-out: replicas x stage actors",
         "",
-        f"Echo with a fixed {data['delay_s'] * 1000:.0f} ms sleep per call and `max_ongoing_requests=1`: "
-        "each replica works on one batch at a time, like an engine at capacity, so a replica serves "
-        f"at most batch_size / delay_s = {data['batch_size'] / data['delay_s']:,.0f} rows/s whatever this "
-        "machine's load. Each stage actor keeps up to `max_in_flight_batches` "
-        f"({data['max_in_flight_batches']}) calls outstanding.",
+        f"The deployment models an engine at a fixed capacity: echo sleeping {data['delay_s'] * 1000:.0f} ms per "
+        f"call, {data['slots']} calls at once per replica (`max_ongoing_requests={data['slots']}`), so one "
+        f"replica serves at most {per_replica:,.0f} rows/s whatever this machine's load. Each stage actor "
+        f"keeps at most `max_in_flight_batches={data['max_in_flight_batches']}` calls of "
+        f"{data['batch_size']} rows outstanding, so the ideal is `min(replicas x {data['slots']}, actors x "
+        f"{data['max_in_flight_batches']}) x {data['batch_size']} / {data['delay_s']:g} s`: throughput grows with "
+        "replicas until the stage's outstanding calls are the limit, then with stage actors (or a "
+        "higher `max_in_flight_batches`).",
         "",
         f"![scale-out]({grid_png})",
         "",
@@ -367,7 +392,8 @@ def scaleout_section(data: dict[str, Any]) -> list[str]:
         ax.set_ylabel("running replicas")
         ax.set_yticks(range(0, 5))
         ax.legend(fontsize=8)
-        ax.set_title("Autoscaling 1..4 replicas (target_ongoing_requests=1), one stage actor", fontsize=10)
+        ax.set_title(f"Autoscaling 1..4 replicas (target_ongoing_requests="
+                     f"{data['autoscaling_config']['target_ongoing_requests']}), one stage actor", fontsize=10)
         auto_png = _save(fig, "autoscaling.png")
         cfg = data["autoscaling_config"]
         lines += [
