@@ -5,7 +5,8 @@ compared with giving every step its own engine (what ``ray.data.llm`` does: each
 starts its own)? Steps: answer a question, then "make it shorter" on the answer.
 
 - shared:   one ``vllm`` deployment; both processors use it.
-- separate: two identical deployments (one per step), started together, each step on its own.
+- separate: two identical deployments (one per step, started one after the other), each step
+  on its own.
 
 Measured end to end, engine start included (that is where a second model load costs):
 wall time, rows/s, peak memory (RSS summed over every process of the run's Ray cluster,
@@ -28,7 +29,6 @@ import subprocess
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from _common import write_results  # the script's folder is on sys.path
@@ -96,9 +96,9 @@ def run_variant(variant: str, args: argparse.Namespace) -> dict[str, Any]:
         started = time.perf_counter()
         ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
         configs = [relayllm.DeploymentConfig(name=n, backend="vllm", options=options) for n in names]
-        relayllm.list_deployments()  # starts Serve once, before the deploy threads race to
-        with ThreadPoolExecutor(len(configs)) as pool:  # separate engines start together
-            list(pool.map(relayllm.deploy, configs))
+        # One after the other: Serve's deploy is not safe to call from several threads at once.
+        for config in configs:
+            relayllm.deploy(config)
         ready = time.perf_counter()
         first = relayllm.build_processor(relayllm.ProcessorConfig(
             deployment=names[0], batch_size=args.batch_size,
@@ -157,7 +157,10 @@ def main() -> None:
     if args.model == DEMO_MODEL:
         ensure_demo_model()  # built once, outside both timings
     load_at_start = os.getloadavg()[0]
-    results = [child("shared", args), child("separate", args)]
+    results = []
+    for variant in ("shared", "separate"):
+        results.append(child(variant, args))
+        print(f"{variant}: " + json.dumps(results[-1]), flush=True)  # kept even if the next fails
     shared, separate = results
     report = {
         "model": args.model,
