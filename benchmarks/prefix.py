@@ -112,7 +112,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--groups", type=int, default=8)
     parser.add_argument("--prefix-tokens", type=int, default=500)
-    parser.add_argument("--rows", type=int, default=256)
+    parser.add_argument("--rows", type=int, default=128)
     parser.add_argument("--max-tokens", type=int, default=4)
     parser.add_argument("--max-model-len", type=int, default=1024)
     parser.add_argument("--repeats", type=int, default=2)

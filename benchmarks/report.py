@@ -86,6 +86,21 @@ def overhead_medians(size: dict[str, Any]) -> dict[str, dict[str, float]]:
     return out
 
 
+def marginal(sizes: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    """Rows/s and CPU/row of the rows each size adds over the previous one (medians of the
+    wall and CPU time per size): a fixed cost such as starting the stage actor cancels."""
+    points = []
+    for size in sizes:
+        runs = size["samples"].get(name)
+        if runs:
+            seconds = statistics.median(r["seconds"] for r in runs)
+            cpu = statistics.median((r.get("cpu_us_per_row") or 0) * size["rows"] / 1e6 for r in runs)
+            points.append((size["rows"], seconds, cpu))
+    return [{"span": f"{_rows_label(a[0])}->{_rows_label(b[0])}", "rows_per_s": (b[0] - a[0]) / (b[1] - a[1]),
+             "cpu_us_per_row": (b[2] - a[2]) / (b[0] - a[0]) * 1e6}
+            for a, b in zip(points, points[1:]) if b[1] > a[1]]  # fmt: skip
+
+
 def overhead_targets(sizes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The overhead question's targets, each with its measured figure (worst over the sizes)."""
     med = [(s["rows"], overhead_medians(s)) for s in sizes]
@@ -94,22 +109,37 @@ def overhead_targets(sizes: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [m[a][key] / m[b][key] for _, m in med if a in m and b in m and m[a][key] and m[b][key]]
 
     targets = []
-    for key, label in [("rows_per_s", "end to end"), ("steady_rows_per_s", "steady state")]:
-        vs_llm = ratio("relayllm", "ray.data.llm", key)
-        if vs_llm:
-            targets.append({"target": f"relayllm >= 10x ray.data.llm ({label})",
-                            "measured": f"{min(vs_llm):.1f}x (worst size)", "met": min(vs_llm) >= 10})  # fmt: skip
-        vs_hand = ratio("relayllm", "hand-written", key)
-        if vs_hand:
-            targets.append({"target": f"relayllm >= 0.9x the hand-written client ({label})",
-                            "measured": f"{min(vs_hand):.2f}x (worst size)", "met": min(vs_hand) >= 0.9})  # fmt: skip
-    for key, label in [("rows_per_s", "end to end"), ("steady_rows_per_s", "steady state")]:
-        rates = [m["relayllm"][key] for _, m in med if m["relayllm"].get(key)]
-        if len(rates) > 1:
-            flat = min(rates) / max(rates)
-            targets.append({"target": f"relayllm rows/s flat within 20% from {_rows_label(med[0][0])} "
-                                      f"to {_rows_label(med[-1][0])} ({label})",
-                            "measured": f"slowest size = {flat:.2f}x the fastest", "met": flat >= 0.8})  # fmt: skip
+    ours = {st["span"]: st for st in marginal(sizes, "relayllm")}
+    for other, floor, label in [("ray.data.llm", 10.0, "relayllm >= 10x ray.data.llm"),
+                                ("hand-written", 0.9, "relayllm >= 0.9x the hand-written client")]:  # fmt: skip
+        end_to_end = ratio("relayllm", other, "rows_per_s")
+        if end_to_end:
+            worst = min(end_to_end)
+            targets.append({"target": f"{label}, end to end", "measured": f"{worst:.2f}x (worst size)",
+                            "met": worst >= floor})  # fmt: skip
+        theirs = {st["span"]: st for st in marginal(sizes, other)}
+        spans = [sp for sp in ours if sp in theirs]
+        if spans:
+            values = {sp: ours[sp]["rows_per_s"] / theirs[sp]["rows_per_s"] for sp in spans}
+            targets.append({"target": f"{label}, start-up excluded (marginal rows/s)",
+                            "measured": ", ".join(f"{sp}: {v:.1f}x" for sp, v in values.items()),
+                            "met": min(values.values()) >= floor})  # fmt: skip
+    rates = [m["relayllm"]["rows_per_s"] for _, m in med]
+    if len(rates) > 1:
+        flat = min(rates) / max(rates)
+        targets.append({"target": f"relayllm rows/s flat within 20% from {_rows_label(med[0][0])} to "
+                                  f"{_rows_label(med[-1][0])}, end to end",
+                        "measured": f"slowest size = {flat:.2f}x the fastest", "met": flat >= 0.8})  # fmt: skip
+    steps = list(ours.values())
+    if len(steps) > 1:
+        rates = [st["rows_per_s"] for st in steps]
+        targets.append({"target": "relayllm rows/s flat within 20%, start-up excluded (marginal rows/s)",
+                        "measured": ", ".join(f"{st['span']}: {st['rows_per_s']:,.0f}" for st in steps)
+                                    + f" rows/s ({min(rates) / max(rates):.2f}x)", "met": min(rates) / max(rates) >= 0.8})  # fmt: skip
+        cpu = [st["cpu_us_per_row"] for st in steps]
+        targets.append({"target": "relayllm CPU per row flat within 20% (marginal; load-independent)",
+                        "measured": ", ".join(f"{st['span']}: {st['cpu_us_per_row']:.0f}" for st in steps)
+                                    + f" µs/row ({min(cpu) / max(cpu):.2f}x)", "met": min(cpu) / max(cpu) >= 0.8})  # fmt: skip
     rss = [m["relayllm"]["driver_peak_rss_mib"] for _, m in med]
     if len(rss) > 1:
         growth = max(rss) / min(rss)
@@ -291,11 +321,15 @@ def _cpu_role(process: str) -> str:
 
 
 OVERHEAD_NOTES = """\
-The end-to-end flatness target is not a property the stage can meet at 10k rows: at that size
-the stage actor's start-up (a fresh Ray worker process importing Ray Data and Serve, the same
-for every contender) is most of the run. The steady-state row is the one that shows whether
-anything degrades as the data grows, and the driver's memory shows that nothing accumulates in
-the driver (rows never travel there; the stage streams blocks).
+Reading the targets: end to end, the 10k-row runs are mostly the stage actor's start-up (a
+fresh Ray worker importing Ray Data and Serve: see the first-output column, it grows with the load,
+the same for every Ray Data contender), so the end-to-end figures at 10k say little about the
+stage and cannot be flat against 1M. *Marginal* figures take the rows each size adds over the
+previous one and divide by the extra wall (or CPU) time, medians of the runs: the fixed
+start-up cancels, and what is left is the stage's cost per row as the data grows. The
+*steady* column (rows after the first output block) is shown for reference; at 10k it rests
+on the second of two input blocks, so it is the least precise figure on the page. The driver's
+peak RSS shows that nothing accumulates in the driver: rows never travel there.
 
 ### What was changed, and what it bought
 
@@ -368,7 +402,13 @@ def scaleout_section(data: dict[str, Any]) -> list[str]:
         f"{data['batch_size']} rows outstanding, so the ideal is `min(replicas x {data['slots']}, actors x "
         f"{data['max_in_flight_batches']}) x {data['batch_size']} / {data['delay_s']:g} s`: throughput grows with "
         "replicas until the stage's outstanding calls are the limit, then with stage actors (or a "
-        "higher `max_in_flight_batches`).",
+        f"higher `max_in_flight_batches`). Input blocks of {data.get('rows_per_block', '?')} rows.",
+        "",
+        "A stage actor works on one input block at a time (Ray Data runs a map actor's tasks one "
+        "by one; the batches *within* a block run concurrently), so its outstanding calls drain at "
+        "the end of every block before the next block's calls start. Blocks of several stage "
+        "batches (`batch_size x max_in_flight_batches` rows) keep that drain rare; blocks of one "
+        "stage batch each halved throughput in a first run of this benchmark.",
         "",
         f"![scale-out]({grid_png})",
         "",

@@ -105,7 +105,7 @@ def grid(args: argparse.Namespace) -> list[dict[str, Any]]:
     for replicas in args.replicas:
         deploy(args, replicas=replicas)
         rows = args.rows_per_replica * replicas
-        ds = dataset(rows, rows_per_block=BATCH_SIZE * 4)  # blocks of one stage batch: no wait for a block
+        ds = dataset(rows, rows_per_block=args.rows_per_block)
         for actors in args.actors:
             runs = [measure(processor(actors), ds, rows) for _ in range(args.repeats)]
             best = max(runs, key=lambda r: r["steady_rows_per_s"] or 0)
@@ -124,7 +124,7 @@ def autoscaling(args: argparse.Namespace) -> list[dict[str, Any]]:
     for in_flight in (4 * args.slots, args.slots):
         deploy(args, autoscale_to=4)
         rows = args.autoscale_rows
-        ds = dataset(rows, rows_per_block=BATCH_SIZE * in_flight)
+        ds = dataset(rows, rows_per_block=args.rows_per_block)
         with ReplicaTimeline() as timeline:
             run = measure(processor(1, in_flight), ds, rows)
         peak = max((n for _, n in timeline.samples), default=0)
@@ -144,6 +144,9 @@ def main() -> None:
     parser.add_argument("--replicas", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2, 4])
     parser.add_argument("--actors", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2, 4])
     parser.add_argument("--rows-per-replica", type=int, default=8000)
+    parser.add_argument("--rows-per-block", type=int, default=2048,
+                        help="a stage actor works on one block at a time: its calls drain at the end "
+                             "of each block, so blocks of several stage batches keep the slots full")
     parser.add_argument("--autoscale-rows", type=int, default=40000)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--skip-autoscaling", action="store_true")
@@ -154,7 +157,8 @@ def main() -> None:
     ray.data.DataContext.get_current().enable_progress_bars = False
     enable_echo_backend()
     report = {"host": host, "delay_s": args.delay_s, "batch_size": BATCH_SIZE, "slots": args.slots,
-              "max_in_flight_batches": IN_FLIGHT, "grid": grid(args)}  # fmt: skip
+              "max_in_flight_batches": IN_FLIGHT, "rows_per_block": args.rows_per_block,
+              "grid": grid(args)}  # fmt: skip
     if not args.skip_autoscaling:
         report["autoscaling_config"] = autoscaling_config(4, args.slots)
         report["autoscaling"] = autoscaling(args)

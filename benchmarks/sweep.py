@@ -62,11 +62,11 @@ def _ints(text: str) -> list[int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--batch-sizes", type=_ints, default=[16, 64, 128])
+    parser.add_argument("--batch-sizes", type=_ints, default=[16, 32, 64])
     parser.add_argument("--in-flight", type=_ints, default=[1, 4])
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--rows", type=int, default=128)
-    parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--rows", type=int, default=96)
+    parser.add_argument("--max-tokens", type=int, default=8)
     parser.add_argument("--max-model-len", type=int, default=1024)
     parser.add_argument("--model", default="demo")
     parser.add_argument("--seed", type=int, default=0)
