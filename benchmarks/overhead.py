@@ -90,13 +90,13 @@ def run_relayllm_actor_transport(ds, batch_size: int = BATCH_SIZE):
         ActorTransportStage,
         fn_constructor_kwargs={"config": config, "processor_id": "actor-transport"},
         batch_size=config.batch_size * config.max_in_flight_batches,
-        batch_format="pyarrow", zero_copy_batch=True, concurrency=1, num_cpus=config.num_cpus,
+        batch_format="pyarrow", zero_copy_batch=True, compute=ray.data.ActorPoolStrategy(size=1), num_cpus=config.num_cpus,
     )  # fmt: skip
 
 
 def run_hand_written(ds, batch_size: int = BATCH_SIZE):
     return ds.map_batches(HandWrittenClient, batch_size=batch_size, batch_format="pyarrow",
-                          zero_copy_batch=True, concurrency=1, num_cpus=0.25)  # fmt: skip
+                          zero_copy_batch=True, compute=ray.data.ActorPoolStrategy(size=1), num_cpus=0.25)  # fmt: skip
 
 
 def run_ray_data_llm(ds, batch_size: int = BATCH_SIZE):

@@ -235,6 +235,38 @@ def test_run_writes_every_row_and_prints_a_summary_per_step(cluster, tmp_path):
     # (The run started 'run-echo', so it stops it: test_deploy_status_and_shutdown... checks.)
 
 
+def test_run_resume_does_only_the_rows_missing_from_the_output(cluster, tmp_path):
+    questions(tmp_path, 30)
+    pipeline = write(tmp_path / "p.yaml", TWO_STEPS.format(name="resume-echo"))
+    # What a run killed mid-way leaves: ten whole rows (marked, to tell them from recomputed
+    # ones) and a last line cut short.
+    out = tmp_path / "out" / "answers.jsonl"
+    kept = [{"id": i, "question": f"alpha beta q{i}", "answer": "kept", "short": "kept", "error": None}
+            for i in range(10)]
+    write(out, "".join(json.dumps(r) + "\n" for r in kept) + '{"id": 10, "question": "alp')
+
+    done = cli("run", pipeline, "--resume", env=cluster, cwd=tmp_path, check=0)
+    rows = jsonl(out)  # every line parses: the cut line is gone
+    assert sorted(r["id"] for r in rows) == list(range(30))
+    assert rows[:10] == kept
+    assert all(r["answer"] == f"q{r['id']} beta alpha" for r in rows[10:])
+    steps = {line.split()[0]: line.split() for line in done.stderr.splitlines()
+             if line.split()[:1] in (["answer"], ["shorter"])}
+    assert steps["answer"][2] == steps["shorter"][2] == "20"  # the engine saw only the missing rows
+    assert "20 rows written to" in done.stderr and "(10 rows were already there" in done.stderr
+
+    again = cli("run", pipeline, "--resume", env=cluster, cwd=tmp_path, check=0)  # nothing left
+    assert jsonl(out) == rows and "0 rows written to" in again.stderr
+
+    # Resuming needs an id column and an appendable output, checked before anything runs.
+    no_id = write(tmp_path / "no-id.yaml", TWO_STEPS.format(name="resume-echo").replace("  id_column: id\n", ""))
+    for args, message in [((no_id, "--resume"), "--resume needs input.id_column"),
+                          ((pipeline, "--resume", "--output", "-"), "--resume needs an output file"),
+                          ((pipeline, "--resume", "--output", "a.csv"), "--resume appends to a .jsonl output")]:
+        failed = cli("run", *args, env=cluster, cwd=tmp_path, check=2)
+        assert message in failed.stderr and "Traceback" not in failed.stderr
+
+
 def _batch_lines() -> tuple[list[str], dict[str, str]]:
     """50 lines: 45 good ones (chat, completion, embeddings; models alpha and beta) and 5 bad."""
     lines, bad = [], {}

@@ -638,6 +638,7 @@ class RunSummary:
     errors: int = 0
     wall_s: float = 0.0
     output: str | None = None
+    already_done: int = 0  # rows a resumed run found in its output and did not run again
     started: list[str] = field(default_factory=list)
 
 

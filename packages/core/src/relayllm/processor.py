@@ -72,6 +72,8 @@ class Processor:
         self.processor_id = uuid.uuid4().hex[:12]
 
     def __call__(self, dataset: Dataset) -> Dataset:
+        from ray.data import ActorPoolStrategy
+
         from relayllm.stage import ServeStage
 
         config = self.config
@@ -84,7 +86,7 @@ class Processor:
             batch_size=config.batch_size * config.max_in_flight_batches,
             batch_format="pyarrow",
             zero_copy_batch=True,
-            concurrency=config.concurrency,
+            compute=ActorPoolStrategy(size=config.concurrency),
             num_cpus=config.num_cpus,
         )
         if self.postprocess is not None:

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from relayllm.errors import ConfigError
+
 if TYPE_CHECKING:
     from ray.data import Dataset
 
@@ -49,6 +51,46 @@ def completed_ids(output_dir: str | os.PathLike[str], id_column: str) -> set[Any
     return done
 
 
+def skip_done(dataset: Dataset, id_column: str, done: set[Any]) -> Dataset:
+    """``dataset`` without the rows whose ``id_column`` is in ``done``."""
+    if not done:
+        return dataset
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    done_ids = pa.array(sorted(done, key=str))
+
+    def missing(batch: pa.Table) -> pa.Table:
+        return batch.filter(pc.invert(pc.is_in(batch[id_column], value_set=done_ids)))
+
+    return dataset.map_batches(missing, batch_format="pyarrow", zero_copy_batch=True)
+
+
+def jsonl_ids(path: str | os.PathLike[str], id_column: str) -> set[Any]:
+    """Ids of the rows of a JSONL output file that a killed run left behind. A last line cut
+    short by the kill is removed from the file, so appending to it stays valid JSONL."""
+    path = Path(path)
+    if not path.exists():
+        return set()
+    data = path.read_bytes()
+    whole = data[: data.rfind(b"\n") + 1]
+    if len(whole) != len(data):
+        with path.open("r+b") as fh:
+            fh.truncate(len(whole))
+    done: set[Any] = set()
+    for number, line in enumerate(whole.decode("utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{path}, line {number}: not JSON ({exc.msg}), so the run cannot resume it") from None
+        if not isinstance(row, dict) or id_column not in row:
+            raise ConfigError(f"{path}, line {number}: no {id_column!r} column, so the run cannot resume it")
+        done.add(row[id_column])
+    return done
+
+
 def read_output(output_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """Every row of a (finished or partial) output directory."""
     rows = []
@@ -66,8 +108,7 @@ def run_resumable(
 ) -> ResumeReport:
     """Run ``transform`` (e.g. one or more processors) on the rows of ``dataset`` that are not
     yet in ``output_dir`` and append their results there, one file per finished block."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
+    from ray.data import ActorPoolStrategy
 
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -77,13 +118,7 @@ def run_resumable(
         id_column = ROW_ID_COLUMN
         dataset = dataset.map(lambda row: {**row, ROW_ID_COLUMN: content_id(row)})
     done = completed_ids(out, id_column)
-    if done:
-        done_ids = pa.array(sorted(done, key=str))
-
-        def missing(batch: pa.Table) -> pa.Table:
-            return batch.filter(pc.invert(pc.is_in(batch[id_column], value_set=done_ids)))
-
-        dataset = dataset.map_batches(missing, batch_format="pyarrow", zero_copy_batch=True)
+    dataset = skip_done(dataset, id_column, done)
     # The writer is a long-lived actor, not a task per block: results are on disk moments
     # after the stage yields them, so a crash loses little more than the calls in flight.
     # (With write_datasink's tasks, the stage ran far ahead of the writes.)
@@ -92,7 +127,7 @@ def run_resumable(
         fn_constructor_kwargs={"directory": str(out)},
         batch_size=None,
         batch_format="pyarrow",
-        concurrency=1,
+        compute=ActorPoolStrategy(size=1),
         num_cpus=0.1,
     )
     written = sum(int(b["written"].sum()) for b in counts.iter_batches(batch_format="numpy"))
@@ -137,6 +172,8 @@ __all__ = [
     "ResumeReport",
     "completed_ids",
     "content_id",
+    "jsonl_ids",
     "read_output",
     "run_resumable",
+    "skip_done",
 ]

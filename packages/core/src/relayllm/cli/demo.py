@@ -42,7 +42,7 @@ def demo(output_path, address, verbose):
     if output_path:
         from relayllm.cli.run import _writer
 
-        writer, _ = _writer(pipeline, output_path)
+        writer, _, _ = _writer(pipeline, output_path)
 
     def sink(batch: list[dict]) -> None:
         rows.extend(batch)

@@ -23,10 +23,13 @@ def output_format(path: str, fmt: str | None) -> str:
 class RowWriter:
     """Writes blocks of rows to one file, as they arrive (jsonl, json, csv or parquet)."""
 
-    def __init__(self, path: str, fmt: str, columns: list[str] | None = None) -> None:
+    def __init__(self, path: str, fmt: str, columns: list[str] | None = None, append: bool = False) -> None:
+        if append and fmt != "jsonl":
+            raise ConfigError(f"only a .jsonl output can be appended to (resumed), not {fmt}: {path}")
         self.path, self.fmt, self.columns = path, fmt, columns
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self._file = None if fmt == "parquet" else open(path, "w", encoding="utf-8", newline="")
+        mode = "a" if append else "w"
+        self._file = None if fmt == "parquet" else open(path, mode, encoding="utf-8", newline="")
         self._parquet = None
         self._csv = None
         self._count = 0
@@ -49,6 +52,8 @@ class RowWriter:
                     text += "\n"
                 self._file.write(text)
                 self._count += 1
+            # Each block reaches the disk as it finishes: a killed run keeps what it did.
+            self._file.flush()
 
     def _write_csv(self, rows: list[dict[str, Any]]) -> None:
         import csv

@@ -22,28 +22,35 @@ from relayllm.errors import ConfigError
 @click.option("--output", "output_path", metavar="PATH",
               help="Write rows to PATH instead of the pipeline's output; '-' for stdout.")
 @click.option("--limit", type=click.IntRange(min=1), metavar="N", help="Process only the first N rows.")
+@click.option("--resume", is_flag=True,
+              help="Keep the rows already in the (.jsonl) output and process only the input rows "
+              "missing from it, by the input's id_column; for a run that was stopped or killed.")
 @click.option("--keep-deployments", is_flag=True,
               help="Leave running the deployments this run started (default: stop them at the end; "
               "deployments that were already running are never stopped).")
 @address_option
 @verbose_option
 @handle_errors
-def run(pipeline_file, input_path, output_path, limit, keep_deployments, address, verbose):
+def run(pipeline_file, input_path, output_path, limit, resume, keep_deployments, address, verbose):
     """Run a pipeline file: its steps, in order, on its deployments.
 
     Deployments already running under the same name and config are reused. Prints a summary
-    per step (rows, errors, tokens, rows/s, tokens/s, wall time) at the end.
+    per step (rows, errors, tokens, rows/s, tokens/s, wall time) at the end. Rows are written
+    as their blocks finish; with --resume, a run started again after a stop or a kill does
+    only the rows not yet in the output (rows recorded with an error count as done).
 
     \b
     Example:
       relayllm run examples/questions.yaml --output answers.jsonl
+      relayllm run examples/questions.yaml --output answers.jsonl --resume
     """
-    summary = run_pipeline_file(pipeline_file, input_path, output_path, limit, keep_deployments, address, verbose)
+    summary = run_pipeline_file(pipeline_file, input_path, output_path, limit, keep_deployments, address, verbose,
+                                resume=resume)
     click.echo(format_summary(summary), err=True)
 
 
 def run_pipeline_file(pipeline_file, input_path, output_path, limit, keep_deployments, address, verbose,
-                      sink=None):
+                      sink=None, resume=False):
     """The whole ``run`` command (``pipeline_file`` may be a parsed Pipeline); ``relayllm
     demo`` calls it with its own ``sink``."""
     from relayllm import pipeline as pl
@@ -55,15 +62,19 @@ def run_pipeline_file(pipeline_file, input_path, output_path, limit, keep_deploy
         columns = pl.peek_columns(paths, pipeline.input_format(paths))
         if columns is not None:
             pipeline.check_columns(columns)
-    writer = None
+    writer, done = None, set()
     if sink is None:
-        writer, where = _writer(pipeline, output_path)
+        writer, where, done = _writer(pipeline, output_path, resume)
         sink = writer or stdout_sink
     else:
         where = None
 
     connect(address, verbose)
     dataset = pl.open_dataset(pipeline, input_path, limit)
+    if done:
+        from relayllm.resume import skip_done
+
+        dataset = skip_done(dataset, pipeline.spec.input.id_column, done)
     started = pl.deploy_all(pipeline, address)
     try:
         summary = pl.execute(pipeline, dataset, sink)
@@ -76,21 +87,36 @@ def run_pipeline_file(pipeline_file, input_path, output_path, limit, keep_deploy
             for name in started:
                 relayllm.shutdown(name)
     summary.output = where
+    summary.already_done = len(done)
     return summary
 
 
-def _writer(pipeline, output_path):
+def _writer(pipeline, output_path, resume=False):
+    """The output's writer (None: stdout), its path, and with ``resume`` the ids of the rows a
+    stopped run already wrote there (the writer then appends)."""
     spec = pipeline.spec.output
     if output_path == "-" or (output_path is None and spec is None):
-        return None, None
-    if output_path:
-        path, fmt, columns = output_path, None, spec.columns if spec else None
-    else:
-        path = str(pipeline.base_dir / spec.path)  # an absolute spec.path stays as it is
-        fmt, columns = spec.format, spec.columns
-    fmt = output_format(path, fmt)
+        if resume:
+            raise ConfigError("--resume needs an output file (not stdout) to resume")
+        return None, None, set()
+    path = output_path or str(pipeline.base_dir / spec.path)  # an absolute spec.path stays as it is
+    fmt = output_format(path, None if output_path else spec.format)
+    columns = spec.columns if spec else None
+    done = set()
+    if resume:
+        id_column = pipeline.spec.input.id_column
+        if not id_column:
+            raise ConfigError("--resume needs input.id_column in the pipeline: the column that "
+                              "identifies a row in the input and in the output")
+        if columns and id_column not in columns:
+            raise ConfigError(f"--resume needs the id column {id_column!r} in output.columns")
+        if fmt != "jsonl":
+            raise ConfigError(f"--resume appends to a .jsonl output; {path} is {fmt}")
+        from relayllm.resume import jsonl_ids
+
+        done = jsonl_ids(path, id_column)
     try:  # created now, so an unwritable path fails before any engine starts
-        return RowWriter(path, fmt, columns), path
+        return RowWriter(path, fmt, columns, append=resume), path, done
     except OSError as exc:
         raise ConfigError(f"cannot write the output {path}: {exc.strerror or exc}") from None
 
@@ -108,4 +134,6 @@ def format_summary(summary) -> str:
     text = table(["step", "deployment", "rows", "errors", "input tokens", "output tokens", "rows/s",
                   "tokens/s", "wall"], rows, right=range(2, 9))
     where = f"\n{summary.rows} rows written to {summary.output}" if summary.output else ""
+    if summary.already_done:
+        where += f" ({summary.already_done} rows were already there and were not run again)"
     return f"\n{text}{where}\n(tokens/s counts output tokens; a step's wall time runs from its first row to its last)"
