@@ -482,7 +482,8 @@ def sweep_section(data: dict[str, Any]) -> list[str]:
     table = {(r["batch_size"], r["max_in_flight_batches"]): r["output_tokens_per_s"] for r in runs}
     fig, ax = plt.subplots(figsize=(6.5, 4))
     matrix = [[table.get((b, f), float("nan")) for b in sizes] for f in flights]
-    image = ax.imshow(matrix, cmap="viridis", origin="lower", aspect="auto")
+    # The scale starts at zero: cells that differ by a few percent look alike, as they are.
+    image = ax.imshow(matrix, cmap="viridis", origin="lower", aspect="auto", vmin=0, vmax=max(table.values()))
     for i, f in enumerate(flights):
         for j, b in enumerate(sizes):
             value = table.get((b, f))
@@ -544,7 +545,8 @@ def prefix_section(data: dict[str, Any]) -> list[str]:
     ax.set_yticks(range(len(settings)), settings)
     ax.invert_yaxis()
     ax.set_xlabel("prompt tokens/s (prompt tokens of all rows / wall time)")
-    ax.legend(fontsize=8, loc="lower right")
+    ax.set_xlim(right=max(v["prompt_tokens_per_s"] for v in variants) * 1.12)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=2, frameon=False)
     ax.set_title(f"{data['groups']} templates of ~{data['prefix_tokens']} tokens, {data['rows']} shuffled rows, "
                  "vLLM CPU engine", fontsize=10)  # fmt: skip
     png = _save(fig, "prefix.png")
