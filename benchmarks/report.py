@@ -70,11 +70,17 @@ def _rows_label(rows: int) -> str:
 # -- overhead ------------------------------------------------------------------------------
 
 
-def overhead_medians(size: dict[str, Any]) -> dict[str, dict[str, float]]:
+#: Steady state is rows after the first output block; with fewer input blocks than this, it
+#: rests on one or two blocks that arrive at once, and the figure means nothing.
+STEADY_MIN_BLOCKS = 4
+
+
+def overhead_medians(size: dict[str, Any], rows_per_block: int | None = None) -> dict[str, dict[str, float]]:
     """Medians per contender from the raw samples (end to end, steady state, CPU, RSS)."""
     out = {}
+    few_blocks = rows_per_block is not None and size["rows"] < STEADY_MIN_BLOCKS * rows_per_block
     for name, runs in size["samples"].items():
-        steady = [r["steady_rows_per_s"] for r in runs if r.get("steady_rows_per_s")]
+        steady = [] if few_blocks else [r["steady_rows_per_s"] for r in runs if r.get("steady_rows_per_s")]
         out[name] = {
             "rows_per_s": statistics.median(r["rows_per_s"] for r in runs),
             "steady_rows_per_s": statistics.median(steady) if steady else None,
@@ -99,6 +105,10 @@ def marginal(sizes: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
     return [{"span": f"{_rows_label(a[0])}->{_rows_label(b[0])}", "rows_per_s": (b[0] - a[0]) / (b[1] - a[1]),
              "cpu_us_per_row": (b[2] - a[2]) / (b[0] - a[0]) * 1e6}
             for a, b in zip(points, points[1:]) if b[1] > a[1]]  # fmt: skip
+
+
+def _trend(values: list[float], up: str, down: str) -> str:
+    return up if values[-1] > values[0] else down
 
 
 def overhead_targets(sizes: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -135,11 +145,13 @@ def overhead_targets(sizes: list[dict[str, Any]]) -> list[dict[str, Any]]:
         rates = [st["rows_per_s"] for st in steps]
         targets.append({"target": "relayllm rows/s flat within 20%, start-up excluded (marginal rows/s)",
                         "measured": ", ".join(f"{st['span']}: {st['rows_per_s']:,.0f}" for st in steps)
-                                    + f" rows/s ({min(rates) / max(rates):.2f}x)", "met": min(rates) / max(rates) >= 0.8})  # fmt: skip
+                                    + f" rows/s ({min(rates) / max(rates):.2f}x; {_trend(rates, 'rises', 'falls')} with size)",
+                        "met": min(rates) / max(rates) >= 0.8})  # fmt: skip
         cpu = [st["cpu_us_per_row"] for st in steps]
         targets.append({"target": "relayllm CPU per row flat within 20% (marginal; load-independent)",
                         "measured": ", ".join(f"{st['span']}: {st['cpu_us_per_row']:.0f}" for st in steps)
-                                    + f" µs/row ({min(cpu) / max(cpu):.2f}x)", "met": min(cpu) / max(cpu) >= 0.8})  # fmt: skip
+                                    + f" µs/row ({min(cpu) / max(cpu):.2f}x; {_trend(cpu, 'rises', 'falls')} with size)",
+                        "met": min(cpu) / max(cpu) >= 0.8})  # fmt: skip
     rss = [m["relayllm"]["driver_peak_rss_mib"] for _, m in med]
     if len(rss) > 1:
         growth = max(rss) / min(rss)
@@ -151,7 +163,7 @@ def overhead_targets(sizes: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def overhead_section(data: dict[str, Any]) -> list[str]:
     plt = _plt()
     sizes = data["sizes"]
-    med = [(s["rows"], overhead_medians(s)) for s in sizes]
+    med = [(s["rows"], overhead_medians(s, data.get("rows_per_block"))) for s in sizes]
     names = [n for n in COLORS if any(n in m for _, m in med)]
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
@@ -161,13 +173,17 @@ def overhead_section(data: dict[str, Any]) -> list[str]:
         for name in names:
             xs, ys = [], []
             for i, (_, m) in enumerate(med):
-                if name in m:  # centre each size's group on the contenders that ran at it
-                    present = [n for n in names if n in m]
+                if name in m and m[name][key] is not None:  # centre each size's group on the contenders shown
+                    present = [n for n in names if n in m and m[n][key] is not None]
                     xs.append(i + (present.index(name) - (len(present) - 1) / 2) * width)
-                    ys.append(m[name][key] or 0)
+                    ys.append(m[name][key])
             bars = ax.bar(xs, ys, width, label=name, color=COLORS[name])
             ax.bar_label(bars, labels=[f"{y:,.0f}" for y in ys], fontsize=7, rotation=90, padding=2)
         ax.set_xticks(range(len(med)), [f"{_rows_label(r)} rows" for r, _ in med])
+        ax.set_xlim(-0.5, len(med) - 0.5)
+        for i, (_, m) in enumerate(med):
+            if all(v[key] is None for v in m.values()):
+                ax.text(i, 150, "too few input\nblocks to tell", ha="center", fontsize=8, color="#555555")
         ax.set_yscale("log")
         top = max(m[n][k] or 0 for _, m in med for n in names if n in m for k in ("rows_per_s", "steady_rows_per_s"))
         ax.set_ylim(100, top * 4)  # room for the labels above the bars
@@ -208,7 +224,7 @@ def overhead_section(data: dict[str, Any]) -> list[str]:
     ax.set_xlim(right=max(left) * 1.15)
     ax.set_xlabel("CPU microseconds per row, every process of the run's Ray cluster")
     ax.invert_yaxis()
-    ax.legend(fontsize=8, ncol=4, loc="lower right")
+    ax.legend(fontsize=8, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.3), frameon=False)
     title = "Where the CPU goes (mean over runs; stage start-up included)"
     ax.set_title(title + ("\n" + "; ".join(off_scale) if off_scale else ""), fontsize=9)
     cpu_png = _save(fig, "overhead_cpu_per_row.png")
@@ -271,8 +287,9 @@ def overhead_section(data: dict[str, Any]) -> list[str]:
         for other in ("hand-written", "ray.data.llm", "relayllm (actor transport)"):
             if other in m:
                 end = m["relayllm"]["rows_per_s"] / m[other]["rows_per_s"]
-                steady = (m["relayllm"]["steady_rows_per_s"] or 0) / (m[other]["steady_rows_per_s"] or 1)
-                cells.append(f"{end:.2f}x end to end, {steady:.2f}x steady")
+                ours, theirs = m["relayllm"]["steady_rows_per_s"], m[other]["steady_rows_per_s"]
+                steady = f"{ours / theirs:.2f}x steady" if ours and theirs else "steady: too few blocks"
+                cells.append(f"{end:.2f}x end to end, {steady}")
             else:
                 cells.append("—")
         lines.append(f"| {rows:,} | " + " | ".join(cells) + " |")
@@ -327,9 +344,15 @@ the same for every Ray Data contender), so the end-to-end figures at 10k say lit
 stage and cannot be flat against 1M. *Marginal* figures take the rows each size adds over the
 previous one and divide by the extra wall (or CPU) time, medians of the runs: the fixed
 start-up cancels, and what is left is the stage's cost per row as the data grows. The
-*steady* column (rows after the first output block) is shown for reference; at 10k it rests
-on the second of two input blocks, so it is the least precise figure on the page. The driver's
+*steady* column (rows after the first output block) is shown for reference, and left out
+(—) where the run had fewer than four input blocks: at 10k rows it would rest on the second
+of two blocks arriving at once, which measures nothing. The driver's
 peak RSS shows that nothing accumulates in the driver: rows never travel there.
+
+When a marginal flatness target is missed with rows/s *rising* (and CPU per row falling) as
+the data grows, the stage is not slowing down at scale: the later rows are cheaper than the
+earlier ones. The cause of the dearer first slice was not profiled; what stays out of the
+20% band is on the side of getting cheaper, and the target is reported as not met all the same.
 
 ### What was changed, and what it bought
 
