@@ -42,7 +42,7 @@ def run(pipeline_file, input_path, output_path, limit, resume, keep_deployments,
     \b
     Example:
       relayllm run examples/questions.yaml --output answers.jsonl
-      relayllm run examples/questions.yaml --output answers.jsonl --resume
+      relayllm run examples/multiturn.yaml --resume   # needs input.id_column
     """
     summary = run_pipeline_file(pipeline_file, input_path, output_path, limit, keep_deployments, address, verbose,
                                 resume=resume)
