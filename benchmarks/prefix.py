@@ -14,7 +14,7 @@ run in alternating order, ``--repeats`` times each, on one warm deployment per e
   few templates' worth of tokens, as on a GPU serving a big model with many templates
   (skip with ``--skip-tight``).
 
-    flock /tmp/relayllm-engine.lock python benchmarks/prefix.py      # needs relayllm-vllm
+    python benchmarks/prefix.py      # needs relayllm-vllm
 
 Writes benchmarks/results/prefix.json.
 """

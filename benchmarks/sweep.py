@@ -5,7 +5,7 @@ Question: does a user who sets neither get within 10% of the best setting? One v
 the same chat rows once per round, ``--rounds`` rounds, each round in a new shuffled order, and
 the table keeps each setting's median (the machine is shared: rounds spread its noise).
 
-    flock /tmp/relayllm-engine.lock python benchmarks/sweep.py        # needs relayllm-vllm
+    python benchmarks/sweep.py        # needs relayllm-vllm
     python benchmarks/sweep.py --batch-sizes 16,64 --in-flight 1,4 --rows 64
 
 Writes benchmarks/results/sweep.json.
