@@ -734,13 +734,16 @@ def machine_lines(results: dict[str, dict[str, Any]]) -> list[str]:
         lines.append(f"- {', '.join(parts)} (as recorded by `{name}`, {m.get('date', '?')})")
     loads = [(n, d["host"]["load_average_at_start"]) for n, d in results.items()
              if d.get("host", {}).get("load_average_at_start") is not None]  # fmt: skip
+    busy = any(load > 2.5 for _, load in loads)  # above the core count: something else ran
     lines += [
         "",
-        "The machine is shared: other test suites ran while these benchmarks did (1-minute load "
-        "average when each benchmark started: "
+        ("The machine is shared, and other work ran beside some of these benchmarks"
+         if busy else "Each benchmark ran alone on the machine")
+        + " (1-minute load average when each started: "
         + (", ".join(f"{n} {load:.1f}" for n, load in loads) or "not recorded")
-        + "). That is why contenders run side by side in one run, in alternating order, and why "
-        "the pages report ratios and CPU time per row next to absolute rows/s.",
+        + "). Machines like this one are noisy all the same: contenders run side by side in one "
+        "run, in alternating order, and the pages report ratios and CPU time per row next to "
+        "absolute rows/s.",
         "",
     ]
     return lines
