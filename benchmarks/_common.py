@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shlex
 import subprocess
 import sys
 import time
@@ -35,7 +36,7 @@ def write_results(name: str, payload: dict) -> Path:
     path = RESULTS / f"{name}.json"
     payload = {
         "benchmark": name,
-        "command": "python " + " ".join([f"benchmarks/{Path(sys.argv[0]).name}", *sys.argv[1:]]),
+        "command": "python " + shlex.join([f"benchmarks/{Path(sys.argv[0]).name}", *sys.argv[1:]]),
         "machine": machine(),
         "commit": git_commit(),
         **payload,

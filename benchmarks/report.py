@@ -622,6 +622,29 @@ least loaded replica when the preferred one is full. It is not built: it needs a
 2-core machine runs a single vLLM replica, so it could not be measured here."""
 
 
+def overhead_probe_section(data: dict[str, Any]) -> list[str]:
+    """Is the stage's cost per row flat once past the first 100k rows? (relayllm and the
+    hand-written client only, larger sizes)."""
+    sizes = data["sizes"]
+    lines = [
+        "### 1b. Flatness past the ramp-up: " + ", ".join(_rows_label(s["rows"]) for s in sizes) + " rows",
+        "",
+        "Section 1 misses the flatness targets on the 10k->100k slice, which is dearer per row "
+        "than the rest. This run (relayllm and the hand-written client, "
+        f"{data.get('repeats', '?')} runs each, same method) checks the sizes above it:",
+        "",
+        "| target | measured | |", "|---|---|---|",
+    ]
+    for t in overhead_targets(sizes):
+        lines.append(f"| {t['target']} | {t['measured']} | {_met(t['met'])} |")
+    lines += ["", "Past 100k rows the marginal rows/s and CPU per row stay within the 20% band; "
+              "what is not flat is the first 100k rows of a run (start-up and ramp-up), which "
+              "the end-to-end figure at any size still carries." if all(
+                  t["met"] for t in overhead_targets(sizes) if "marginal" in t["target"])
+              else "Past 100k rows the marginal figures still leave the 20% band (see the table).", ""]
+    return lines
+
+
 # -- the vLLM engineer's benchmarks ---------------------------------------------------------
 
 
@@ -707,6 +730,7 @@ def multiturn_section(data: dict[str, Any]) -> list[str]:
 
 SECTIONS = [
     ("overhead", "1. Framework overhead", overhead_section),
+    ("overhead-probe", "1b. Flatness past the ramp-up", overhead_probe_section),
     ("scaleout", "2. Scale-out", scaleout_section),
     ("engine", "3a. Engine efficiency", engine_section),
     ("sweep", "3b. Defaults sweep", sweep_section),
