@@ -45,10 +45,39 @@ def completed_ids(output_dir: str | os.PathLike[str], id_column: str) -> set[Any
     """Ids of the rows already in the output directory's complete part files."""
     done: set[Any] = set()
     for path in sorted(Path(output_dir).glob(PART_GLOB)):
-        with path.open(encoding="utf-8") as lines:
-            for line in lines:
-                done.add(json.loads(line)[id_column])
+        with path.open("rb") as lines:
+            for number, line in enumerate(lines, 1):
+                _add_id(done, line, id_column, path, number)
     return done
+
+
+def jsonl_ids(path: str | os.PathLike[str], id_column: str) -> set[Any]:
+    """Ids of the rows of a JSONL output file that a killed run left behind. A last line cut
+    short by the kill is removed from the file, so appending to it stays valid JSONL."""
+    done: set[Any] = set()
+    if not Path(path).exists():
+        return done
+    with open(path, "r+b") as lines:
+        whole = 0  # bytes of complete lines so far
+        for number, line in enumerate(lines, 1):
+            if not line.endswith(b"\n"):
+                lines.truncate(whole)
+                break
+            whole += len(line)
+            _add_id(done, line, id_column, path, number)
+    return done
+
+
+def _add_id(done: set[Any], line: bytes, id_column: str, path: Any, number: int) -> None:
+    if not line.strip():
+        return
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}, line {number}: not JSON ({exc.msg}), so the run cannot resume it") from None
+    if not isinstance(row, dict) or id_column not in row:
+        raise ConfigError(f"{path}, line {number}: no {id_column!r} column, so the run cannot resume it")
+    done.add(row[id_column])
 
 
 def skip_done(dataset: Dataset, id_column: str, done: set[Any]) -> Dataset:
@@ -64,31 +93,6 @@ def skip_done(dataset: Dataset, id_column: str, done: set[Any]) -> Dataset:
         return batch.filter(pc.invert(pc.is_in(batch[id_column], value_set=done_ids)))
 
     return dataset.map_batches(missing, batch_format="pyarrow", zero_copy_batch=True)
-
-
-def jsonl_ids(path: str | os.PathLike[str], id_column: str) -> set[Any]:
-    """Ids of the rows of a JSONL output file that a killed run left behind. A last line cut
-    short by the kill is removed from the file, so appending to it stays valid JSONL."""
-    path = Path(path)
-    if not path.exists():
-        return set()
-    data = path.read_bytes()
-    whole = data[: data.rfind(b"\n") + 1]
-    if len(whole) != len(data):
-        with path.open("r+b") as fh:
-            fh.truncate(len(whole))
-    done: set[Any] = set()
-    for number, line in enumerate(whole.decode("utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{path}, line {number}: not JSON ({exc.msg}), so the run cannot resume it") from None
-        if not isinstance(row, dict) or id_column not in row:
-            raise ConfigError(f"{path}, line {number}: no {id_column!r} column, so the run cannot resume it")
-        done.add(row[id_column])
-    return done
 
 
 def read_output(output_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:

@@ -24,8 +24,7 @@ class RowWriter:
     """Writes blocks of rows to one file, as they arrive (jsonl, json, csv or parquet)."""
 
     def __init__(self, path: str, fmt: str, columns: list[str] | None = None, append: bool = False) -> None:
-        if append and fmt != "jsonl":
-            raise ConfigError(f"only a .jsonl output can be appended to (resumed), not {fmt}: {path}")
+        """``append`` (jsonl only: the callers check) adds to an existing file, for --resume."""
         self.path, self.fmt, self.columns = path, fmt, columns
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         mode = "a" if append else "w"
