@@ -8,6 +8,7 @@ import platform
 import shlex
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -43,3 +44,29 @@ def write_results(name: str, payload: dict) -> Path:
     }
     path.write_text(json.dumps(payload, indent=2) + "\n")
     return path
+
+
+class Sampler:
+    """A context manager that calls ``sample()`` every ``period_s`` on a thread while its block
+    runs. Subclasses define ``sample`` and keep what it measures."""
+
+    def __init__(self, period_s: float = 0.5) -> None:
+        self._period = period_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def sample(self) -> None:
+        raise NotImplementedError
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(self._period)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()

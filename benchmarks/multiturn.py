@@ -27,11 +27,10 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from typing import Any
 
-from _common import write_results  # the script's folder is on sys.path
+from _common import Sampler, write_results  # the script's folder is on sys.path
 
 QUESTIONS = [
     "What is the capital of France?", "How many days are there in a week?",
@@ -41,38 +40,26 @@ QUESTIONS = [
 ]  # fmt: skip
 
 
-class PeakMemory:
+class PeakMemory(Sampler):
     """Peak RSS of this process and all its descendants (the local Ray cluster it started)."""
 
     def __init__(self, period_s: float = 0.5) -> None:
         import psutil
 
+        super().__init__(period_s)
         self._root = psutil.Process()
-        self._period = period_s
         self.peak = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
 
-    def _sample(self) -> None:
+    def sample(self) -> None:
         import psutil
 
-        while not self._stop.is_set():
-            total = 0
-            for proc in [self._root, *self._root.children(recursive=True)]:
-                try:
-                    total += proc.memory_info().rss
-                except psutil.Error:  # exited between listing and reading
-                    pass
-            self.peak = max(self.peak, total)
-            self._stop.wait(self._period)
-
-    def __enter__(self) -> PeakMemory:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
+        total = 0
+        for proc in [self._root, *self._root.children(recursive=True)]:
+            try:
+                total += proc.memory_info().rss
+            except psutil.Error:  # exited between listing and reading
+                pass
+        self.peak = max(self.peak, total)
 
 
 def run_variant(variant: str, args: argparse.Namespace) -> dict[str, Any]:

@@ -22,13 +22,13 @@ target_ongoing_requests``. Writes benchmarks/results/scaleout.json.
 from __future__ import annotations
 
 import argparse
-import threading
 import time
 from typing import Any
 
 import ray
 
 import relayllm
+from _common import Sampler  # the script's folder is on sys.path
 from overhead import dataset, host_facts, measure  # the script's folder is on sys.path
 from relayllm import DeploymentConfig, ProcessorConfig, build_processor
 from relayllm.testing import enable_echo_backend
@@ -69,35 +69,23 @@ def processor(actors: int, in_flight: int = IN_FLIGHT):
     return lambda ds, _batch_size: proc(ds)
 
 
-class ReplicaTimeline:
+class ReplicaTimeline(Sampler):
     """Running replicas of the deployment, sampled every ``period_s`` while the block runs."""
 
     def __init__(self, period_s: float = 0.5) -> None:
+        super().__init__(period_s)
         self.samples: list[tuple[float, int]] = []
-        self._period = period_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._start = time.perf_counter()
 
-    def _run(self) -> None:
+    def sample(self) -> None:
         from ray import serve
 
-        start = time.perf_counter()
-        while not self._stop.is_set():
-            app = serve.status().applications.get(f"relayllm-{DEPLOYMENT}")
-            running = 0
-            if app and DEPLOYMENT in app.deployments:
-                states = app.deployments[DEPLOYMENT].replica_states
-                running = sum(n for state, n in states.items() if str(state).endswith("RUNNING"))
-            self.samples.append((round(time.perf_counter() - start, 2), running))
-            self._stop.wait(self._period)
-
-    def __enter__(self) -> ReplicaTimeline:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
+        app = serve.status().applications.get(f"relayllm-{DEPLOYMENT}")
+        running = 0
+        if app and DEPLOYMENT in app.deployments:
+            states = app.deployments[DEPLOYMENT].replica_states
+            running = sum(n for state, n in states.items() if str(state).endswith("RUNNING"))
+        self.samples.append((round(time.perf_counter() - self._start, 2), running))
 
 
 def grid(args: argparse.Namespace) -> list[dict[str, Any]]:
