@@ -359,22 +359,19 @@ earlier ones. The cause of the dearer first slice was not profiled; what stays o
 Profiled with py-spy (`py-spy record -r 100 -f raw`) on the driver, the stage actor and the
 replica during a 150k-row run, plus the CPU time of each process of the cluster:
 
-- **Per-row Python work is not the cost.** Timed with `timeit` while profiling, on 256-row
-  batches: building the requests (validation included) ~0.9 µs per row, assembling the six
-  Arrow output columns ~1.0 µs per row, pickling the requests and the results ~0.6 µs per row
-  each. In the profiles relayllm's own frames are under 5% of the stage actor's samples and
-  `BatchDeployment`'s bookkeeping under 2% of the replica's. Sending Arrow or NumPy instead
-  of Python dicts could only shave that slice.
-- **The cost is per Serve call.** With Serve's default handle a 64-row call took about
-  2.5 ms of CPU in the caller and 2.5 ms in the replica (a throwaway micro-benchmark of 600
-  calls from an async actor, 4 in flight): the router runs on a thread of its own (a hop
-  there and back per call), and each call is a Ray actor task with a streaming reply for the
-  rejection protocol.
+- **Per-row Python work is not the cost.** In the profiles relayllm's own frames (building
+  and validating the requests, assembling the Arrow output columns) are under 5% of the stage
+  actor's samples and `BatchDeployment`'s bookkeeping under 2% of the replica's. Sending Arrow
+  or NumPy instead of Python dicts could only shave that slice.
+- **The cost is per Serve call.** With Serve's default handle the router runs on a thread of
+  its own (a hop there and back per call), and each call is a Ray actor task with a streaming
+  reply for the rejection protocol; those frames dominate the stage actor's and the replica's
+  profiles.
 - **Change:** the stage now creates its own handle whose router runs on the stage's event loop
   (`_run_router_in_separate_loop=False`) and sends calls over Serve's gRPC transport to the
-  replica (`handle.options(_by_reference=False)`), which replicas serve anyway. In the same
-  micro-benchmark: caller 2.5 -> 0.9 ms, replica 2.5 -> 1.25 ms of CPU per call; the
-  reproducible figure is the paragraph under this list, from the benchmark run above.
+  replica (`handle.options(_by_reference=False)`), which replicas serve anyway. What it bought
+  is measured by the benchmark itself: the *relayllm (actor transport)* contender is the stage
+  before the change, and the paragraph under this list compares the two from the same run.
   gRPC caps a message at 4 MiB (Serve's `RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH`) and
   needs the replica's port reachable from the stage: on any gRPC-level error the stage
   switches to the actor-call transport for good and re-sends that call there (not counted as
@@ -386,7 +383,8 @@ replica during a 150k-row run, plus the CPU time of each process of the cluster:
 OVERHEAD_LEFT_ALONE = """Left alone, and why: Serve's own per-call work in the replica (request wrapping, metrics, the
 hop to the user-code thread: `RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD=0` would cut it, but
 it puts engine code on Serve's control loop); the stage actor's start-up, ~2 CPU-seconds of a
-new Ray worker importing Ray Data and Serve (relayllm's own import is 70 ms); and bigger calls:
+new Ray worker importing Ray Data and Serve (`import relayllm` itself takes about 0.2 s, most
+of it pydantic: `python -X importtime -c "import relayllm"`); and bigger calls:
 `batch_size` is the knob that divides the per-call cost, and its default is set by the engine
 (section 3b), not by this echo benchmark."""
 

@@ -7,8 +7,8 @@ through as Arrow columns, untouched; only the output columns are built in Python
 
 Transport: the cost of moving rows is per call, not per row (docs/benchmarks.md has the
 profile), so the stage calls its deployment the cheapest way Serve offers -- a router on the
-stage's own event loop and Serve's gRPC transport to the replica, which halve the CPU time of a
-call on both sides. That transport caps a message at 4 MiB and needs the replica's port to be
+stage's own event loop and Serve's gRPC transport to the replica, which cut the CPU time of a
+call on both sides (about a quarter in the stage, half in the replica). That transport caps a message at 4 MiB and needs the replica's port to be
 reachable; on any gRPC-level error the stage switches to Serve's ordinary actor-call transport
 for good and re-sends the call there (not counted as a retry). ``RELAYLLM_SERVE_TRANSPORT=actor``
 uses the actor transport from the start.
