@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from relayllm.errors import ConfigError, DuplicateBackendError, MissingDependencyError, UnknownBackendError
+from relayllm.rows import TEXT_TASKS, Task
 
 if TYPE_CHECKING:
     from ray.serve import Application
@@ -35,8 +36,16 @@ class Backend:
     requires: ClassVar[tuple[str, ...]] = ()
     #: The pip command that installs what ``requires`` names.
     install_hint: ClassVar[str | None] = None
-    #: Tasks this backend serves.
-    tasks: ClassVar[frozenset[str]] = frozenset({"chat", "completion"})
+    #: Every task some deployment of this backend can serve (``relayllm backends`` lists
+    #: them); what one deployment serves is :meth:`tasks_for` its options.
+    tasks: ClassVar[frozenset[Task]] = TEXT_TASKS
+
+    @classmethod
+    def tasks_for(cls, options: BaseModel) -> frozenset[Task]:
+        """The tasks a deployment with these (validated) options serves. Override when an
+        option decides it (vLLM's ``task: embed`` serves embeddings and no text). Processors
+        and pipelines are checked against it before any row is sent."""
+        return cls.tasks
 
     @classmethod
     def parse_options(cls, options: dict[str, Any]) -> BaseModel:

@@ -16,9 +16,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from relayllm.errors import ConfigError
-from relayllm.rows import check_messages, check_sampling_params
+from relayllm.rows import (
+    EMBEDDING,
+    ERROR,
+    FINISH_REASON,
+    GENERATED_TEXT,
+    INPUT_COLUMN,
+    NUM_GENERATED_TOKENS,
+    NUM_INPUT_TOKENS,
+    REQUEST_ID,
+    SAMPLING_PARAMS_COLUMN,
+    Task,
+    check_messages,
+    check_sampling_params,
+)
 
-URL_TASKS = {"/v1/chat/completions": "chat", "/v1/completions": "completion", "/v1/embeddings": "embedding"}
+URL_TASKS: dict[str, Task] = {"/v1/chat/completions": "chat", "/v1/completions": "completion", "/v1/embeddings": "embedding"}
 
 #: Body keys that are not sampling parameters (the rest are passed to the backend as such).
 _NOT_SAMPLING = {"model", "messages", "prompt", "input", "stream", "stream_options", "user",
@@ -114,7 +127,7 @@ def parse_line(text: str, line: int) -> BatchRequest | BadLine:
     if model is not None and not isinstance(model, str):
         return bad("invalid_request", f"'model' must be a string, got {model!r}")
 
-    key = {"chat": "messages", "completion": "prompt", "embedding": "input"}[task]
+    key = INPUT_COLUMN[task]
     value = body.get(key)
     if task == "chat":
         problem = check_messages(value)
@@ -171,19 +184,19 @@ def batch_request_id() -> str:
 def response_line(request: BatchRequest, result: dict[str, Any], model: str) -> dict[str, Any]:
     """The OpenAI batch output line for a request that succeeded."""
     now = int(time.time())
-    rid = result.get("request_id") or uuid.uuid4().hex
-    prompt_tokens = result.get("num_input_tokens") or 0
-    completion_tokens = result.get("num_generated_tokens") or 0
+    rid = result.get(REQUEST_ID) or uuid.uuid4().hex
+    prompt_tokens = result.get(NUM_INPUT_TOKENS) or 0
+    completion_tokens = result.get(NUM_GENERATED_TOKENS) or 0
     if request.task == "embedding":
         body: dict[str, Any] = {
             "object": "list",
-            "data": [{"object": "embedding", "index": 0, "embedding": list(result.get("embedding") or [])}],
+            "data": [{"object": "embedding", "index": 0, "embedding": list(result.get(EMBEDDING) or [])}],
             "model": model,
             "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens},
         }
     else:
-        text = result.get("generated_text") or ""
-        finish = result.get("finish_reason") or "stop"
+        text = result.get(GENERATED_TEXT) or ""
+        finish = result.get(FINISH_REASON) or "stop"
         if request.task == "chat":
             choice = {"index": 0, "message": {"role": "assistant", "content": text},
                       "finish_reason": finish, "logprobs": None}
@@ -226,8 +239,6 @@ def run_batch(
     import ray
 
     from relayllm.processor import ProcessorConfig, build_processor
-    from relayllm.rows import INPUT_COLUMN
-
     ray.data.DataContext.get_current().execution_options.preserve_order = True
     failed = 0
     for bad in parsed.bad:
@@ -239,7 +250,8 @@ def run_batch(
     completed = 0
     for (deployment, task), requests in groups.items():
         by_line = {r.line: r for r in requests}
-        rows = [{"line": r.line, INPUT_COLUMN[task]: r.value, "sampling_params": r.sampling_params or None}
+        rows = [{"line": r.line, INPUT_COLUMN[task]: r.value,
+                 SAMPLING_PARAMS_COLUMN: r.sampling_params or None}
                 for r in requests]
         config = ProcessorConfig(deployment=deployment, task=task, **(processor_fields or {}))
         # One block: request bodies differ in shape (string vs list content, different
@@ -248,10 +260,10 @@ def run_batch(
         for batch in dataset.iter_batches(batch_format="pyarrow", batch_size=None):
             for row in batch.to_pylist():
                 request = by_line[row["line"]]
-                if row.get("error"):
+                if row.get(ERROR):
                     failed += 1
                     line = error_line(request.line, request.custom_id, "engine_error",
-                                      f"deployment {deployment!r}: {row['error']}")
+                                      f"deployment {deployment!r}: {row[ERROR]}")
                     errors.write(json.dumps(line, ensure_ascii=False) + "\n")
                 else:
                     completed += 1

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator
 
 from relayllm.errors import (
+    ConfigError,
     DeploymentConflictError,
     DeploymentNotFoundError,
     DeploymentStartError,
@@ -93,9 +94,32 @@ def resolve(config: DeploymentConfig) -> tuple[type[Backend], BaseModel]:
     return backend, options
 
 
-def normalized_config(config: DeploymentConfig, options: BaseModel) -> dict[str, Any]:
-    """The config as a replica reports it: options with their defaults filled in."""
-    return {**config.model_dump(mode="json"), "options": options.model_dump(mode="json")}
+def normalized_config(
+    config: DeploymentConfig, backend: type[Backend], options: BaseModel
+) -> dict[str, Any]:
+    """The config as a replica reports it: options with their defaults filled in, and the
+    tasks these options serve (so a stage can check its task without the backend's plugin)."""
+    return {
+        **config.model_dump(mode="json"),
+        "options": options.model_dump(mode="json"),
+        "tasks": sorted(backend.tasks_for(options)),
+    }
+
+
+def unserved_task_message(name: str, backend: str, task: str, served: Any) -> str:
+    return (
+        f"deployment {name!r} (backend {backend!r}) does not serve task {task!r} with its "
+        f"options; it serves {', '.join(sorted(served)) or 'nothing'}. Send {task!r} rows to "
+        f"a deployment that serves it (vllm serves embeddings with options task: embed)."
+    )
+
+
+def check_task_served(name: str, task: str, timeout_s: float = 60.0) -> None:
+    """Raise ConfigError if the running deployment ``name`` does not serve ``task``."""
+    described = handle_for(name).describe.remote().result(timeout_s=timeout_s)
+    served = described.get("tasks")
+    if served is not None and task not in served:
+        raise ConfigError(unserved_task_message(name, described.get("backend"), task, served))
 
 
 def deploy(config: DeploymentConfig, *, address: str | None = None) -> DeploymentRef:
@@ -105,7 +129,7 @@ def deploy(config: DeploymentConfig, *, address: str | None = None) -> Deploymen
     from relayllm.cluster import connect
 
     backend, options = resolve(config)
-    wanted = normalized_config(config, options)
+    wanted = normalized_config(config, backend, options)
     connect(address)
     ref = DeploymentRef(config.name, app_name(config.name), config.name, config.backend)
     if ref.app_name in serve.status().applications:

@@ -15,7 +15,7 @@ import os
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from relayllm.rows import Request, Result
+from relayllm.rows import Request, Result, error_result
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -36,7 +36,8 @@ class BatchDeployment:
 
     backend_name: ClassVar[str] = "unknown"
 
-    def __init__(self, options: dict[str, Any], deployment: dict[str, Any]) -> None:
+    def __init__(self, options: BaseModel, deployment: dict[str, Any]) -> None:
+        #: The backend's ``Options`` instance, validated before deploy (typed attributes).
         self.options = options
         self.deployment = deployment
         self.calls = 0  # process_batch calls served by this replica
@@ -130,6 +131,7 @@ class BatchDeployment:
             "rows": self.rows,
             "ongoing": self.ongoing,
             "peak_ongoing": self.peak_ongoing,
+            "tasks": self.deployment.get("tasks"),
             **self.engine_info(),
         }
 
@@ -149,7 +151,7 @@ class BatchDeployment:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a row's failure is that row's value
-            return {"error": _describe(exc)}
+            return error_result(_describe(exc))
 
     async def _compute(self, fresh: list[Request], future: asyncio.Future[list[Result]]) -> None:
         try:
@@ -161,7 +163,7 @@ class BatchDeployment:
                 )
         except Exception as exc:
             logger.exception("batch failed in %s", type(self).__name__)
-            results = [{"error": _describe(exc)} for _ in fresh]
+            results = [error_result(_describe(exc)) for _ in fresh]
         self.rows += len(fresh)
         for request, result in zip(fresh, results):
             rid = request.get("request_id")
@@ -225,7 +227,8 @@ def build_application(
     else:
         serve_options["num_replicas"] = config.num_replicas
     deployment = serve.deployment(cls).options(**serve_options)
-    return deployment.bind(options.model_dump(mode="json"), normalized_config(config, options))
+    # The replica gets the validated Options instance itself (typed), not a dict to re-parse.
+    return deployment.bind(options, normalized_config(config, backend, options))
 
 
 __all__ = ["RESULT_CACHE_SIZE", "BatchDeployment", "build_application"]

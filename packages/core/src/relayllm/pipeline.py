@@ -30,7 +30,17 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError,
 from relayllm.deployments import DeploymentConfig
 from relayllm.errors import ConfigError, RelayLLMError
 from relayllm.processor import ProcessorConfig, build_processor
-from relayllm.rows import INPUT_COLUMN, OUTPUT_COLUMNS, SAMPLING_PARAMS_COLUMN
+from relayllm.rows import (
+    ANSWER_COLUMN,
+    ERROR,
+    INPUT_COLUMN,
+    NUM_GENERATED_TOKENS,
+    NUM_INPUT_TOKENS,
+    OUTPUT_COLUMNS,
+    SAMPLING_PARAMS_COLUMN,
+    TASK_OF_INPUT,
+    Task,
+)
 
 Loc = tuple[str | int, ...]
 
@@ -145,7 +155,7 @@ class MessageTemplate(_Strict):
 class StepSpec(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     deployment: str
-    task: Literal["chat", "completion", "embedding"] | None = None
+    task: Task | None = None
     messages: list[MessageTemplate] | None = None
     prompt: str | None = None
     input: str | None = None
@@ -168,7 +178,7 @@ class StepSpec(_Strict):
         given = [k for k in ("messages", "prompt", "input") if getattr(self, k) is not None]
         if len(given) > 1:
             raise ValueError(f"give one template, not {' and '.join(given)}")
-        inferred = {"messages": "chat", "prompt": "completion", "input": "embedding"}
+        inferred = TASK_OF_INPUT
         if given and self.task and self.task != inferred[given[0]]:
             raise ValueError(f"task {self.task!r} reads '{INPUT_COLUMN[self.task]}', not '{given[0]}'")
         if self.task is None:
@@ -277,21 +287,20 @@ class Pipeline:
 
     def check_backends(self) -> None:
         """Backends installed, options valid, every step's task served. No cluster needed."""
-        from relayllm.deployments import resolve
+        from relayllm.deployments import resolve, unserved_task_message
 
         problems: list[tuple[Loc, str]] = []
         for i, config in enumerate(self.spec.deployments):
             try:
-                backend, _ = resolve(config)
+                backend, options = resolve(config)
             except RelayLLMError as exc:  # bad options, unknown backend, engine not installed
                 problems.extend(_deployment_problems(exc, i, config))
                 continue
+            served = backend.tasks_for(options)
             for j, step in enumerate(self.spec.steps):
-                if step.deployment == config.name and step.task not in backend.tasks:
-                    problems.append(
-                        (("steps", j, "task"), f"backend {config.backend!r} does not serve "
-                         f"{step.task!r} (it serves {', '.join(sorted(backend.tasks))})")
-                    )
+                if step.deployment == config.name and step.task not in served:
+                    problems.append((("steps", j, "task"), unserved_task_message(
+                        config.name, config.backend, step.task, served)))
         if problems:
             raise self.located.error(problems)
 
@@ -529,7 +538,7 @@ def peek_columns(paths: list[str], fmt: str, sample: int = 100) -> list[str] | N
 # -- running ------------------------------------------------------------------------------
 
 _HIDDEN = "__relayllm_"
-ERROR_COLUMN = "error"
+ERROR_COLUMN = ERROR
 _ERROR = f"{_HIDDEN}error"  # the first failure of the row, across steps (the stage's own
 # 'error' column is rewritten by every step)
 
@@ -578,7 +587,7 @@ class _Finish:
         row = dict(row)
         p = f"{_HIDDEN}{self.index}_"
         step = self.step
-        out = {name: row.pop(name, None) for name in (*OUTPUT_COLUMNS, "embedding")}
+        out = {name: row.pop(name, None) for name in OUTPUT_COLUMNS}
         skip = row.pop(f"{p}skip", None)
         saved = row.pop(f"{p}saved", None)
         key = step.template_key
@@ -586,16 +595,16 @@ class _Finish:
             row[key] = json.loads(saved)
         elif step.messages is not None or step.prompt is not None or step.input is not None:
             row.pop(key, None)
-        error = skip or (f"step {step.name!r}: {out['error']}" if out["error"] else None)
-        value = out["embedding"] if step.task == "embedding" else out["generated_text"]
+        error = skip or (f"step {step.name!r}: {out[ERROR]}" if out[ERROR] else None)
+        value = out[ANSWER_COLUMN[step.task]]
         if not error and step.output_json_field:
             value, error = _json_field(value, step)
         row[step.output_column] = None if error else value
         if error and not row.get(_ERROR):
             row[_ERROR] = error
         row.setdefault(_ERROR, None)
-        row[f"{p}in"] = out["num_input_tokens"] or 0
-        row[f"{p}out"] = out["num_generated_tokens"] or 0
+        row[f"{p}in"] = out[NUM_INPUT_TOKENS] or 0
+        row[f"{p}out"] = out[NUM_GENERATED_TOKENS] or 0
         row[f"{p}failed"] = error is not None
         row[f"{p}t1"] = time.time()
         return row

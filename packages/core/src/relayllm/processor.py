@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, field_validator
 
-from relayllm.rows import check_sampling_params
+from relayllm.rows import Task, check_sampling_params
 
 if TYPE_CHECKING:
     from ray.data import Dataset
@@ -22,7 +22,7 @@ class ProcessorConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     deployment: str = Field(description="Name of a running relayllm deployment.")
-    task: Literal["chat", "completion", "embedding"] = "chat"
+    task: Task = "chat"
     batch_size: PositiveInt = Field(default=64, description="Rows per call to the deployment.")
     concurrency: PositiveInt = Field(default=1, description="Stage actors (Ray Data workers).")
     max_in_flight_batches: PositiveInt = Field(

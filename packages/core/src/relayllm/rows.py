@@ -3,25 +3,82 @@ and which output columns the stage writes. The one place that knows the column n
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypedDict
+from dataclasses import dataclass
+from typing import Any, Literal, TypedDict, get_args
 
 Task = Literal["chat", "completion", "embedding"]
+#: Every task, in the order the docs list them.
+TASKS: tuple[Task, ...] = get_args(Task)
+#: What a text-generating deployment serves (an embedding deployment serves ``embedding``).
+TEXT_TASKS: frozenset[Task] = frozenset({"chat", "completion"})
 
 #: The column each task reads its input from.
-INPUT_COLUMN: dict[str, str] = {"chat": "messages", "completion": "prompt", "embedding": "input"}
+INPUT_COLUMN: dict[Task, str] = {"chat": "messages", "completion": "prompt", "embedding": "input"}
+#: The task a given input column implies (a pipeline step's template key, say).
+TASK_OF_INPUT: dict[str, Task] = {column: task for task, column in INPUT_COLUMN.items()}
 SAMPLING_PARAMS_COLUMN = "sampling_params"
 MODEL_COLUMN = "model"
 
-#: Columns every processor adds (``embedding`` only for the embedding task).
-OUTPUT_COLUMNS = (
-    "generated_text",
-    "finish_reason",
-    "num_input_tokens",
-    "num_generated_tokens",
-    "request_id",
-    "error",
+# Output column names, for the code that reads one by meaning (the answer, the error).
+GENERATED_TEXT = "generated_text"
+FINISH_REASON = "finish_reason"
+NUM_INPUT_TOKENS = "num_input_tokens"
+NUM_GENERATED_TOKENS = "num_generated_tokens"
+EMBEDDING = "embedding"
+REQUEST_ID = "request_id"
+ERROR = "error"
+
+
+@dataclass(frozen=True)
+class OutputField:
+    """One output column: its name, its Arrow type, and for which tasks the stage writes it.
+
+    A new protocol feature (logprobs, n samples, tool calls...) is one more entry in
+    :data:`OUTPUT_SCHEMA`: the stage, the pipeline and the batch format iterate over it.
+    """
+
+    name: str
+    #: ``"string"``, ``"int64"`` or ``"list<float32>"`` (see :meth:`arrow_type`).
+    kind: str
+    #: Tasks whose rows get this column (None: every task).
+    tasks: frozenset[Task] | None = None
+    #: Written by the stage itself (not taken from the deployment's result).
+    by_stage: bool = False
+
+    def arrow_type(self) -> Any:
+        import pyarrow as pa  # here, not at import: ``import relayllm`` stays light
+
+        return {
+            "string": pa.string(),
+            "int64": pa.int64(),
+            "list<float32>": pa.list_(pa.float32()),
+        }[self.kind]
+
+    def written_for(self, task: Task) -> bool:
+        return self.tasks is None or task in self.tasks
+
+
+#: The columns a processor adds to every row, in this order.
+OUTPUT_SCHEMA: tuple[OutputField, ...] = (
+    OutputField(GENERATED_TEXT, "string"),
+    OutputField(FINISH_REASON, "string"),
+    OutputField(NUM_INPUT_TOKENS, "int64"),
+    OutputField(NUM_GENERATED_TOKENS, "int64"),
+    OutputField(EMBEDDING, "list<float32>", tasks=frozenset({"embedding"})),
+    OutputField(REQUEST_ID, "string", by_stage=True),
+    OutputField(ERROR, "string"),
 )
-EMBEDDING_COLUMN = "embedding"
+#: Every output column name (a pipeline may not use one for its own output).
+OUTPUT_COLUMNS: tuple[str, ...] = tuple(f.name for f in OUTPUT_SCHEMA)
+#: The column holding a task's answer.
+ANSWER_COLUMN: dict[Task, str] = {"chat": GENERATED_TEXT, "completion": GENERATED_TEXT, "embedding": EMBEDDING}
+EMBEDDING_COLUMN = EMBEDDING  # older name, kept for adapters that import it
+
+
+def output_fields(task: Task) -> tuple[OutputField, ...]:
+    """The output columns the stage writes for ``task``."""
+    return tuple(f for f in OUTPUT_SCHEMA if f.written_for(task))
+
 
 _ROLES = {"system", "user", "assistant", "tool", "developer"}
 
@@ -49,8 +106,28 @@ class Result(TypedDict, total=False):
     error: str | None
 
 
-def error_result(message: str) -> Result:
-    return {"error": message}
+def error_result(message: str, **fields: Any) -> Result:
+    """A failed row's result: ``message`` is its ``error`` (plus any counts still known)."""
+    return {ERROR: message, **fields}  # type: ignore[typeddict-item]
+
+
+def request_text(request: Request, *, roles: bool = False) -> str:
+    """The text of a request: its prompt or input, or its messages' text parts joined.
+
+    ``roles=True`` keeps each message's role, for ordering rows by shared prefix (two chats
+    with equal text but different roles are different prompts)."""
+    if "messages" in request:
+        parts: list[str] = []
+        for message in request["messages"]:
+            content = message.get("content")
+            if isinstance(content, list):
+                content = " ".join(
+                    str(p.get("text", "")) for p in content if isinstance(p, dict)
+                )
+            text = content if isinstance(content, str) else ""
+            parts.append(f"{message.get('role')}\x01{text}" if roles else text)
+        return ("\x00" if roles else " ").join(parts)
+    return request.get("prompt") or request.get("input") or ""
 
 
 def _drop_none(value: Any) -> Any:
@@ -166,7 +243,22 @@ def _short(value: Any, limit: int = 80) -> str:
 
 
 __all__ = [
+    "ANSWER_COLUMN",
+    "EMBEDDING",
     "EMBEDDING_COLUMN",
+    "ERROR",
+    "FINISH_REASON",
+    "GENERATED_TEXT",
+    "NUM_GENERATED_TOKENS",
+    "NUM_INPUT_TOKENS",
+    "OUTPUT_SCHEMA",
+    "REQUEST_ID",
+    "TASKS",
+    "TASK_OF_INPUT",
+    "TEXT_TASKS",
+    "OutputField",
+    "output_fields",
+    "request_text",
     "INPUT_COLUMN",
     "MODEL_COLUMN",
     "OUTPUT_COLUMNS",

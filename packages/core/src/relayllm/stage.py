@@ -29,13 +29,18 @@ from relayllm.engine import _describe
 from relayllm.errors import RowError
 from relayllm.retry import call_with_retries
 from relayllm.rows import (
-    EMBEDDING_COLUMN,
+    ERROR,
     INPUT_COLUMN,
     MODEL_COLUMN,
+    REQUEST_ID,
     SAMPLING_PARAMS_COLUMN,
     Request,
     Result,
+    Task,
     build_request,
+    error_result,
+    output_fields,
+    request_text,
 )
 
 if TYPE_CHECKING:
@@ -44,9 +49,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 TRANSPORT_ENV = "RELAYLLM_SERVE_TRANSPORT"
-
-_STRING_OUTPUTS = ("generated_text", "finish_reason")
-_INT_OUTPUTS = ("num_input_tokens", "num_generated_tokens")
 
 
 class ServeStage:
@@ -59,7 +61,11 @@ class ServeStage:
         from relayllm.deployments import handle_for
 
         self.config = config
+        from relayllm.deployments import check_task_served
+
         handle_for(config.deployment)  # unknown name -> an error that lists the running ones
+        # A task the deployment's options do not serve fails here, not on every row.
+        check_task_served(config.deployment, config.task)
         self._fast: Any = None  # process_batch over gRPC, bound to this actor's event loop
         self._safe: Any = None  # process_batch over actor calls: no size limit
         self._use_fast = self.grpc_transport
@@ -87,14 +93,14 @@ class ServeStage:
                 ids[i],
             )
             if isinstance(request, str):
-                results[i] = {"error": request}
+                results[i] = error_result(request)
             else:
                 pending.append((i, request))
 
         if self.config.order_by_prefix:
             # Lexicographic order puts rows that share a prefix next to each other, however
             # long the prefix; results go back by row index, so the output order is unchanged.
-            pending.sort(key=lambda item: _prompt_text(item[1]))
+            pending.sort(key=lambda item: request_text(item[1], roles=True))
         size = self.config.batch_size
         calls = [pending[k : k + size] for k in range(0, len(pending), size)]
         answers = await asyncio.gather(*(self._send([r for _, r in call]) for call in calls))
@@ -105,7 +111,7 @@ class ServeStage:
         if self.config.on_error == "raise":
             row_ids = _column(batch, self.config.id_column, n) if self.config.id_column else None
             self._raise_first_error(results, ids, values, row_ids)
-        return _with_outputs(batch, results, ids, self.config.task == "embedding")
+        return _with_outputs(batch, results, ids, self.config.task)
 
     async def _send(self, requests: list[Request]) -> list[Result]:
         async with self._slots:
@@ -119,7 +125,7 @@ class ServeStage:
                 )
             except _Gone:
                 error = f"deployment {self.config.deployment!r} is no longer running (shut down?)"
-                return [{"error": error} for _ in requests]
+                return [error_result(error) for _ in requests]
             except Exception as exc:  # transport failure after every retry: rows fail, not vanish
                 if self._deployment_gone():
                     error = f"deployment {self.config.deployment!r} is no longer running (shut down?)"
@@ -128,7 +134,7 @@ class ServeStage:
                         f"deployment {self.config.deployment!r} failed after "
                         f"{self.config.max_retries + 1} attempts: {_describe(exc)}"
                     )
-                return [{"error": error} for _ in requests]
+                return [error_result(error) for _ in requests]
 
     def _deployment_gone(self) -> bool:
         """Asked only after a failure: is the app still there? (A restarting replica is.)"""
@@ -185,13 +191,13 @@ class ServeStage:
         self, results: list[Result], ids: list[str], values: list[Any], row_ids: list[Any] | None
     ) -> None:
         for i, result in enumerate(results):
-            if result.get("error"):
+            if result.get(ERROR):
                 preview = repr(values[i])
                 preview = preview if len(preview) <= 120 else preview[:117] + "..."
                 which = f"{self.config.id_column}={row_ids[i]!r}, " if row_ids else ""
                 raise RowError(
                     f"row {i} of its batch ({which}request_id {ids[i]}, {self._input_column}={preview}) "
-                    f"failed on deployment {self.config.deployment!r}: {result['error']}"
+                    f"failed on deployment {self.config.deployment!r}: {result[ERROR]}"
                 )
 
 
@@ -214,41 +220,22 @@ def _is_grpc_error(exc: BaseException) -> bool:
     return isinstance(exc, grpc.RpcError)
 
 
-def _prompt_text(request: Request) -> str:
-    """The text the engine sees first, for ordering rows by shared prefix."""
-    if "messages" in request:
-        parts = []
-        for message in request["messages"]:
-            content = message.get("content")
-            parts.append(f"{message.get('role')}\x01{content if isinstance(content, str) else repr(content)}")
-        return "\x00".join(parts)
-    return request.get("prompt") or request.get("input") or ""
-
-
 def _column(batch: pa.Table, name: str, n: int) -> list[Any]:
     if name not in batch.column_names:
         return [None] * n
     return batch.column(name).to_pylist()
 
 
-def _with_outputs(batch: pa.Table, results: list[Result], ids: list[str], embedding: bool) -> pa.Table:
-    columns: dict[str, pa.Array] = {}
-    for name in _STRING_OUTPUTS:
-        columns[name] = pa.array([r.get(name) for r in results], pa.string())
-    for name in _INT_OUTPUTS:
-        columns[name] = pa.array([r.get(name) for r in results], pa.int64())
-    if embedding:
-        columns[EMBEDDING_COLUMN] = pa.array(
-            [r.get(EMBEDDING_COLUMN) for r in results], pa.list_(pa.float32())
-        )
-    columns["request_id"] = pa.array(ids, pa.string())
-    columns["error"] = pa.array([r.get("error") for r in results], pa.string())
-    for name, values in columns.items():
-        index = batch.schema.get_field_index(name)
+def _with_outputs(batch: pa.Table, results: list[Result], ids: list[str], task: Task) -> pa.Table:
+    """The batch with the task's output columns (rows.OUTPUT_SCHEMA) set or replaced."""
+    for field in output_fields(task):
+        values = ids if field.name == REQUEST_ID else [r.get(field.name) for r in results]
+        array = pa.array(values, field.arrow_type())
+        index = batch.schema.get_field_index(field.name)
         if index >= 0:
-            batch = batch.set_column(index, name, values)
+            batch = batch.set_column(index, field.name, array)
         else:
-            batch = batch.append_column(name, values)
+            batch = batch.append_column(field.name, array)
     return batch
 
 

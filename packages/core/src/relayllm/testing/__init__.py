@@ -1,6 +1,8 @@
 """What adapter authors test with: the echo backend and the conformance kit.
 
-Install with ``pip install 'relayllm[testing]'``; see :class:`BackendConformanceTests`.
+Install with ``pip install 'relayllm[testing]'``. :class:`BackendContractTests` is the
+engine-free half of the kit (run it on every commit); :class:`BackendConformanceTests` adds the
+checks that need a running engine.
 """
 
 from __future__ import annotations
@@ -22,11 +24,16 @@ def __getattr__(name: str):
         from relayllm.testing.kit import BackendConformanceTests
 
         return BackendConformanceTests
+    if name == "BackendContractTests":
+        from relayllm.testing.contract import BackendContractTests
+
+        return BackendContractTests
     raise AttributeError(name)
 
 
 __all__ = [
     "BackendConformanceTests",
+    "BackendContractTests",
     "EchoBackend",
     "EchoDeployment",
     "EchoOptions",

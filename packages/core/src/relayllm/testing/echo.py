@@ -16,7 +16,7 @@ from pydantic import Field
 from relayllm.backend import Backend, BackendOptions
 from relayllm.engine import BatchDeployment
 from relayllm.plugin import hookimpl
-from relayllm.rows import Request, Result
+from relayllm.rows import Request, Result, error_result, request_text
 
 
 EMBEDDING_SIZE = 8  # echo "embeds" a text as the lengths of its first 8 words
@@ -42,34 +42,45 @@ class EchoOptions(BackendOptions):
 class EchoDeployment(BatchDeployment):
     backend_name = "echo"
 
-    def __init__(self, options: dict[str, Any], deployment: dict[str, Any]) -> None:
+    options: EchoOptions
+
+    def __init__(self, options: EchoOptions, deployment: dict[str, Any]) -> None:
         super().__init__(options, deployment)
-        time.sleep(options["start_delay_s"])  # models an engine loading its weights
-        if options["fail_start"]:
+        time.sleep(options.start_delay_s)  # models an engine loading its weights
+        if options.fail_start:
             raise RuntimeError("echo engine failed to start (fail_start=True)")
+        self.stopped = False
+
+    async def stop_engine(self) -> None:
+        """What the conformance kit calls to check that health() reports a stopped engine."""
+        self.stopped = True
+
+    async def engine_health(self) -> None:
+        if self.stopped:
+            raise RuntimeError("the echo engine was stopped (stop_engine)")
 
     async def process_batch(self, requests: list[Request]) -> list[Result]:
-        if self.calls < self.options["fail_calls"]:
+        if self.calls < self.options.fail_calls:
             self.calls += 1
             raise ConnectionError(f"injected failure of call {self.calls}")
         return await super().process_batch(requests)
 
     async def run_batch(self, requests: list[Request]) -> list[Result]:
-        if self.options["delay_s"]:
-            await asyncio.sleep(self.options["delay_s"])
+        if self.options.delay_s:
+            await asyncio.sleep(self.options.delay_s)
         return [self._answer(r) for r in requests]
 
     def _answer(self, request: Request) -> Result:
-        text = _text_of(request)
-        marker = self.options["fail_marker"]
+        text = request_text(request)
+        marker = self.options.fail_marker
         if marker and marker in text:
-            return {"error": f"echo engine refused the row: it contains {marker!r}"}
+            return error_result(f"echo engine refused the row: it contains {marker!r}")
         words = text.split()
         if request["task"] == "embedding":
             vector = ([float(len(w)) for w in words] + [0.0] * EMBEDDING_SIZE)[:EMBEDDING_SIZE]
             return {"embedding": vector, "num_input_tokens": len(words)}
-        out = list(reversed(words)) if self.options["mode"] == "reverse" else words
-        limit = request.get("sampling_params", {}).get("max_tokens") or self.options["max_tokens_default"]
+        out = list(reversed(words)) if self.options.mode == "reverse" else words
+        limit = request.get("sampling_params", {}).get("max_tokens") or self.options.max_tokens_default
         finish = "stop"
         if limit and len(out) > limit:
             out, finish = out[:limit], "length"
@@ -87,19 +98,7 @@ class EchoDeployment(BatchDeployment):
         yield self._answer(kwargs)  # type: ignore[arg-type]
 
     def engine_info(self) -> dict[str, Any]:
-        return {"model": f"echo-{self.options['mode']}", "device": "cpu", "tasks": sorted(EchoBackend.tasks)}
-
-
-def _text_of(request: Request) -> str:
-    if "messages" in request:
-        parts = []
-        for message in request["messages"]:
-            content = message.get("content")
-            parts.append(content if isinstance(content, str) else " ".join(
-                p.get("text", "") for p in content if isinstance(p, dict)
-            ))
-        return " ".join(parts)
-    return request.get("prompt") or request.get("input") or ""
+        return {"model": f"echo-{self.options.mode}", "device": "cpu"}
 
 
 class EchoBackend(Backend):
