@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import relayllm
-from relayllm.rows import Request, Result
+from relayllm.rows import Request, Result, request_text
+
+CONTEXT_WORDS = 100  # shout's "context length": a longer prompt is refused
 
 
 class ShoutOptions(relayllm.BackendOptions):
@@ -14,18 +16,19 @@ class ShoutOptions(relayllm.BackendOptions):
 
 class ShoutDeployment(relayllm.BatchDeployment):
     backend_name = "shout"
+    options: ShoutOptions  # the validated options, typed
 
     async def run_request(self, request: Request) -> Result:
-        if request["task"] == "chat":
-            text = request["messages"][-1]["content"]
-        else:
-            text = request["prompt"]
-        words = text.upper().split()
+        words = request_text(request).upper().split()
+        if len(words) > CONTEXT_WORDS:  # raising fails this row only
+            raise ValueError(f"{len(words)} words is over shout's context of {CONTEXT_WORDS}")
+        budget = request["sampling_params"].get("max_tokens") or len(words)
+        out = words[:budget]
         return {
-            "generated_text": " ".join(words) + self.options["suffix"],
-            "finish_reason": "stop",
+            "generated_text": " ".join(out) + self.options.suffix,
+            "finish_reason": "length" if len(words) > budget else "stop",
             "num_input_tokens": len(words),
-            "num_generated_tokens": len(words),
+            "num_generated_tokens": len(out),
         }
 
     def engine_info(self) -> dict[str, Any]:
@@ -34,7 +37,7 @@ class ShoutDeployment(relayllm.BatchDeployment):
 
 class ShoutBackend(relayllm.Backend):
     name = "shout"
-    Options = ShoutOptions
+    Options = ShoutOptions  # serves tasks_for(options) = chat and completion (the default)
 
     @classmethod
     def deployment_class(cls):
