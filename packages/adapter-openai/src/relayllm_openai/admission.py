@@ -16,7 +16,7 @@ from typing import Any
 
 from aiolimiter import AsyncLimiter
 
-from relayllm.rows import Request
+from relayllm.rows import Request, request_text
 
 #: Providers estimate a request's prompt tokens from its length before counting them; so do we.
 CHARS_PER_TOKEN = 4
@@ -99,25 +99,12 @@ class Admission:
 def estimate_tokens(request: Request) -> int:
     """What a request costs before its usage is known: prompt characters / 4 plus
     ``max_tokens`` (providers charge a request's ``max_tokens`` against the token budget)."""
-    chars = len(_text_of(request))
+    chars = len(request_text(request))
     params = request.get("sampling_params") or {}
     completion = 0
     if request.get("task") != "embedding":
         completion = params.get("max_tokens") or params.get("max_completion_tokens") or 0
     return math.ceil(chars / CHARS_PER_TOKEN) + int(completion)
-
-
-def _text_of(request: Request) -> str:
-    if "messages" in request:
-        parts: list[str] = []
-        for message in request["messages"]:
-            content = message.get("content")
-            if isinstance(content, str):
-                parts.append(content)
-            elif isinstance(content, list):
-                parts.extend(p.get("text", "") for p in content if isinstance(p, dict))
-        return " ".join(parts)
-    return request.get("prompt") or request.get("input") or ""
 
 
 def replicas_of(deployment: dict[str, Any]) -> int:

@@ -15,8 +15,10 @@ import openai
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 import relayllm
-from relayllm.rows import Request, Result
+from relayllm.adapters import UnsupportedParameter, check_sampling_support
+from relayllm.rows import Request, Result, error_result
 from relayllm_openai.admission import Admission, estimate_tokens, replicas_of
+from relayllm_openai.plugin import OPENAI_SAMPLING_PARAMS, OpenAIOptions
 from relayllm_openai.retrying import (
     BackoffHonouringRetryAfter,
     MalformedResponse,
@@ -33,10 +35,11 @@ NO_KEY = "EMPTY"
 
 class OpenAIDeployment(relayllm.BatchDeployment):
     backend_name = "openai"
+    options: OpenAIOptions
 
-    def __init__(self, options: dict[str, Any], deployment: dict[str, Any]) -> None:
+    def __init__(self, options: OpenAIOptions, deployment: dict[str, Any]) -> None:
         super().__init__(options, deployment)
-        key_env = options["api_key_env"]
+        key_env = options.api_key_env
         key = os.environ.get(key_env) if key_env else None
         if key_env and not key:
             raise RuntimeError(
@@ -46,16 +49,16 @@ class OpenAIDeployment(relayllm.BatchDeployment):
         self._secret = key
         self._client = openai.AsyncOpenAI(
             api_key=key or NO_KEY,
-            base_url=options["base_url"],
-            organization=options["organization"],
-            default_headers=options["headers"] or None,
-            timeout=options["timeout_s"],
+            base_url=options.base_url,
+            organization=options.organization,
+            default_headers=options.headers or None,
+            timeout=options.timeout_s,
             max_retries=0,  # retries are ours (retrying.py): one policy, one place
         )
         self._admission = Admission(
-            max_concurrency=options["max_concurrency"],
-            requests_per_minute=options["requests_per_minute"],
-            tokens_per_minute=options["tokens_per_minute"],
+            max_concurrency=options.max_concurrency,
+            requests_per_minute=options.requests_per_minute,
+            tokens_per_minute=options.tokens_per_minute,
             replicas=replicas_of(deployment),
         )
         self.attempts = 0  # HTTP requests sent for rows, retries included
@@ -63,7 +66,7 @@ class OpenAIDeployment(relayllm.BatchDeployment):
         self._models: list[str] = []  # what the endpoint listed at the last health()
         logger.info(
             "openai deployment %r: model %s at %s, budget per replica %s",
-            deployment.get("name"), options["model"], self.base_url, self._admission.describe(),
+            deployment.get("name"), options.model, self.base_url, self._admission.describe(),
         )
 
     @property
@@ -73,6 +76,11 @@ class OpenAIDeployment(relayllm.BatchDeployment):
     # -- rows ---------------------------------------------------------------------------------
 
     async def run_request(self, request: Request) -> Result:
+        try:  # the policy every adapter shares: an unsupported name fails this row, unsent
+            check_sampling_support("openai", request.get("sampling_params") or {},
+                                   OPENAI_SAMPLING_PARAMS | set(self.options.extra_sampling_params))
+        except UnsupportedParameter as exc:
+            return error_result(f"{exc} (or list it in options.extra_sampling_params)")
         estimate = estimate_tokens(request)
         attempts = 0
 
@@ -85,7 +93,7 @@ class OpenAIDeployment(relayllm.BatchDeployment):
 
         try:
             async for try_ in AsyncRetrying(
-                stop=stop_after_attempt(self.options["max_retries"] + 1),
+                stop=stop_after_attempt(self.options.max_retries + 1),
                 wait=BackoffHonouringRetryAfter(),
                 retry=retry_if_exception(is_retryable),
                 before_sleep=self._before_retry,
@@ -94,7 +102,7 @@ class OpenAIDeployment(relayllm.BatchDeployment):
                 with try_:
                     result = await attempt()
         except Exception as exc:  # the row's failure is the row's value, never a lost row
-            return {"error": self._redact(describe_failure(exc, attempts, self.options["timeout_s"]))}
+            return error_result(self._redact(describe_failure(exc, attempts, self.options.timeout_s)))
         used = (result.get("num_input_tokens") or 0) + (result.get("num_generated_tokens") or 0)
         self._admission.settle(estimate, used or None)
         return result
@@ -109,14 +117,14 @@ class OpenAIDeployment(relayllm.BatchDeployment):
             "retrying a request to %s in %.2fs: %s",
             self.base_url,
             state.upcoming_sleep,
-            self._redact(describe_failure(exc, 1, self.options["timeout_s"])) if exc else "?",
+            self._redact(describe_failure(exc, 1, self.options.timeout_s)) if exc else "?",
         )
 
     async def _send(self, request: Request) -> Result:
         task = request["task"]
-        model = request.get("model") or self.options["model"]
-        # Sampling params go in the JSON body as they are (OpenAI names), so any extra a
-        # server understands (vLLM's top_k...) passes through; a bad one comes back as a 400.
+        model = request.get("model") or self.options.model
+        # Sampling params go in the JSON body as they are (OpenAI names, plus the extras
+        # options.extra_sampling_params allows, such as vLLM's top_k).
         params = dict(request.get("sampling_params") or {})
         try:
             if task == "chat":
@@ -153,12 +161,12 @@ class OpenAIDeployment(relayllm.BatchDeployment):
         try:
             page = await self._client.models.list()
         except Exception as exc:
-            raise RuntimeError(self._redact(describe_failure(exc, 1, self.options["timeout_s"]))) from None
+            raise RuntimeError(self._redact(describe_failure(exc, 1, self.options.timeout_s))) from None
         self._models = [m.id for m in getattr(page, "data", [])]
 
     async def health(self) -> dict[str, Any]:
         report = await super().health()
-        return {**report, "model": self.options["model"], "model_listed": self.options["model"] in self._models}
+        return {**report, "model": self.options.model, "model_listed": self.options.model in self._models}
 
     async def check_health(self) -> None:
         # Serve calls this every few seconds and restarts a replica that fails it. An outage of
@@ -168,9 +176,8 @@ class OpenAIDeployment(relayllm.BatchDeployment):
 
     def engine_info(self) -> dict[str, Any]:
         return {
-            "model": self.options["model"],
+            "model": self.options.model,
             "base_url": self.base_url,
-            "tasks": ["chat", "completion", "embedding"],
             "limits": self._admission.describe(),
             "attempts": self.attempts,
             "retries": self.retries,

@@ -53,6 +53,11 @@ class OpenAIOptions(relayllm.BackendOptions):
     max_retries: NonNegativeInt = Field(
         default=5, description="Retries of one request on 429/408/409/5xx/timeouts/connection errors."
     )
+    extra_sampling_params: list[str] = Field(
+        default_factory=list,
+        description="Sampling names this endpoint accepts beyond OpenAI's own (vLLM's top_k, "
+        "min_p...); a row setting any other name fails with an error naming it.",
+    )
 
     @field_validator("base_url")
     @classmethod
@@ -86,6 +91,14 @@ class OpenAIOptions(relayllm.BackendOptions):
                     "the environment variable that holds the key instead"
                 )
         return value
+
+
+#: OpenAI's own request parameters a row's ``sampling_params`` may set.
+OPENAI_SAMPLING_PARAMS = frozenset(
+    {"temperature", "top_p", "max_tokens", "max_completion_tokens", "stop", "seed", "n",
+     "presence_penalty", "frequency_penalty", "logit_bias", "logprobs", "top_logprobs",
+     "response_format", "reasoning_effort", "best_of", "suffix", "echo"}
+)  # fmt: skip
 
 
 class OpenAIBackend(relayllm.Backend):

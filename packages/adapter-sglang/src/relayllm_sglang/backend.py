@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 
 from relayllm import Backend
 from relayllm.engine import BatchDeployment
+from relayllm.rows import TEXT_TASKS
 from relayllm_sglang import INSTALL_HINT, SGLANG_VERSION
 from relayllm_sglang.options import SGLangOptions, check_server_arg_names, engine_kwargs
 from relayllm_sglang.source import SourceLayoutError, SourceTree
@@ -21,6 +22,11 @@ class SGLangBackend(Backend):
     requires: ClassVar[tuple[str, ...]] = ("sglang",)
     install_hint = INSTALL_HINT
     tasks = frozenset({"chat", "completion", "embedding"})
+
+    @classmethod
+    def tasks_for(cls, options: SGLangOptions) -> frozenset[str]:
+        """An embedding model (``is_embedding``) serves embeddings only; others serve text."""
+        return frozenset({"embedding"}) if options.embedding_model else TEXT_TASKS
 
     @classmethod
     def check_options(cls, options: SGLangOptions) -> None:

@@ -36,16 +36,17 @@ def import_sglang() -> ModuleType:
 class SGLangDeployment(BatchDeployment):
     backend_name = "sglang"
 
-    def __init__(self, options: dict[str, Any], deployment: dict[str, Any]) -> None:
+    options: SGLangOptions
+
+    def __init__(self, options: SGLangOptions, deployment: dict[str, Any]) -> None:
         super().__init__(options, deployment)
-        self.config = SGLangOptions.model_validate(options)
         sglang = import_sglang()
-        self.engine = sglang.Engine(**engine_kwargs(self.config))
+        self.engine = sglang.Engine(**engine_kwargs(self.options))
         # The engine's own tokenizer: it carries the chat template the engine loaded.
         self.tokenizer = self.engine.tokenizer_manager.tokenizer
-        self.lora_names = frozenset(self.config.lora_paths or ())
+        self.lora_names = frozenset(self.options.lora_paths or ())
         self.base_model_names = frozenset(
-            n for n in (self.config.model_path, self.config.server_args.get("served_model_name")) if n
+            n for n in (self.options.model_path, self.options.server_args.get("served_model_name")) if n
         )
         self.sampling_names = _sampling_param_names()
         self.engine_version = _version("sglang")
@@ -60,23 +61,21 @@ class SGLangDeployment(BatchDeployment):
             self.tokenizer,
             lora_names=self.lora_names,
             base_model_names=self.base_model_names,
-            embedding_model=self.config.embedding_model,
+            embedding_model=self.options.embedding_model,
             sampling_names=self.sampling_names,
         )
 
     def engine_info(self) -> dict[str, Any]:
-        tasks = ["embedding"] if self.config.embedding_model else ["chat", "completion"]
         return {
-            "model": self.config.model_path,
+            "model": self.options.model_path,
             "engine": "sglang",
             "engine_version": self.engine_version,
             "device": "cuda",
-            "gpus": self.config.gpus,
-            "tp_size": self.config.tp_size,
-            "dp_size": self.config.dp_size,
-            "tasks": tasks,
+            "gpus": self.options.gpus,
+            "tp_size": self.options.tp_size,
+            "dp_size": self.options.dp_size,
             "lora_adapters": sorted(self.lora_names),
-            "seeded_sampling": self.config.seeded_sampling,
+            "seeded_sampling": self.options.seeded_sampling,
         }
 
     async def engine_health(self) -> None:

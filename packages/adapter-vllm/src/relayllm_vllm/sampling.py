@@ -8,8 +8,9 @@ never silently dropped.
 
 from __future__ import annotations
 
-import json
 from typing import Any
+
+from relayllm.adapters import UnsupportedParameter, check_sampling_support, parse_response_format
 
 #: OpenAI names that vLLM spells the same way.
 OPENAI_SAME_NAME = frozenset(
@@ -23,12 +24,20 @@ VLLM_EXTRA = frozenset(
 )  # fmt: skip
 
 
-class SamplingParamsError(ValueError):
+#: Every sampling_params key a row may set on this backend.
+SUPPORTED = OPENAI_SAME_NAME | VLLM_EXTRA | {"response_format", "max_completion_tokens"}
+
+
+class SamplingParamsError(UnsupportedParameter):
     """A row's sampling params cannot be expressed for vLLM."""
 
 
 def to_vllm_kwargs(params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """(SamplingParams kwargs, StructuredOutputsParams kwargs or None) for one row."""
+    try:
+        check_sampling_support("vllm", params, SUPPORTED)  # the policy every adapter shares
+    except UnsupportedParameter as exc:
+        raise SamplingParamsError(str(exc)) from None
     kwargs: dict[str, Any] = {}
     structured: dict[str, Any] | None = None
     for key, value in params.items():
@@ -40,11 +49,6 @@ def to_vllm_kwargs(params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, An
             kwargs["max_tokens"] = value
         elif key == "response_format":
             structured = _structured(value)
-        else:
-            known = sorted(OPENAI_SAME_NAME | VLLM_EXTRA | {"response_format", "max_completion_tokens"})
-            raise SamplingParamsError(
-                f"sampling_params.{key} is not supported by the vllm backend; known: {', '.join(known)}"
-            )
     if kwargs.get("n", 1) != 1:
         raise SamplingParamsError(f"sampling_params.n must be 1 (one row, one answer), got {kwargs['n']!r}")
     if kwargs.get("logprobs") is True:  # OpenAI's boolean; vLLM wants a count
@@ -56,30 +60,13 @@ def to_vllm_kwargs(params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, An
 
 def _structured(response_format: Any) -> dict[str, Any] | None:
     """OpenAI ``response_format`` -> vLLM structured-output constraint."""
-    if not isinstance(response_format, dict):
-        raise SamplingParamsError(f"sampling_params.response_format must be an object, got {response_format!r}")
-    kind = response_format.get("type")
-    if kind == "text":
+    try:
+        spec = parse_response_format(response_format)
+    except ValueError as exc:
+        raise SamplingParamsError(str(exc)) from None
+    if spec is None:
         return None
-    if kind == "json_object":
-        return {"json_object": True}
-    if kind == "json_schema":
-        spec = response_format.get("json_schema")
-        schema = spec.get("schema") if isinstance(spec, dict) else None
-        if isinstance(schema, str):
-            try:
-                schema = json.loads(schema)
-            except json.JSONDecodeError as exc:
-                raise SamplingParamsError(f"response_format.json_schema.schema is not JSON: {exc}") from None
-        if not isinstance(schema, dict):
-            raise SamplingParamsError(
-                "response_format of type 'json_schema' needs json_schema.schema (an object), "
-                f"got {spec!r}"
-            )
-        return {"json": schema}
-    raise SamplingParamsError(
-        f"response_format.type must be 'text', 'json_object' or 'json_schema', got {kind!r}"
-    )
+    return {"json_object": True} if spec.kind == "json_object" else {"json": spec.schema}
 
 
-__all__ = ["OPENAI_SAME_NAME", "VLLM_EXTRA", "SamplingParamsError", "to_vllm_kwargs"]
+__all__ = ["OPENAI_SAME_NAME", "SUPPORTED", "VLLM_EXTRA", "SamplingParamsError", "to_vllm_kwargs"]
