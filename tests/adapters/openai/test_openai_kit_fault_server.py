@@ -20,7 +20,12 @@ class TestOpenAIAgainstFaultServer(BackendConformanceTests):
     backend = "openai"
     distribution = "relayllm-openai"
     options = {"base_url": SERVER.base_url, "model": SERVER.model, "api_key_env": KEY_ENV}
-    supports_embedding = True
+
+    def refused_row(self, task):
+        return self.text_row(task, "please answer fault=400")  # the endpoint answers 400
+
+    def stop_engine(self, ref):
+        SERVER.stop()  # the endpoint goes away: health() must say so
 
     def test_every_request_carried_the_key(self, deployment):
         records = SERVER.records

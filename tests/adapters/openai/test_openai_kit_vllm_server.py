@@ -19,6 +19,7 @@ from openai_support import KEY_ENV
 from relayllm.testing import BackendConformanceTests
 
 SERVED_MODEL = "relayllm-demo"
+CONTEXT_LENGTH = 512  # short, so a prompt the server refuses as too long is cheap
 STARTUP_TIMEOUT_S = 600  # ~35 s on an idle 2-core machine; much more when it is busy
 #: Set (the openai tox env does) to fail instead of skipping when vLLM is not installed.
 REQUIRE_ENV = "RELAYLLM_REQUIRE_VLLM_SERVER"
@@ -71,7 +72,7 @@ def vllm_server(tmp_path_factory, test_key):
     command = [
         sys.executable, "-c", LAUNCH, "--model", model_dir, "--served-model-name", SERVED_MODEL,
         "--host", "127.0.0.1", "--port", str(PORT), "--enforce-eager",
-        "--gpu-memory-utilization", "0.3",
+        "--gpu-memory-utilization", "0.3", "--max-model-len", str(CONTEXT_LENGTH),
     ]  # fmt: skip
     # The key goes through the environment, not the command line: argv is world-readable.
     env = {**os.environ, "VLLM_API_KEY": test_key}
@@ -111,29 +112,34 @@ pytestmark = pytest.mark.usefixtures("ray_per_module")
 class TestOpenAIAgainstVLLMServer(BackendConformanceTests):
     backend = "openai"
     distribution = "relayllm-openai"
+    # vLLM's server serves one task per model: this demo model generates text, and the
+    # deployment says so (tasks); embeddings are covered by the kit run against the fault server.
     options = {"base_url": BASE_URL, "model": SERVED_MODEL, "api_key_env": KEY_ENV,
-               "max_concurrency": 16, "timeout_s": 120}
+               "max_concurrency": 16, "timeout_s": 120, "tasks": ["chat", "completion"]}
     deployment_fields = {"startup_timeout_s": 300}
-    # vLLM serves one task per model: this demo model generates; embeddings are covered by
-    # the kit run against the project's fault server.
-    supports_embedding = False
-    skip_engine_reason = _skip_reason()
+    context_length = CONTEXT_LENGTH
 
     @pytest.fixture(scope="class")
-    def deployment(self, ray_cluster, vllm_server):
+    @classmethod
+    def deployment(cls, ray_cluster, vllm_server):
         import relayllm
 
-        ref = relayllm.deploy(self.deployment_config())
+        cls._server = vllm_server
+        ref = relayllm.deploy(cls.deployment_config())
         yield ref
         if any(r.name == ref.name for r in relayllm.list_deployments()):
             relayllm.shutdown(ref.name)
+
+    def stop_engine(self, ref):
+        # The module's server (its process group: server and engine) goes away.
+        _stop(self._server)
 
     def test_answers_come_from_the_model(self, deployment):
         import relayllm
 
         self.deployed()  # the kit's test_undeploy may have run first
         processor = relayllm.build_processor(relayllm.ProcessorConfig(
-            deployment=self.deployment_name, sampling_params={"max_tokens": 24, "temperature": 0.0}))
+            deployment=self.deployment_name(), sampling_params={"max_tokens": 24, "temperature": 0.0}))
         rows = [{"id": 0, "messages": [{"role": "user", "content": "What is the capital of France?"}]}]
         out = self.run(processor, rows)
         assert out[0]["error"] is None, out

@@ -1,32 +1,43 @@
 """The conformance kit for the sglang backend.
 
-The engine-free tests (entry point discovery, options rejecting unknown keys, light import, the
-override guard) run everywhere. The engine tests need a CUDA GPU: they are marked ``gpu`` (see
-conftest) and skip elsewhere with a reason saying to run ``tox -e sglang-gpu`` on a GPU machine.
+The engine-free half (:class:`BackendContractTests`: entry point discovery, options rejecting
+unknown keys, light import, ``tasks_for``, the sampling-parameter policy, the override guard)
+runs everywhere. The engine half needs a CUDA GPU: its tests are marked ``gpu`` (see conftest)
+and its Ray fixture skips elsewhere with a reason saying to run ``tox -e sglang-gpu``.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from relayllm.testing import BackendConformanceTests
+from relayllm.testing import BackendConformanceTests, BackendContractTests
 from relayllm_sglang.testing import engine_skip_reason, engine_test_model
+
+# A small share of GPU memory: the kit and the end-to-end test never hold an engine at once,
+# but the GPU may be shared with other work.
+OPTIONS = {"model_path": engine_test_model(), "mem_fraction_static": 0.5, "context_length": 2048}
+
+
+class TestSGLangContract(BackendContractTests):
+    backend = "sglang"
+    distribution = "relayllm-sglang"
+    options = OPTIONS
 
 
 class TestSGLangConformance(BackendConformanceTests):
     backend = "sglang"
     distribution = "relayllm-sglang"
-    # A small share of GPU memory: the kit and the end-to-end test never hold an engine at once,
-    # but the GPU may be shared with other work.
-    options = {"model_path": engine_test_model(), "mem_fraction_static": 0.5, "context_length": 2048}
+    options = OPTIONS
     deployment_fields = {"startup_timeout_s": 1800}
-    skip_engine_reason = engine_skip_reason()
+    context_length = 2048  # a longer prompt is refused by the engine: that row alone fails
 
     @pytest.fixture(scope="class")
-    def ray_cluster(self):
+    @classmethod
+    def ray_cluster(cls):
         # Skip before a Ray cluster is started for engine tests that cannot run here.
-        if self.skip_engine_reason:
-            pytest.skip(self.skip_engine_reason)
+        reason = engine_skip_reason()
+        if reason:
+            pytest.skip(reason)
         import ray
 
         if not ray.is_initialized():

@@ -1,5 +1,7 @@
 """The core conformance kit against the real vLLM engine and the demo model."""
 
+import signal
+
 from vllm_support import DEPLOYMENT_FIELDS, OPTIONS
 
 from relayllm.testing import BackendConformanceTests
@@ -10,4 +12,14 @@ class TestVLLMConformance(BackendConformanceTests):
     distribution = "relayllm-vllm"
     options = OPTIONS
     deployment_fields = DEPLOYMENT_FIELDS
-    sampling_params = {"max_tokens": 8, "temperature": 0.0}
+    context_length = OPTIONS["max_model_len"]  # a longer prompt: vLLM refuses that row
+
+    def stop_engine(self, ref):
+        """Kill the replica's EngineCore process, as a crash or the OOM killer would."""
+        import psutil
+
+        pid = ref.handle().info.remote().result(timeout_s=120)["pid"]
+        children = psutil.Process(pid).children(recursive=True)
+        assert children, "the vLLM replica has no engine process to stop"
+        for child in children:
+            child.send_signal(signal.SIGKILL)

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, Field, NonNegativeInt, PositiveInt, ValidationError, field_validator
 
 import relayllm
+from relayllm.rows import TASKS, Task
 from relayllm.errors import ConfigError
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -52,6 +53,11 @@ class OpenAIOptions(relayllm.BackendOptions):
     )
     max_retries: NonNegativeInt = Field(
         default=5, description="Retries of one request on 429/408/409/5xx/timeouts/connection errors."
+    )
+    tasks: list[Task] = Field(
+        default_factory=lambda: list(TASKS), min_length=1,
+        description="What the endpoint serves (a vLLM server with a generate model: chat and "
+        "completion); a processor with another task is refused before any row is sent.",
     )
     extra_sampling_params: list[str] = Field(
         default_factory=list,
@@ -108,7 +114,11 @@ class OpenAIBackend(relayllm.Backend):
     Options = OpenAIOptions
     requires = ("openai", "aiolimiter")
     install_hint = "pip install relayllm-openai"
-    tasks = frozenset({"chat", "completion", "embedding"})
+    tasks = frozenset(TASKS)
+
+    @classmethod
+    def tasks_for(cls, options: OpenAIOptions) -> frozenset[str]:
+        return frozenset(options.tasks)
 
     @classmethod
     def parse_options(cls, options: dict[str, Any]) -> BaseModel:

@@ -43,15 +43,20 @@ SHARED_SAMPLING_PARAMS = (
 )
 #: SGLang's name for structured output; ``response_format`` becomes it.
 JSON_SCHEMA_PARAM = "json_schema"
-#: Row keys this adapter translates itself (besides SGLang's own sampling names).
-TRANSLATED_SAMPLING_PARAMS = frozenset({*RENAMED_SAMPLING_PARAMS, *SHARED_SAMPLING_PARAMS, "n", "response_format"})
+#: SGLang-only sampling fields a row may set (a subset of SGLang's ``SamplingParams``).
+SGLANG_EXTRA = frozenset({"regex", "ebnf", "structural_tag", "no_stop_trim",
+                          "spaces_between_special_tokens", "min_new_tokens", "max_new_tokens"})
+#: Row keys this adapter accepts without the engine's field list.
+TRANSLATED_SAMPLING_PARAMS = frozenset(
+    {*RENAMED_SAMPLING_PARAMS, *SHARED_SAMPLING_PARAMS, *SGLANG_EXTRA, "n", "response_format"}
+)
 
 
 def sglang_sampling_params(params: Mapping[str, Any], known: set[str] | None = None) -> dict[str, Any]:
     """SGLang ``sampling_params`` for OpenAI-style ``params``.
 
     Names SGLang already uses pass through, so rows may also set SGLang-only knobs (``regex``,
-    ``ebnf``...) -- ``known``, SamplingParams' field names, read from the installed sglang.
+    ``ebnf``... and, in the replica, any of ``known``: SamplingParams' field names).
     Anything else is this row's error (the policy of :func:`relayllm.adapters.check_sampling_support`)
     instead of a failure of the engine call. Raises ``ValueError``.
     """
