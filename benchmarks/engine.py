@@ -45,7 +45,7 @@ def prompts(n: int) -> list[list[dict[str, str]]]:
 def engine_settings(args: argparse.Namespace) -> dict[str, Any]:
     """Engine arguments both sides use: the vllm backend's own, from the same options."""
     from relayllm_vllm.options import VLLMOptions, engine_args
-    from relayllm_vllm.plugin import cpu_build
+    from relayllm_vllm.backend import cpu_build
 
     options = VLLMOptions(model=args.model, max_model_len=args.max_model_len)
     return engine_args(options, cpu=cpu_build(), model_path=model_path(args.model))

@@ -14,8 +14,8 @@ import pytest
 import relayllm
 from relayllm_vllm.demo import ensure_demo_model
 from relayllm_vllm.options import VLLMOptions, engine_args
-from relayllm_vllm.plugin import INSTALL_HINT, VLLMBackend, deployment_resources
-from relayllm_vllm.sampling import SamplingParamsError, to_vllm_kwargs
+from relayllm_vllm.backend import INSTALL_HINT, VLLMBackend, deployment_resources
+from relayllm_vllm.translate import SamplingParamsError, to_vllm_kwargs
 
 
 def test_openai_sampling_params_translate_to_vllm():

@@ -14,7 +14,7 @@ _EXPORTS = {
     "ensure_demo_model": "relayllm_vllm.demo",
     "LoRAOptions": "relayllm_vllm.options",
     "VLLMOptions": "relayllm_vllm.options",
-    "VLLMBackend": "relayllm_vllm.plugin",
+    "VLLMBackend": "relayllm_vllm.backend",
 }
 
 

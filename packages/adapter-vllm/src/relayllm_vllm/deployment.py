@@ -21,7 +21,7 @@ from relayllm.rows import Request, Result, error_result
 from relayllm_vllm.compat import hide_broken_torch_extensions, vllm_distribution, vllm_version
 from relayllm_vllm.demo import DEMO_MODEL, ensure_demo_model
 from relayllm_vllm.options import VLLMOptions, engine_args
-from relayllm_vllm.sampling import to_vllm_kwargs
+from relayllm_vllm.translate import to_vllm_kwargs
 
 logger = logging.getLogger(__name__)
 

