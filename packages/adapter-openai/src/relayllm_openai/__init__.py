@@ -5,7 +5,8 @@ Importing this package is light: the ``openai`` client is imported only inside t
 which runs in the Serve replica.
 """
 
-from relayllm_openai.plugin import OpenAIBackend, OpenAIOptions
+from relayllm_openai.backend import OpenAIBackend
+from relayllm_openai.options import OpenAIOptions
 
 __version__ = "0.1.0"
 

@@ -18,7 +18,7 @@ import relayllm
 from relayllm.adapters import UnsupportedParameter, check_sampling_support
 from relayllm.rows import Request, Result, error_result
 from relayllm_openai.admission import Admission, estimate_tokens, replicas_of
-from relayllm_openai.plugin import OPENAI_SAMPLING_PARAMS, OpenAIOptions
+from relayllm_openai.options import OPENAI_SAMPLING_PARAMS, OpenAIOptions
 from relayllm_openai.retrying import (
     BackoffHonouringRetryAfter,
     MalformedResponse,
@@ -26,6 +26,7 @@ from relayllm_openai.retrying import (
     is_retryable,
     retry_after_s,
 )
+from relayllm_openai.translate import embedding_result, first_choice, generation_result
 
 logger = logging.getLogger(__name__)
 
@@ -131,28 +132,22 @@ class OpenAIDeployment(relayllm.BatchDeployment):
                 response = await self._client.chat.completions.create(
                     model=model, messages=request["messages"], extra_body=params
                 )
-                choice = _first_choice(response)
+                choice = first_choice(response)
                 text = choice.message.content
             elif task == "completion":
                 response = await self._client.completions.create(
                     model=model, prompt=request["prompt"], extra_body=params
                 )
-                choice = _first_choice(response)
+                choice = first_choice(response)
                 text = choice.text
             else:
                 response = await self._client.embeddings.create(
                     model=model, input=request["input"], encoding_format="float"
                 )
-                return _embedding_result(response)
+                return embedding_result(response)
         except json.JSONDecodeError as exc:
             raise MalformedResponse(f"the endpoint answered with malformed JSON: {exc}") from None
-        usage = getattr(response, "usage", None)
-        return {
-            "generated_text": text if text is not None else "",
-            "finish_reason": choice.finish_reason,
-            "num_input_tokens": getattr(usage, "prompt_tokens", None),
-            "num_generated_tokens": getattr(usage, "completion_tokens", None),
-        }
+        return generation_result(response, choice, text)
 
     # -- health and info ----------------------------------------------------------------------
 
@@ -186,26 +181,6 @@ class OpenAIDeployment(relayllm.BatchDeployment):
     def _redact(self, text: str) -> str:
         # Belt and braces: an endpoint may echo a header back in its error message.
         return text.replace(self._secret, "[redacted]") if self._secret else text
-
-
-def _first_choice(response: Any) -> Any:
-    choices = getattr(response, "choices", None)
-    if not choices:
-        raise MalformedResponse(f"the endpoint answered without choices: {_preview(response)}")
-    return choices[0]
-
-
-def _embedding_result(response: Any) -> Result:
-    data = getattr(response, "data", None)
-    if not data or not isinstance(getattr(data[0], "embedding", None), list):
-        raise MalformedResponse(f"the endpoint answered without an embedding: {_preview(response)}")
-    usage = getattr(response, "usage", None)
-    return {"embedding": data[0].embedding, "num_input_tokens": getattr(usage, "prompt_tokens", None)}
-
-
-def _preview(value: Any, limit: int = 200) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 __all__ = ["NO_KEY", "OpenAIDeployment"]

@@ -1,0 +1,70 @@
+"""The ``openai`` Backend class: what a deployment serves and how it is checked and built.
+
+Light on purpose (pydantic and relayllm only): the entry point loads this module in every
+process that asks for the registry; the ``openai`` client is imported by :mod:`.deployment`.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+import relayllm
+from relayllm.errors import ConfigError
+from relayllm.rows import TASKS
+
+from relayllm_openai.options import OpenAIOptions
+
+
+class OpenAIBackend(relayllm.Backend):
+    """Any OpenAI-compatible endpoint: chat, completion and embedding."""
+
+    name = "openai"
+    Options = OpenAIOptions
+    requires = ("openai", "aiolimiter")
+    install_hint = "pip install relayllm-openai"
+    tasks = frozenset(TASKS)
+
+    @classmethod
+    def tasks_for(cls, options: OpenAIOptions) -> frozenset[str]:
+        return frozenset(options.tasks)
+
+    @classmethod
+    def parse_options(cls, options: dict[str, Any]) -> BaseModel:
+        # pydantic's own message repeats each bad value; a value here may be a key pasted in
+        # the wrong field, so the message names fields and reasons only.
+        try:
+            return cls.Options.model_validate(options)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'options'}: {e['msg']}"
+                for e in exc.errors(include_url=False, include_input=False, include_context=False)
+            )
+            raise ConfigError(f"invalid options for backend 'openai': {problems}") from None
+
+    @classmethod
+    def check_options(cls, options: OpenAIOptions) -> None:
+        # The replica reads the key from its own environment, which it inherits from the
+        # process that started Ray; a missing variable fails here, before anything starts.
+        if options.api_key_env and not os.environ.get(options.api_key_env):
+            raise ConfigError(
+                f"options.api_key_env: the environment variable {options.api_key_env} is not set. "
+                "Export it before starting Ray (the Serve replica inherits it), or set "
+                "api_key_env=None for an endpoint that needs no key."
+            )
+
+    @classmethod
+    def deployment_class(cls) -> type[relayllm.BatchDeployment]:
+        from relayllm_openai.deployment import OpenAIDeployment
+
+        return OpenAIDeployment
+
+    @classmethod
+    def deployment_options(cls, options: OpenAIOptions) -> dict[str, Any]:
+        # The replica only waits on HTTP: reserving a CPU would starve the stage actors.
+        return {"ray_actor_options": {"num_cpus": 0}}
+
+
+__all__ = ["OpenAIBackend"]

@@ -1,0 +1,103 @@
+"""Options of an ``openai`` deployment, and the sampling names a row may set."""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import urlsplit
+
+from pydantic import Field, NonNegativeInt, PositiveInt, field_validator
+
+import relayllm
+from relayllm.rows import TASKS, Task
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: Headers that carry credentials: those belong in the variable ``api_key_env`` names.
+_CREDENTIAL_HEADERS = {"authorization", "api-key", "proxy-authorization", "x-api-key"}
+
+
+class OpenAIOptions(relayllm.BackendOptions):
+    """Options of an ``openai`` deployment. The key is never an option: ``api_key_env`` names
+    the environment variable that holds it, read by the Serve replica."""
+
+    model: str = Field(min_length=1, description="Model name the endpoint serves.")
+    base_url: str | None = Field(
+        default=None,
+        description="The endpoint, e.g. 'http://127.0.0.1:8000/v1'. None: the openai client's "
+        "default (OPENAI_BASE_URL, else OpenAI's own API).",
+    )
+    api_key_env: str | None = Field(
+        default="OPENAI_API_KEY",
+        description="Name of the environment variable holding the key; None for endpoints "
+        "that need no key (a local vLLM server).",
+    )
+    organization: str | None = None
+    headers: dict[str, str] = Field(
+        default_factory=dict, description="Extra HTTP headers (not credentials)."
+    )
+    timeout_s: float = Field(default=60.0, gt=0, description="Limit on one HTTP request.")
+    max_concurrency: PositiveInt = Field(
+        default=32, description="Requests in flight to the endpoint, for the whole deployment."
+    )
+    requests_per_minute: PositiveInt | None = Field(
+        default=None, description="Request budget for the whole deployment (None: no limit)."
+    )
+    tokens_per_minute: PositiveInt | None = Field(
+        default=None, description="Token budget for the whole deployment (None: no limit)."
+    )
+    max_retries: NonNegativeInt = Field(
+        default=5, description="Retries of one request on 429/408/409/5xx/timeouts/connection errors."
+    )
+    tasks: list[Task] = Field(
+        default_factory=lambda: list(TASKS), min_length=1,
+        description="What the endpoint serves (a vLLM server with a generate model: chat and "
+        "completion); a processor with another task is refused before any row is sent.",
+    )
+    extra_sampling_params: list[str] = Field(
+        default_factory=list,
+        description="Sampling names this endpoint accepts beyond OpenAI's own (vLLM's top_k, "
+        "min_p...); a row setting any other name fails with an error naming it.",
+    )
+
+    @field_validator("base_url")
+    @classmethod
+    def _valid_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("must be an http:// or https:// URL, e.g. 'http://127.0.0.1:8000/v1'")
+        if parts.username or parts.password:
+            raise ValueError("must not carry credentials; put the key in the variable api_key_env names")
+        return value.rstrip("/")
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _valid_env_name(cls, value: str | None) -> str | None:
+        if value is not None and not _ENV_NAME.match(value):
+            raise ValueError(
+                "must be the NAME of an environment variable (letters, digits, '_'), "
+                "not the key itself"
+            )
+        return value
+
+    @field_validator("headers")
+    @classmethod
+    def _no_credentials(cls, value: dict[str, str]) -> dict[str, str]:
+        for name in value:
+            if name.lower() in _CREDENTIAL_HEADERS:
+                raise ValueError(
+                    f"header {name!r} carries a credential: set api_key_env to the name of "
+                    "the environment variable that holds the key instead"
+                )
+        return value
+
+
+#: OpenAI's own request parameters a row's ``sampling_params`` may set.
+OPENAI_SAMPLING_PARAMS = frozenset(
+    {"temperature", "top_p", "max_tokens", "max_completion_tokens", "stop", "seed", "n",
+     "presence_penalty", "frequency_penalty", "logit_bias", "logprobs", "top_logprobs",
+     "response_format", "reasoning_effort", "best_of", "suffix", "echo"}
+)  # fmt: skip
+
+
+__all__ = ["OPENAI_SAMPLING_PARAMS", "OpenAIOptions"]
