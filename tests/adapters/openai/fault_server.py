@@ -52,6 +52,7 @@ class FaultServer:
         # message: the adapter must still keep the key out of the row's error.
         self.echo_auth_in_errors = echo_auth_in_errors
         self.records: list[Record] = []
+        self.dead = False  # kill()ed: every request is dropped
         self._attempts: Counter[tuple[str, str]] = Counter()
         self._lock = threading.Lock()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
@@ -70,6 +71,12 @@ class FaultServer:
     def stop(self) -> None:
         self._httpd.shutdown()
         self._httpd.server_close()
+
+    def kill(self) -> None:
+        """Stop as a crashed server does: kept-alive connections stop answering too (a plain
+        stop() leaves their handler threads serving)."""
+        self.dead = True
+        self.stop()
 
     def reset(self) -> None:
         with self._lock:
@@ -168,9 +175,15 @@ def _handler_for(server: FaultServer) -> type[BaseHTTPRequestHandler]:
         protocol_version = "HTTP/1.1"  # keep-alive, like a real endpoint
 
         def do_GET(self) -> None:
+            if server.dead:  # killed: drop the kept-alive connection without an answer
+                self.close_connection = True
+                return
             self._reply(*server.answer(self.path, {}, self.headers.get("Authorization")))
 
         def do_POST(self) -> None:
+            if server.dead:
+                self.close_connection = True
+                return
             length = int(self.headers.get("Content-Length") or 0)
             try:
                 body = json.loads(self.rfile.read(length) or b"{}")

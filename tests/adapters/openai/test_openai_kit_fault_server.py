@@ -25,7 +25,7 @@ class TestOpenAIAgainstFaultServer(BackendConformanceTests):
         return self.text_row(task, "please answer fault=400")  # the endpoint answers 400
 
     def stop_engine(self, ref):
-        SERVER.stop()  # the endpoint goes away: health() must say so
+        SERVER.kill()  # the endpoint goes away: health() must say so
 
     def test_every_request_carried_the_key(self, deployment):
         records = SERVER.records

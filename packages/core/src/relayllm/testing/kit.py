@@ -46,6 +46,7 @@ skip is an error at collection.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 import uuid
@@ -329,12 +330,10 @@ class BackendConformanceTests(BackendContractTests):
         before = self.info()
         first, second = (self.processor(task, sampling_params={"max_tokens": 4}) for _ in range(2))
 
-        def follow_up(row: dict[str, Any]) -> dict[str, Any]:
-            return {"id": row["id"], "first_answer": row["generated_text"],
-                    **self.text_row(task, "Shorter: " + (row["generated_text"] or ""))}
-
         ray.data.DataContext.get_current().execution_options.preserve_order = True
-        ds = first(ray.data.from_items(self.rows(8, task))).map(follow_up)
+        # A module-level function: a closure over the test instance would ship the adapter's
+        # test module (and its helpers) to the Ray workers.
+        ds = first(ray.data.from_items(self.rows(8, task))).map(functools.partial(_follow_up, task))
         out = second(ds).take_all()
         after = self.info()
         assert [r["id"] for r in out] == list(range(8))
@@ -369,6 +368,12 @@ class BackendConformanceTests(BackendContractTests):
         assert ref.name not in [r.name for r in relayllm.list_deployments()]
         with pytest.raises(relayllm.DeploymentNotFoundError, match=ref.name):
             relayllm.get_deployment(ref.name)
+
+
+def _follow_up(task: str, row: dict[str, Any]) -> dict[str, Any]:
+    """The second processor's row: asks about the first one's answer."""
+    return {"id": row["id"], "first_answer": row["generated_text"],
+            **BackendConformanceTests.text_row(task, "Shorter: " + (row["generated_text"] or ""))}
 
 
 def _close(a: list[float], b: list[float]) -> bool:
