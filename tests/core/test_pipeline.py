@@ -152,6 +152,16 @@ def test_bad_backend_options_name_the_option(tmp_path):
     assert "bad.yaml:5: deployments[0].options.mode:" in message and "'echo'" in message
 
 
+def test_a_step_whose_task_the_deployment_does_not_serve_fails_before_any_engine(tmp_path):
+    # Backend.tasks_for(options): this echo deployment serves chat only, like vLLM with
+    # task: generate serves no embeddings.
+    text = GOOD.replace("    backend: echo\n", "    backend: echo\n    options:\n      tasks: [chat]\n")
+    text = text.replace('messages:\n      - role: user\n        content: "{question}"', 'input: "{question}"')
+    assert 'input: "{question}"' in text
+    message = problem(text, tmp_path)
+    assert "steps[0].task" in message and "(backend 'echo') does not serve task 'embedding'" in message
+
+
 def test_unknown_backend_lists_installed_ones(tmp_path):
     message = problem(GOOD.replace("backend: echo", "backend: nosuch"), tmp_path)
     assert "bad.yaml:3: deployments[0].backend: unknown backend 'nosuch'" in message

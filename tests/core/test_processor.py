@@ -93,6 +93,18 @@ def test_unknown_deployment_fails_at_stage_start_listing_running_ones(echo):
     assert "no-such-engine" in str(err.value) and "proc-echo" in str(err.value)
 
 
+def test_a_task_the_deployment_does_not_serve_fails_at_stage_start_not_per_row(echo):
+    relayllm.deploy(DeploymentConfig(name="chat-only", backend="echo", options={"tasks": ["chat"]}))
+    try:
+        assert relayllm.get_deployment("chat-only").handle().info.remote().result()["tasks"] == ["chat"]
+        proc = build_processor(ProcessorConfig(deployment="chat-only", task="embedding"))
+        with pytest.raises(Exception) as err:
+            proc(ray.data.from_items([{"input": "hello"}])).take_all()
+        assert "deployment 'chat-only' (backend 'echo') does not serve task 'embedding'" in str(err.value)
+    finally:
+        relayllm.shutdown("chat-only")
+
+
 def test_builder_is_pure_and_validates_config():
     proc = build_processor(ProcessorConfig(deployment="not-running-anywhere"))  # no I/O, no error
     assert proc.config.deployment == "not-running-anywhere"

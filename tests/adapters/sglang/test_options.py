@@ -114,3 +114,13 @@ def test_info_facts_follow_the_options():
     options = parse(model_path="m", server_args={"is_embedding": True, "enable_deterministic_inference": True})
     assert options.embedding_model and options.seeded_sampling
     assert not SGLangOptions(model_path="m").seeded_sampling
+
+
+def test_tasks_follow_is_embedding():
+    from relayllm_sglang.backend import SGLangBackend
+    from relayllm_sglang.options import SGLangOptions
+
+    text = SGLangOptions(model_path="m")
+    embed = SGLangOptions(model_path="m", server_args={"is_embedding": True})
+    assert SGLangBackend.tasks_for(text) == {"chat", "completion"}
+    assert SGLangBackend.tasks_for(embed) == {"embedding"}

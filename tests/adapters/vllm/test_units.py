@@ -152,3 +152,10 @@ def test_broken_torch_extensions_are_hidden_here_and_in_subprocesses():
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["child"] == sorted(result["hidden"])
+
+
+def test_tasks_follow_the_task_option():
+    from relayllm_vllm.options import VLLMOptions
+
+    assert VLLMBackend.tasks_for(VLLMOptions(task="generate")) == {"chat", "completion"}
+    assert VLLMBackend.tasks_for(VLLMOptions(task="embed")) == {"embedding"}

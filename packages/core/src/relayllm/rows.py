@@ -122,7 +122,7 @@ def request_text(request: Request, *, roles: bool = False) -> str:
             content = message.get("content")
             if isinstance(content, list):
                 content = " ".join(
-                    str(p.get("text", "")) for p in content if isinstance(p, dict)
+                    str(p["text"]) for p in content if isinstance(p, dict) and p.get("text")
                 )
             text = content if isinstance(content, str) else ""
             parts.append(f"{message.get('role')}\x01{text}" if roles else text)

@@ -16,7 +16,7 @@ from pydantic import Field
 from relayllm.backend import Backend, BackendOptions
 from relayllm.engine import BatchDeployment
 from relayllm.plugin import hookimpl
-from relayllm.rows import Request, Result, error_result, request_text
+from relayllm.rows import TASKS, Request, Result, Task, error_result, request_text
 
 
 EMBEDDING_SIZE = 8  # echo "embeds" a text as the lengths of its first 8 words
@@ -37,6 +37,10 @@ class EchoOptions(BackendOptions):
     )
     fail_start: bool = Field(default=False, description="The replica fails in its constructor.")
     start_delay_s: float = Field(default=0.0, ge=0, description="Sleep in the constructor.")
+    tasks: list[Task] = Field(
+        default_factory=lambda: list(TASKS),
+        description="What this deployment serves (EchoBackend.tasks_for), for tests of the check.",
+    )
 
 
 class EchoDeployment(BatchDeployment):
@@ -104,7 +108,11 @@ class EchoDeployment(BatchDeployment):
 class EchoBackend(Backend):
     name = "echo"
     Options = EchoOptions
-    tasks = frozenset({"chat", "completion", "embedding"})
+    tasks = frozenset(TASKS)
+
+    @classmethod
+    def tasks_for(cls, options: EchoOptions) -> frozenset[Task]:
+        return frozenset(options.tasks)
 
     @classmethod
     def deployment_class(cls) -> type[BatchDeployment]:
