@@ -15,7 +15,8 @@ from relayllm.rows import OUTPUT_COLUMNS, OUTPUT_SCHEMA, output_fields, request_
 
 def test_one_message_for_an_unsupported_sampling_parameter():
     with pytest.raises(UnsupportedParameter) as caught:
-        check_sampling_support("mine", {"temperature": 0, "temprature": 1}, ["temperature", "top_p"])
+        check_sampling_support("mine", {"temperature": 0, "temprature": 1},
+                               ["temperature", "top_p"])
     assert str(caught.value) == (
         "sampling_params.temprature is not supported by the 'mine' backend "
         "(did you mean 'temperature'?); supported: temperature, top_p"

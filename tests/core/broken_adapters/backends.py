@@ -35,7 +35,7 @@ class Correct(BatchDeployment):
     def answer(self, request: Request) -> Result:
         words = request_text(request).split()
         if len(words) > CONTEXT_WORDS:
-            return error_result(f"prompt of {len(words)} words is over the context of {CONTEXT_WORDS}")
+            return error_result(f"{len(words)} words is over the context of {CONTEXT_WORDS}")
         if request["task"] == "embedding":
             return {"embedding": self.embed(words), "num_input_tokens": len(words)}
         out = list(reversed(words))
@@ -131,7 +131,9 @@ class LooseOptions(BaseModel):
     suffix: str = ""
 
 
-def _backend(name: str, deployment: type[BatchDeployment], options: type[BaseModel] = BackendOptions):
+def _backend(
+    name: str, deployment: type[BatchDeployment], options: type[BaseModel] = BackendOptions
+) -> type[Backend]:
     ident = "".join(part.title() for part in name.split("-"))
     cls = type(ident + "Deployment", (deployment,), {"backend_name": name})
     # A module-level name, so Ray workers unpickle the class by reference.
@@ -160,16 +162,20 @@ def _backend(name: str, deployment: type[BatchDeployment], options: type[BaseMod
 BROKEN = {
     "correct": (_backend("correct", Correct), None),
     "shifted": (_backend("shifted", Shifted), "test_each_row_gets_its_own_answer"),
-    "ignores-max-tokens": (_backend("ignores-max-tokens", IgnoresMaxTokens), "test_max_tokens_honoured"),
+    "ignores-max-tokens": (_backend("ignores-max-tokens", IgnoresMaxTokens),
+                           "test_max_tokens_honoured"),
     "same-embedding": (_backend("same-embedding", SameEmbedding), "test_embedding"),
     "refusal-fails-call": (_backend("refusal-fails-call", RefusalFailsCall),
                            "test_engine_refusal_fails_only_that_row"),
     "serial": (_backend("serial", Serial), "test_rows_of_one_call_run_concurrently"),
     "computes-twice": (_backend("computes-twice", ComputesTwice),
                        "test_retried_call_is_not_computed_twice"),
-    "health-always-ok": (_backend("health-always-ok", HealthAlwaysOk), "test_health_reports_engine_down"),
-    "embedding-not-really": (_backend("embedding-not-really", EmbeddingNotReally), "test_embedding"),
-    "loose-options": (_backend("loose-options", Correct, LooseOptions), "test_options_reject_unknown_keys"),
+    "health-always-ok": (_backend("health-always-ok", HealthAlwaysOk),
+                         "test_health_reports_engine_down"),
+    "embedding-not-really": (_backend("embedding-not-really", EmbeddingNotReally),
+                             "test_embedding"),
+    "loose-options": (_backend("loose-options", Correct, LooseOptions),
+                      "test_options_reject_unknown_keys"),
 }
 
 

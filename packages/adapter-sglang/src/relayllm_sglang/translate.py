@@ -57,8 +57,8 @@ def sglang_sampling_params(params: Mapping[str, Any], known: set[str] | None = N
 
     Names SGLang already uses pass through, so rows may also set SGLang-only knobs (``regex``,
     ``ebnf``... and, in the replica, any of ``known``: SamplingParams' field names).
-    Anything else is this row's error (the policy of :func:`relayllm.adapters.check_sampling_support`)
-    instead of a failure of the engine call. Raises ``ValueError``.
+    Anything else is this row's error (the shared policy,
+    :func:`relayllm.adapters.check_sampling_support`) instead of a failure of the engine call. Raises ``ValueError``.
     """
     check_sampling_support("sglang", params, TRANSLATED_SAMPLING_PARAMS | set(known or ()))
     out: dict[str, Any] = {}

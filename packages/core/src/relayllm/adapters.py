@@ -43,7 +43,9 @@ class UnsupportedParameter(ValueError):
     """A row's sampling parameter the backend does not support: that row's error."""
 
 
-def check_sampling_support(backend: str, params: Mapping[str, Any], supported: Iterable[str]) -> None:
+def check_sampling_support(
+    backend: str, params: Mapping[str, Any], supported: Iterable[str]
+) -> None:
     """Raise :class:`UnsupportedParameter` for the first key of ``params`` not in ``supported``.
 
     The message is the same on every adapter: ``sampling_params.<key> is not supported by the

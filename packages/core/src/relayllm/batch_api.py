@@ -31,7 +31,9 @@ from relayllm.rows import (
     check_sampling_params,
 )
 
-URL_TASKS: dict[str, Task] = {"/v1/chat/completions": "chat", "/v1/completions": "completion", "/v1/embeddings": "embedding"}
+URL_TASKS: dict[str, Task] = {
+    "/v1/chat/completions": "chat", "/v1/completions": "completion", "/v1/embeddings": "embedding"
+}
 
 #: Body keys that are not sampling parameters (the rest are passed to the backend as such).
 _NOT_SAMPLING = {"model", "messages", "prompt", "input", "stream", "stream_options", "user",

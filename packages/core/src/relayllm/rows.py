@@ -71,7 +71,9 @@ OUTPUT_SCHEMA: tuple[OutputField, ...] = (
 #: Every output column name (a pipeline may not use one for its own output).
 OUTPUT_COLUMNS: tuple[str, ...] = tuple(f.name for f in OUTPUT_SCHEMA)
 #: The column holding a task's answer.
-ANSWER_COLUMN: dict[Task, str] = {"chat": GENERATED_TEXT, "completion": GENERATED_TEXT, "embedding": EMBEDDING}
+ANSWER_COLUMN: dict[Task, str] = {
+    "chat": GENERATED_TEXT, "completion": GENERATED_TEXT, "embedding": EMBEDDING
+}
 EMBEDDING_COLUMN = EMBEDDING  # older name, kept for adapters that import it
 
 

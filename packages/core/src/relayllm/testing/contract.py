@@ -124,7 +124,9 @@ class BackendContractTests(metaclass=_KitMeta):
             f"loaded = {{m.split('.')[0] for m in sys.modules}}\n"
             f"print(json.dumps(sorted(loaded & set({list(HEAVY_MODULES)!r}))))"
         )
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        )
         heavy = json.loads(out.stdout.strip().splitlines()[-1])
         assert heavy == [], f"importing {modules} loaded heavy modules {heavy}"
 

@@ -84,7 +84,8 @@ class EchoDeployment(BatchDeployment):
             vector = ([float(len(w)) for w in words] + [0.0] * EMBEDDING_SIZE)[:EMBEDDING_SIZE]
             return {"embedding": vector, "num_input_tokens": len(words)}
         out = list(reversed(words)) if self.options.mode == "reverse" else words
-        limit = request.get("sampling_params", {}).get("max_tokens") or self.options.max_tokens_default
+        params = request.get("sampling_params", {})
+        limit = params.get("max_tokens") or self.options.max_tokens_default
         finish = "stop"
         if limit and len(out) > limit:
             out, finish = out[:limit], "length"

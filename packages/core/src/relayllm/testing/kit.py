@@ -162,7 +162,9 @@ class BackendConformanceTests(BackendContractTests):
         return [self.text_row(task, "Say hello. " + " ".join(["apple"] * (i + 1)), id=i)
                 for i in range(n)]
 
-    def run(self, processor: relayllm.Processor, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def run(
+        self, processor: relayllm.Processor, rows: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
         import ray
 
         ray.data.DataContext.get_current().execution_options.preserve_order = True
@@ -177,8 +179,9 @@ class BackendConformanceTests(BackendContractTests):
         out = []
         for text in texts:
             row = self.text_row(task, text)
-            request = build_request(task, row[INPUT_COLUMN[task]], {**self.sampling_params, **params},
-                                    None, None, f"kit-{uuid.uuid4().hex}")
+            params_of_row = {**self.sampling_params, **params}
+            request = build_request(task, row[INPUT_COLUMN[task]], params_of_row, None, None,
+                                    f"kit-{uuid.uuid4().hex}")
             assert not isinstance(request, str), request
             out.append(request)
         return out
@@ -231,7 +234,8 @@ class BackendConformanceTests(BackendContractTests):
 
     def test_max_tokens_honoured(self, deployment):
         task = self.text_task()
-        rows = [self.text_row(task, t + " Answer at length.", id=i) for i, t in enumerate(DISTINCT_PROMPTS)]
+        rows = [self.text_row(task, t + " Answer at length.", id=i)
+                for i, t in enumerate(DISTINCT_PROMPTS)]
         out = self.run(self.processor(task, sampling_params={"max_tokens": 3}), rows)
         assert not self.errors(out), self.errors(out)
         counts = [r["num_generated_tokens"] for r in out]
@@ -242,8 +246,8 @@ class BackendConformanceTests(BackendContractTests):
         task = self.text_task()
         rows = [self.text_row(task, t, id=i) for i, t in enumerate(DISTINCT_PROMPTS[:6])]
         rows.insert(2, {**self.refused_row(task), "id": "refused"})
-        out = self.run(self.processor(task, batch_size=len(rows), sampling_params={"max_tokens": 4}),
-                       rows)
+        processor = self.processor(task, batch_size=len(rows), sampling_params={"max_tokens": 4})
+        out = self.run(processor, rows)
         by_id = {r["id"]: r for r in out}
         assert by_id["refused"]["error"], "the row the engine should refuse got no error"
         others = [r for r in out if r["id"] != "refused"]
@@ -310,7 +314,8 @@ class BackendConformanceTests(BackendContractTests):
 
     def test_retried_call_is_not_computed_twice(self, deployment):
         task = self.text_task()
-        requests = self.requests(task, list(DISTINCT_PROMPTS[:4]), {"temperature": 1.0, "max_tokens": 8})
+        params = {"temperature": 1.0, "max_tokens": 8}  # a recomputation would differ
+        requests = self.requests(task, list(DISTINCT_PROMPTS[:4]), params)
         handle = self.deployed().handle()
         before = self.info()["rows"]
         first = handle.process_batch.remote(requests)
