@@ -58,11 +58,9 @@ class ServeStage:
     grpc_transport: bool = os.environ.get(TRANSPORT_ENV, "grpc").lower() != "actor"
 
     def __init__(self, config: ProcessorConfig, processor_id: str) -> None:
-        from relayllm.deployments import handle_for
+        from relayllm.deployments import check_task_served, handle_for
 
         self.config = config
-        from relayllm.deployments import check_task_served
-
         handle_for(config.deployment)  # unknown name -> an error that lists the running ones
         # A task the deployment's options do not serve fails here, not on every row.
         check_task_served(config.deployment, config.task)
