@@ -16,6 +16,7 @@ Writes ``results/demo_memory.json``.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -27,12 +28,16 @@ import psutil
 from _common import Sampler, write_results
 
 GIB = 1024**3
+#: A fresh local cluster for every run: with RAY_ADDRESS unset, ray.init() joins a cluster
+#: already running on the machine, whose processes would not be in the measured tree.
+ENV = {**os.environ, "RAY_ADDRESS": "local"}
 TARGET_GIB = 3.0
 REPO = Path(__file__).resolve().parents[1]
 PROBE = """
 import json, relayllm
 from relayllm import DeploymentConfig
-ref = relayllm.deploy(DeploymentConfig(name="start-probe", backend="vllm", options={"model": "demo"}))
+config = DeploymentConfig(name="start-probe", backend="vllm", options={"model": "demo"})
+ref = relayllm.deploy(config)
 info = ref.handle().info.remote().result(timeout_s=60)
 relayllm.shutdown("start-probe")
 keys = ("engine_ready_s", "engine_start_phases", "kv_cache_memory_bytes", "kv_cache_blocks",
@@ -69,7 +74,7 @@ class TreeMemory(Sampler):
 def measure(variant: str, command: list[str]) -> dict:
     started = time.monotonic()
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            cwd=REPO)
+                            cwd=REPO, env=ENV)
     with TreeMemory(proc.pid) as memory:
         output, _ = proc.communicate()
     if proc.returncode != 0:
@@ -96,13 +101,14 @@ def main() -> None:
     try:
         variants = [
             measure("sized", [python, "-m", "relayllm.cli", "demo"]),
-            measure("fraction", [python, "-m", "relayllm.cli", "run", f.name, "--output", str(rows)]),
+            measure("fraction",
+                    [python, "-m", "relayllm.cli", "run", f.name, "--output", str(rows)]),
         ]
     finally:
         Path(f.name).unlink()
         rows.unlink(missing_ok=True)
     variants[1]["command"] = "relayllm run examples/questions.yaml with gpu_memory_utilization: 0.3"
-    probe = subprocess.run([python, "-c", PROBE], capture_output=True, text=True, cwd=REPO)
+    probe = subprocess.run([python, "-c", PROBE], capture_output=True, text=True, cwd=REPO, env=ENV)
     if probe.returncode != 0:
         sys.exit(f"start probe failed:\n{probe.stderr[-3000:]}")
     start = json.loads(probe.stdout.strip().splitlines()[-1])

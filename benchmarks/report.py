@@ -778,7 +778,8 @@ def gpu_context_lines() -> list[str]:
         "throughput are not measured by this project.",
         "",
         "- Ray PR 55179 (`[data.llm] Allow vLLM engine to be shared by sequential processors "
-        "with serve deployments`, opened 2025-08-03 and merged, https://github.com/ray-project/ray/pull/55179) "
+        "with serve deployments`, opened 2025-08-03 and merged, "
+        "https://github.com/ray-project/ray/pull/55179) "
         "introduced `ServeDeploymentProcessorConfig`, the shared-engine design relayllm "
         "generalizes, and carries a \"Concurrency vs. Throughput\" benchmark in its description. "
         "Its table and the hardware it ran on could not be retrieved from the sources available "

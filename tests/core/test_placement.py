@@ -24,7 +24,8 @@ def test_too_many_gpus_in_total_names_asked_and_existing():
     with pytest.raises(DoesNotFitError, match="asks for 9 GPUs"):
         check_fits("x", {"ray_actor_options": {"num_gpus": 1}, "num_replicas": 9}, NODES)
     with pytest.raises(DoesNotFitError, match="min_replicas|asks for 12"):
-        check_fits("x", {**GROUP, "num_replicas": None, "autoscaling_config": {"min_replicas": 3}}, NODES)
+        autoscaled = {**GROUP, "num_replicas": None, "autoscaling_config": {"min_replicas": 3}}
+        check_fits("x", autoscaled, NODES)
 
 
 def test_strict_pack_needs_one_node_that_holds_the_group():

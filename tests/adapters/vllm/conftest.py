@@ -32,7 +32,8 @@ def ray_session():
 
 
 def _wheel_cache() -> Path:
-    base = os.environ.get("RELAYLLM_TEST_CACHE") or os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    base = (os.environ.get("RELAYLLM_TEST_CACHE") or os.environ.get("XDG_CACHE_HOME")
+            or Path.home() / ".cache")
     return Path(base) / "relayllm" / "wheels"
 
 

@@ -117,9 +117,11 @@ def test_sampling_names_the_adapter_emits_exist(vllm_gpu_source):
 
 def test_documented_defaults_are_the_releases(vllm_gpu_source):
     """The GPU default relayllm documents (and leaves to vLLM) is the pinned release's."""
-    default = vllm_gpu_source.field_default("vllm.config.cache", "CacheConfig", "gpu_memory_utilization")
+    default = vllm_gpu_source.field_default(
+        "vllm.config.cache", "CacheConfig", "gpu_memory_utilization")
     assert default == GPU_MEMORY_UTILIZATION_DEFAULT
-    scheduler = vllm_gpu_source.member("vllm.config.scheduler", "SchedulerConfig", "DEFAULT_MAX_NUM_SEQS")
+    scheduler = vllm_gpu_source.member(
+        "vllm.config.scheduler", "SchedulerConfig", "DEFAULT_MAX_NUM_SEQS")
     assert scheduler is not None and scheduler.value.value == VLLM_DEFAULT_MAX_NUM_SEQS
 
 

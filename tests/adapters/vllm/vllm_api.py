@@ -98,7 +98,8 @@ class _Walker:
             if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "vllm":
                 for alias in node.names:
                     aliases[alias.asname or alias.name] = (node.module, alias.name)
-                    self.uses.append(Use(self._site(node), (node.module, alias.name), imported=True))
+                    owner = (node.module, alias.name)
+                    self.uses.append(Use(self._site(node), owner, imported=True))
             elif isinstance(node, ast.Import):
                 for alias in node.names:
                     if alias.name.split(".")[0] == "vllm":
@@ -203,7 +204,8 @@ class Signature:
         if extra:
             return f"{use}: no parameter {', '.join(extra)}"
         if use.positional and not self.varargs and use.positional > len(self.positional):
-            return f"{use}: takes {len(self.positional)} positional argument(s), called with {use.positional}"
+            return (f"{use}: takes {len(self.positional)} positional argument(s), "
+                    f"called with {use.positional}")
         return None
 
 
@@ -321,7 +323,8 @@ class SourceTree:
                     targets = sub.targets if isinstance(sub, ast.Assign) else [sub.target]
                     for target in targets:
                         if (isinstance(target, ast.Attribute) and target.attr == name
-                                and isinstance(target.value, ast.Name) and target.value.id == "self"):
+                                and isinstance(target.value, ast.Name)
+                                and target.value.id == "self"):
                             return sub
         return None
 
@@ -384,7 +387,10 @@ def check(source: SourceTree, uses: list[Use]) -> list[str]:
 
 def _check_one(source: SourceTree, use: Use) -> str | None:
     module, name = use.owner
-    where, node = source.definition(module, name) if use.imported else source.find_class(module, name)
+    if use.imported:
+        where, node = source.definition(module, name)
+    else:
+        where, node = source.find_class(module, name)
     for i, attr in enumerate(use.path):
         if isinstance(node, ast.Module):  # an attribute of a module
             where, node = source.definition(where, attr)

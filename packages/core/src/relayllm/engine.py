@@ -210,7 +210,9 @@ def build_application(
     return deployment.bind(options.model_dump(mode="json"), normalized_config(config, options))
 
 
-def serve_options(backend: type[Backend], config: DeploymentConfig, options: BaseModel) -> dict[str, Any]:
+def serve_options(
+    backend: type[Backend], config: DeploymentConfig, options: BaseModel
+) -> dict[str, Any]:
     """The ``serve.deployment`` options of ``config``: replicas, resources, placement."""
     serve_options: dict[str, Any] = {
         "name": config.name,

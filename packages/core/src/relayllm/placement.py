@@ -42,9 +42,13 @@ def check_fits(name: str, options: dict[str, Any], node_gpus: dict[str, float]) 
     if per_replica <= 0:
         return
     autoscaling = options.get("autoscaling_config") or {}
-    replicas = int(autoscaling.get("min_replicas", 1) if autoscaling else options.get("num_replicas", 1))
+    if autoscaling:
+        replicas = int(autoscaling.get("min_replicas", 1))
+    else:
+        replicas = int(options.get("num_replicas", 1))
     total = sum(node_gpus.values())
-    nodes = ", ".join(f"node {n[:8]}: {g:g}" for n, g in sorted(node_gpus.items())) or "no GPU nodes"
+    listed = sorted(node_gpus.items())
+    nodes = ", ".join(f"node {n[:8]}: {g:g}" for n, g in listed) or "no GPU nodes"
     asked = f"{replicas} replica(s) x {per_replica:g} GPUs"
     if strategy:
         asked += f" ({len(bundles)} bundles, strategy {strategy})"
