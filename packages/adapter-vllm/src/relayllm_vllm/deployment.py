@@ -42,7 +42,7 @@ class VLLMDeployment(BatchDeployment):
             str(ensure_demo_model()) if self.settings.model == DEMO_MODEL else self.settings.model
         )
         self.engine_starts = 0
-        self.kv_cache_blocks = None
+        self.kv_cache_blocks = self.kv_cache_block_size = None
         self.engine = self._start_engine()
 
     # -- engine ------------------------------------------------------------------------------
@@ -68,7 +68,8 @@ class VLLMDeployment(BatchDeployment):
             return None
         self.model_config = engine.model_config
         self.loras = self._lora_requests()
-        self.kv_cache_blocks = engine.vllm_config.cache_config.num_gpu_blocks
+        cache = engine.vllm_config.cache_config
+        self.kv_cache_blocks, self.kv_cache_block_size = cache.num_gpu_blocks, cache.block_size
         logger.info("vLLM engine for %s ready in %.1fs (%s)", self.settings.model,
                     self.ready_seconds, self.start_phases)
         return engine
@@ -253,6 +254,7 @@ class VLLMDeployment(BatchDeployment):
             "engine_args": {k: v for k, v in plan.args.items() if _plain(v)},
             "kv_cache_memory_bytes": plan.args.get("kv_cache_memory_bytes"),
             "kv_cache_blocks": self.kv_cache_blocks,
+            "kv_cache_block_size": self.kv_cache_block_size,
             "max_model_len": self.model_config.max_model_len if self.model_config else None,
             "lora_adapters": sorted(self.loras),
             "engine_starts": self.engine_starts,
