@@ -8,8 +8,8 @@ after the other, each in its own fresh process tree: *sized* is ``relayllm demo`
 ``relayllm run`` with ``gpu_memory_utilization: 0.3``, the previous CPU default (30% of the
 machine's memory for vLLM). The whole process tree -- driver, Ray, the replica, vLLM's engine
 core -- is sampled every half second. RSS counts a page shared by several processes (torch's
-libraries) once per process, so its sum over-states; PSS splits shared pages among their users.
-Then one more engine start reports ``info()``: ``engine_ready_s`` and ``engine_start_phases``.
+libraries) once per process, so its sum over-states; PSS splits shared pages among their users
+(and is broken down by kind of process at its peak). Then one more engine start reports ``info()``: ``engine_ready_s`` and ``engine_start_phases``.
 Writes ``results/demo_memory.json``.
 """
 
@@ -46,16 +46,41 @@ print(json.dumps({k: info.get(k) for k in keys}))
 """
 
 
+#: Process kinds for the breakdown: (kind, substring of the process title or command line).
+KINDS = [
+    ("vLLM engine core", "EngineCore"),
+    ("vLLM replica", "ServeReplica"),
+    ("Serve controller", "ServeController"),
+    ("Ray agents", "Agent"),
+    ("Ray dashboard", "dashboard"),
+    ("Ray workers (Ray Data, idle)", "ray::"),
+    ("Ray system (gcs, raylet, monitors)", "/ray/"),
+]
+
+
+def kind(proc: psutil.Process, root: psutil.Process) -> str:
+    if proc.pid == root.pid:
+        return "driver"
+    try:
+        title = " ".join(proc.cmdline()) or proc.name()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return "other"
+    return next((name for name, needle in KINDS if needle in title), "other")
+
+
 class TreeMemory(Sampler):
-    """Peak RSS and PSS summed over a process and all its descendants."""
+    """Peak RSS and PSS summed over a process and all its descendants, and the PSS of each
+    kind of process at the moment of the peak."""
 
     def __init__(self, pid: int) -> None:
         super().__init__(period_s=0.5)
         self.root = psutil.Process(pid)
         self.peak_rss = self.peak_pss = 0
+        self.breakdown: dict[str, float] = {}
 
     def sample(self) -> None:
         rss = pss = 0
+        kinds: dict[str, float] = {}
         try:
             tree = [self.root, *self.root.children(recursive=True)]
         except psutil.NoSuchProcess:
@@ -66,9 +91,14 @@ class TreeMemory(Sampler):
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue
             rss += info.rss
-            pss += getattr(info, "pss", info.rss)
+            share = getattr(info, "pss", info.rss)
+            pss += share
+            name = kind(proc, self.root)
+            kinds[name] = kinds.get(name, 0) + share
         self.peak_rss = max(self.peak_rss, rss)
-        self.peak_pss = max(self.peak_pss, pss)
+        if pss > self.peak_pss:
+            self.peak_pss = pss
+            self.breakdown = {k: round(v / GIB, 2) for k, v in sorted(kinds.items())}
 
 
 def measure(variant: str, command: list[str]) -> dict:
@@ -84,6 +114,7 @@ def measure(variant: str, command: list[str]) -> dict:
         "command": " ".join(command[1:]),
         "peak_rss_gib": round(memory.peak_rss / GIB, 2),
         "peak_pss_gib": round(memory.peak_pss / GIB, 2),
+        "pss_gib_at_peak_by_process": memory.breakdown,
         "seconds": round(time.monotonic() - started, 1),
     }
 

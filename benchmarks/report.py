@@ -747,6 +747,11 @@ def memory_section(data: dict[str, Any]) -> list[str]:
     for v in (sized, fraction):
         lines.append(f"| {v['variant']} | {v['peak_rss_gib']:.2f} | {v['peak_pss_gib']:.2f} | "
                      f"{v['seconds']:.1f} |")
+    by_process = sized.get("pss_gib_at_peak_by_process")
+    if by_process:
+        parts = sorted(by_process.items(), key=lambda kv: -kv[1])
+        lines += ["", "Where the *sized* peak is (PSS GiB by kind of process, at the peak): "
+                  + ", ".join(f"{name} {gib:.2f}" for name, gib in parts) + "."]
     kv = start.get("kv_cache_memory_bytes")
     lines += [
         "",
