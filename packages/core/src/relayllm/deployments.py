@@ -142,6 +142,7 @@ def deploy(config: DeploymentConfig, *, address: str | None = None) -> Deploymen
             f"shut it down first (relayllm.shutdown({config.name!r})) or pick another name.\n"
             + _diff(running, wanted)
         )
+    _check_fits(backend, config, options)
     app = backend.build_deployment(config, options)
     # serve.run() waits with no time limit; _run(_blocking=False) lets us bound the start-up and
     # report the replica's own failure message. (Ray is pinned to 2.60.*.)
@@ -150,6 +151,14 @@ def deploy(config: DeploymentConfig, *, address: str | None = None) -> Deploymen
     _run(app, name=ref.app_name, route_prefix=None, _blocking=False)
     _wait_running(ref, config.startup_timeout_s)
     return _with_status(ref)
+
+
+def _check_fits(backend: type[Backend], config: DeploymentConfig, options: BaseModel) -> None:
+    """Fail before anything starts when the replicas need more GPUs than the cluster has."""
+    from relayllm.engine import serve_options
+    from relayllm.placement import check_fits, cluster_gpus
+
+    check_fits(config.name, serve_options(backend, config, options), cluster_gpus())
 
 
 def _wait_running(ref: DeploymentRef, timeout_s: float) -> None:

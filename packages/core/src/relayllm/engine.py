@@ -208,6 +208,15 @@ def build_application(
     from relayllm.deployments import normalized_config
 
     cls = backend.deployment_class()
+    deployment = serve.deployment(cls).options(**serve_options(backend, config, options))
+    # The replica gets the validated Options instance itself (typed), not a dict to re-parse.
+    return deployment.bind(options, normalized_config(config, backend, options))
+
+
+def serve_options(
+    backend: type[Backend], config: DeploymentConfig, options: BaseModel
+) -> dict[str, Any]:
+    """The ``serve.deployment`` options of ``config``: replicas, resources, placement."""
     serve_options: dict[str, Any] = {
         "name": config.name,
         "max_ongoing_requests": config.max_ongoing_requests,
@@ -226,9 +235,7 @@ def build_application(
         serve_options["autoscaling_config"] = config.autoscaling_config
     else:
         serve_options["num_replicas"] = config.num_replicas
-    deployment = serve.deployment(cls).options(**serve_options)
-    # The replica gets the validated Options instance itself (typed), not a dict to re-parse.
-    return deployment.bind(options, normalized_config(config, backend, options))
+    return serve_options
 
 
-__all__ = ["RESULT_CACHE_SIZE", "BatchDeployment", "build_application"]
+__all__ = ["RESULT_CACHE_SIZE", "BatchDeployment", "build_application", "serve_options"]

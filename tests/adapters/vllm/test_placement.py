@@ -1,0 +1,61 @@
+"""Tensor/pipeline-parallel placement on logical GPUs: real Ray nodes, real Serve, the real
+vllm deployment up to its engine seam (see placement_job.py). No vLLM engine starts."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def placed() -> dict:
+    script = Path(__file__).with_name("placement_job.py")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_tp2_pp2_reserves_one_group_of_four_gpu_bundles_with_the_replica_inside(placed):
+    single = placed["single"]
+    (group,) = single["groups"].values()
+    gpu_bundles = [b for b in group["bundles"].values() if b.get("GPU")]
+    assert len(gpu_bundles) == 4 and all(b["GPU"] == 1 for b in gpu_bundles)
+    # Pipeline stages may span nodes (PACK); tensor parallel alone needs one (STRICT_PACK).
+    assert group["strategy"] == "PACK"
+    info = single["info"]
+    assert info["placement_group"]["id"] in single["groups"], "the replica runs in that group"
+    assert info["node_id"] in group["nodes"]
+    assert group["nodes"] == [info["node_id"]], "PACK keeps the group on one node that fits it"
+
+
+def test_the_engine_would_get_the_gpu_device_the_group_and_the_parallel_sizes(placed):
+    info = placed["single"]["info"]
+    assert info["device"] == "cuda"
+    assert (info["tensor_parallel_size"], info["pipeline_parallel_size"]) == (2, 2)
+    args = info["engine_args"]
+    assert args["tensor_parallel_size"] == 2 and args["pipeline_parallel_size"] == 2
+    assert args["distributed_executor_backend"] == "ray"  # workers go into the group's bundles
+    # On GPU vLLM's own memory defaults stand: nothing CPU-specific leaks in.
+    assert "gpu_memory_utilization" not in args and "kv_cache_memory_bytes" not in args
+
+
+def test_two_replicas_on_two_gpu_nodes_get_one_node_each(placed):
+    two = placed["two"]
+    assert two["groups"] == 2
+    assert two["replica_nodes"] == sorted(placed["gpu_nodes"])
+
+
+def test_shutdown_releases_every_bundle(placed):
+    for case in ("single", "two"):
+        after = placed[case]["after_shutdown"]
+        assert after == {"live_groups": 0, "gpus_free": 8.0}, case
+
+
+def test_more_gpus_than_the_cluster_has_fails_before_any_replica_starts(placed):
+    too_big = placed["too_big"]
+    assert too_big["type"] == "DoesNotFitError"
+    assert "asks for 12 GPUs (3 replica(s) x 4 GPUs" in too_big["error"]
+    assert "the cluster has 8" in too_big["error"]
+    assert too_big["groups"] == 0 and "too-big" not in too_big["apps"]
