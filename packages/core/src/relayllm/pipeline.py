@@ -526,6 +526,45 @@ def peek_columns(paths: list[str], fmt: str, sample: int = 100) -> list[str] | N
     return list(columns)
 
 
+def count_rows(pipeline: Pipeline, input_override: str | None = None,
+               limit: int | None = None) -> int | None:
+    """The number of input rows when it is cheap to know (inline rows, local JSON-lines and
+    Parquet files), for the progress display's totals; None otherwise."""
+    count: int | None = None
+    if pipeline.spec.input.rows is not None and not input_override:
+        count = len(pipeline.spec.input.rows)
+    else:
+        paths = pipeline.input_paths(input_override)
+        fmt = pipeline.input_format(paths)
+        files = _local_files(paths, fmt)
+        if files is not None and fmt in ("jsonl", "parquet"):
+            count = 0
+            for path in files:
+                if fmt == "parquet":
+                    import pyarrow.parquet as pq
+
+                    count += pq.read_metadata(path).num_rows
+                else:
+                    with open(path, "rb") as handle:
+                        count += sum(1 for line in handle if line.strip())
+    if limit is not None and count is not None:
+        count = min(count, limit)
+    return count
+
+
+def _local_files(paths: list[str], fmt: str) -> list[str] | None:
+    files: list[str] = []
+    for path in paths:
+        if "://" in path:
+            return None
+        if os.path.isdir(path):
+            files += [os.path.join(path, n) for n in sorted(os.listdir(path))
+                      if EXTENSIONS.get(Path(n).suffix.lower()) == fmt]
+        else:
+            files.append(path)
+    return files
+
+
 # -- running ------------------------------------------------------------------------------
 
 _HIDDEN = "__relayllm_"
@@ -640,6 +679,7 @@ class RunSummary:
     output: str | None = None
     already_done: int = 0  # rows a resumed run found in its output and did not run again
     started: list[str] = field(default_factory=list)
+    startup_s: float = 0.0  # connecting and deploying, before the first row (the CLI's)
 
 
 Sink = Callable[[list[dict[str, Any]]], None]
@@ -701,15 +741,18 @@ def deploy_all(pipeline: Pipeline, address: str | None = None) -> list[str]:
     return started
 
 
-def execute(pipeline: Pipeline, dataset, sink: Sink, progress: Callable[[int], None] | None = None) -> RunSummary:
-    """Run the steps and hand every finished block of rows to ``sink`` (input order)."""
+def execute(pipeline: Pipeline, dataset, sink: Sink,
+            progress: Callable[[RunSummary], None] | None = None) -> RunSummary:
+    """Run the steps and hand every finished block of rows to ``sink`` (input order);
+    ``progress`` sees the summary so far after each block."""
     from ray.data import DataContext
 
     DataContext.get_current().execution_options.preserve_order = True
     steps = pipeline.spec.steps
     summary = RunSummary([StepStats(s.name, s.deployment) for s in steps])
     start = time.time()
-    for batch in build_steps(pipeline, dataset).iter_batches(batch_format="pyarrow", batch_size=None):
+    for batch in build_steps(pipeline, flush_blocks(pipeline, dataset)).iter_batches(
+            batch_format="pyarrow", batch_size=None):
         rows = batch.to_pylist()
         for row in rows:
             for i, stats in enumerate(summary.steps):
@@ -725,9 +768,22 @@ def execute(pipeline: Pipeline, dataset, sink: Sink, progress: Callable[[int], N
         sink(visible)
         summary.rows += len(rows)
         if progress:
-            progress(summary.rows)
+            progress(summary)
     summary.wall_s = time.time() - start
     return summary
+
+
+def flush_blocks(pipeline: Pipeline, dataset):
+    """Cut the input into blocks no larger than one Ray Data batch of the first step.
+
+    A block reaches the output (and the disk) only when every row of it has passed every
+    step, and a reader makes one block of a whole small file: a 400-row file would be written
+    at the very end, and a kill would lose all of it. With blocks of at most one stage batch
+    (``batch_size * max_in_flight_batches`` rows, what one stage actor has in flight anyway)
+    a stop loses at most the rows in flight. Ray Data's streaming repartition; no shuffle.
+    """
+    config = pipeline.spec.steps[0].processor_config()
+    return dataset.repartition(target_num_rows_per_block=config.batch_size * config.max_in_flight_batches)
 
 
 def _visible(row: dict[str, Any]) -> dict[str, Any]:
@@ -748,8 +804,10 @@ __all__ = [
     "StepSpec",
     "StepStats",
     "build_steps",
+    "count_rows",
     "deploy_all",
     "execute",
+    "flush_blocks",
     "load_pipeline",
     "open_dataset",
     "parse_pipeline",

@@ -5,13 +5,13 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import click
 
+from relayllm.cli.progress import Console
 from relayllm.errors import ConfigError, RelayLLMError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -59,76 +59,73 @@ def handle_errors(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def connect(address: str | None, verbose: bool, *, existing_cluster: bool = False) -> None:
-    """Connect to Ray and start Serve. ``existing_cluster``: fail instead of starting a
-    throw-away local cluster (long-lived deployments need one that outlives this command)."""
+def connect(address: str | None, verbose: bool, *, existing_cluster: bool = False,
+            console: Console | None = None) -> None:
+    """Connect to Ray and start Serve, saying so. ``existing_cluster``: fail instead of
+    starting a throw-away local cluster (long-lived deployments need one that outlives this
+    command)."""
     import ray
 
+    from relayllm import logs
     from relayllm.cluster import connect as connect_cluster
 
+    console = console or Console()
     address = address or os.environ.get("RAY_ADDRESS") or ("auto" if existing_cluster else None)
-    if not verbose:
-        os.environ.setdefault("RELAYLLM_QUIET_WORKERS", "1")
+    path = logs.configure_logging(verbose=verbose)
+    logs.send_stderr_to_log()
+    if path is not None:
+        console.say(f"logs of Ray, Serve and the engines: {path} and Ray's session logs "
+                    f"(--verbose shows them here)")
+    where = f"the Ray cluster at {address}" if address and address != "auto" else "Ray"
+    if address is None:
+        where = "Ray (a running local cluster, else a new one)"
     if not ray.is_initialized():
-        try:
-            # The namespace relayllm.cluster uses; initialised here to choose the log level.
-            ray.init(
-                address=address,
-                namespace="relayllm",
-                log_to_driver=verbose,
-                logging_level=logging.INFO if verbose else logging.WARNING,
-            )
-        except ConnectionError as exc:
-            if type(exc.__cause__).__name__ == "AuthenticationError":
-                raise ConfigError(
-                    f"the Ray cluster at {address} uses token authentication: set "
-                    f"RAY_AUTH_MODE=token (Ray reads the token from ~/.ray/auth_token or "
-                    f"RAY_AUTH_TOKEN)"
-                ) from None
-            raise ConfigError(
-                f"no Ray cluster to connect to ({exc}). Start one with `ray start --head` and "
-                f"pass --address HOST:PORT or set RAY_ADDRESS."
-            ) from None
-    if not verbose:
-        _quiet_console_logs()
+        with console.phase(f"connecting to {where}", "connected"):
+            try:
+                logs.quiet_ray_loggers()
+                # The namespace relayllm.cluster uses; initialised here to choose the log level.
+                ray.init(address=address, namespace="relayllm", log_to_driver=verbose,
+                         logging_level=logging.INFO if verbose else logging.WARNING)
+            except ConnectionError as exc:
+                raise ConfigError(connection_advice(address, exc)) from None
     connect_cluster(address if address != "auto" else None)
     from ray.data import DataContext
 
-    context = DataContext.get_current()
-    # On a terminal: a tqdm bar per operator, i.e. per step (prepare[step], the stage,
-    # finish[step]), drawn in this process (Ray's own bars travel through the worker log
-    # forwarding that quiet mode turns off). Elsewhere Ray Data logs the same counts every 10 s.
-    context.use_ray_tqdm = False
-    context.execution_options.verbose_progress = True
+    from relayllm.cli.progress import install_callback
+
+    # relayllm draws one bar per step (cli/progress.py) instead of Ray Data's per-operator
+    # ones; with --verbose Ray Data's own progress stays on as well.
+    install_callback()
+    DataContext.get_current().enable_progress_bars = verbose
+    logs.quiet_ray_loggers()
 
 
-def _quiet_console_logs() -> None:
-    """Ray Data and Serve log every dataset start and Serve start at INFO on the console; keep
-    warnings there (their log files still get everything), and Ray Data's per-operator
-    progress lines -- ``Map(finish[answer])->Map(prepare[shorter]): 120/400`` -- which it
-    logs every 10 s when the output is not a terminal (on a terminal it draws bars)."""
-    import ray.data  # noqa: F401  (configures the ray.data logger on import)
-    import ray.serve  # noqa: F401
-
-    for name in ("ray", "ray.data", "ray.serve"):
-        logger = logging.getLogger(name)
-        for handler in logger.handlers:
-            if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler):
-                if name == "ray.data":
-                    handler.addFilter(_warnings_and_progress)
-                else:
-                    handler.setLevel(logging.WARNING)
-        if name == "ray.serve":
-            logger.setLevel(logging.WARNING)
+def connection_advice(address: str | None, exc: BaseException) -> str:
+    """What to do when ``ray.init`` cannot connect: the token advice for an authenticated
+    cluster (Ray 2.60 clusters use tokens; a driver sends one only with RAY_AUTH_MODE=token)."""
+    text = f"{exc} {exc.__cause__ or ''}".lower()
+    auth = type(exc.__cause__).__name__ == "AuthenticationError" or any(
+        word in text for word in ("authentication", "auth token", "unauthenticated"))
+    if auth or (address and os.environ.get("RAY_AUTH_MODE", "").lower() != "token"
+                and _cluster_answers(address)):
+        return (f"the Ray cluster at {address} uses token authentication: set "
+                f"RAY_AUTH_MODE=token (Ray reads the token from ~/.ray/auth_token or "
+                f"RAY_AUTH_TOKEN)")
+    return (f"no Ray cluster to connect to ({exc}). Start one with `ray start --head` and "
+            f"pass --address HOST:PORT or set RAY_ADDRESS.")
 
 
-_PROGRESS_LINE = re.compile(r"^\S.*: \d+/(\d+|\?)$")
+def _cluster_answers(address: str) -> bool:
+    """Something listens on ``address`` yet refused us: with Ray 2.60's token authentication
+    that is the reason, though Ray's own error does not always say so."""
+    import socket
 
-
-def _warnings_and_progress(record: logging.LogRecord) -> bool:
-    if record.levelno >= logging.WARNING:
-        return True
-    return record.name.startswith("ray.data._internal.progress") and bool(_PROGRESS_LINE.match(record.getMessage()))
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=2):
+            return True
+    except (OSError, ValueError):
+        return False
 
 
 def check_writable(path: str) -> None:
