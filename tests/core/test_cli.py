@@ -376,3 +376,67 @@ def test_deploy_status_and_shutdown_across_driver_processes(cluster, tmp_path):
     again = cli("shutdown", "shared-echo", env=cluster)
     assert again.returncode == 1 and "no relayllm deployment named 'shared-echo' is running" in again.stderr
 
+
+
+# -- a new user's first hour: signs of life, output that survives a kill, quiet logs ---------
+
+SLOW = """\
+deployments:
+  - name: {name}
+    backend: echo
+    max_ongoing_requests: 1   # one call at a time: blocks finish one after another
+    options: {{delay_s: {delay}}}
+input:
+  path: questions.jsonl
+  id_column: id
+steps:
+  - name: answer
+    deployment: {name}
+    messages:
+      - {{role: user, content: "{{question}}"}}
+    output_column: answer
+output:
+  path: out/answers.jsonl
+"""
+
+
+def test_run_killed_mid_way_keeps_finished_rows_and_resume_finishes(cluster, tmp_path):
+    """Rows reach the disk block by block (one stage batch, 256 rows), so a kill loses at most
+    the rows in flight; in a pipe the run reports its phases and plain progress lines."""
+    questions(tmp_path, 600)
+    pipeline = write(tmp_path / "p.yaml", SLOW.format(name="kill-echo", delay=0.3))
+    out = tmp_path / "out" / "answers.jsonl"
+    env = {**cluster, "RELAYLLM_PROGRESS_INTERVAL_S": "1"}
+    process = subprocess.Popen([RELAYLLM, "run", str(pipeline), "--keep-deployments"], env=env,
+                               cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + CLI_TIMEOUT
+        while not (out.exists() and out.read_text().count("\n") > 0):
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        process.send_signal(signal.SIGKILL)  # no clean-up at all: what a kill -9 leaves
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    kept = jsonl(out)
+    assert 0 < len(kept) < 600, len(kept)
+    assert [r["id"] for r in kept] == list(range(len(kept)))  # whole rows, in input order
+    for phase in ("relayllm: connecting to the Ray cluster at", "relayllm: deploying 'kill-echo' (echo)",
+                  "relayllm: deployment 'kill-echo' ready in", "relayllm: running 1 step(s) on 600 rows",
+                  "relayllm: step answer: "):
+        assert phase in stderr, (phase, stderr[-3000:])
+    assert "Token authentication" not in stderr and "core_worker" not in stderr  # in the log file
+
+    done = cli("run", pipeline, "--resume", env=cluster, cwd=tmp_path, check=0)
+    rows = jsonl(out)
+    assert sorted(r["id"] for r in rows) == list(range(600)) and rows[:len(kept)] == kept
+    assert f"({len(kept)} rows were already there" in done.stderr
+    summary = {line.split()[0]: line.split() for line in done.stderr.splitlines()
+               if line.split()[:1] in (["answer"], ["start-up"], ["total"])}
+    assert summary["answer"][2] == str(600 - len(kept))
+    assert summary["start-up"][1].endswith("s") and summary["total"][-1].endswith("s")
+    # total = start-up + rows, so it is never below the start-up
+    assert float(summary["total"][-1][:-1]) >= float(summary["start-up"][1][:-1])
+    cli("shutdown", "kill-echo", env=cluster, check=0)

@@ -783,7 +783,9 @@ def flush_blocks(pipeline: Pipeline, dataset):
     a stop loses at most the rows in flight. Ray Data's streaming repartition; no shuffle.
     """
     config = pipeline.spec.steps[0].processor_config()
-    return dataset.repartition(target_num_rows_per_block=config.batch_size * config.max_in_flight_batches)
+    # strict: without it, small blocks are merged and larger ones left whole (a 400-row block).
+    return dataset.repartition(target_num_rows_per_block=config.batch_size * config.max_in_flight_batches,
+                               strict=True)
 
 
 def _visible(row: dict[str, Any]) -> dict[str, Any]:
