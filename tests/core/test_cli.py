@@ -338,7 +338,8 @@ steps: [{name: s, deployment: alpha, prompt: "{q}", output_column: a}]
             assert body["object"] == "text_completion" and body["choices"][0]["text"].count(" ") == 2
         else:
             assert body["object"] == "list" and body["data"][0]["embedding"][:3] == [1.0, 2.0, 3.0]
-        assert body["model"] == ("beta" if reverse else "alpha")
+        # the model that served it (the deployment's info()), not the name in the request
+        assert body["model"] == ("echo-reverse" if reverse else "echo-echo")
 
 
 def test_deploy_status_and_shutdown_across_driver_processes(cluster, tmp_path):

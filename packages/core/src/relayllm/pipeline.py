@@ -339,6 +339,9 @@ class Pipeline:
     def check_columns(self, columns: list[str] | None) -> None:
         """Every placeholder names an input column or an earlier step's output column."""
         problems: list[tuple[Loc, str]] = []
+        if columns == []:
+            source = "input.rows" if self.spec.input.rows is not None else "the input file"
+            raise self.error(("input",), f"{source} has no rows (an empty file?): nothing to run")
         id_column = self.spec.input.id_column
         if columns is not None and id_column and id_column not in columns:
             problems.append((("input", "id_column"), f"column {id_column!r} is not in the input "
@@ -385,6 +388,8 @@ def load_pipeline(path: str | os.PathLike[str]) -> Pipeline:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"{source}: cannot read the pipeline file: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise not_utf8(source, exc) from None
     return parse_pipeline(text, source, Path(path).resolve().parent)
 
 
@@ -484,20 +489,38 @@ def _columns_of_rows(rows: list[dict[str, Any]]) -> list[str]:
     return list(columns)
 
 
+def not_utf8(path: str, exc: UnicodeDecodeError) -> ConfigError:
+    """The error for a file that is not UTF-8 text: the file, the first bad line, what to do."""
+    where = path
+    try:
+        with open(path, "rb") as handle:
+            for number, raw in enumerate(handle, start=1):
+                try:
+                    raw.decode("utf-8")
+                except UnicodeDecodeError as bad:
+                    where, exc = f"{path}:{number}", bad
+                    break
+    except OSError:
+        pass
+    return ConfigError(f"{where}: not UTF-8 text ({exc.reason}: byte {exc.object[exc.start]:#04x}); "
+                       f"save the file as UTF-8 (e.g. `iconv -f LATIN1 -t UTF-8 FILE`)")
+
+
 def peek_columns(paths: list[str], fmt: str, sample: int = 100) -> list[str] | None:
-    """The columns of local input files, read from their first rows (None for remote ones)."""
-    files: list[str] = []
-    for path in paths:
-        if "://" in path:
-            return None
-        if os.path.isdir(path):
-            files += [os.path.join(path, n) for n in sorted(os.listdir(path))
-                      if EXTENSIONS.get(Path(n).suffix.lower()) == fmt]
-        else:
-            files.append(path)
+    """The columns of local input files, read from their first rows (None for remote ones).
+    A file that is not UTF-8 text fails here, naming it, before anything starts."""
+    files = _local_files(paths, fmt)
+    if files is None:
+        return None
     if not files:
         return []
-    first = files[0]
+    try:
+        return _columns_of_file(files[0], fmt, sample)
+    except UnicodeDecodeError as exc:
+        raise not_utf8(files[0], exc) from None
+
+
+def _columns_of_file(first: str, fmt: str, sample: int) -> list[str]:
     if fmt == "parquet":
         import pyarrow.parquet as pq
 

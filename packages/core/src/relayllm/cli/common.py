@@ -43,7 +43,9 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
 
 
 def handle_errors(func: F) -> F:
-    """Turn relayllm's errors into a message and an exit code instead of a traceback."""
+    """Turn errors into a message and an exit code instead of a traceback: relayllm's own say
+    what to do; anything else (Ray's, an engine's) is shown in short, its traceback goes to
+    the log file (on the console with --verbose)."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -54,9 +56,45 @@ def handle_errors(func: F) -> F:
         except RelayLLMError as exc:
             fail(str(exc), EXIT_FAILED)
         except KeyboardInterrupt:
-            fail("interrupted", 130)
+            fail("interrupted; the rows already written stay (a .jsonl output: run again with "
+                 "--resume)", 130)
+        except Exception as exc:  # noqa: BLE001 - the last resort: never a bare traceback
+            fail(unexpected(exc, kwargs.get("verbose", False)), EXIT_FAILED)
 
     return wrapper  # type: ignore[return-value]
+
+
+def unexpected(exc: BaseException, verbose: bool) -> str:
+    """A short account of an error relayllm did not foresee; the traceback to the log."""
+    import traceback
+
+    from relayllm import logs
+
+    details = "".join(traceback.format_exception(exc))
+    path = logs.log_file() if not verbose else None
+    if verbose or path is None:
+        sys.stderr.write(details)
+        where = "the traceback is above"
+    else:
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(details)
+        where = f"the traceback is in {path}"
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    text = lines[0] if lines else ""
+    if len(text) > 300:
+        text = text[:297] + "..."
+    return f"{type(exc).__name__}: {text} ({where})"
+
+
+def not_running_advice(name: str, running: list[str], address: str | None) -> str:
+    """A CLI user's advice for a deployment name that is not running where we looked."""
+    where = f"the Ray cluster at {address}" if address else "this Ray cluster"
+    listed = ", ".join(running) if running else "none"
+    return (f"no relayllm deployment named {name!r} is running on {where} (running: {listed}). "
+            f"Start it with `relayllm deploy PIPELINE.yaml --address HOST:PORT` (a pipeline file "
+            f"that declares it), or give this command --config PIPELINE.yaml to start it for "
+            f"this run; if it runs on another cluster, pass that cluster's --address HOST:PORT "
+            f"(or set RAY_ADDRESS).")
 
 
 def connect(address: str | None, verbose: bool, *, existing_cluster: bool = False,

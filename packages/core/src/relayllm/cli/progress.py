@@ -116,9 +116,12 @@ class Console:
             self.say(f"{done} in {elapsed(time.monotonic() - start)}")
 
     @contextmanager
-    def steps(self, steps: list[tuple[str, str]], total: int | None) -> Iterator[StepProgress]:
-        """Progress of the pipeline's steps (``(name, deployment)`` pairs) while it runs."""
-        progress = StepProgress(self, steps, total)
+    def steps(self, steps: list[tuple[str, str]], total: int | list[int] | None,
+              sequential: bool = False) -> Iterator[StepProgress]:
+        """Progress of the steps (``(name, deployment)`` pairs) while they run: the stages of
+        one dataset, or with ``sequential`` one dataset per step, run one after another
+        (``total`` then lists each step's rows)."""
+        progress = StepProgress(self, steps, total, sequential)
         progress.start()
         try:
             yield progress
@@ -143,11 +146,15 @@ class StepProgress:
     """The per-step display. Ray Data's executor thread feeds it (the callback below),
     the sink feeds it tokens, a thread of its own draws it."""
 
-    def __init__(self, console: Console, steps: list[tuple[str, str]], total: int | None) -> None:
+    def __init__(self, console: Console, steps: list[tuple[str, str]],
+                 total: int | list[int] | None, sequential: bool = False) -> None:
         self.console = console
         now = time.monotonic()
-        self.states = [_StepState(n, d, total=total, last_change=now) for n, d in steps]
+        totals = total if isinstance(total, list) else [total] * len(steps)
+        self.states = [_StepState(n, d, total=t, last_change=now) for (n, d), t in zip(steps, totals)]
         self.total = total
+        self.sequential = sequential
+        self._executors: list[int] = []  # sequential: the datasets seen, in order
         self.start_time = now
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -159,8 +166,13 @@ class StepProgress:
     def update_from_executor(self, executor: Any) -> None:
         stages = [(op, state) for op, state in executor._topology.items()  # Ray 2.60's layout
                   if "ServeStage" in op.name]
+        states = self.states
+        if self.sequential:  # the n-th dataset is the n-th step
+            if id(executor) not in self._executors:
+                self._executors.append(id(executor))
+            states = states[self._executors.index(id(executor)):][:1]
         with self._lock:
-            for (op, state), step in zip(stages, self.states):
+            for (op, state), step in zip(stages, states):
                 done = op.metrics.row_outputs_taken
                 if done != step.done:
                     step.done, step.last_change = done, time.monotonic()

@@ -64,6 +64,8 @@ def run_pipeline_file(pipeline_file, input_path, output_path, limit, keep_deploy
     if input_path or pipeline.spec.input.path is not None:  # files exist, columns match
         paths = pipeline.input_paths(input_path)
         columns = pl.peek_columns(paths, pipeline.input_format(paths))
+        if columns == []:
+            raise ConfigError(f"{', '.join(paths)}: no rows (an empty file?): nothing to run")
         if columns is not None:
             pipeline.check_columns(columns)
     writer, done = None, set()
