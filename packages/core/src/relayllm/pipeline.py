@@ -262,7 +262,8 @@ def _expand_env(value: Any, loc: Loc, problems: list[tuple[Loc, str]]) -> Any:
 
 @dataclass
 class Pipeline:
-    """A validated pipeline file. Paths in it are relative to the file's directory."""
+    """A validated pipeline file. Input paths in it are relative to the file's directory, the
+    output path to the current directory (the command's)."""
 
     spec: PipelineSpec
     source: str

@@ -141,7 +141,9 @@ def _writer(pipeline, output_path, resume=False):
         if resume:
             raise ConfigError("--resume needs an output file (not stdout) to resume")
         return None, None, set()
-    path = output_path or str(pipeline.base_dir / spec.path)  # an absolute spec.path stays as it is
+    # Relative to the current directory, like --output (input paths are relative to the
+    # pipeline file: they are its data; outputs belong to whoever runs it).
+    path = output_path or spec.path
     fmt = output_format(path, None if output_path else spec.format)
     columns = spec.columns if spec else None
     done = set()
