@@ -197,10 +197,22 @@ def test_bad_pipeline_files_fail_before_any_engine_starts(cluster, tmp_path):
                             "bad-option.yaml:4: deployments[0].options.mode: Input should be 'echo' or 'reverse'"),
     }
     cases["nope.yaml"] = (None, "nope.yaml: cannot read the pipeline file")
+    # Files that are not UTF-8, or an input with no rows: the file (and line) named, no traceback.
+    cases["latin1.yaml"] = (good.replace("short {{answer}}", "court {{answer}} caf\xe9").encode("latin-1"),
+                            "latin1.yaml:16: not UTF-8 text (invalid continuation byte: byte 0xe9)")
+    (tmp_path / "latin1.jsonl").write_bytes('{"id": 1, "question": "ok"}\n{"id": 2, "question": "caf\xe9"}\n'
+                                            .encode("latin-1"))
+    cases["latin1-input.yaml"] = (good.replace("path: questions.jsonl", "path: latin1.jsonl"),
+                                  f"{tmp_path / 'latin1.jsonl'}:2: not UTF-8 text")
+    write(tmp_path / "empty.jsonl", "")
+    cases["empty-input.yaml"] = (good.replace("path: questions.jsonl", "path: empty.jsonl"),
+                                 "empty-input.yaml:5: input: the input file has no rows (an empty file?)")
     started = time.monotonic()
     running = {}
     for name, (text, _) in cases.items():  # in parallel: each is a short-lived process
-        path = write(tmp_path / name, text) if text else tmp_path / name
+        if isinstance(text, bytes):
+            (tmp_path / name).write_bytes(text)
+        path = write(tmp_path / name, text) if isinstance(text, str) else tmp_path / name
         running[name] = subprocess.Popen([RELAYLLM, "run", str(path)], env=cluster, cwd=tmp_path,
                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     for name, process in running.items():
@@ -441,3 +453,71 @@ def test_run_killed_mid_way_keeps_finished_rows_and_resume_finishes(cluster, tmp
     # total = start-up + rows, so it is never below the start-up
     assert float(summary["total"][-1][:-1]) >= float(summary["start-up"][1][:-1])
     cli("shutdown", "kill-echo", env=cluster, check=0)
+
+
+def _in_a_terminal(args, env, cwd, timeout=CLI_TIMEOUT) -> tuple[int, str]:
+    """Run the CLI on a pseudo-terminal (120 columns), as a user's terminal would; returns the
+    exit code and everything it drew."""
+    import fcntl
+    import pty
+    import select
+    import struct
+    import termios
+
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    process = subprocess.Popen([RELAYLLM, *map(str, args)], env=env, cwd=cwd, stdin=follower,
+                               stdout=follower, stderr=follower, close_fds=True)
+    os.close(follower)
+    drawn = b""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([leader], [], [], 1)
+        if ready:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # the process closed the terminal
+                break
+            if not chunk:
+                break
+            drawn += chunk
+        elif process.poll() is not None:
+            break
+    os.close(leader)
+    return process.wait(timeout=60), drawn.decode("utf-8", "replace")
+
+
+def test_run_on_a_terminal_draws_a_bar_per_step_and_warns_when_a_step_stalls(cluster, tmp_path):
+    questions(tmp_path, 20)
+    pipeline = write(tmp_path / "p.yaml", SLOW.format(name="tty-echo", delay=4))
+    env = {**cluster, "RELAYLLM_STALL_WARNING_S": "1"}
+    code, drawn = _in_a_terminal(["run", pipeline], env, tmp_path)
+    assert code == 0, drawn[-3000:]
+    lines = [part for part in drawn.replace("\r", "\n").split("\n") if part.strip()]
+    assert any("deploying 'tty-echo' (echo): starting its engine" in line for line in lines), drawn
+    assert any(line.startswith("relayllm: deployment 'tty-echo' ready in") for line in lines)
+    bars = [line for line in lines if line.startswith("step answer:")]  # tqdm's bar of the step
+    assert bars and any("20/20" in bar and "rows/s" in bar for bar in bars), bars[-3:]
+    # The engine sleeps 4 s on the call: the step waits for it and says so.
+    assert any("warning: step answer has made no progress for" in line
+               and "its rows are at deployment 'tty-echo'" in line for line in lines), drawn[-3000:]
+    assert "core_worker" not in drawn and "Token authentication" not in drawn and "INFO" not in drawn
+    assert len(jsonl(tmp_path / "out" / "answers.jsonl")) == 20
+
+
+def test_batch_with_an_unknown_deployment_gives_cli_advice(cluster, tmp_path):
+    line = {"custom_id": "a", "method": "POST", "url": "/v1/completions", "body": {"prompt": "hi"}}
+    requests = write(tmp_path / "r.jsonl", json.dumps(line) + "\n")
+    done = cli("batch", requests, "--deployment", "nope", "--output", tmp_path / "o.jsonl", env=cluster,
+               check=1)
+    assert "no relayllm deployment named 'nope' is running on the Ray cluster at" in done.stderr
+    assert "relayllm deploy PIPELINE.yaml --address HOST:PORT" in done.stderr
+    assert "relayllm.deploy(" not in done.stderr and "Traceback" not in done.stderr
+
+
+def test_ci_runs_the_readme_test_command():
+    root = Path(__file__).resolve().parents[2]
+    readme = (root / "README.md").read_text()
+    command = (root / ".ci" / "run").read_text().strip().splitlines()[-1]
+    assert command.startswith("python3 -m venv .venv && . .venv/bin/activate") and command.endswith("tox")
+    assert f"\n{command}\n" in readme  # the quick start's second line, as a user types it

@@ -26,6 +26,14 @@ _SKIP_HINT = (f"(if it is there on the cluster's nodes but not where this comman
 
 def check_model(field: str, model: str | None) -> None:
     """Raise a ConfigError naming ``options.<field>`` when ``model`` cannot be loaded."""
+    try:
+        _check(field, model)
+    except ConfigError as exc:
+        exc.option = field  # a pipeline file's error then points at the option's line
+        raise
+
+
+def _check(field: str, model: str | None) -> None:
     if not model or model == DEMO_MODEL or os.environ.get(SKIP_ENV):
         return
     if os.path.exists(os.path.expanduser(model)):

@@ -368,6 +368,9 @@ def _deployment_problems(exc: Exception, i: int, config: DeploymentConfig) -> li
                 for e in cause.errors()]
     from relayllm.errors import UnknownBackendError
 
+    option = getattr(exc, "option", None)  # a backend's check that names one option
+    if isinstance(option, str):
+        return [((*loc, "options", option), str(exc))]
     key = "backend" if isinstance(exc, UnknownBackendError) or "option" not in str(exc) else "options"
     return [((*loc, key), str(exc))]
 
