@@ -198,7 +198,7 @@ def test_bad_pipeline_files_fail_before_any_engine_starts(cluster, tmp_path):
     }
     cases["nope.yaml"] = (None, "nope.yaml: cannot read the pipeline file")
     # Files that are not UTF-8, or an input with no rows: the file (and line) named, no traceback.
-    cases["latin1.yaml"] = (good.replace("short {{answer}}", "court {{answer}} caf\xe9").encode("latin-1"),
+    cases["latin1.yaml"] = (good.replace("short {answer}", "court {answer} caf\xe9").encode("latin-1"),
                             "latin1.yaml:16: not UTF-8 text (invalid continuation byte: byte 0xe9)")
     (tmp_path / "latin1.jsonl").write_bytes('{"id": 1, "question": "ok"}\n{"id": 2, "question": "caf\xe9"}\n'
                                             .encode("latin-1"))
@@ -206,7 +206,8 @@ def test_bad_pipeline_files_fail_before_any_engine_starts(cluster, tmp_path):
                                   f"{tmp_path / 'latin1.jsonl'}:2: not UTF-8 text")
     write(tmp_path / "empty.jsonl", "")
     cases["empty-input.yaml"] = (good.replace("path: questions.jsonl", "path: empty.jsonl"),
-                                 "empty-input.yaml:5: input: the input file has no rows (an empty file?)")
+                                 f"empty-input.yaml:6: input.path: {tmp_path / 'empty.jsonl'} has no "
+                                 f"rows (an empty file?)")
     started = time.monotonic()
     running = {}
     for name, (text, _) in cases.items():  # in parallel: each is a short-lived process
@@ -521,3 +522,27 @@ def test_ci_runs_the_readme_test_command():
     command = (root / ".ci" / "run").read_text().strip().splitlines()[-1]
     assert command.startswith("python3 -m venv .venv && . .venv/bin/activate") and command.endswith("tox")
     assert f"\n{command}\n" in readme  # the quick start's second line, as a user types it
+
+
+def test_python_api_is_quiet_by_default_and_says_where_the_logs_are(cluster, tmp_path):
+    """The README's Python API example prints its answer, not Ray's and Serve's INFO lines."""
+    script = write(tmp_path / "api.py", """\
+import ray
+import relayllm
+from relayllm import DeploymentConfig, ProcessorConfig, build_processor
+
+relayllm.deploy(DeploymentConfig(name="api-echo", backend="echo"))
+answer = build_processor(ProcessorConfig(deployment="api-echo"),
+    preprocess=lambda row: {**row, "messages": [{"role": "user", "content": row["question"]}]})
+print([row["generated_text"] for row in answer(ray.data.from_items([{"question": "hi there"}])).take_all()])
+relayllm.shutdown("api-echo")
+""")
+    env = {**cluster, "RELAYLLM_LOG_DIR": str(tmp_path / "logs")}
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True,
+                          timeout=CLI_TIMEOUT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout == "['hi there']\n"  # nothing else on stdout
+    (log,) = (tmp_path / "logs").iterdir()
+    assert f"relayllm: logs of Ray, Serve and the engines: {log}" in done.stderr
+    assert "Token authentication" not in done.stderr and " INFO " not in done.stderr, done.stderr
+    assert "Token authentication" in log.read_text()  # where it went instead

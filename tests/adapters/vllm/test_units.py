@@ -172,19 +172,19 @@ steps:
   - {{name: a, deployment: llm, prompt: "{{q}}", output_column: x}}
 """
     cases = {
-        "path.yaml": ("./models/nope", "path.yaml:5: deployments[0].options.model: invalid options for "
-                      "backend 'vllm': model: the path './models/nope' does not exist"),
+        "path.yaml": ("./models/nope", "path.yaml:5: deployments[0].options.model: invalid "
+                      "options for backend 'vllm': model: the path './models/nope' does not exist"),
         "offline.yaml": ("nobody-here/no-such-model", "offline.yaml:5: deployments[0].options.model: "
-                         "invalid options for backend 'vllm': model: 'nobody-here/no-such-model' is not "
-                         "in the local Hugging Face cache and HF_HUB_OFFLINE is set"),
+                         "invalid options for backend 'vllm': model: 'nobody-here/no-such-model' "
+                         "is not in the local Hugging Face cache and HF_HUB_OFFLINE is set"),
     }
     relayllm_cli = os.path.join(os.path.dirname(sys.executable), "relayllm")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}  # an empty cache
     running = {}
     for name, (model, _) in cases.items():
         (tmp_path / name).write_text(template.format(model=model))
-        running[name] = subprocess.Popen([relayllm_cli, "run", name], cwd=tmp_path, env=env, text=True,
-                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        running[name] = subprocess.Popen([relayllm_cli, "run", name], cwd=tmp_path, env=env,
+                                         text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     for name, process in running.items():
         _, stderr = process.communicate(timeout=120)
         assert process.returncode == 2, (name, stderr[-3000:])

@@ -94,7 +94,8 @@ class OpenAIBackend(relayllm.Backend):
     name = "openai"
     Options = OpenAIOptions
     requires = ("openai", "aiolimiter")
-    install_hint = "pip install ./packages/adapter-openai (run in a clone of the relayllm repository)"
+    install_hint = ("pip install ./packages/adapter-openai "
+                    "(run in a clone of the relayllm repository)")
     tasks = frozenset({"chat", "completion", "embedding"})
 
     @classmethod

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 ADDRESS_ENV = "RAY_ADDRESS"
 
@@ -14,10 +15,13 @@ def connect(address: str | None = None) -> None:
     import ray
     from ray import serve
 
-    from relayllm.logs import is_verbose, quiet_ray_loggers
+    from relayllm.logs import announce, is_verbose, quiet_ray_loggers
 
     if not ray.is_initialized():
         verbose = is_verbose()
+        said = announce()
+        if said:  # a library's one line: where its host's console noise went
+            print(said, file=sys.stderr, flush=True)
         quiet_ray_loggers()  # before init: Ray logs its token-authentication notice there
         ray.init(
             address=address or os.environ.get(ADDRESS_ENV) or None,

@@ -59,18 +59,32 @@ def log_file() -> Path | None:
     return _state.get("file")  # type: ignore[return-value]
 
 
+def announce(how_to_show: str = "relayllm.configure_logging(verbose=True) or RELAYLLM_VERBOSE=1"
+             ) -> str | None:
+    """The line that says where the logs went (once per process; None when verbose or said)."""
+    path = log_file()
+    if path is None or _state.get("announced"):
+        return None
+    _state["announced"] = True
+    return (f"relayllm: logs of Ray, Serve and the engines: {path} and Ray's session logs "
+            f"({how_to_show} shows them here)")
+
+
 def quiet_ray_loggers() -> None:
     """Point the console handlers of Ray's loggers at the log file. Ray Data and Serve set
     their handlers up when imported or started, so this runs again after each of those."""
     path = _state.get("file")
     if path is None or _state.get("verbose"):
         return
+    import ray.data  # noqa: F401  (sets up the 'ray.data' logger on import: before we move it)
+
     stream = _state.get("stream")
     if stream is None or getattr(stream, "name", None) != str(path):
         stream = _state["stream"] = open(path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115
     for name in _RAY_LOGGERS:
         for handler in logging.getLogger(name).handlers:
-            if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler):
+            if (isinstance(handler, logging.StreamHandler)
+                    and not isinstance(handler, logging.FileHandler)):
                 handler.setStream(stream)  # type: ignore[arg-type]
 
 

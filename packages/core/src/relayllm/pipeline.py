@@ -506,8 +506,9 @@ def not_utf8(path: str, exc: UnicodeDecodeError) -> ConfigError:
                     break
     except OSError:
         pass
-    return ConfigError(f"{where}: not UTF-8 text ({exc.reason}: byte {exc.object[exc.start]:#04x}); "
-                       f"save the file as UTF-8 (e.g. `iconv -f LATIN1 -t UTF-8 FILE`)")
+    byte = exc.object[exc.start]
+    return ConfigError(f"{where}: not UTF-8 text ({exc.reason}: byte {byte:#04x}); save the file "
+                       f"as UTF-8 (e.g. `iconv -f LATIN1 -t UTF-8 FILE`)")
 
 
 def peek_columns(paths: list[str], fmt: str, sample: int = 100) -> list[str] | None:
@@ -811,8 +812,8 @@ def flush_blocks(pipeline: Pipeline, dataset):
     """
     config = pipeline.spec.steps[0].processor_config()
     # strict: without it, small blocks are merged and larger ones left whole (a 400-row block).
-    return dataset.repartition(target_num_rows_per_block=config.batch_size * config.max_in_flight_batches,
-                               strict=True)
+    rows = config.batch_size * config.max_in_flight_batches
+    return dataset.repartition(target_num_rows_per_block=rows, strict=True)
 
 
 def _visible(row: dict[str, Any]) -> dict[str, Any]:

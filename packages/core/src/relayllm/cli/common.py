@@ -109,11 +109,11 @@ def connect(address: str | None, verbose: bool, *, existing_cluster: bool = Fals
 
     console = console or Console()
     address = address or os.environ.get("RAY_ADDRESS") or ("auto" if existing_cluster else None)
-    path = logs.configure_logging(verbose=verbose)
+    logs.configure_logging(verbose=verbose)
     logs.send_stderr_to_log()
-    if path is not None:
-        console.say(f"logs of Ray, Serve and the engines: {path} and Ray's session logs "
-                    f"(--verbose shows them here)")
+    said = logs.announce("--verbose")
+    if said:
+        console.say(said.removeprefix("relayllm: "))
     where = f"the Ray cluster at {address}" if address and address != "auto" else "Ray"
     if address is None:
         where = "Ray (a running local cluster, else a new one)"

@@ -151,7 +151,8 @@ class StepProgress:
         self.console = console
         now = time.monotonic()
         totals = total if isinstance(total, list) else [total] * len(steps)
-        self.states = [_StepState(n, d, total=t, last_change=now) for (n, d), t in zip(steps, totals)]
+        self.states = [_StepState(n, d, total=t, last_change=now)
+                       for (n, d), t in zip(steps, totals)]
         self.total = total
         self.sequential = sequential
         self._executors: list[int] = []  # sequential: the datasets seen, in order
@@ -228,8 +229,8 @@ class StepProgress:
                     bar.total = s.total
                 bar.n = s.done
                 if s.output_tokens:
-                    bar.set_postfix_str(f"{s.output_tokens / max(now - self.start_time, 1e-9):.1f} tok/s",
-                                        refresh=False)
+                    rate = s.output_tokens / max(now - self.start_time, 1e-9)
+                    bar.set_postfix_str(f"{rate:.1f} tokens/s", refresh=False)
                 bar.refresh()
         elif not final:
             for s in states:

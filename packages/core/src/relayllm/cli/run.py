@@ -65,7 +65,9 @@ def run_pipeline_file(pipeline_file, input_path, output_path, limit, keep_deploy
         paths = pipeline.input_paths(input_path)
         columns = pl.peek_columns(paths, pipeline.input_format(paths))
         if columns == []:
-            raise ConfigError(f"{', '.join(paths)}: no rows (an empty file?): nothing to run")
+            empty = f"{', '.join(paths)} has no rows (an empty file?): nothing to run"
+            raise ConfigError(f"--input: {empty}") if input_path else pipeline.error(
+                ("input", "path"), empty)
         if columns is not None:
             pipeline.check_columns(columns)
     writer, done = None, set()
