@@ -498,7 +498,7 @@ def test_run_on_a_terminal_draws_a_bar_per_step_and_warns_when_a_step_stalls(clu
     assert any("deploying 'tty-echo' (echo): starting its engine" in line for line in lines), drawn
     assert any(line.startswith("relayllm: deployment 'tty-echo' ready in") for line in lines)
     bars = [line for line in lines if line.startswith("step answer:")]  # tqdm's bar of the step
-    assert bars and any("20/20" in bar and "rows/s" in bar for bar in bars), bars[-3:]
+    assert bars and any("20/20" in bar and "rows" in bar for bar in bars), bars[-3:]
     # The engine sleeps 4 s on the call: the step waits for it and says so.
     assert any("warning: step answer has made no progress for" in line
                and "its rows are at deployment 'tty-echo'" in line for line in lines), drawn[-3000:]
@@ -545,4 +545,4 @@ relayllm.shutdown("api-echo")
     (log,) = (tmp_path / "logs").iterdir()
     assert f"relayllm: logs of Ray, Serve and the engines: {log}" in done.stderr
     assert "Token authentication" not in done.stderr and " INFO " not in done.stderr, done.stderr
-    assert "Token authentication" in log.read_text()  # where it went instead
+    assert "Connecting to existing Ray cluster" in log.read_text()  # where Ray's INFO lines went

@@ -779,8 +779,11 @@ def execute(pipeline: Pipeline, dataset, sink: Sink,
     steps = pipeline.spec.steps
     summary = RunSummary([StepStats(s.name, s.deployment) for s in steps])
     start = time.time()
-    for batch in build_steps(pipeline, flush_blocks(pipeline, dataset)).iter_batches(
-            batch_format="pyarrow", batch_size=None):
+    output = build_steps(pipeline, flush_blocks(pipeline, dataset))
+    # A dataset runs with the copy of the DataContext taken when it was created (open_dataset
+    # ran before this function): input order must be set on that copy.
+    output.context.execution_options.preserve_order = True
+    for batch in output.iter_batches(batch_format="pyarrow", batch_size=None):
         rows = batch.to_pylist()
         for row in rows:
             for i, stats in enumerate(summary.steps):
