@@ -197,10 +197,24 @@ def test_bad_pipeline_files_fail_before_any_engine_starts(cluster, tmp_path):
                             "bad-option.yaml:4: deployments[0].options.mode: Input should be 'echo' or 'reverse'"),
     }
     cases["nope.yaml"] = (None, "nope.yaml: cannot read the pipeline file")
+    # Files that are not UTF-8, or an input with no rows: the file (and line) named, no traceback.
+    latin1 = good.replace("short {answer}", "court {answer} caf\xe9").encode("latin-1")
+    cases["latin1.yaml"] = (latin1, "latin1.yaml:16: not UTF-8 text (invalid continuation byte: "
+                                    "byte 0xe9)")
+    rows = '{"id": 1, "question": "ok"}\n{"id": 2, "question": "caf\xe9"}\n'
+    (tmp_path / "latin1.jsonl").write_bytes(rows.encode("latin-1"))
+    cases["latin1-input.yaml"] = (good.replace("path: questions.jsonl", "path: latin1.jsonl"),
+                                  f"{tmp_path / 'latin1.jsonl'}:2: not UTF-8 text")
+    write(tmp_path / "empty.jsonl", "")
+    cases["empty-input.yaml"] = (good.replace("path: questions.jsonl", "path: empty.jsonl"),
+                                 f"empty-input.yaml:6: input.path: {tmp_path / 'empty.jsonl'} has no "
+                                 f"rows (an empty file?)")
     started = time.monotonic()
     running = {}
     for name, (text, _) in cases.items():  # in parallel: each is a short-lived process
-        path = write(tmp_path / name, text) if text else tmp_path / name
+        if isinstance(text, bytes):
+            (tmp_path / name).write_bytes(text)
+        path = write(tmp_path / name, text) if isinstance(text, str) else tmp_path / name
         running[name] = subprocess.Popen([RELAYLLM, "run", str(path)], env=cluster, cwd=tmp_path,
                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     for name, process in running.items():
@@ -338,7 +352,8 @@ steps: [{name: s, deployment: alpha, prompt: "{q}", output_column: a}]
             assert body["object"] == "text_completion" and body["choices"][0]["text"].count(" ") == 2
         else:
             assert body["object"] == "list" and body["data"][0]["embedding"][:3] == [1.0, 2.0, 3.0]
-        assert body["model"] == ("beta" if reverse else "alpha")
+        # the model that served it (the deployment's info()), not the name in the request
+        assert body["model"] == ("echo-reverse" if reverse else "echo-echo")
 
 
 def test_deploy_status_and_shutdown_across_driver_processes(cluster, tmp_path):
@@ -376,3 +391,163 @@ def test_deploy_status_and_shutdown_across_driver_processes(cluster, tmp_path):
     again = cli("shutdown", "shared-echo", env=cluster)
     assert again.returncode == 1 and "no relayllm deployment named 'shared-echo' is running" in again.stderr
 
+
+
+# -- a new user's first hour: signs of life, output that survives a kill, quiet logs ---------
+
+SLOW = """\
+deployments:
+  - name: {name}
+    backend: echo
+    max_ongoing_requests: 1   # one call at a time: blocks finish one after another
+    options: {{delay_s: {delay}}}
+input:
+  path: questions.jsonl
+  id_column: id
+steps:
+  - name: answer
+    deployment: {name}
+    messages:
+      - {{role: user, content: "{{question}}"}}
+    output_column: answer
+output:
+  path: out/answers.jsonl
+"""
+
+
+def test_run_killed_mid_way_keeps_finished_rows_and_resume_finishes(cluster, tmp_path):
+    """Rows reach the disk block by block (one stage batch, 256 rows), so a kill loses at most
+    the rows in flight; in a pipe the run reports its phases and plain progress lines."""
+    questions(tmp_path, 600)
+    pipeline = write(tmp_path / "p.yaml", SLOW.format(name="kill-echo", delay=0.3))
+    out = tmp_path / "out" / "answers.jsonl"
+    env = {**cluster, "RELAYLLM_PROGRESS_INTERVAL_S": "1"}
+    process = subprocess.Popen([RELAYLLM, "run", str(pipeline), "--keep-deployments"], env=env,
+                               cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    try:
+        deadline = time.monotonic() + CLI_TIMEOUT
+        while not (out.exists() and out.read_text().count("\n") > 0):
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        process.send_signal(signal.SIGKILL)  # no clean-up at all: what a kill -9 leaves
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    kept = jsonl(out)
+    assert 0 < len(kept) < 600, len(kept)
+    assert [r["id"] for r in kept] == list(range(len(kept)))  # whole rows, in input order
+    for phase in ("relayllm: connecting to the Ray cluster at",
+                  "relayllm: deploying 'kill-echo' (echo)",
+                  "relayllm: deployment 'kill-echo' ready in",
+                  "relayllm: running 1 step(s) on 600 rows",
+                  "relayllm: step answer: "):
+        assert phase in stderr, (phase, stderr[-3000:])
+    assert "Token authentication" not in stderr and "core_worker" not in stderr  # in the log file
+
+    done = cli("run", pipeline, "--resume", env=cluster, cwd=tmp_path, check=0)
+    rows = jsonl(out)
+    assert sorted(r["id"] for r in rows) == list(range(600)) and rows[:len(kept)] == kept
+    assert f"({len(kept)} rows were already there" in done.stderr
+    summary = {line.split()[0]: line.split() for line in done.stderr.splitlines()
+               if line.split()[:1] in (["answer"], ["start-up"], ["total"])}
+    assert summary["answer"][2] == str(600 - len(kept))
+    assert summary["start-up"][1].endswith("s") and summary["total"][-1].endswith("s")
+    # total = start-up + rows, so it is never below the start-up
+    assert float(summary["total"][-1][:-1]) >= float(summary["start-up"][1][:-1])
+    cli("shutdown", "kill-echo", env=cluster, check=0)
+
+
+def _in_a_terminal(args, env, cwd, timeout=CLI_TIMEOUT) -> tuple[int, str]:
+    """Run the CLI on a pseudo-terminal (120 columns), as a user's terminal would; returns the
+    exit code and everything it drew."""
+    import fcntl
+    import pty
+    import select
+    import struct
+    import termios
+
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    process = subprocess.Popen([RELAYLLM, *map(str, args)], env=env, cwd=cwd, stdin=follower,
+                               stdout=follower, stderr=follower, close_fds=True)
+    os.close(follower)
+    drawn = b""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([leader], [], [], 1)
+        if ready:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # the process closed the terminal
+                break
+            if not chunk:
+                break
+            drawn += chunk
+        elif process.poll() is not None:
+            break
+    os.close(leader)
+    return process.wait(timeout=60), drawn.decode("utf-8", "replace")
+
+
+def test_run_on_a_terminal_draws_a_bar_per_step_and_warns_when_a_step_stalls(cluster, tmp_path):
+    questions(tmp_path, 20)
+    pipeline = write(tmp_path / "p.yaml", SLOW.format(name="tty-echo", delay=4))
+    env = {**cluster, "RELAYLLM_STALL_WARNING_S": "1"}
+    code, drawn = _in_a_terminal(["run", pipeline], env, tmp_path)
+    assert code == 0, drawn[-3000:]
+    lines = [part for part in drawn.replace("\r", "\n").split("\n") if part.strip()]
+    assert any("deploying 'tty-echo' (echo): starting its engine" in line for line in lines), drawn
+    assert any(line.startswith("relayllm: deployment 'tty-echo' ready in") for line in lines)
+    bars = [line for line in lines if line.startswith("step answer:")]  # tqdm's bar of the step
+    assert bars and any("20/20" in bar and "rows" in bar for bar in bars), bars[-3:]
+    # The engine sleeps 4 s on the call: the step waits for it and says so.
+    assert any("warning: step answer has made no progress for" in line
+               and "its rows are at deployment 'tty-echo'" in line for line in lines), drawn[-3000:]
+    assert "core_worker" not in drawn and "INFO" not in drawn  # Ray's lines: in the log file
+    assert len(jsonl(tmp_path / "out" / "answers.jsonl")) == 20
+
+
+def test_batch_with_an_unknown_deployment_gives_cli_advice(cluster, tmp_path):
+    line = {"custom_id": "a", "method": "POST", "url": "/v1/completions", "body": {"prompt": "hi"}}
+    requests = write(tmp_path / "r.jsonl", json.dumps(line) + "\n")
+    done = cli("batch", requests, "--deployment", "nope", "--output", tmp_path / "o.jsonl",
+               env=cluster, check=1)
+    assert "no relayllm deployment named 'nope' is running on the Ray cluster at" in done.stderr
+    assert "relayllm deploy PIPELINE.yaml --address HOST:PORT" in done.stderr
+    assert "relayllm.deploy(" not in done.stderr and "Traceback" not in done.stderr
+
+
+def test_ci_runs_the_readme_test_command():
+    root = Path(__file__).resolve().parents[2]
+    readme = (root / "README.md").read_text()
+    command = (root / ".ci" / "run").read_text().strip().splitlines()[-1]
+    assert command.startswith("python3 -m venv .venv && . .venv/bin/activate")
+    assert command.endswith("&& tox")
+    assert f"\n{command}\n" in readme  # the quick start's second line, as a user types it
+
+
+def test_python_api_is_quiet_by_default_and_says_where_the_logs_are(cluster, tmp_path):
+    """The README's Python API example prints its answer, not Ray's and Serve's INFO lines."""
+    script = write(tmp_path / "api.py", """\
+import ray
+import relayllm
+from relayllm import DeploymentConfig, ProcessorConfig, build_processor
+
+relayllm.deploy(DeploymentConfig(name="api-echo", backend="echo"))
+answer = build_processor(ProcessorConfig(deployment="api-echo"),
+    preprocess=lambda row: {**row, "messages": [{"role": "user", "content": row["question"]}]})
+print([row["generated_text"] for row in answer(ray.data.from_items([{"question": "hi there"}])).take_all()])
+relayllm.shutdown("api-echo")
+""")
+    env = {**cluster, "RELAYLLM_LOG_DIR": str(tmp_path / "logs")}
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True,
+                          timeout=CLI_TIMEOUT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout == "['hi there']\n"  # nothing else on stdout
+    (log,) = (tmp_path / "logs").iterdir()
+    assert f"relayllm: logs of Ray, Serve and the engines: {log}" in done.stderr
+    assert "Token authentication" not in done.stderr and " INFO " not in done.stderr, done.stderr
+    assert "Connecting to existing Ray cluster" in log.read_text()  # where Ray's INFO lines went

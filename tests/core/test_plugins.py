@@ -97,7 +97,7 @@ def test_unknown_backend_lists_installed_ones_and_the_pip_command():
     with pytest.raises(relayllm.UnknownBackendError) as err:
         manager.get_registry().get("vllm-typo")
     assert "echo" in str(err.value) and "shout" in str(err.value)
-    with pytest.raises(relayllm.UnknownBackendError, match="pip install 'relayllm-sglang\\[engine\\]'"):
+    with pytest.raises(relayllm.UnknownBackendError, match="pip install './packages/adapter-sglang\\[engine\\]'"):
         BackendRegistry().get("sglang")
 
 

@@ -110,7 +110,9 @@ def test_missing_vllm_names_both_extras():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     message, ray_started = out.stdout.strip().splitlines()
-    assert "relayllm-vllm[gpu]" in message and "relayllm-vllm[cpu]" in message, message
+    # install commands that work from a clone until the packages are published
+    assert "./packages/adapter-vllm[gpu]" in message, message
+    assert "./packages/adapter-vllm[cpu]" in message, message
     assert INSTALL_HINT in message
     assert ray_started == "False"
 
@@ -159,3 +161,39 @@ def test_tasks_follow_the_task_option():
 
     assert VLLMBackend.tasks_for(VLLMOptions(task="generate")) == {"chat", "completion"}
     assert VLLMBackend.tasks_for(VLLMOptions(task="embed")) == {"embedding"}
+
+
+def test_a_model_that_is_not_there_fails_before_any_engine_starts(tmp_path):
+    """A path that does not exist, and a hub id with no cache and no way to download it, are
+    errors naming the file, the line and the option -- in seconds, not after an engine's
+    retries -- and the command exits 2 with no traceback."""
+    template = """\
+deployments:
+  - name: llm
+    backend: vllm
+    options:
+      model: {model}
+input:
+  rows: [{{q: hi}}]
+steps:
+  - {{name: a, deployment: llm, prompt: "{{q}}", output_column: x}}
+"""
+    cases = {
+        "path.yaml": ("./models/nope", "path.yaml:5: deployments[0].options.model: invalid "
+                      "options for backend 'vllm': model: the path './models/nope' does not exist"),
+        "offline.yaml": ("nobody-here/no-such-model", "offline.yaml:5: deployments[0].options.model: "
+                         "invalid options for backend 'vllm': model: 'nobody-here/no-such-model' "
+                         "is not in the local Hugging Face cache and HF_HUB_OFFLINE is set"),
+    }
+    relayllm_cli = os.path.join(os.path.dirname(sys.executable), "relayllm")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}  # an empty cache
+    running = {}
+    for name, (model, _) in cases.items():
+        (tmp_path / name).write_text(template.format(model=model))
+        running[name] = subprocess.Popen([relayllm_cli, "run", name], cwd=tmp_path, env=env,
+                                         text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    for name, process in running.items():
+        _, stderr = process.communicate(timeout=120)
+        assert process.returncode == 2, (name, stderr[-3000:])
+        assert cases[name][1] in stderr, (name, stderr)
+        assert "Traceback" not in stderr and "connecting" not in stderr  # no cluster, no engine

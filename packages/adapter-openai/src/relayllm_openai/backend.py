@@ -24,7 +24,8 @@ class OpenAIBackend(relayllm.Backend):
     name = "openai"
     Options = OpenAIOptions
     requires = ("openai", "aiolimiter")
-    install_hint = "pip install relayllm-openai"
+    install_hint = ("pip install ./packages/adapter-openai "
+                    "(run in a clone of the relayllm repository)")
     tasks = frozenset(TASKS)
 
     @classmethod

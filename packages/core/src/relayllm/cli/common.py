@@ -5,13 +5,13 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import click
 
+from relayllm.cli.progress import Console
 from relayllm.errors import ConfigError, RelayLLMError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -43,7 +43,9 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
 
 
 def handle_errors(func: F) -> F:
-    """Turn relayllm's errors into a message and an exit code instead of a traceback."""
+    """Turn errors into a message and an exit code instead of a traceback: relayllm's own say
+    what to do; anything else (Ray's, an engine's) is shown in short, its traceback goes to
+    the log file (on the console with --verbose)."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -54,81 +56,114 @@ def handle_errors(func: F) -> F:
         except RelayLLMError as exc:
             fail(str(exc), EXIT_FAILED)
         except KeyboardInterrupt:
-            fail("interrupted", 130)
+            fail("interrupted; the rows already written stay (a .jsonl output: run again with "
+                 "--resume)", 130)
+        except Exception as exc:  # noqa: BLE001 - the last resort: never a bare traceback
+            fail(unexpected(exc, kwargs.get("verbose", False)), EXIT_FAILED)
 
     return wrapper  # type: ignore[return-value]
 
 
-def connect(address: str | None, verbose: bool, *, existing_cluster: bool = False) -> None:
-    """Connect to Ray and start Serve. ``existing_cluster``: fail instead of starting a
-    throw-away local cluster (long-lived deployments need one that outlives this command)."""
+def unexpected(exc: BaseException, verbose: bool) -> str:
+    """A short account of an error relayllm did not foresee; the traceback to the log."""
+    import traceback
+
+    from relayllm import logs
+
+    details = "".join(traceback.format_exception(exc))
+    path = logs.log_file() if not verbose else None
+    if verbose or path is None:
+        sys.stderr.write(details)
+        where = "the traceback is above"
+    else:
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(details)
+        where = f"the traceback is in {path}"
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    text = lines[0] if lines else ""
+    if len(text) > 300:
+        text = text[:297] + "..."
+    return f"{type(exc).__name__}: {text} ({where})"
+
+
+def not_running_advice(name: str, running: list[str], address: str | None) -> str:
+    """A CLI user's advice for a deployment name that is not running where we looked."""
+    where = f"the Ray cluster at {address}" if address else "this Ray cluster"
+    listed = ", ".join(running) if running else "none"
+    return (f"no relayllm deployment named {name!r} is running on {where} (running: {listed}). "
+            f"Start it with `relayllm deploy PIPELINE.yaml --address HOST:PORT` (a pipeline file "
+            f"that declares it), or give this command --config PIPELINE.yaml to start it for "
+            f"this run; if it runs on another cluster, pass that cluster's --address HOST:PORT "
+            f"(or set RAY_ADDRESS).")
+
+
+def connect(address: str | None, verbose: bool, *, existing_cluster: bool = False,
+            console: Console | None = None) -> None:
+    """Connect to Ray and start Serve, saying so. ``existing_cluster``: fail instead of
+    starting a throw-away local cluster (long-lived deployments need one that outlives this
+    command)."""
     import ray
 
+    from relayllm import logs
     from relayllm.cluster import connect as connect_cluster
 
+    console = console or Console()
     address = address or os.environ.get("RAY_ADDRESS") or ("auto" if existing_cluster else None)
-    if not verbose:
-        os.environ.setdefault("RELAYLLM_QUIET_WORKERS", "1")
+    logs.configure_logging(verbose=verbose)
+    logs.send_stderr_to_log()
+    said = logs.announce("--verbose")
+    if said:
+        console.say(said.removeprefix("relayllm: "))
+    where = f"the Ray cluster at {address}" if address and address != "auto" else "Ray"
+    if address is None:
+        where = "Ray (a running local cluster, else a new one)"
     if not ray.is_initialized():
-        try:
-            # The namespace relayllm.cluster uses; initialised here to choose the log level.
-            ray.init(
-                address=address,
-                namespace="relayllm",
-                log_to_driver=verbose,
-                logging_level=logging.INFO if verbose else logging.WARNING,
-            )
-        except ConnectionError as exc:
-            if type(exc.__cause__).__name__ == "AuthenticationError":
-                raise ConfigError(
-                    f"the Ray cluster at {address} uses token authentication: set "
-                    f"RAY_AUTH_MODE=token (Ray reads the token from ~/.ray/auth_token or "
-                    f"RAY_AUTH_TOKEN)"
-                ) from None
-            raise ConfigError(
-                f"no Ray cluster to connect to ({exc}). Start one with `ray start --head` and "
-                f"pass --address HOST:PORT or set RAY_ADDRESS."
-            ) from None
-    if not verbose:
-        _quiet_console_logs()
+        with console.phase(f"connecting to {where}", "connected"):
+            try:
+                logs.quiet_ray_loggers()
+                # The namespace relayllm.cluster uses; initialised here to choose the log level.
+                ray.init(address=address, namespace="relayllm", log_to_driver=verbose,
+                         logging_level=logging.INFO if verbose else logging.WARNING)
+            except ConnectionError as exc:
+                raise ConfigError(connection_advice(address, exc)) from None
     connect_cluster(address if address != "auto" else None)
     from ray.data import DataContext
 
-    context = DataContext.get_current()
-    # On a terminal: a tqdm bar per operator, i.e. per step (prepare[step], the stage,
-    # finish[step]), drawn in this process (Ray's own bars travel through the worker log
-    # forwarding that quiet mode turns off). Elsewhere Ray Data logs the same counts every 10 s.
-    context.use_ray_tqdm = False
-    context.execution_options.verbose_progress = True
+    from relayllm.cli.progress import install_callback
+
+    # relayllm draws one bar per step (cli/progress.py) instead of Ray Data's per-operator
+    # ones; with --verbose Ray Data's own progress stays on as well.
+    install_callback()
+    DataContext.get_current().enable_progress_bars = verbose
+    logs.quiet_ray_loggers()
 
 
-def _quiet_console_logs() -> None:
-    """Ray Data and Serve log every dataset start and Serve start at INFO on the console; keep
-    warnings there (their log files still get everything), and Ray Data's per-operator
-    progress lines -- ``Map(finish[answer])->Map(prepare[shorter]): 120/400`` -- which it
-    logs every 10 s when the output is not a terminal (on a terminal it draws bars)."""
-    import ray.data  # noqa: F401  (configures the ray.data logger on import)
-    import ray.serve  # noqa: F401
-
-    for name in ("ray", "ray.data", "ray.serve"):
-        logger = logging.getLogger(name)
-        for handler in logger.handlers:
-            if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler):
-                if name == "ray.data":
-                    handler.addFilter(_warnings_and_progress)
-                else:
-                    handler.setLevel(logging.WARNING)
-        if name == "ray.serve":
-            logger.setLevel(logging.WARNING)
+def connection_advice(address: str | None, exc: BaseException) -> str:
+    """What to do when ``ray.init`` cannot connect: the token advice for an authenticated
+    cluster (Ray 2.60 clusters use tokens; a driver sends one only with RAY_AUTH_MODE=token)."""
+    text = f"{exc} {exc.__cause__ or ''}".lower()
+    auth = type(exc.__cause__).__name__ == "AuthenticationError" or any(
+        word in text for word in ("authentication", "auth token", "unauthenticated"))
+    if auth or (address and os.environ.get("RAY_AUTH_MODE", "").lower() != "token"
+                and _cluster_answers(address)):
+        return (f"the Ray cluster at {address} uses token authentication: set "
+                f"RAY_AUTH_MODE=token (Ray reads the token from ~/.ray/auth_token or "
+                f"RAY_AUTH_TOKEN)")
+    return (f"no Ray cluster to connect to ({exc}). Start one with `ray start --head` and "
+            f"pass --address HOST:PORT or set RAY_ADDRESS.")
 
 
-_PROGRESS_LINE = re.compile(r"^\S.*: \d+/(\d+|\?)$")
+def _cluster_answers(address: str) -> bool:
+    """Something listens on ``address`` yet refused us: with Ray 2.60's token authentication
+    that is the reason, though Ray's own error does not always say so."""
+    import socket
 
-
-def _warnings_and_progress(record: logging.LogRecord) -> bool:
-    if record.levelno >= logging.WARNING:
-        return True
-    return record.name.startswith("ray.data._internal.progress") and bool(_PROGRESS_LINE.match(record.getMessage()))
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=2):
+            return True
+    except (OSError, ValueError):
+        return False
 
 
 def check_writable(path: str) -> None:

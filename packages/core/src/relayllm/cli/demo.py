@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from relayllm.cli.common import address_option, handle_errors, verbose_option
+from relayllm.cli.progress import Console
 from relayllm.errors import MissingDependencyError
 
 
@@ -32,10 +33,13 @@ def demo(output_path, address, verbose):
     except ImportError:
         raise MissingDependencyError(
             "relayllm demo runs on the vLLM adapter, which is not installed. Install it with: "
-            "pip install 'relayllm-vllm[cpu]' (or 'relayllm-vllm[gpu]' on a CUDA machine)"
+            "pip install './packages/adapter-vllm[cpu]' (or '[gpu]' on a CUDA machine), "
+            "run in a clone of the relayllm repository"
         ) from None
-    click.echo("Preparing the demo model (the first time takes a minute)...", err=True)
-    ensure_demo_model()  # the pipeline's `model: demo`; done here to report a failure early
+    console = Console()
+    with console.phase("preparing the demo model (the first time takes a minute)",
+                       "demo model ready"):
+        ensure_demo_model()  # the pipeline's `model: demo`; done here to report a failure early
     pipeline = parse_pipeline(QUESTIONS_YAML, "questions.yaml (relayllm demo)", Path.cwd())
     rows: list[dict] = []
     writer = None
@@ -49,9 +53,9 @@ def demo(output_path, address, verbose):
         if writer is not None:
             writer(batch)
 
-    click.echo("Starting the engine and running the pipeline...", err=True)
     try:
-        summary = run_pipeline_file(pipeline, None, None, None, False, address, verbose, sink=sink)
+        summary = run_pipeline_file(pipeline, None, None, None, False, address, verbose, sink=sink,
+                                    console=console)
     finally:
         if writer is not None:
             writer.close()

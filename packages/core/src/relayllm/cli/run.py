@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import click
 
 from relayllm.cli.common import (
@@ -12,6 +14,7 @@ from relayllm.cli.common import (
     verbose_option,
 )
 from relayllm.cli.output import RowWriter, output_format, stdout_sink
+from relayllm.cli.progress import Console
 from relayllm.errors import ConfigError
 
 
@@ -50,16 +53,21 @@ def run(pipeline_file, input_path, output_path, limit, resume, keep_deployments,
 
 
 def run_pipeline_file(pipeline_file, input_path, output_path, limit, keep_deployments, address, verbose,
-                      sink=None, resume=False):
+                      sink=None, resume=False, console=None):
     """The whole ``run`` command (``pipeline_file`` may be a parsed Pipeline); ``relayllm
     demo`` calls it with its own ``sink``."""
     from relayllm import pipeline as pl
 
+    startup = time.monotonic()
     pipeline = pipeline_file if isinstance(pipeline_file, pl.Pipeline) else pl.load_pipeline(pipeline_file)
     pipeline.check_backends()
     if input_path or pipeline.spec.input.path is not None:  # files exist, columns match
         paths = pipeline.input_paths(input_path)
         columns = pl.peek_columns(paths, pipeline.input_format(paths))
+        if columns == []:
+            empty = f"{', '.join(paths)} has no rows (an empty file?): nothing to run"
+            raise ConfigError(f"--input: {empty}") if input_path else pipeline.error(
+                ("input", "path"), empty)
         if columns is not None:
             pipeline.check_columns(columns)
     writer, done = None, set()
@@ -69,15 +77,25 @@ def run_pipeline_file(pipeline_file, input_path, output_path, limit, keep_deploy
     else:
         where = None
 
-    connect(address, verbose)
+    console = console or Console()
+    connect(address, verbose, console=console)
     dataset = pl.open_dataset(pipeline, input_path, limit)
     if done:
         from relayllm.resume import skip_done
 
         dataset = skip_done(dataset, pipeline.spec.input.id_column, done)
-    started = pl.deploy_all(pipeline, address)
+    total = pl.count_rows(pipeline, input_path, limit)
+    if total is not None and done:
+        total = max(total - len(done), 0)
+    started = deploy_with_progress(console, pipeline, address)
+    startup_s = time.monotonic() - startup
+    steps = [(s.name, s.deployment) for s in pipeline.spec.steps]
+    console.say(f"running {len(steps)} step(s) on {total if total is not None else 'the'} rows"
+                + (f" ({len(done)} already in the output)" if done else ""))
     try:
-        summary = pl.execute(pipeline, dataset, sink)
+        with console.steps(steps, total) as progress:
+            summary = pl.execute(pipeline, dataset, sink, progress=lambda s: progress.add_tokens(
+                [step.output_tokens for step in s.steps]))
     finally:
         if writer is not None:
             writer.close()
@@ -88,7 +106,33 @@ def run_pipeline_file(pipeline_file, input_path, output_path, limit, keep_deploy
                 relayllm.shutdown(name)
     summary.output = where
     summary.already_done = len(done)
+    summary.startup_s = startup_s
     return summary
+
+
+def deploy_with_progress(console: Console, pipeline, address) -> list[str]:
+    """Start (or reuse by name) every deployment of ``pipeline``, saying so as it goes;
+    returns the names this call started."""
+    import relayllm
+
+    running = {r.name for r in relayllm.list_deployments(address=address)}
+    started = []
+    for config in pipeline.spec.deployments:
+        what = f"{config.name!r} ({config.backend}{_model_of(config)})"
+        if config.name in running:
+            console.say(f"using the running deployment {what}")
+            relayllm.deploy(config, address=address)  # checks that its config is the same
+            continue
+        with console.phase(f"deploying {what}: starting its engine",
+                           f"deployment {config.name!r} ready"):
+            relayllm.deploy(config, address=address)
+        started.append(config.name)
+    return started
+
+
+def _model_of(config) -> str:
+    model = config.options.get("model") or config.options.get("model_path")
+    return f", model {model}" if model else ""
 
 
 def _writer(pipeline, output_path, resume=False):
@@ -99,7 +143,9 @@ def _writer(pipeline, output_path, resume=False):
         if resume:
             raise ConfigError("--resume needs an output file (not stdout) to resume")
         return None, None, set()
-    path = output_path or str(pipeline.base_dir / spec.path)  # an absolute spec.path stays as it is
+    # Relative to the current directory, like --output (input paths are relative to the
+    # pipeline file: they are its data; outputs belong to whoever runs it).
+    path = output_path or spec.path
     fmt = output_format(path, None if output_path else spec.format)
     columns = spec.columns if spec else None
     done = set()
@@ -122,18 +168,23 @@ def _writer(pipeline, output_path, resume=False):
 
 
 def format_summary(summary) -> str:
+    """Per-step rows, then start-up (connecting, deploying, engines starting) and the total:
+    the command's whole time, start-up included, and its rates over that time."""
     rows = []
     for s in summary.steps:
         rows.append([s.name, s.deployment, s.rows, s.errors, s.input_tokens, s.output_tokens,
                      f"{s.rate(s.rows):.1f}", f"{s.rate(s.output_tokens):.1f}", f"{s.wall_s:.1f}s"])
+    output_tokens = sum(s.output_tokens for s in summary.steps)
+    whole = summary.startup_s + summary.wall_s
+    rows.append(["start-up", "", "", "", "", "", "", "", f"{summary.startup_s:.1f}s"])
     rows.append(["total", "", summary.rows, summary.errors, sum(s.input_tokens for s in summary.steps),
-                 sum(s.output_tokens for s in summary.steps),
-                 f"{summary.rows / summary.wall_s if summary.wall_s else 0:.1f}",
-                 f"{sum(s.output_tokens for s in summary.steps) / summary.wall_s if summary.wall_s else 0:.1f}",
-                 f"{summary.wall_s:.1f}s"])
+                 output_tokens, f"{summary.rows / whole if whole else 0:.1f}",
+                 f"{output_tokens / whole if whole else 0:.1f}", f"{whole:.1f}s"])
     text = table(["step", "deployment", "rows", "errors", "input tokens", "output tokens", "rows/s",
                   "tokens/s", "wall"], rows, right=range(2, 9))
     where = f"\n{summary.rows} rows written to {summary.output}" if summary.output else ""
     if summary.already_done:
         where += f" ({summary.already_done} rows were already there and were not run again)"
-    return f"\n{text}{where}\n(tokens/s counts output tokens; a step's wall time runs from its first row to its last)"
+    return (f"\n{text}{where}\n(tokens/s counts output tokens; a step's wall time runs from its "
+            f"first row to its last; start-up is connecting, deploying and engines starting; "
+            f"total is the whole command)")
