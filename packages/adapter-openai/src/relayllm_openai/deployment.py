@@ -33,6 +33,7 @@ NO_KEY = "EMPTY"
 
 class OpenAIDeployment(relayllm.BatchDeployment):
     backend_name = "openai"
+    retire_when_hung = False  # a slow endpoint is not helped by a new replica
 
     def __init__(self, options: dict[str, Any], deployment: dict[str, Any]) -> None:
         super().__init__(options, deployment)
