@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -56,6 +57,7 @@ class BatchDeployment:
         self._finished: OrderedDict[str, Result] = OrderedDict()
         self._tasks: set[asyncio.Task[None]] = set()
         self.failure: str | None = None  # why the engine as a whole failed (then: retiring)
+        self._last_answer = time.monotonic()  # when the engine last finished a row
 
     # -- what adapters implement -------------------------------------------------------------
 
@@ -162,9 +164,14 @@ class BatchDeployment:
         if self.failure:
             raise EngineFailedError(self.failure)
         bound = float(self.deployment.get("health_check_timeout_s") or 30.0) / 2
+        asked = time.monotonic()
         try:
             await asyncio.wait_for(self.engine_health(), bound)
         except asyncio.TimeoutError:
+            if self._last_answer >= asked:  # slow to answer but still finishing rows: busy
+                logger.warning("health check: the engine took over %gs to answer but is "
+                               "finishing rows (busy, not hung)", bound)
+                return
             if not self.retire_when_hung:
                 raise TimeoutError(f"the engine did not answer a health check within {bound:g}s") from None
             self.engine_failed(f"the engine did not answer a health check within {bound:g}s (hung)")
@@ -193,7 +200,9 @@ class BatchDeployment:
 
     async def _guarded(self, request: Request) -> Result:
         try:
-            return await self.run_request(request)
+            result = await self.run_request(request)
+            self._last_answer = time.monotonic()
+            return result
         except (asyncio.CancelledError, EngineFailedError):
             raise
         except Exception as exc:  # a row's failure is that row's value
@@ -226,6 +235,7 @@ class BatchDeployment:
             logger.exception("batch failed in %s", type(self).__name__)
             results = [{"error": _describe(exc)} for _ in fresh]
         self.rows += len(fresh)
+        self._last_answer = time.monotonic()
         for request, result in zip(fresh, results):
             rid = request.get("request_id")
             if rid is not None:

@@ -50,10 +50,12 @@ class Demand:
 
 
 def replica_bundles(config: DeploymentConfig) -> tuple[dict[str, float], ...]:
-    """The Ray resources one replica of ``config`` reserves (pure: no cluster, no engine)."""
-    from relayllm.deployments import resolve
+    """The Ray resources one replica of ``config`` reserves (pure: no cluster, no engine; the
+    engine package need not be installed here)."""
+    from relayllm.plugin.manager import get_registry
 
-    backend, options = resolve(config)
+    backend = get_registry().get(config.backend)
+    options = backend.parse_options(config.options)
     serve_options: dict[str, Any] = dict(backend.deployment_options(options))
     actor = dict(serve_options.get("ray_actor_options") or {})
     actor.update(config.ray_actor_options or {})
