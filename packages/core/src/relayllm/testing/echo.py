@@ -37,6 +37,11 @@ class EchoOptions(BackendOptions):
     )
     fail_start: bool = Field(default=False, description="The replica fails in its constructor.")
     start_delay_s: float = Field(default=0.0, ge=0, description="Sleep in the constructor.")
+    placement_group_cpus: float | None = Field(
+        default=None, gt=0,
+        description="Reserve a placement group (one bundle of this many CPUs) per replica, as "
+        "a multi-device engine does: for tests that nothing is left behind.",
+    )
 
 
 class EchoDeployment(BatchDeployment):
@@ -114,6 +119,9 @@ class EchoBackend(Backend):
     @classmethod
     def deployment_options(cls, options: EchoOptions) -> dict[str, Any]:
         # No model, so no CPU reserved: the echo replica must never starve the stage actors.
+        if options.placement_group_cpus:
+            return {"ray_actor_options": {"num_cpus": 0},
+                    "placement_group_bundles": [{"CPU": options.placement_group_cpus}]}
         return {"ray_actor_options": {"num_cpus": 0}}
 
 
