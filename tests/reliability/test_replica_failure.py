@@ -7,7 +7,7 @@ import relayllm
 from relayllm import DeploymentConfig, ProcessorConfig, build_processor
 
 
-def test_replica_killed_mid_job_loses_and_duplicates_nothing(background_job):
+def test_replica_killed_mid_job_loses_and_duplicates_nothing(background_job, record_result):
     ref = relayllm.deploy(DeploymentConfig(name="victim", backend="echo", options={"delay_s": 0.1}))
     before = ref.handle().info.remote().result(timeout_s=30)
     rows = [{"id": i, "prompt": f"row {i}"} for i in range(2000)]
@@ -23,4 +23,6 @@ def test_replica_killed_mid_job_loses_and_duplicates_nothing(background_job):
     assert all(r["generated_text"] == f"row {r['id']}" for r in out), "each answer on its own row"
     after = ref.handle().info.remote().result(timeout_s=30)
     assert after["pid"] != before["pid"], "Serve restarted the replica"
+    record_result("replica_killed", {"rows": len(ids), "distinct": len(set(ids)),
+                                     "error_rows": sum(1 for r in out if r["error"])})
     relayllm.shutdown("victim")
