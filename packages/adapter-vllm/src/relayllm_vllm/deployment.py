@@ -199,8 +199,10 @@ class VLLMDeployment(BatchDeployment):
         if self.engine.errored:
             raise EngineFailedError(f"the vLLM engine is dead: {_explain(self.engine.dead_error)}")
         # check_health only reads a flag; a round trip to the engine process proves it answers
-        # (a stopped or wedged EngineCore does not, and the base class bounds the wait).
-        await self.engine.is_sleeping()
+        # (a stopped or wedged EngineCore does not, and the base class bounds the wait). Not
+        # before the first call: the engine's client is bound to the loop calls run on.
+        if self.serving_loop is not None:
+            await self.engine.is_sleeping()
 
     def stop_engine(self) -> None:
         """The engine is dead or hung: kill its processes outright (a stopped process ignores

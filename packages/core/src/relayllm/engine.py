@@ -58,6 +58,10 @@ class BatchDeployment:
         self._tasks: set[asyncio.Task[None]] = set()
         self.failure: str | None = None  # why the engine as a whole failed (then: retiring)
         self._last_answer = time.monotonic()  # when the engine last finished a row
+        # The event loop the calls run on. Serve runs the health check on another loop; an
+        # engine's client (vLLM's) answers only on the loop it serves from, so the probe is
+        # sent there.
+        self.serving_loop: asyncio.AbstractEventLoop | None = None
 
     # -- what adapters implement -------------------------------------------------------------
 
@@ -90,6 +94,7 @@ class BatchDeployment:
     async def process_batch(self, requests: list[Request]) -> list[Result]:
         if self.failure:  # a replica on its way out takes no new work: the caller retries
             raise EngineFailedError(self.failure)
+        self.serving_loop = asyncio.get_running_loop()
         self.calls += 1
         self.ongoing += 1
         self.peak_ongoing = max(self.peak_ongoing, self.ongoing)
@@ -165,8 +170,12 @@ class BatchDeployment:
             raise EngineFailedError(self.failure)
         bound = float(self.deployment.get("health_check_timeout_s") or 30.0) / 2
         asked = time.monotonic()
+        loop = self.serving_loop
+        probe: Any = self.engine_health()
+        if loop is not None and loop is not asyncio.get_running_loop():
+            probe = asyncio.wrap_future(asyncio.run_coroutine_threadsafe(probe, loop))
         try:
-            await asyncio.wait_for(self.engine_health(), bound)
+            await asyncio.wait_for(probe, bound)
         except asyncio.TimeoutError:
             if self._last_answer >= asked:  # slow to answer but still finishing rows: busy
                 logger.warning("health check: the engine took over %gs to answer but is "
