@@ -15,6 +15,7 @@ from pydantic import Field
 
 from relayllm.backend import Backend, BackendOptions
 from relayllm.engine import BatchDeployment
+from relayllm.errors import EngineFailedError
 from relayllm.plugin import hookimpl
 from relayllm.rows import Request, Result
 
@@ -36,6 +37,11 @@ class EchoOptions(BackendOptions):
         default=0, ge=0, description="The first N calls on each replica fail as a whole."
     )
     fail_start: bool = Field(default=False, description="The replica fails in its constructor.")
+    engine_dies_after_rows: int | None = Field(
+        default=None, ge=0,
+        description="The replica's 'engine' dies (EngineFailedError) once it has computed this "
+        "many rows, as a real engine killed mid-job does.",
+    )
     start_delay_s: float = Field(default=0.0, ge=0, description="Sleep in the constructor.")
     placement_group_cpus: float | None = Field(
         default=None, gt=0,
@@ -62,6 +68,9 @@ class EchoDeployment(BatchDeployment):
     async def run_batch(self, requests: list[Request]) -> list[Result]:
         if self.options["delay_s"]:
             await asyncio.sleep(self.options["delay_s"])
+        dies_after = self.options["engine_dies_after_rows"]
+        if dies_after is not None and self.rows >= dies_after:
+            raise EngineFailedError(f"echo engine died (engine_dies_after_rows={dies_after})")
         return [self._answer(r) for r in requests]
 
     def _answer(self, request: Request) -> Result:
