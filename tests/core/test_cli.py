@@ -281,6 +281,27 @@ def test_run_resume_does_only_the_rows_missing_from_the_output(cluster, tmp_path
         assert message in failed.stderr and "Traceback" not in failed.stderr
 
 
+def test_run_resume_retry_errors_runs_the_error_rows_again(cluster, tmp_path):
+    questions(tmp_path, 20)
+    pipeline = write(tmp_path / "p.yaml", TWO_STEPS.format(name="retry-echo"))
+    out = tmp_path / "out" / "answers.jsonl"
+    kept = [{"id": i, "question": f"alpha beta q{i}", "answer": "kept", "short": "kept", "error": None}
+            for i in range(10)]
+    failed = [{"id": i, "question": f"alpha beta q{i}", "answer": None, "short": None,
+               "error": "step 'answer': deployment 'retry-echo' failed after 4 attempts"} for i in range(10, 15)]
+    write(out, "".join(json.dumps(r) + "\n" for r in kept + failed))
+
+    done = cli("run", pipeline, "--resume", "--retry-errors", env=cluster, cwd=tmp_path, check=0)
+    rows = jsonl(out)
+    assert sorted(r["id"] for r in rows) == list(range(20)), "each row once: error rows replaced"
+    assert rows[:10] == kept
+    assert all(r["error"] is None and r["answer"] == f"q{r['id']} beta alpha" for r in rows[10:])
+    assert "10 rows written to" in done.stderr  # 5 error rows + 5 never run
+
+    alone = cli("run", pipeline, "--retry-errors", env=cluster, cwd=tmp_path, check=2)
+    assert "--retry-errors goes with --resume" in alone.stderr
+
+
 def _batch_lines() -> tuple[list[str], dict[str, str]]:
     """50 lines: 45 good ones (chat, completion, embeddings; models alpha and beta) and 5 bad."""
     lines, bad = [], {}

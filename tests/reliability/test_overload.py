@@ -39,7 +39,7 @@ def _stage_actor_pids() -> set[int]:
     return pids
 
 
-def test_four_pipelines_share_one_small_deployment_without_hanging_or_growing():
+def test_four_pipelines_share_one_small_deployment_without_hanging_or_growing(record_result):
     relayllm.deploy(DeploymentConfig(name="crowded", backend="echo", max_ongoing_requests=2,
                                      options={"delay_s": 0.002}))
     counts = [0] * 4
@@ -85,3 +85,8 @@ def test_four_pipelines_share_one_small_deployment_without_hanging_or_growing():
           f"peak concurrent calls {info['peak_ongoing']}")
     assert peaks, "saw the stage actors"
     assert max(peaks.values()) < 1024, "a stage actor's memory grew past 1 GiB"
+    assert driver_mib < 2048, "the driver's memory grew past 2 GiB"
+    record_result("overload", {"rows": 4 * ROWS_PER_PIPELINE, "seconds": round(elapsed, 1),
+                               "peak_ongoing": info["peak_ongoing"], "limit": 2,
+                               "driver_peak_mib": round(driver_mib),
+                               "stage_actor_peak_mib": round(max(peaks.values()))})

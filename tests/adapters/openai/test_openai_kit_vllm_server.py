@@ -20,6 +20,9 @@ from relayllm.testing import BackendConformanceTests
 
 SERVED_MODEL = "relayllm-demo"
 CONTEXT_LENGTH = 512  # short, so a prompt the server refuses as too long is cheap
+#: The model examples/multiturn-openai.yaml names; the server answers to it too.
+EXAMPLE_MODEL = "gpt-4o-mini"
+ROOT = Path(__file__).resolve().parents[3]
 STARTUP_TIMEOUT_S = 600  # ~35 s on an idle 2-core machine; much more when it is busy
 #: Set (the openai tox env does) to fail instead of skipping when vLLM is not installed.
 REQUIRE_ENV = "RELAYLLM_REQUIRE_VLLM_SERVER"
@@ -70,7 +73,8 @@ def vllm_server(tmp_path_factory, test_key):
     ).stdout.strip().splitlines()[-1]
     log_path = tmp_path_factory.mktemp("vllm-server") / "server.log"
     command = [
-        sys.executable, "-c", LAUNCH, "--model", model_dir, "--served-model-name", SERVED_MODEL,
+        sys.executable, "-c", LAUNCH, "--model", model_dir,
+        "--served-model-name", SERVED_MODEL, EXAMPLE_MODEL,
         "--host", "127.0.0.1", "--port", str(PORT), "--enforce-eager",
         "--gpu-memory-utilization", "0.3", "--max-model-len", str(CONTEXT_LENGTH),
     ]  # fmt: skip
@@ -145,3 +149,23 @@ class TestOpenAIAgainstVLLMServer(BackendConformanceTests):
         assert out[0]["error"] is None, out
         assert "Paris" in out[0]["generated_text"], out[0]["generated_text"]
         assert out[0]["num_generated_tokens"] > 0 and out[0]["num_input_tokens"] > 5
+
+
+def test_multiturn_openai_example_runs_against_the_server(vllm_server, test_key, tmp_path):
+    """examples/multiturn-openai.yaml as a user runs it against a local OpenAI-compatible
+    server: OPENAI_BASE_URL and OPENAI_API_KEY set, the file unchanged, two rows."""
+    import json
+
+    relayllm_cli = str(Path(sys.executable).parent / "relayllm")
+    out = tmp_path / "multiturn.jsonl"
+    env = {**os.environ, "OPENAI_BASE_URL": BASE_URL, "OPENAI_API_KEY": test_key}
+    env.pop("RAY_ADDRESS", None)  # its own cluster, which inherits these variables
+    done = subprocess.run([relayllm_cli, "run", str(ROOT / "examples" / "multiturn-openai.yaml"),
+                           "--output", str(out), "--limit", "2"],
+                          env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-4000:]
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["id"] for r in rows] == [1, 2]
+    assert all(r["error"] is None and r["answer"] and r["critique"] and r["final_answer"]
+               for r in rows), rows
+    assert test_key not in done.stderr + done.stdout

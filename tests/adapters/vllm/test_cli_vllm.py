@@ -125,3 +125,29 @@ def test_demo_prints_answers_and_the_summary(env, engine):
     after = replica(env)
     # The demo found the running engine by name and config: no second engine, 8 more rows.
     assert after["replica"] == before["replica"] and after["rows"] == before["rows"] + 8
+
+
+def test_prompts_from_a_csv_on_the_same_engine(env, engine, tmp_path):
+    out = tmp_path / "prompts.jsonl"
+    done = cli("run", EXAMPLES / "prompts.yaml", "--output", out, "--limit", "3", env=env)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 3 and all(r["error"] is None and r["text"] for r in rows), rows
+    assert summary_rows(done.stderr)["write"][2:4] == ["3", "0"]
+    assert replica(env)["replica"] == engine["replica"]
+
+
+def test_multiturn_example_runs_to_the_end(env, engine, tmp_path):
+    """The README's three-step example reads a file next to its own engine: the pipeline that
+    once waited forever on 2 CPUs (a read task asking a whole CPU). It declares its own
+    deployment ('assistant'), so the examples' shared engine is stopped first: one engine at a
+    time on this machine."""
+    subprocess.run([RELAYLLM, "shutdown", NAME], env=env, capture_output=True, timeout=300, check=True)
+    out = tmp_path / "multiturn.jsonl"
+    done = cli("run", EXAMPLES / "multiturn.yaml", "--output", out, "--limit", "2", env=env)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["id"] for r in rows] == [1, 2]
+    assert all(r["error"] is None and r["answer"] and r["critique"] and r["final_answer"] for r in rows), rows
+    table = {line.split()[0]: line.split() for line in done.stderr.splitlines()
+             if len(line.split()) == 9 and line.split()[1] == "assistant"}
+    assert {step: table[step][2:4] for step in ("answer", "critique", "rewrite")} == {
+        step: ["2", "0"] for step in ("answer", "critique", "rewrite")}

@@ -36,6 +36,8 @@ NO_KEY = "EMPTY"
 
 class OpenAIDeployment(relayllm.BatchDeployment):
     backend_name = "openai"
+    retire_when_hung = False  # a slow endpoint is not helped by a new replica
+
     options: OpenAIOptions
 
     def __init__(self, options: OpenAIOptions, deployment: dict[str, Any]) -> None:

@@ -16,7 +16,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from relayllm import BatchDeployment
+from relayllm import BatchDeployment, EngineFailedError
 from relayllm.rows import Request, Result, error_result
 
 from relayllm_vllm.compat import hide_broken_torch_extensions, vllm_distribution, vllm_version
@@ -137,7 +137,14 @@ class VLLMDeployment(BatchDeployment):
         try:
             return await self._serve(request)
         except Exception as exc:
+            if self._engine_dead(exc):  # the call fails and is retried on a new replica
+                raise EngineFailedError(f"the vLLM engine is dead: {_explain(exc)}") from exc
             return error_result(_explain(exc))
+
+    def _engine_dead(self, exc: BaseException) -> bool:
+        from vllm.v1.engine.exceptions import EngineDeadError
+
+        return isinstance(exc, EngineDeadError) or bool(self.engine.errored)
 
     async def _serve(self, request: Request) -> Result:
         task = request["task"]
@@ -235,8 +242,25 @@ class VLLMDeployment(BatchDeployment):
         if self.engine is None:
             return  # stopped before vLLM on purpose (create_engine returned None)
         if self.engine.errored:
-            raise RuntimeError(f"the vLLM engine is dead: {self.engine.dead_error}")
-        await self.engine.check_health()
+            raise EngineFailedError(f"the vLLM engine is dead: {_explain(self.engine.dead_error)}")
+        # check_health only reads a flag; a round trip to the engine process proves it answers
+        # (a stopped or wedged EngineCore does not, and the base class bounds the wait). Not
+        # before the first call: the engine's client is bound to the loop calls run on.
+        if self.serving_loop is not None:
+            await self.engine.is_sleeping()
+
+    def stop_engine(self) -> None:
+        """The engine is dead or hung: kill its processes outright (a stopped process ignores
+        the SIGTERM of vLLM's own shutdown)."""
+        if self.engine is None:
+            return  # stopped before vLLM on purpose (create_engine returned None)
+        manager = getattr(getattr(self.engine.engine_core, "resources", None), "engine_manager", None)
+        for proc in getattr(manager, "processes", None) or []:
+            try:
+                proc.kill()
+            except Exception:  # already gone
+                pass
+        self.engine.shutdown(timeout=2)
 
     def engine_info(self) -> dict[str, Any]:
         plan = self.plan

@@ -12,9 +12,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from relayllm.errors import EngineFailedError
 from relayllm.rows import Request, Result, error_result
 
 if TYPE_CHECKING:
@@ -29,12 +31,20 @@ logger = logging.getLogger(__name__)
 #: How many finished results a replica remembers, so a batch retried after a caller-side
 #: timeout is answered from memory instead of being generated (and counted) twice.
 RESULT_CACHE_SIZE = 8192
+#: Seconds a replica whose engine failed waits (for the failed calls' answers to leave) before
+#: it ends its process, so Serve replaces it at once instead of after three failed health checks.
+RETIRE_DELAY_S = 0.5
+#: Seconds the engine may take to stop before the replica ends anyway.
+STOP_ENGINE_TIMEOUT_S = 15.0
 
 
 class BatchDeployment:
     """Base class of the Serve deployment a backend builds."""
 
     backend_name: ClassVar[str] = "unknown"
+    #: Whether a health check that does not answer in time retires the replica. A local
+    #: engine that hangs is replaced; a remote endpoint that is slow is not helped by that.
+    retire_when_hung: ClassVar[bool] = True
 
     def __init__(self, options: BaseModel, deployment: dict[str, Any]) -> None:
         #: The backend's ``Options`` instance, validated before deploy (typed attributes).
@@ -47,11 +57,19 @@ class BatchDeployment:
         self._inflight: dict[str, tuple[asyncio.Future[list[Result]], int]] = {}
         self._finished: OrderedDict[str, Result] = OrderedDict()
         self._tasks: set[asyncio.Task[None]] = set()
+        self.failure: str | None = None  # why the engine as a whole failed (then: retiring)
+        self._last_answer = time.monotonic()  # when the engine last finished a row
+        # The event loop the calls run on. Serve runs the health check on another loop; an
+        # engine's client (vLLM's) answers only on the loop it serves from, so the probe is
+        # sent there.
+        self.serving_loop: asyncio.AbstractEventLoop | None = None
 
     # -- what adapters implement -------------------------------------------------------------
 
     async def run_request(self, request: Request) -> Result:
-        """Serve one row. Raise to fail just this row (the message becomes its ``error``)."""
+        """Serve one row. Raise to fail just this row (the message becomes its ``error``);
+        raise :class:`~relayllm.EngineFailedError` when the engine itself is dead: then the
+        whole call fails, the replica retires and the stage retries on its replacement."""
         raise NotImplementedError
 
     async def run_batch(self, requests: list[Request]) -> list[Result]:
@@ -64,11 +82,20 @@ class BatchDeployment:
         return {}
 
     async def engine_health(self) -> None:
-        """Raise if the engine is not serving."""
+        """Raise if the engine is not serving. Called by Serve's health check, bounded by
+        half the deployment's ``health_check_timeout_s``: an engine that does not answer in
+        time counts as hung, and the replica retires."""
+
+    def stop_engine(self) -> None:
+        """Stop the engine's processes (called once, when the replica retires after an
+        engine failure, from a thread; bounded by ``STOP_ENGINE_TIMEOUT_S``)."""
 
     # -- what the stage calls ----------------------------------------------------------------
 
     async def process_batch(self, requests: list[Request]) -> list[Result]:
+        if self.failure:  # a replica on its way out takes no new work: the caller retries
+            raise EngineFailedError(self.failure)
+        self.serving_loop = asyncio.get_running_loop()
         self.calls += 1
         self.ongoing += 1
         self.peak_ongoing = max(self.peak_ongoing, self.ongoing)
@@ -140,18 +167,65 @@ class BatchDeployment:
         return self.deployment
 
     async def check_health(self) -> None:
-        """Serve's periodic health check: a dead engine gets the replica restarted."""
-        await self.engine_health()
+        """Serve's periodic health check: a dead or hung engine gets the replica replaced."""
+        if self.failure:
+            raise EngineFailedError(self.failure)
+        bound = float(self.deployment.get("health_check_timeout_s") or 30.0) / 2
+        asked = time.monotonic()
+        loop = self.serving_loop
+        probe: Any = self.engine_health()
+        if loop is not None and loop is not asyncio.get_running_loop():
+            probe = asyncio.wrap_future(asyncio.run_coroutine_threadsafe(probe, loop))
+        try:
+            await asyncio.wait_for(probe, bound)
+        except asyncio.TimeoutError:
+            if self._last_answer >= asked:  # slow to answer but still finishing rows: busy
+                logger.warning("health check: the engine took over %gs to answer but is "
+                               "finishing rows (busy, not hung)", bound)
+                return
+            if not self.retire_when_hung:
+                raise TimeoutError(f"the engine did not answer a health check within {bound:g}s") from None
+            self.engine_failed(f"the engine did not answer a health check within {bound:g}s (hung)")
+            raise EngineFailedError(self.failure) from None
+        except EngineFailedError as exc:  # other errors count as Serve counts them (3 in a row)
+            self.engine_failed(str(exc))
+            raise
+
+    def engine_failed(self, reason: str) -> None:
+        """The engine as a whole is gone: fail every call from now on and retire the replica.
+
+        Serve marks a replica whose health check fails unhealthy only after three checks in a
+        row, but a replica whose process ended at once; so the replica stops its engine and
+        ends its process, and Serve starts a new one. The stage's calls that failed here are
+        retried there (same request ids); rows answered before the failure are not redone."""
+        if self.failure:
+            return
+        self.failure = reason
+        logger.error("engine failed in %s: %s; retiring this replica", type(self).__name__, reason)
+        if _replica_id() is None:  # not inside a Serve replica (a test calling the class)
+            return
+        task = asyncio.get_running_loop().create_task(self._retire())
+        self._tasks.add(task)
 
     # -- internals ---------------------------------------------------------------------------
 
     async def _guarded(self, request: Request) -> Result:
         try:
-            return await self.run_request(request)
-        except asyncio.CancelledError:
+            result = await self.run_request(request)
+            self._last_answer = time.monotonic()
+            return result
+        except (asyncio.CancelledError, EngineFailedError):
             raise
         except Exception as exc:  # a row's failure is that row's value
             return error_result(_describe(exc))
+
+    async def _retire(self) -> None:
+        await asyncio.sleep(RETIRE_DELAY_S)
+        try:
+            await asyncio.wait_for(asyncio.to_thread(self.stop_engine), STOP_ENGINE_TIMEOUT_S)
+        except Exception:  # the process ends anyway; its children go with it
+            logger.exception("stopping the engine of %s failed", type(self).__name__)
+        os._exit(1)
 
     async def _compute(self, fresh: list[Request], future: asyncio.Future[list[Result]]) -> None:
         try:
@@ -161,10 +235,18 @@ class BatchDeployment:
                     f"{type(self).__name__}.run_batch returned {len(results)} results "
                     f"for {len(fresh)} requests"
                 )
+        except EngineFailedError as exc:  # the call fails, not its rows: nothing is cached
+            self.engine_failed(str(exc))
+            for request in fresh:
+                self._inflight.pop(request.get("request_id"), None)
+            if not future.done():
+                future.set_exception(exc)
+            return
         except Exception as exc:
             logger.exception("batch failed in %s", type(self).__name__)
             results = [error_result(_describe(exc)) for _ in fresh]
         self.rows += len(fresh)
+        self._last_answer = time.monotonic()
         for request, result in zip(fresh, results):
             rid = request.get("request_id")
             if rid is not None:

@@ -37,3 +37,13 @@ class DeploymentStartError(RelayLLMError):
 
 class RowError(RelayLLMError):
     """A row failed and the processor runs with ``on_error="raise"``."""
+
+
+class ResourceFitError(ConfigError):
+    """What a pipeline runs at once does not fit on the Ray cluster; raised before any engine
+    starts, naming what does not fit and what to change."""
+
+
+class EngineFailedError(RelayLLMError):
+    """Raised inside a replica when its engine as a whole has failed (died, hung): the call
+    fails, not its rows, so the stage retries it on the replica Serve starts instead."""

@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError,
 from relayllm.deployments import DeploymentConfig
 from relayllm.errors import ConfigError, RelayLLMError
 from relayllm.processor import ProcessorConfig, build_processor
+from relayllm.resources import TASK_NUM_CPUS
 from relayllm.rows import (
     ANSWER_COLUMN,
     ERROR,
@@ -737,7 +738,10 @@ def open_dataset(pipeline: Pipeline, input_override: str | None = None, limit: i
             pipeline.check_columns(columns)
         reader = {"jsonl": ray.data.read_json, "json": ray.data.read_json,
                   "csv": ray.data.read_csv, "parquet": ray.data.read_parquet}[fmt]
-        dataset = reader(paths if len(paths) > 1 else paths[0])
+        # A read asks one whole CPU by default: next to an engine replica and the stage
+        # actors on a small machine it may never be scheduled (relayllm.resources).
+        dataset = reader(paths if len(paths) > 1 else paths[0],
+                         ray_remote_args={"num_cpus": TASK_NUM_CPUS})
         if columns is None:
             pipeline.check_columns(list(dataset.schema().names))
     if limit is not None:
@@ -765,11 +769,36 @@ def _named(fn: Callable[[dict[str, Any]], dict[str, Any]], name: str) -> Callabl
     return call
 
 
+def task_operators(pipeline: Pipeline) -> int:
+    """Ray Data task operators the pipeline runs at once, after Ray Data fuses neighbouring
+    maps: the read, the first step's template fill, each step's parse with the next step's
+    fill, and the last parse."""
+    return len(pipeline.spec.steps) + 2
+
+
+def check_fit(pipeline: Pipeline, running: set[str] | None = None) -> None:
+    """Fail before any engine starts if the pipeline's engines (those not ``running``
+    already), stage actors and tasks cannot all be scheduled at once on the cluster.
+    Needs a connection to Ray; :class:`relayllm.ResourceFitError` says what to change."""
+    from relayllm import resources
+
+    running = running or set()
+    demands = [resources.engine_demand(d) for d in pipeline.spec.deployments if d.name not in running]
+    for step in pipeline.spec.steps:
+        config = step.processor_config()
+        demands.append(resources.stage_demand(step.name, config.num_cpus, config.concurrency))
+    demands.append(resources.task_demand(task_operators(pipeline)))
+    free, total, nodes = resources.cluster_view()
+    resources.check_fit(demands, free, total, nodes)
+
+
 def deploy_all(pipeline: Pipeline, address: str | None = None) -> list[str]:
-    """Start (or reuse by name) every deployment; returns the names this call started."""
+    """Start (or reuse by name) every deployment; returns the names this call started.
+    First checks that the whole pipeline fits on the cluster (:func:`check_fit`)."""
     import relayllm
 
     running = {r.name for r in relayllm.list_deployments(address=address)}
+    check_fit(pipeline, running)
     started = []
     for config in pipeline.spec.deployments:
         relayllm.deploy(config, address=address)
@@ -846,6 +875,7 @@ __all__ = [
     "StepSpec",
     "StepStats",
     "build_steps",
+    "check_fit",
     "count_rows",
     "deploy_all",
     "execute",
@@ -855,5 +885,6 @@ __all__ = [
     "parse_pipeline",
     "peek_columns",
     "render",
+    "task_operators",
     "template_fields",
 ]

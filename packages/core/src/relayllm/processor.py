@@ -74,11 +74,12 @@ class Processor:
     def __call__(self, dataset: Dataset) -> Dataset:
         from ray.data import ActorPoolStrategy
 
+        from relayllm.resources import TASK_NUM_CPUS
         from relayllm.stage import ServeStage
 
         config = self.config
         if self.preprocess is not None:
-            dataset = dataset.map(self.preprocess)
+            dataset = dataset.map(self.preprocess, num_cpus=TASK_NUM_CPUS)
         dataset = dataset.map_batches(
             ServeStage,
             fn_constructor_kwargs={"config": config, "processor_id": self.processor_id},
@@ -90,7 +91,7 @@ class Processor:
             num_cpus=config.num_cpus,
         )
         if self.postprocess is not None:
-            dataset = dataset.map(self.postprocess)
+            dataset = dataset.map(self.postprocess, num_cpus=TASK_NUM_CPUS)
         return dataset
 
     def __repr__(self) -> str:

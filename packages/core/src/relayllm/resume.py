@@ -68,6 +68,30 @@ def jsonl_ids(path: str | os.PathLike[str], id_column: str) -> set[Any]:
     return done
 
 
+def drop_error_rows(path: str | os.PathLike[str], error_column: str = "error") -> int:
+    """Remove the rows recorded with an error from a JSONL output (rewritten atomically), so a
+    resumed run does them again; returns how many were removed."""
+    source = Path(path)
+    if not source.exists():
+        return 0
+    dropped = 0
+    temp = source.with_name(source.name + ".tmp")
+    with source.open("rb") as lines, temp.open("wb") as kept:
+        for line in lines:
+            try:
+                row = json.loads(line) if line.strip() else None
+            except json.JSONDecodeError:
+                row = None  # not ours to judge: jsonl_ids reports it
+            if isinstance(row, dict) and row.get(error_column):
+                dropped += 1
+                continue
+            kept.write(line)
+        kept.flush()
+        os.fsync(kept.fileno())
+    os.replace(temp, source)
+    return dropped
+
+
 def _add_id(done: set[Any], line: bytes, id_column: str, path: Any, number: int) -> None:
     if not line.strip():
         return
@@ -92,7 +116,10 @@ def skip_done(dataset: Dataset, id_column: str, done: set[Any]) -> Dataset:
     def missing(batch: pa.Table) -> pa.Table:
         return batch.filter(pc.invert(pc.is_in(batch[id_column], value_set=done_ids)))
 
-    return dataset.map_batches(missing, batch_format="pyarrow", zero_copy_batch=True)
+    from relayllm.resources import TASK_NUM_CPUS
+
+    return dataset.map_batches(missing, batch_format="pyarrow", zero_copy_batch=True,
+                               num_cpus=TASK_NUM_CPUS)
 
 
 def read_output(output_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
@@ -176,6 +203,7 @@ __all__ = [
     "ResumeReport",
     "completed_ids",
     "content_id",
+    "drop_error_rows",
     "jsonl_ids",
     "read_output",
     "run_resumable",

@@ -28,32 +28,40 @@ from relayllm.errors import ConfigError
 @click.option("--resume", is_flag=True,
               help="Keep the rows already in the (.jsonl) output and process only the input rows "
               "missing from it, by the input's id_column; for a run that was stopped or killed.")
+@click.option("--retry-errors", is_flag=True,
+              help="With --resume: also run again the rows the output holds with an error "
+              "(they are removed from it first).")
 @click.option("--keep-deployments", is_flag=True,
               help="Leave running the deployments this run started (default: stop them at the end; "
               "deployments that were already running are never stopped).")
 @address_option
 @verbose_option
 @handle_errors
-def run(pipeline_file, input_path, output_path, limit, resume, keep_deployments, address, verbose):
+def run(pipeline_file, input_path, output_path, limit, resume, retry_errors, keep_deployments, address,
+        verbose):
     """Run a pipeline file: its steps, in order, on its deployments.
 
     Deployments already running under the same name and config are reused. Prints a summary
     per step (rows, errors, tokens, rows/s, tokens/s, wall time) at the end. Rows are written
     as their blocks finish; with --resume, a run started again after a stop or a kill does
-    only the rows not yet in the output (rows recorded with an error count as done).
+    only the rows not yet in the output (rows recorded with an error count as done, unless
+    --retry-errors).
 
     \b
     Example:
       relayllm run examples/questions.yaml --output answers.jsonl
       relayllm run examples/multiturn.yaml --resume   # needs input.id_column
+      relayllm run examples/multiturn.yaml --resume --retry-errors
     """
+    if retry_errors and not resume:
+        raise ConfigError("--retry-errors goes with --resume: it re-runs the error rows of an output")
     summary = run_pipeline_file(pipeline_file, input_path, output_path, limit, keep_deployments, address, verbose,
-                                resume=resume)
+                                resume=resume, retry_errors=retry_errors)
     click.echo(format_summary(summary), err=True)
 
 
 def run_pipeline_file(pipeline_file, input_path, output_path, limit, keep_deployments, address, verbose,
-                      sink=None, resume=False, console=None):
+                      sink=None, resume=False, console=None, retry_errors=False):
     """The whole ``run`` command (``pipeline_file`` may be a parsed Pipeline); ``relayllm
     demo`` calls it with its own ``sink``."""
     from relayllm import pipeline as pl
@@ -72,7 +80,7 @@ def run_pipeline_file(pipeline_file, input_path, output_path, limit, keep_deploy
             pipeline.check_columns(columns)
     writer, done = None, set()
     if sink is None:
-        writer, where, done = _writer(pipeline, output_path, resume)
+        writer, where, done = _writer(pipeline, output_path, resume, retry_errors)
         sink = writer or stdout_sink
     else:
         where = None
@@ -115,7 +123,10 @@ def deploy_with_progress(console: Console, pipeline, address) -> list[str]:
     returns the names this call started."""
     import relayllm
 
+    from relayllm.pipeline import check_fit
+
     running = {r.name for r in relayllm.list_deployments(address=address)}
+    check_fit(pipeline, running)  # before any engine starts: the whole pipeline fits at once
     started = []
     for config in pipeline.spec.deployments:
         what = f"{config.name!r} ({config.backend}{_model_of(config)})"
@@ -135,7 +146,7 @@ def _model_of(config) -> str:
     return f", model {model}" if model else ""
 
 
-def _writer(pipeline, output_path, resume=False):
+def _writer(pipeline, output_path, resume=False, retry_errors=False):
     """The output's writer (None: stdout), its path, and with ``resume`` the ids of the rows a
     stopped run already wrote there (the writer then appends)."""
     spec = pipeline.spec.output
@@ -156,11 +167,16 @@ def _writer(pipeline, output_path, resume=False):
                               "identifies a row in the input and in the output")
         if columns and id_column not in columns:
             raise ConfigError(f"--resume needs the id column {id_column!r} in output.columns")
+        if retry_errors and columns and "error" not in columns:
+            raise ConfigError("--retry-errors needs the 'error' column in output.columns")
         if fmt != "jsonl":
             raise ConfigError(f"--resume appends to a .jsonl output; {path} is {fmt}")
-        from relayllm.resume import jsonl_ids
+        from relayllm.resume import drop_error_rows, jsonl_ids
 
-        done = jsonl_ids(path, id_column)
+        done = jsonl_ids(path, id_column)  # first: it also trims a line cut short by a kill
+        if retry_errors:
+            drop_error_rows(path)
+            done = jsonl_ids(path, id_column)
     try:  # created now, so an unwritable path fails before any engine starts
         return RowWriter(path, fmt, columns, append=resume), path, done
     except OSError as exc:

@@ -15,6 +15,7 @@ from pydantic import Field
 
 from relayllm.backend import Backend, BackendOptions
 from relayllm.engine import BatchDeployment
+from relayllm.errors import EngineFailedError
 from relayllm.plugin import hookimpl
 from relayllm.rows import TASKS, Request, Result, Task, error_result, request_text
 
@@ -36,10 +37,20 @@ class EchoOptions(BackendOptions):
         default=0, ge=0, description="The first N calls on each replica fail as a whole."
     )
     fail_start: bool = Field(default=False, description="The replica fails in its constructor.")
+    engine_dies_after_rows: int | None = Field(
+        default=None, ge=0,
+        description="The replica's 'engine' dies (EngineFailedError) once it has computed this "
+        "many rows, as a real engine killed mid-job does.",
+    )
     start_delay_s: float = Field(default=0.0, ge=0, description="Sleep in the constructor.")
     tasks: list[Task] = Field(
         default_factory=lambda: list(TASKS),
         description="What this deployment serves (EchoBackend.tasks_for), for tests of the check.",
+    )
+    placement_group_cpus: float | None = Field(
+        default=None, gt=0,
+        description="Reserve a placement group (one bundle of this many CPUs) per replica, as "
+        "a multi-device engine does: for tests that nothing is left behind.",
     )
 
 
@@ -55,8 +66,9 @@ class EchoDeployment(BatchDeployment):
             raise RuntimeError("echo engine failed to start (fail_start=True)")
         self.stopped = False
 
-    async def stop_engine(self) -> None:
-        """What the conformance kit calls to check that health() reports a stopped engine."""
+    def stop_engine(self) -> None:
+        """What the conformance kit calls to check that health() reports a stopped engine
+        (and what a retiring replica calls: :meth:`BatchDeployment.stop_engine`)."""
         self.stopped = True
 
     async def engine_health(self) -> None:
@@ -72,6 +84,9 @@ class EchoDeployment(BatchDeployment):
     async def run_batch(self, requests: list[Request]) -> list[Result]:
         if self.options.delay_s:
             await asyncio.sleep(self.options.delay_s)
+        dies_after = self.options.engine_dies_after_rows
+        if dies_after is not None and self.rows >= dies_after:
+            raise EngineFailedError(f"echo engine died (engine_dies_after_rows={dies_after})")
         return [self._answer(r) for r in requests]
 
     def _answer(self, request: Request) -> Result:
@@ -122,6 +137,9 @@ class EchoBackend(Backend):
     @classmethod
     def deployment_options(cls, options: EchoOptions) -> dict[str, Any]:
         # No model, so no CPU reserved: the echo replica must never starve the stage actors.
+        if options.placement_group_cpus:
+            return {"ray_actor_options": {"num_cpus": 0},
+                    "placement_group_bundles": [{"CPU": options.placement_group_cpus}]}
         return {"ray_actor_options": {"num_cpus": 0}}
 
 
