@@ -751,7 +751,9 @@ def memory_section(data: dict[str, Any]) -> list[str]:
     if by_process:
         parts = sorted(by_process.items(), key=lambda kv: -kv[1])
         lines += ["", "Where the *sized* peak is (PSS GiB by kind of process, at the peak): "
-                  + ", ".join(f"{name} {gib:.2f}" for name, gib in parts) + "."]
+                  + ", ".join(f"{name} {gib:.2f}" for name, gib in parts) + ". *other* (processes "
+                  "the breakdown does not name, vLLM's worker process with the model weights and "
+                  "the KV cache among them) is the one kind that differs between the variants."]
     kv = start.get("kv_cache_memory_bytes")
     lines += [
         "",
