@@ -726,7 +726,11 @@ Sink = Callable[[list[dict[str, Any]]], None]
 def open_dataset(pipeline: Pipeline, input_override: str | None = None, limit: int | None = None):
     """The input as a Ray Dataset, columns checked against the templates first."""
     import ray
+    from ray.data import DataContext
 
+    # Rows come out in input order. Set before the dataset exists: a dataset keeps the context
+    # it was created with, and a read of small tasks otherwise finishes blocks out of order.
+    DataContext.get_current().execution_options.preserve_order = True
     spec = pipeline.spec.input
     if spec.rows is not None and not input_override:
         dataset = ray.data.from_items(spec.rows)
