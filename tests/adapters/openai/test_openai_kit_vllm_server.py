@@ -14,6 +14,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import ray
 from openai_support import KEY_ENV
 
 from relayllm.testing import BackendConformanceTests
@@ -109,6 +110,22 @@ def _stop(process: subprocess.Popen) -> None:
 pytestmark = pytest.mark.usefixtures("ray_per_module")
 
 
+def test_answers_come_from_the_model(vllm_server):
+    # Module level, before the kit class: pytest runs a class's inherited tests first, and the
+    # kit's health check stops this module's server near the end of the class.
+    import relayllm
+
+    relayllm.deploy(TestOpenAIAgainstVLLMServer.deployment_config())  # the kit class reuses it
+    processor = relayllm.build_processor(relayllm.ProcessorConfig(
+        deployment=TestOpenAIAgainstVLLMServer.deployment_name(),
+        sampling_params={"max_tokens": 24, "temperature": 0.0}))
+    rows = [{"id": 0, "messages": [{"role": "user", "content": "What is the capital of France?"}]}]
+    out = processor(ray.data.from_items(rows)).take_all()
+    assert out[0]["error"] is None, out
+    assert "Paris" in out[0]["generated_text"], out[0]["generated_text"]
+    assert out[0]["num_generated_tokens"] > 0 and out[0]["num_input_tokens"] > 5
+
+
 class TestOpenAIAgainstVLLMServer(BackendConformanceTests):
     backend = "openai"
     distribution = "relayllm-openai"
@@ -133,15 +150,3 @@ class TestOpenAIAgainstVLLMServer(BackendConformanceTests):
     def stop_engine(self, ref):
         # The module's server (its process group: server and engine) goes away.
         _stop(self._server)
-
-    def test_answers_come_from_the_model(self, deployment):
-        import relayllm
-
-        self.deployed()  # the kit's test_undeploy may have run first
-        processor = relayllm.build_processor(relayllm.ProcessorConfig(
-            deployment=self.deployment_name(), sampling_params={"max_tokens": 24, "temperature": 0.0}))
-        rows = [{"id": 0, "messages": [{"role": "user", "content": "What is the capital of France?"}]}]
-        out = self.run(processor, rows)
-        assert out[0]["error"] is None, out
-        assert "Paris" in out[0]["generated_text"], out[0]["generated_text"]
-        assert out[0]["num_generated_tokens"] > 0 and out[0]["num_input_tokens"] > 5
