@@ -14,6 +14,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import ray
 from openai_support import KEY_ENV
 
 from relayllm.testing import BackendConformanceTests
@@ -113,6 +114,42 @@ def _stop(process: subprocess.Popen) -> None:
 pytestmark = pytest.mark.usefixtures("ray_per_module")
 
 
+def test_answers_come_from_the_model(vllm_server):
+    # Module level, before the kit class: pytest runs a class's inherited tests first, and the
+    # kit's health check stops this module's server near the end of the class.
+    import relayllm
+
+    relayllm.deploy(TestOpenAIAgainstVLLMServer.deployment_config())  # the kit class reuses it
+    processor = relayllm.build_processor(relayllm.ProcessorConfig(
+        deployment=TestOpenAIAgainstVLLMServer.deployment_name(),
+        sampling_params={"max_tokens": 24, "temperature": 0.0}))
+    rows = [{"id": 0, "messages": [{"role": "user", "content": "What is the capital of France?"}]}]
+    out = processor(ray.data.from_items(rows)).take_all()
+    assert out[0]["error"] is None, out
+    assert "Paris" in out[0]["generated_text"], out[0]["generated_text"]
+    assert out[0]["num_generated_tokens"] > 0 and out[0]["num_input_tokens"] > 5
+
+
+def test_multiturn_openai_example_runs_against_the_server(vllm_server, test_key, tmp_path):
+    """examples/multiturn-openai.yaml as a user runs it against a local OpenAI-compatible
+    server (before the kit class, whose health check stops the server): OPENAI_BASE_URL and OPENAI_API_KEY set, the file unchanged, two rows."""
+    import json
+
+    relayllm_cli = str(Path(sys.executable).parent / "relayllm")
+    out = tmp_path / "multiturn.jsonl"
+    env = {**os.environ, "OPENAI_BASE_URL": BASE_URL, "OPENAI_API_KEY": test_key}
+    env.pop("RAY_ADDRESS", None)  # its own cluster, which inherits these variables
+    done = subprocess.run([relayllm_cli, "run", str(ROOT / "examples" / "multiturn-openai.yaml"),
+                           "--output", str(out), "--limit", "2"],
+                          env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-4000:]
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["id"] for r in rows] == [1, 2]
+    assert all(r["error"] is None and r["answer"] and r["critique"] and r["final_answer"]
+               for r in rows), rows
+    assert test_key not in done.stderr + done.stdout
+
+
 class TestOpenAIAgainstVLLMServer(BackendConformanceTests):
     backend = "openai"
     distribution = "relayllm-openai"
@@ -137,35 +174,3 @@ class TestOpenAIAgainstVLLMServer(BackendConformanceTests):
     def stop_engine(self, ref):
         # The module's server (its process group: server and engine) goes away.
         _stop(self._server)
-
-    def test_answers_come_from_the_model(self, deployment):
-        import relayllm
-
-        self.deployed()  # the kit's test_undeploy may have run first
-        processor = relayllm.build_processor(relayllm.ProcessorConfig(
-            deployment=self.deployment_name(), sampling_params={"max_tokens": 24, "temperature": 0.0}))
-        rows = [{"id": 0, "messages": [{"role": "user", "content": "What is the capital of France?"}]}]
-        out = self.run(processor, rows)
-        assert out[0]["error"] is None, out
-        assert "Paris" in out[0]["generated_text"], out[0]["generated_text"]
-        assert out[0]["num_generated_tokens"] > 0 and out[0]["num_input_tokens"] > 5
-
-
-def test_multiturn_openai_example_runs_against_the_server(vllm_server, test_key, tmp_path):
-    """examples/multiturn-openai.yaml as a user runs it against a local OpenAI-compatible
-    server: OPENAI_BASE_URL and OPENAI_API_KEY set, the file unchanged, two rows."""
-    import json
-
-    relayllm_cli = str(Path(sys.executable).parent / "relayllm")
-    out = tmp_path / "multiturn.jsonl"
-    env = {**os.environ, "OPENAI_BASE_URL": BASE_URL, "OPENAI_API_KEY": test_key}
-    env.pop("RAY_ADDRESS", None)  # its own cluster, which inherits these variables
-    done = subprocess.run([relayllm_cli, "run", str(ROOT / "examples" / "multiturn-openai.yaml"),
-                           "--output", str(out), "--limit", "2"],
-                          env=env, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-4000:]
-    rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert [r["id"] for r in rows] == [1, 2]
-    assert all(r["error"] is None and r["answer"] and r["critique"] and r["final_answer"]
-               for r in rows), rows
-    assert test_key not in done.stderr + done.stdout
