@@ -858,7 +858,12 @@ def flush_blocks(pipeline: Pipeline, dataset):
     config = pipeline.spec.steps[0].processor_config()
     # strict: without it, small blocks are merged and larger ones left whole (a 400-row block).
     rows = config.batch_size * config.max_in_flight_batches
-    return dataset.repartition(target_num_rows_per_block=rows, strict=True)
+    blocks = dataset.repartition(target_num_rows_per_block=rows, strict=True)
+    # Its tasks would ask a whole CPU each, which next to an engine replica on a small machine
+    # may never be scheduled (relayllm.resources); repartition() takes no ray_remote_args in
+    # Ray 2.60, so they are set on the operator it adds.
+    blocks._logical_plan.dag.ray_remote_args["num_cpus"] = TASK_NUM_CPUS
+    return blocks
 
 
 def _visible(row: dict[str, Any]) -> dict[str, Any]:
