@@ -18,7 +18,7 @@ import relayllm
 from relayllm import DeploymentConfig
 from relayllm.plugin import manager
 from relayllm_vllm.deployment import VLLMDeployment
-from relayllm_vllm.plugin import VLLMBackend, deployment_resources
+from relayllm_vllm.backend import VLLMBackend, deployment_resources
 
 GPUS_PER_NODE = 4
 

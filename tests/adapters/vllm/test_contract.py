@@ -21,7 +21,7 @@ from packaging.version import Version
 import relayllm_vllm
 from relayllm_vllm.memory import GPU_MEMORY_UTILIZATION_DEFAULT, VLLM_DEFAULT_MAX_NUM_SEQS
 from relayllm_vllm.options import LoRAOptions, VLLMOptions, engine_args
-from relayllm_vllm.sampling import OPENAI_SAME_NAME, VLLM_EXTRA
+from relayllm_vllm.translate import OPENAI_SAME_NAME, VLLM_EXTRA
 from relayllm_vllm.versions import VLLM_VERSION
 from vllm_api import SourceTree, Use, adapter_uses, check
 

@@ -65,6 +65,6 @@ def test_explicit_choices_win_and_gpu_keeps_vllms_defaults(demo, monkeypatch):
 
 def test_kv_cache_bytes_in_engine_kwargs_points_to_the_option():
     with pytest.raises(relayllm.ConfigError, match="kv_cache_memory_bytes"):
-        from relayllm_vllm.plugin import VLLMBackend
+        from relayllm_vllm.backend import VLLMBackend
 
         VLLMBackend.parse_options({"engine_kwargs": {"kv_cache_memory_bytes": 1}})
