@@ -65,7 +65,7 @@ def test_deploy_without_the_engine_names_the_extra_and_starts_nothing():
     import ray
 
     config = relayllm.DeploymentConfig(name="no-engine", backend="sglang", options={"model_path": "m"})
-    with pytest.raises(relayllm.MissingDependencyError, match=r"relayllm-sglang\[engine\]"):
+    with pytest.raises(relayllm.MissingDependencyError, match=r"\./packages/adapter-sglang\[engine\]"):
         relayllm.deploy(config)
     assert not ray.is_initialized(), "a cluster was started for a config that cannot deploy"
 
@@ -75,9 +75,9 @@ def test_replica_without_the_engine_names_the_extra():
 
     if SGLangBackend.missing_requirements() == []:
         pytest.skip("sglang is installed here")
-    with pytest.raises(relayllm.MissingDependencyError, match=r"relayllm-sglang\[engine\]"):
+    with pytest.raises(relayllm.MissingDependencyError, match=r"\./packages/adapter-sglang\[engine\]"):
         import_sglang()
-    with pytest.raises(relayllm.MissingDependencyError, match=r"relayllm-sglang\[engine\]"):
+    with pytest.raises(relayllm.MissingDependencyError, match=r"\./packages/adapter-sglang\[engine\]"):
         SGLangDeployment({"model_path": "m"}, {"name": "x"})
 
 
