@@ -50,7 +50,9 @@ def test_embeddings_per_row(deployment):
     assert vectors[0] != pytest.approx(vectors[2], abs=1e-3)
 
 
-def test_chat_on_an_embedding_deployment_is_a_row_error(deployment):
-    out = run("chat", [{"id": 0, "messages": [{"role": "user", "content": "hi"}]}])
-    assert out[0]["generated_text"] is None
-    assert "serves embeddings" in out[0]["error"]
+def test_chat_on_an_embedding_deployment_is_refused_before_any_row_is_sent(deployment):
+    # Backend.tasks_for: a deployment started with task=embed serves no chat, and the stage
+    # says so when it starts, naming the deployment, the backend and what it does serve.
+    with pytest.raises(Exception, match=r"deployment 'vllm-embed' \(backend 'vllm'\) does not "
+                       r"serve task 'chat' with its options; it serves embedding"):
+        run("chat", [{"id": 0, "messages": [{"role": "user", "content": "hi"}]}])
