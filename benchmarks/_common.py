@@ -26,7 +26,9 @@ def machine() -> dict:
 
 def git_commit() -> str | None:
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        )
         return out.stdout.strip() or None
     except OSError:
         return None

@@ -24,7 +24,6 @@ import time
 from pathlib import Path
 
 import psutil
-
 from _common import Sampler, write_results
 
 GIB = 1024**3
@@ -103,8 +102,9 @@ class TreeMemory(Sampler):
 
 def measure(variant: str, command: list[str]) -> dict:
     started = time.monotonic()
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            cwd=REPO, env=ENV)
+    proc = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO, env=ENV
+    )
     with TreeMemory(proc.pid) as memory:
         output, _ = proc.communicate()
     if proc.returncode != 0:
@@ -132,8 +132,9 @@ def main() -> None:
     try:
         variants = [
             measure("sized", [python, "-m", "relayllm.cli", "demo"]),
-            measure("fraction",
-                    [python, "-m", "relayllm.cli", "run", f.name, "--output", str(rows)]),
+            measure(
+                "fraction", [python, "-m", "relayllm.cli", "run", f.name, "--output", str(rows)]
+            ),
         ]
     finally:
         Path(f.name).unlink()

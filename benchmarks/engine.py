@@ -26,7 +26,6 @@ from typing import Any
 
 from _common import write_results  # the script's folder is on sys.path
 
-
 TOPICS = [
     "the capital of France", "how bees make honey", "why the sky is blue", "the water cycle",
     "photosynthesis", "how a bicycle works", "the moon's phases", "why leaves change color",
@@ -44,8 +43,8 @@ def prompts(n: int) -> list[list[dict[str, str]]]:
 
 def engine_settings(args: argparse.Namespace) -> dict[str, Any]:
     """Engine arguments both sides use: the vllm backend's own, from the same options."""
-    from relayllm_vllm.options import VLLMOptions, engine_args
     from relayllm_vllm.backend import cpu_build
+    from relayllm_vllm.options import VLLMOptions, engine_args
 
     options = VLLMOptions(model=args.model, max_model_len=args.max_model_len)
     return engine_args(options, cpu=cpu_build(), model_path=model_path(args.model))
@@ -160,11 +159,15 @@ def main() -> None:
     }
     write_results("engine", report)
 
-    print(f"\n{'side':<26} {'rows':>5} {'out tokens':>10} {'seconds':>8} {'tokens/s':>9} {'errors':>6}")
+    print(
+        f"\n{'side':<26} {'rows':>5} {'out tokens':>10} {'seconds':>8} {'tokens/s':>9} {'errors':>6}"
+    )
     for r in results:
         print(f"{r['side']:<26} {r['rows']:>5} {r['output_tokens']:>10} {r['seconds']:>8.1f} "
               f"{r['output_tokens_per_s']:>9.1f} {r['errors']:>6}")  # fmt: skip
-    print(f"\nrelayllm / raw vLLM = {ratio:.2f}x (target >= 0.85x: {'met' if ratio >= 0.85 else 'NOT met'})")
+    print(
+        f"\nrelayllm / raw vLLM = {ratio:.2f}x (target >= 0.85x: {'met' if ratio >= 0.85 else 'NOT met'})"
+    )
 
 
 if __name__ == "__main__":

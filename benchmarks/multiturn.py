@@ -82,7 +82,9 @@ def run_variant(variant: str, args: argparse.Namespace) -> dict[str, Any]:
     with PeakMemory() as memory:
         started = time.perf_counter()
         ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
-        configs = [relayllm.DeploymentConfig(name=n, backend="vllm", options=options) for n in names]
+        configs = [
+            relayllm.DeploymentConfig(name=n, backend="vllm", options=options) for n in names
+        ]
         # One after the other: Serve's deploy is not safe to call from several threads at once.
         for config in configs:
             relayllm.deploy(config)
@@ -159,7 +161,8 @@ def main() -> None:
         "target": "one model load instead of two, and no slower end to end",
         # The machine is shared: the 1-minute load average says how busy it was.
         "host": {"load_average_at_start": load_at_start, "load_average_at_end": os.getloadavg()[0]},
-        "target_met": shared["model_loads"] == 1 and separate["model_loads"] == 2
+        "target_met": shared["model_loads"] == 1
+        and separate["model_loads"] == 2
         and shared["wall_s"] <= separate["wall_s"],
     }
     write_results("multiturn", report)
@@ -170,8 +173,10 @@ def main() -> None:
         print(f"{r['variant']:<9} {r['model_loads']:>5} {r['rows']:>5} {r['errors']:>6} "
               f"{r['wall_s']:>7.1f} {r['engine_ready_s']:>7.1f} {r['pipeline_s']:>6.1f} "
               f"{r['rows_per_s']:>7.2f} {r['peak_rss_gib']:>8.2f}")  # fmt: skip
-    print(f"\nshared is {report['speedup_shared_vs_separate']:.2f}x faster end to end; "
-          f"target {'met' if report['target_met'] else 'NOT met'}")
+    print(
+        f"\nshared is {report['speedup_shared_vs_separate']:.2f}x faster end to end; "
+        f"target {'met' if report['target_met'] else 'NOT met'}"
+    )
 
 
 if __name__ == "__main__":

@@ -61,20 +61,31 @@ class HandWrittenClient:
             for i, p in enumerate(prompts)
         ]
         results = await self.handle.process_batch.remote(requests)
-        return batch.append_column("generated_text", pa.array([r["generated_text"] for r in results]))
+        return batch.append_column(
+            "generated_text", pa.array([r["generated_text"] for r in results])
+        )
 
 
 def dataset(rows: int, blocks: int | None = None, rows_per_block: int = 5000):
     """Prompts in blocks of ``rows_per_block`` rows (or exactly ``blocks`` blocks): the same
     block size at every dataset size, so only the number of rows changes."""
     blocks = blocks or max(1, rows // rows_per_block)
-    return ray.data.range(rows, override_num_blocks=blocks).map_batches(
-        lambda b: {"id": b["id"], "prompt": [f"question number {i} about things" for i in b["id"]]}
-    ).materialize()
+    return (
+        ray.data.range(rows, override_num_blocks=blocks)
+        .map_batches(
+            lambda b: {
+                "id": b["id"],
+                "prompt": [f"question number {i} about things" for i in b["id"]],
+            }
+        )
+        .materialize()
+    )
 
 
 def run_relayllm(ds, batch_size: int = BATCH_SIZE):
-    proc = build_processor(ProcessorConfig(deployment=DEPLOYMENT, task="completion", batch_size=batch_size))
+    proc = build_processor(
+        ProcessorConfig(deployment=DEPLOYMENT, task="completion", batch_size=batch_size)
+    )
     return proc(ds)
 
 
@@ -104,7 +115,10 @@ def run_ray_data_llm(ds, batch_size: int = BATCH_SIZE):
     from ray.data.llm import build_processor as build_llm
 
     config = ServeDeploymentProcessorConfig(
-        deployment_name=DEPLOYMENT, app_name=f"relayllm-{DEPLOYMENT}", batch_size=batch_size, concurrency=1
+        deployment_name=DEPLOYMENT,
+        app_name=f"relayllm-{DEPLOYMENT}",
+        batch_size=batch_size,
+        concurrency=1,
     )
     proc = build_llm(
         config,
@@ -309,7 +323,9 @@ def deploy_echo() -> None:
     relayllm.deploy(DeploymentConfig(name=DEPLOYMENT, backend="echo", max_ongoing_requests=256))
 
 
-def run_size(rows: int, contenders: dict[str, int], rows_per_block: int) -> dict[str, list[dict[str, Any]]]:
+def run_size(
+    rows: int, contenders: dict[str, int], rows_per_block: int
+) -> dict[str, list[dict[str, Any]]]:
     """``contenders`` maps a name to its repeats; runs alternate order, round by round."""
     ds = dataset(rows, rows_per_block=rows_per_block)
     samples: dict[str, list[dict[str, Any]]] = {name: [] for name in contenders}
@@ -355,16 +371,28 @@ def _sizes(text: str) -> list[int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--sizes", type=_sizes, default=[10_000, 100_000, 1_000_000])
-    parser.add_argument("--llm-sizes", type=_sizes, default=[10_000, 100_000],
-                        help="sizes at which ray.data.llm runs too")
-    parser.add_argument("--actor-transport-sizes", type=_sizes, default=[10_000, 100_000],
-                        help="sizes at which relayllm also runs with Serve's actor-call transport")
+    parser.add_argument(
+        "--llm-sizes",
+        type=_sizes,
+        default=[10_000, 100_000],
+        help="sizes at which ray.data.llm runs too",
+    )
+    parser.add_argument(
+        "--actor-transport-sizes",
+        type=_sizes,
+        default=[10_000, 100_000],
+        help="sizes at which relayllm also runs with Serve's actor-call transport",
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--llm-repeats", type=int, default=1)
     parser.add_argument("--rows-per-block", type=int, default=5000)
-    parser.add_argument("--name", default="overhead", help="results file name (benchmarks/results/NAME.json)")
+    parser.add_argument(
+        "--name", default="overhead", help="results file name (benchmarks/results/NAME.json)"
+    )
     args = parser.parse_args()
 
     host = host_facts()
@@ -379,7 +407,9 @@ def main() -> None:
             contenders["ray.data.llm"] = args.llm_repeats
         samples = run_size(rows, contenders, args.rows_per_block)
         summary = summarize(samples)
-        results.append({"rows": rows, "samples": samples, "median": summary, "ratios": ratios(summary)})
+        results.append(
+            {"rows": rows, "samples": samples, "median": summary, "ratios": ratios(summary)}
+        )
         for label, value in results[-1]["ratios"].items():
             print(f"  {rows:>9,} rows: {label} = {value:.2f}x", flush=True)
 

@@ -31,12 +31,7 @@ from typing import Any
 from overhead import host_facts  # the script's folder is on sys.path
 
 DEPLOYMENT = "bench-prefix"
-WORDS = (
-    "river mountain lantern orchard velvet harbor meadow copper falcon glacier thunder willow "
-    "saffron canyon ember marble prairie cobalt juniper tundra beacon quartz mosaic pebble "
-    "hollow drift cinder ivory lagoon nectar summit thistle voyage walnut zephyr amber basil "
-    "cedar dune fable garnet heron island jasmine kelp lotus maple nimbus opal pine quill reef"
-).split()
+WORDS = ["river", "mountain", "lantern", "orchard", "velvet", "harbor", "meadow", "copper", "falcon", "glacier", "thunder", "willow", "saffron", "canyon", "ember", "marble", "prairie", "cobalt", "juniper", "tundra", "beacon", "quartz", "mosaic", "pebble", "hollow", "drift", "cinder", "ivory", "lagoon", "nectar", "summit", "thistle", "voyage", "walnut", "zephyr", "amber", "basil", "cedar", "dune", "fable", "garnet", "heron", "island", "jasmine", "kelp", "lotus", "maple", "nimbus", "opal", "pine", "quill", "reef"]
 
 
 def template(rng: random.Random, tokens: int) -> str:
@@ -77,7 +72,9 @@ def run_variant(order_by_prefix: bool, seed: int, args: argparse.Namespace) -> d
             "seconds": seconds, "prompt_tokens_per_s": prompt / seconds, "output_tokens_per_s": output / seconds}  # fmt: skip
 
 
-def run_setting(label: str, options: dict[str, Any], args: argparse.Namespace, seed0: int) -> list[dict[str, Any]]:
+def run_setting(
+    label: str, options: dict[str, Any], args: argparse.Namespace, seed0: int
+) -> list[dict[str, Any]]:
     import relayllm
     from relayllm import DeploymentConfig
 
@@ -86,7 +83,7 @@ def run_setting(label: str, options: dict[str, Any], args: argparse.Namespace, s
     samples: dict[bool, list[dict[str, Any]]] = {False: [], True: []}
     seed = seed0
     for repeat in range(args.repeats):
-        for flag in ((False, True) if repeat % 2 == 0 else (True, False)):
+        for flag in (False, True) if repeat % 2 == 0 else (True, False):
             seed += 1
             samples[flag].append(run_variant(flag, seed, args))
             s = samples[flag][-1]
@@ -109,15 +106,21 @@ def run_setting(label: str, options: dict[str, Any], args: argparse.Namespace, s
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--groups", type=int, default=8)
     parser.add_argument("--prefix-tokens", type=int, default=500)
     parser.add_argument("--rows", type=int, default=128)
     parser.add_argument("--max-tokens", type=int, default=4)
     parser.add_argument("--max-model-len", type=int, default=1024)
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--tight-kv-tokens", type=int, default=4096,
-                        help="KV cache size of the tight setting, in tokens of the demo model")
+    parser.add_argument(
+        "--tight-kv-tokens",
+        type=int,
+        default=4096,
+        help="KV cache size of the tight setting, in tokens of the demo model",
+    )
     parser.add_argument("--skip-tight", action="store_true")
     parser.add_argument("--model", default="demo")
     args = parser.parse_args()
@@ -133,7 +136,9 @@ def main() -> None:
     tight_bytes = args.tight_kv_tokens * 23_040
     if not args.skip_tight:
         tight = {**base, "engine_kwargs": {"kv_cache_memory_bytes": tight_bytes}}
-        variants += run_setting(f"tight KV cache (~{args.tight_kv_tokens} tokens)", tight, args, seed0=2000)
+        variants += run_setting(
+            f"tight KV cache (~{args.tight_kv_tokens} tokens)", tight, args, seed0=2000
+        )
 
     gains = {}
     for setting in dict.fromkeys(v["setting"] for v in variants):

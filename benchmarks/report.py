@@ -64,7 +64,13 @@ def _n(value: float | None, digits: int = 0) -> str:
 
 
 def _rows_label(rows: int) -> str:
-    return f"{rows // 1_000_000}M" if rows >= 1_000_000 else f"{rows // 1000}k" if rows >= 1000 else str(rows)
+    return (
+        f"{rows // 1_000_000}M"
+        if rows >= 1_000_000
+        else f"{rows // 1000}k"
+        if rows >= 1000
+        else str(rows)
+    )
 
 
 # -- overhead ------------------------------------------------------------------------------
@@ -75,12 +81,18 @@ def _rows_label(rows: int) -> str:
 STEADY_MIN_BLOCKS = 4
 
 
-def overhead_medians(size: dict[str, Any], rows_per_block: int | None = None) -> dict[str, dict[str, float]]:
+def overhead_medians(
+    size: dict[str, Any], rows_per_block: int | None = None
+) -> dict[str, dict[str, float]]:
     """Medians per contender from the raw samples (end to end, steady state, CPU, RSS)."""
     out = {}
     few_blocks = rows_per_block is not None and size["rows"] < STEADY_MIN_BLOCKS * rows_per_block
     for name, runs in size["samples"].items():
-        steady = [] if few_blocks else [r["steady_rows_per_s"] for r in runs if r.get("steady_rows_per_s")]
+        steady = (
+            []
+            if few_blocks
+            else [r["steady_rows_per_s"] for r in runs if r.get("steady_rows_per_s")]
+        )
         out[name] = {
             "rows_per_s": statistics.median(r["rows_per_s"] for r in runs),
             "steady_rows_per_s": statistics.median(steady) if steady else None,
@@ -100,7 +112,9 @@ def marginal(sizes: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
         runs = size["samples"].get(name)
         if runs:
             seconds = statistics.median(r["seconds"] for r in runs)
-            cpu = statistics.median((r.get("cpu_us_per_row") or 0) * size["rows"] / 1e6 for r in runs)
+            cpu = statistics.median(
+                (r.get("cpu_us_per_row") or 0) * size["rows"] / 1e6 for r in runs
+            )
             points.append((size["rows"], seconds, cpu))
     return [{"span": f"{_rows_label(a[0])}->{_rows_label(b[0])}", "rows_per_s": (b[0] - a[0]) / (b[1] - a[1]),
              "cpu_us_per_row": (b[2] - a[2]) / (b[0] - a[0]) * 1e6}
@@ -116,7 +130,9 @@ def overhead_targets(sizes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     med = [(s["rows"], overhead_medians(s)) for s in sizes]
 
     def ratio(a: str, b: str, key: str) -> list[float]:
-        return [m[a][key] / m[b][key] for _, m in med if a in m and b in m and m[a][key] and m[b][key]]
+        return [
+            m[a][key] / m[b][key] for _, m in med if a in m and b in m and m[a][key] and m[b][key]
+        ]
 
     targets = []
     ours = {st["span"]: st for st in marginal(sizes, "relayllm")}
@@ -173,7 +189,9 @@ def overhead_section(data: dict[str, Any]) -> list[str]:
         for name in names:
             xs, ys = [], []
             for i, (_, m) in enumerate(med):
-                if name in m and m[name][key] is not None:  # centre each size's group on the contenders shown
+                if (
+                    name in m and m[name][key] is not None
+                ):  # centre each size's group on the contenders shown
                     present = [n for n in names if n in m and m[n][key] is not None]
                     xs.append(i + (present.index(name) - (len(present) - 1) / 2) * width)
                     ys.append(m[name][key])
@@ -183,15 +201,30 @@ def overhead_section(data: dict[str, Any]) -> list[str]:
         ax.set_xlim(-0.5, len(med) - 0.5)
         for i, (_, m) in enumerate(med):
             if all(v[key] is None for v in m.values()):
-                ax.text(i, 150, "too few input\nblocks to tell", ha="center", fontsize=8, color="#555555")
+                ax.text(
+                    i,
+                    150,
+                    "too few input\nblocks to tell",
+                    ha="center",
+                    fontsize=8,
+                    color="#555555",
+                )
         ax.set_yscale("log")
-        top = max(m[n][k] or 0 for _, m in med for n in names if n in m for k in ("rows_per_s", "steady_rows_per_s"))
+        top = max(
+            m[n][k] or 0
+            for _, m in med
+            for n in names
+            if n in m
+            for k in ("rows_per_s", "steady_rows_per_s")
+        )
         ax.set_ylim(100, top * 4)  # room for the labels above the bars
         ax.set_title(title, fontsize=10)
     axes[0].set_ylabel("rows/s (log scale)")
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=len(names), frameon=False)
-    fig.suptitle("Framework overhead: echo deployment, batch_size 64, same deployment for all", fontsize=11)
+    fig.suptitle(
+        "Framework overhead: echo deployment, batch_size 64, same deployment for all", fontsize=11
+    )
     fig.tight_layout(rect=(0, 0.07, 1, 1))
     rate_png = _save(fig, "overhead_rows_per_s.png", layout=False)
 
@@ -232,7 +265,9 @@ def overhead_section(data: dict[str, Any]) -> list[str]:
     fig, ax = plt.subplots(figsize=(6, 3.2))
     for name in names:
         pts = [(r, m[name]["driver_peak_rss_mib"]) for r, m in med if name in m]
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name, color=COLORS[name])
+        ax.plot(
+            [p[0] for p in pts], [p[1] for p in pts], marker="o", label=name, color=COLORS[name]
+        )
     ax.set_xscale("log")
     ax.set_ylim(bottom=0)
     ax.set_xlabel("rows")
@@ -288,7 +323,9 @@ def overhead_section(data: dict[str, Any]) -> list[str]:
             if other in m:
                 end = m["relayllm"]["rows_per_s"] / m[other]["rows_per_s"]
                 ours, theirs = m["relayllm"]["steady_rows_per_s"], m[other]["steady_rows_per_s"]
-                steady = f"{ours / theirs:.2f}x steady" if ours and theirs else "steady: too few blocks"
+                steady = (
+                    f"{ours / theirs:.2f}x steady" if ours and theirs else "steady: too few blocks"
+                )
                 cells.append(f"{end:.2f}x end to end, {steady}")
             else:
                 cells.append("—")
@@ -303,7 +340,11 @@ def overhead_section(data: dict[str, Any]) -> list[str]:
 
 def transport_effect(sizes: list[dict[str, Any]]) -> str:
     """What the transport change bought, from the same run's CPU accounting per process."""
-    both = [s for s in sizes if "relayllm" in s["samples"] and "relayllm (actor transport)" in s["samples"]]
+    both = [
+        s
+        for s in sizes
+        if "relayllm" in s["samples"] and "relayllm (actor transport)" in s["samples"]
+    ]
     if not both:
         return ""
     size = max(both, key=lambda s: s["rows"])
@@ -311,7 +352,10 @@ def transport_effect(sizes: list[dict[str, Any]]) -> str:
 
     def per_call_ms(name: str, role: str) -> float:
         runs = size["samples"][name]
-        seconds = [sum(v for p, v in r.get("cpu_s_by_process", {}).items() if _cpu_role(p) == role) for r in runs]
+        seconds = [
+            sum(v for p, v in r.get("cpu_s_by_process", {}).items() if _cpu_role(p) == role)
+            for r in runs
+        ]
         return statistics.median(seconds) / calls * 1000
 
     med = overhead_medians(size)
@@ -400,7 +444,11 @@ def scaleout_section(data: dict[str, Any]) -> list[str]:
     per_replica = data["slots"] * data["batch_size"] / data["delay_s"]
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for a, color in zip(actors, ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd"]):
-        pts = sorted((g["replicas"], g["steady_rows_per_s"], g["ideal_rows_per_s"]) for g in grid if g["stage_actors"] == a)
+        pts = sorted(
+            (g["replicas"], g["steady_rows_per_s"], g["ideal_rows_per_s"])
+            for g in grid
+            if g["stage_actors"] == a
+        )
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=color,
                 label=f"{a} stage actor{'s' if a > 1 else ''}: measured")  # fmt: skip
         ax.plot([p[0] for p in pts], [p[2] for p in pts], linestyle="--", color=color, alpha=0.6,
@@ -453,8 +501,11 @@ def scaleout_section(data: dict[str, Any]) -> list[str]:
         ax.set_ylabel("running replicas")
         ax.set_yticks(range(0, 5))
         ax.legend(fontsize=8)
-        ax.set_title(f"Autoscaling 1..4 replicas (target_ongoing_requests="
-                     f"{data['autoscaling_config']['target_ongoing_requests']}), one stage actor", fontsize=10)
+        ax.set_title(
+            f"Autoscaling 1..4 replicas (target_ongoing_requests="
+            f"{data['autoscaling_config']['target_ongoing_requests']}), one stage actor",
+            fontsize=10,
+        )
         auto_png = _save(fig, "autoscaling.png")
         cfg = data["autoscaling_config"]
         lines += [
@@ -504,12 +555,17 @@ def sweep_section(data: dict[str, Any]) -> list[str]:
     fig, ax = plt.subplots(figsize=(6.5, 4))
     matrix = [[table.get((b, f), float("nan")) for b in sizes] for f in flights]
     # The scale starts at zero: cells that differ by a few percent look alike, as they are.
-    image = ax.imshow(matrix, cmap="viridis", origin="lower", aspect="auto", vmin=0, vmax=max(table.values()))
+    image = ax.imshow(
+        matrix, cmap="viridis", origin="lower", aspect="auto", vmin=0, vmax=max(table.values())
+    )
     for i, f in enumerate(flights):
         for j, b in enumerate(sizes):
             value = table.get((b, f))
             if value is not None:
-                default = (b, f) == (data["default"]["batch_size"], data["default"]["max_in_flight_batches"])
+                default = (b, f) == (
+                    data["default"]["batch_size"],
+                    data["default"]["max_in_flight_batches"],
+                )
                 ax.text(j, i, f"{value:.1f}" + ("\n(default)" if default else ""), ha="center",
                         va="center", fontsize=8, color="white" if value < max(table.values()) * 0.7 else "black")  # fmt: skip
     ax.set_xticks(range(len(sizes)), sizes)
@@ -584,7 +640,11 @@ def prefix_section(data: dict[str, Any]) -> list[str]:
         "before, so each starts with a cold prefix cache. The two variants alternate, "
         f"{data['repeats']} runs each, on one warm deployment per engine setting. *Tight KV cache* "
         "limits vLLM's cache (`engine_kwargs={'kv_cache_memory_bytes': ...}`) to "
-        + (f"{data['tight_kv_cache_bytes'] / 2**20:.0f} MiB" if data.get("tight_kv_cache_bytes") else "—")
+        + (
+            f"{data['tight_kv_cache_bytes'] / 2**20:.0f} MiB"
+            if data.get("tight_kv_cache_bytes")
+            else "—"
+        )
         + ", a few templates' worth, as on a GPU serving a large model with many templates.",
         "",
         f"![prefix]({png})",
@@ -596,7 +656,11 @@ def prefix_section(data: dict[str, Any]) -> list[str]:
         lines.append(f"| {v['setting']} | {v['order_by_prefix']} | {v['rows']} | {v['prompt_tokens']:,} | "
                      f"{v['seconds']:.1f} | {v['prompt_tokens_per_s']:,.0f} | {v['output_tokens_per_s']:.1f} | "
                      f"{v['errors']} | {v['runs']} |")  # fmt: skip
-    lines += ["", "| engine setting | order_by_prefix=True vs False (prompt tokens/s) |", "|---|---:|"]
+    lines += [
+        "",
+        "| engine setting | order_by_prefix=True vs False (prompt tokens/s) |",
+        "|---|---:|",
+    ]
     lines += [f"| {k} | {g:.2f}x |" for k, g in data["gain_prompt_tokens_per_s"].items()]
     lines += ["", PREFIX_NOTES, ""]
     return lines
@@ -625,22 +689,30 @@ def overhead_probe_section(data: dict[str, Any]) -> list[str]:
     hand-written client only, larger sizes)."""
     sizes = data["sizes"]
     lines = [
-        "### 1b. Flatness past the ramp-up: " + ", ".join(_rows_label(s["rows"]) for s in sizes) + " rows",
+        "### 1b. Flatness past the ramp-up: "
+        + ", ".join(_rows_label(s["rows"]) for s in sizes)
+        + " rows",
         "",
         "Section 1 misses the flatness targets on the 10k->100k slice, which is dearer per row "
         "than the rest. This run (relayllm and the hand-written client, "
         f"{data.get('repeats', '?')} runs each, same method) checks the sizes above it:",
         "",
-        "| target | measured | |", "|---|---|---|",
+        "| target | measured | |",
+        "|---|---|---|",
     ]
     targets = overhead_targets(sizes)
     for t in targets:
         lines.append(f"| {t['target']} | {t['measured']} | {_met(t['met'])} |")
     flat = all(t["met"] for t in targets if "marginal" in t["target"])
-    lines += ["", "Past 100k rows the marginal rows/s and CPU per row stay within the 20% band; "
-              "what is not flat is the first 100k rows of a run (start-up and ramp-up), which "
-              "the end-to-end figure at any size still carries." if flat
-              else "Past 100k rows the marginal figures still leave the 20% band (see the table).", ""]
+    lines += [
+        "",
+        "Past 100k rows the marginal rows/s and CPU per row stay within the 20% band; "
+        "what is not flat is the first 100k rows of a run (start-up and ramp-up), which "
+        "the end-to-end figure at any size still carries."
+        if flat
+        else "Past 100k rows the marginal figures still leave the 20% band (see the table).",
+        "",
+    ]
     return lines
 
 
@@ -653,7 +725,9 @@ def engine_section(data: dict[str, Any]) -> list[str]:
     fig, ax = plt.subplots(figsize=(6.5, 2.6))
     bars = ax.barh([r["side"] for r in results], [r["output_tokens_per_s"] for r in results],
                    color=["#7f7f7f", "#1f77b4"])  # fmt: skip
-    ax.bar_label(bars, labels=[f"{r['output_tokens_per_s']:.1f}" for r in results], fontsize=8, padding=3)
+    ax.bar_label(
+        bars, labels=[f"{r['output_tokens_per_s']:.1f}" for r in results], fontsize=8, padding=3
+    )
     ax.invert_yaxis()
     ax.set_xlabel("output tokens/s")
     ax.set_title(f"relayllm + vLLM vs raw vLLM: {data['rows']} chats, demo model, CPU", fontsize=10)
@@ -696,7 +770,10 @@ def multiturn_section(data: dict[str, Any]) -> list[str]:
         ax.bar_label(bars, labels=[f"{v:.1f}" for v in values], fontsize=8, padding=3)
         ax.invert_yaxis()
         ax.set_xlabel(label)
-    fig.suptitle(f"Two-step pipeline, {data['rows']} rows: one shared engine vs one engine per step", fontsize=10)
+    fig.suptitle(
+        f"Two-step pipeline, {data['rows']} rows: one shared engine vs one engine per step",
+        fontsize=10,
+    )
     png = _save(fig, "multiturn.png")
     lines = [
         "## 5. Shared engine across steps (multi-turn)",
@@ -745,21 +822,28 @@ def memory_section(data: dict[str, Any]) -> list[str]:
         "|---|---:|---:|---:|",
     ]
     for v in (sized, fraction):
-        lines.append(f"| {v['variant']} | {v['peak_rss_gib']:.2f} | {v['peak_pss_gib']:.2f} | "
-                     f"{v['seconds']:.1f} |")
+        lines.append(
+            f"| {v['variant']} | {v['peak_rss_gib']:.2f} | {v['peak_pss_gib']:.2f} | "
+            f"{v['seconds']:.1f} |"
+        )
     by_process = sized.get("pss_gib_at_peak_by_process")
     if by_process:
         parts = sorted(by_process.items(), key=lambda kv: -kv[1])
-        lines += ["", "Where the *sized* peak is (PSS GiB by kind of process, at the peak): "
-                  + ", ".join(f"{name} {gib:.2f}" for name, gib in parts) + ". *other* (processes "
-                  "the breakdown does not name, vLLM's worker process with the model weights and "
-                  "the KV cache among them) is the one kind that differs between the variants."]
+        lines += [
+            "",
+            "Where the *sized* peak is (PSS GiB by kind of process, at the peak): "
+            + ", ".join(f"{name} {gib:.2f}" for name, gib in parts)
+            + ". *other* (processes "
+            "the breakdown does not name, vLLM's worker process with the model weights and "
+            "the KV cache among them) is the one kind that differs between the variants.",
+        ]
     kv = start.get("kv_cache_memory_bytes")
     lines += [
         "",
         f"One more start of the demo deployment reported, in `info()`: engine ready in "
         f"**{_n(start.get('engine_ready_s'), 1)} s** (`engine_ready_s`, from the replica's start) "
-        "-- " + ", ".join(f"{k[:-2].replace('_', ' ')} {v:.1f} s" for k, v in phases.items())
+        "-- "
+        + ", ".join(f"{k[:-2].replace('_', ' ')} {v:.1f} s" for k, v in phases.items())
         + (f"; KV cache {kv / 2**20:.0f} MiB ({start.get('kv_cache_blocks')} blocks)" if kv else "")
         + ". *engine core* is vLLM's own process: model load, KV-cache allocation and (unless the "
         "KV size is explicit and eager mode is on, as here) warm-up.",
@@ -788,7 +872,7 @@ def gpu_context_lines() -> list[str]:
         "with serve deployments`, opened 2025-08-03 and merged, "
         "https://github.com/ray-project/ray/pull/55179) "
         "introduced `ServeDeploymentProcessorConfig`, the shared-engine design relayllm "
-        "generalizes, and carries a \"Concurrency vs. Throughput\" benchmark in its description. "
+        'generalizes, and carries a "Concurrency vs. Throughput" benchmark in its description. '
         "Its table and the hardware it ran on could not be retrieved from the sources available "
         "when this page was written, so no figure is quoted here.",
         "- Ray PR 52634: no public text of it could be found from the sources available when this "
@@ -833,8 +917,11 @@ def machine_lines(results: dict[str, dict[str, Any]]) -> list[str]:
     busy = any(load > 2.5 for _, load in loads)  # above the core count: something else ran
     lines += [
         "",
-        ("The machine is shared, and other work ran beside some of these benchmarks"
-         if busy else "Each benchmark ran alone on the machine")
+        (
+            "The machine is shared, and other work ran beside some of these benchmarks"
+            if busy
+            else "Each benchmark ran alone on the machine"
+        )
         + " (1-minute load average when each started: "
         + (", ".join(f"{n} {load:.1f}" for n, load in loads) or "not recorded")
         + "). Machines like this one are noisy all the same: contenders run side by side in one "

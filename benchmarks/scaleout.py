@@ -26,10 +26,10 @@ import time
 from typing import Any
 
 import ray
-
-import relayllm
 from _common import Sampler  # the script's folder is on sys.path
 from overhead import dataset, host_facts, measure  # the script's folder is on sys.path
+
+import relayllm
 from relayllm import DeploymentConfig, ProcessorConfig, build_processor
 from relayllm.testing import enable_echo_backend
 
@@ -120,21 +120,34 @@ def autoscaling(args: argparse.Namespace) -> list[dict[str, Any]]:
                         "max_replicas": 4, "peak_replicas": peak, "replicas_over_time": timeline.samples,
                         "steady_rows_per_s": run["steady_rows_per_s"], "end_to_end_rows_per_s": run["rows_per_s"],
                         "seconds": run["seconds"]})  # fmt: skip
-        print(f"  autoscaling 1..4, max_in_flight_batches={in_flight}: reached {peak} replicas, "
-              f"{run['rows_per_s']:,.0f} rows/s end to end over {run['seconds']:.0f}s", flush=True)
+        print(
+            f"  autoscaling 1..4, max_in_flight_batches={in_flight}: reached {peak} replicas, "
+            f"{run['rows_per_s']:,.0f} rows/s end to end over {run['seconds']:.0f}s",
+            flush=True,
+        )
     return results
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--delay-s", type=float, default=0.2, help="engine time per call")
     parser.add_argument("--slots", type=int, default=4, help="calls one replica works on at once")
-    parser.add_argument("--replicas", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2, 4])
-    parser.add_argument("--actors", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2, 4])
+    parser.add_argument(
+        "--replicas", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2, 4]
+    )
+    parser.add_argument(
+        "--actors", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2, 4]
+    )
     parser.add_argument("--rows-per-replica", type=int, default=8000)
-    parser.add_argument("--rows-per-block", type=int, default=2048,
-                        help="a stage actor works on one block at a time: its calls drain at the end "
-                             "of each block, so blocks of several stage batches keep the slots full")
+    parser.add_argument(
+        "--rows-per-block",
+        type=int,
+        default=2048,
+        help="a stage actor works on one block at a time: its calls drain at the end "
+        "of each block, so blocks of several stage batches keep the slots full",
+    )
     parser.add_argument("--autoscale-rows", type=int, default=40000)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--skip-autoscaling", action="store_true")

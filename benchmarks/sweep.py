@@ -61,7 +61,9 @@ def _ints(text: str) -> list[int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--batch-sizes", type=_ints, default=[16, 32, 64])
     parser.add_argument("--in-flight", type=_ints, default=[1, 4])
     parser.add_argument("--rounds", type=int, default=2)
@@ -79,7 +81,10 @@ def main() -> None:
 
     host = host_facts()
     defaults = ProcessorConfig(deployment=DEPLOYMENT)
-    default = {"batch_size": defaults.batch_size, "max_in_flight_batches": defaults.max_in_flight_batches}
+    default = {
+        "batch_size": defaults.batch_size,
+        "max_in_flight_batches": defaults.max_in_flight_batches,
+    }
     settings = [(b, f) for b in args.batch_sizes for f in args.in_flight]
     if (default["batch_size"], default["max_in_flight_batches"]) not in settings:
         settings.append((default["batch_size"], default["max_in_flight_batches"]))
@@ -115,7 +120,9 @@ def main() -> None:
         })  # fmt: skip
 
     best = max(runs, key=lambda r: r["output_tokens_per_s"])
-    mine = next(r for r in runs if (r["batch_size"], r["max_in_flight_batches"]) == tuple(default.values()))
+    mine = next(
+        r for r in runs if (r["batch_size"], r["max_in_flight_batches"]) == tuple(default.values())
+    )
     share = mine["output_tokens_per_s"] / best["output_tokens_per_s"]
     from _common import write_results
 

@@ -20,37 +20,53 @@ START, END = "<!-- figures:start -->", "<!-- figures:end -->"
 
 #: key -> (fault, how a result reads, the bound its test asserts)
 ROWS = {
-    "vllm_engine_killed": ("vLLM EngineCore killed (SIGKILL) 48 rows into a 2-step job of 192 rows",
-                           "{rows} rows, {error_rows} error rows, {rows_recomputed} rows computed "
-                           "twice; new engine ready {new_engine_ready_s} s after the kill, job "
-                           "done {job_end_after_fault_s} s after it",
-                           "0 lost, 0 error rows, <= 64 recomputed"),
-    "vllm_engine_hung": ("vLLM EngineCore stopped (SIGSTOP) the same way",
-                         "{rows} rows, {error_rows} error rows, {rows_recomputed} rows computed "
-                         "twice; new engine ready {new_engine_ready_s} s after the stop, job "
-                         "done {job_end_after_fault_s} s after it",
-                         "0 lost, 0 error rows, <= 64 recomputed"),
-    "replica_killed": ("Serve replica killed (SIGKILL), echo, 2,000 rows",
-                       "{rows} rows, {distinct} distinct, {error_rows} error rows",
-                       "every row once, 0 errors"),
-    "engine_node_lost": ("Engine node removed, 3-node cluster, echo, 2,000 rows",
-                         "{rows} rows, {distinct_ids} distinct, {errors} errors; job done "
-                         "{seconds_to_finish_after_kill} s after the node died",
-                         "every row once, 0 errors, < 120 s"),
-    "driver_killed": ("Driver killed (SIGKILL) and run again, 3,000 rows",
-                      "{rows} rows; {saved_at_kill} on disk at the kill; {rows_recomputed} "
-                      "computed twice", "every row once, <= 200 recomputed"),
-    "overload": ("4 pipelines, 100,000 rows, one echo deployment with max_ongoing_requests=2",
-                 "{seconds} s, peak concurrent calls {peak_ongoing}, driver peak RSS "
-                 "{driver_peak_mib} MiB, stage actor peak RSS {stage_actor_peak_mib} MiB",
-                 "0 errors, peak <= 2, stage < 1 GiB, driver < 2 GiB"),
-    "shutdown_mid_job": ("Deployment shut down mid-job, 1,500 rows",
-                         "{done} rows done, {failed} with the fail-fast error; job ended "
-                         "{job_end_after_shutdown_s} s after the shutdown",
-                         "< 30 s (92 s before the fail-fast check)"),
-    "engine_start_failure_s": ("Engine fails to start (constructor raises; a placement group "
-                               "reserved)", "DeploymentStartError after {value} s; no actor, "
-                               "no placement group left", "< 60 s, nothing left"),
+    "vllm_engine_killed": (
+        "vLLM EngineCore killed (SIGKILL) 48 rows into a 2-step job of 192 rows",
+        "{rows} rows, {error_rows} error rows, {rows_recomputed} rows computed "
+        "twice; new engine ready {new_engine_ready_s} s after the kill, job "
+        "done {job_end_after_fault_s} s after it",
+        "0 lost, 0 error rows, <= 64 recomputed",
+    ),
+    "vllm_engine_hung": (
+        "vLLM EngineCore stopped (SIGSTOP) the same way",
+        "{rows} rows, {error_rows} error rows, {rows_recomputed} rows computed "
+        "twice; new engine ready {new_engine_ready_s} s after the stop, job "
+        "done {job_end_after_fault_s} s after it",
+        "0 lost, 0 error rows, <= 64 recomputed",
+    ),
+    "replica_killed": (
+        "Serve replica killed (SIGKILL), echo, 2,000 rows",
+        "{rows} rows, {distinct} distinct, {error_rows} error rows",
+        "every row once, 0 errors",
+    ),
+    "engine_node_lost": (
+        "Engine node removed, 3-node cluster, echo, 2,000 rows",
+        "{rows} rows, {distinct_ids} distinct, {errors} errors; job done "
+        "{seconds_to_finish_after_kill} s after the node died",
+        "every row once, 0 errors, < 120 s",
+    ),
+    "driver_killed": (
+        "Driver killed (SIGKILL) and run again, 3,000 rows",
+        "{rows} rows; {saved_at_kill} on disk at the kill; {rows_recomputed} computed twice",
+        "every row once, <= 200 recomputed",
+    ),
+    "overload": (
+        "4 pipelines, 100,000 rows, one echo deployment with max_ongoing_requests=2",
+        "{seconds} s, peak concurrent calls {peak_ongoing}, driver peak RSS "
+        "{driver_peak_mib} MiB, stage actor peak RSS {stage_actor_peak_mib} MiB",
+        "0 errors, peak <= 2, stage < 1 GiB, driver < 2 GiB",
+    ),
+    "shutdown_mid_job": (
+        "Deployment shut down mid-job, 1,500 rows",
+        "{done} rows done, {failed} with the fail-fast error; job ended "
+        "{job_end_after_shutdown_s} s after the shutdown",
+        "< 30 s (92 s before the fail-fast check)",
+    ),
+    "engine_start_failure_s": (
+        "Engine fails to start (constructor raises; a placement group reserved)",
+        "DeploymentStartError after {value} s; no actor, no placement group left",
+        "< 60 s, nothing left",
+    ),
 }
 
 

@@ -30,7 +30,10 @@ def record_result():
     import os
     from pathlib import Path
 
-    path = Path(os.environ.get(RESULTS_ENV) or Path(__file__).parents[1] / "docs" / "results" / "reliability.json")
+    path = Path(
+        os.environ.get(RESULTS_ENV)
+        or Path(__file__).parents[1] / "docs" / "results" / "reliability.json"
+    )
 
     def record(key: str, value) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)

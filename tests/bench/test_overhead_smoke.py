@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import overhead  # noqa: E402
+import overhead
 
 ROWS = 2000
 
@@ -27,6 +27,8 @@ def test_relayllm_stage_is_faster_than_ray_data_llm_on_the_same_deployment(echo)
     ds = overhead.dataset(ROWS, blocks=4)
     ours = overhead.measure(overhead.run_relayllm, ds, ROWS)
     theirs = overhead.measure(overhead.run_ray_data_llm, ds, ROWS)
-    print(f"\noverhead smoke, {ROWS} rows: relayllm {ours['rows_per_s']:,.0f} rows/s, "
-          f"ray.data.llm {theirs['rows_per_s']:,.0f} rows/s")
+    print(
+        f"\noverhead smoke, {ROWS} rows: relayllm {ours['rows_per_s']:,.0f} rows/s, "
+        f"ray.data.llm {theirs['rows_per_s']:,.0f} rows/s"
+    )
     assert ours["rows_per_s"] > theirs["rows_per_s"]

@@ -56,8 +56,13 @@ def _run(order_by_prefix: bool):
     ray.data.DataContext.get_current().execution_options.preserve_order = True
     # 32 rows, prefixes interleaved A B C D A B ...: 8 rows per prefix, calls of 8 rows.
     rows = [{"id": i, "prompt": f"{PREFIXES['ABCD'[i % 4]]} q{i}"} for i in range(32)]
-    config = ProcessorConfig(deployment="call-probe", task="completion", batch_size=8,
-                             max_in_flight_batches=4, order_by_prefix=order_by_prefix)
+    config = ProcessorConfig(
+        deployment="call-probe",
+        task="completion",
+        batch_size=8,
+        max_in_flight_batches=4,
+        order_by_prefix=order_by_prefix,
+    )
     return build_processor(config)(ray.data.from_items(rows, override_num_blocks=1)).take_all()
 
 

@@ -20,8 +20,9 @@ def test_a_call_larger_than_grpc_allows_is_resent_over_actor_calls(echo):
     ray.data.DataContext.get_current().execution_options.preserve_order = True
     big = "word " * (1_100_000)  # 5.5 MB: over gRPC's 4 MiB on its own
     rows = [{"id": i, "prompt": big if i == 3 else f"row {i}"} for i in range(8)]
-    proc = build_processor(ProcessorConfig(deployment="transport-echo", task="completion",
-                                           batch_size=4, max_retries=0))
+    proc = build_processor(
+        ProcessorConfig(deployment="transport-echo", task="completion", batch_size=4, max_retries=0)
+    )
     out = proc(ray.data.from_items(rows, override_num_blocks=1)).take_all()
     assert [r["id"] for r in out] == list(range(8))
     assert [r["error"] for r in out] == [None] * 8, "max_retries=0: the fallback is not a retry"
@@ -32,8 +33,12 @@ def test_a_call_larger_than_grpc_allows_is_resent_over_actor_calls(echo):
 def test_only_grpc_transport_errors_trigger_the_fallback():
     import grpc
 
-    too_large = grpc.aio.AioRpcError(grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.aio.Metadata(),
-                                     grpc.aio.Metadata(), details="Received message larger than max")
+    too_large = grpc.aio.AioRpcError(
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.aio.Metadata(),
+        grpc.aio.Metadata(),
+        details="Received message larger than max",
+    )
     assert _is_grpc_error(too_large)
     assert not _is_grpc_error(TimeoutError("no answer"))
     assert not _is_grpc_error(ConnectionError("injected failure of call 1"))

@@ -38,16 +38,35 @@ def head_node():
     port = _free_port()
     # Ray 2.60 clusters use token auth; drivers that pass an address must opt in to send it.
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RELAYLLM_ECHO_BACKEND": "1"}
-    subprocess.run([str(BIN / "ray"), "get-auth-token", "--generate"], env=env, capture_output=True,
-                   timeout=120)  # writes Ray's token file only if there is none yet
+    subprocess.run(
+        [str(BIN / "ray"), "get-auth-token", "--generate"],
+        env=env,
+        capture_output=True,
+        timeout=120,
+    )  # writes Ray's token file only if there is none yet
     log = open(os.path.join(temp, "head.log"), "w")
     head = subprocess.Popen(
-        [str(BIN / "ray"), "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1",
-         "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp}",
-         f"--ray-client-server-port={_free_port()}", f"--dashboard-agent-listen-port={_free_port()}",
-         f"--dashboard-agent-grpc-port={_free_port()}", f"--runtime-env-agent-port={_free_port()}",
-         f"--metrics-export-port={_free_port()}"],
-        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        [
+            str(BIN / "ray"),
+            "start",
+            "--head",
+            "--block",
+            f"--port={port}",
+            "--node-ip-address=127.0.0.1",
+            "--num-cpus=2",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+            f"--temp-dir={temp}",
+            f"--ray-client-server-port={_free_port()}",
+            f"--dashboard-agent-listen-port={_free_port()}",
+            f"--dashboard-agent-grpc-port={_free_port()}",
+            f"--runtime-env-agent-port={_free_port()}",
+            f"--metrics-export-port={_free_port()}",
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     try:
         yield head, Path(temp, "head.log"), {**env, "RAY_ADDRESS": f"127.0.0.1:{port}"}
@@ -75,10 +94,18 @@ def cluster(head_node):
 
 
 def cli(*args, env=None, cwd=None, check=None):
-    done = subprocess.run([RELAYLLM, *map(str, args)], env=env or {**os.environ, "RELAYLLM_ECHO_BACKEND": "1"},
-                          cwd=cwd, capture_output=True, text=True, timeout=CLI_TIMEOUT)
+    done = subprocess.run(
+        [RELAYLLM, *map(str, args)],
+        env=env or {**os.environ, "RELAYLLM_ECHO_BACKEND": "1"},
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT,
+    )
     if check is not None:
-        assert done.returncode == check, f"exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
+        assert done.returncode == check, (
+            f"exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
+        )
     return done
 
 
@@ -117,8 +144,10 @@ output:
 
 
 def questions(tmp_path: Path, n: int) -> None:
-    write(tmp_path / "questions.jsonl",
-          "".join(json.dumps({"id": i, "question": f"alpha beta q{i}"}) + "\n" for i in range(n)))
+    write(
+        tmp_path / "questions.jsonl",
+        "".join(json.dumps({"id": i, "question": f"alpha beta q{i}"}) + "\n" for i in range(n)),
+    )
 
 
 # -- without a cluster --------------------------------------------------------------------
@@ -134,46 +163,73 @@ def test_help_everywhere():
     assert all(c in top for c in commands)
     for command in commands:  # in-process: a subprocess each would only cost time
         result = CliRunner().invoke(main, [command, "--help"], prog_name="relayllm")
-        assert result.exit_code == 0 and result.output.startswith(f"Usage: relayllm {command}"), result.output
+        assert result.exit_code == 0 and result.output.startswith(f"Usage: relayllm {command}"), (
+            result.output
+        )
 
 
 def test_backends_lists_installed_backends_with_options():
     listed = json.loads(cli("backends", "--json", check=0).stdout)
     echo = next(b for b in listed if b["name"] == "echo")
     options = {o["name"]: o for o in echo["options"]}
-    assert options["mode"]["type"] == "Literal['echo', 'reverse']" and options["mode"]["default"] == "echo"
+    assert (
+        options["mode"]["type"] == "Literal['echo', 'reverse']"
+        and options["mode"]["default"] == "echo"
+    )
     assert options["delay_s"]["type"] == "float (>= 0)" and options["delay_s"]["default"] == 0.0
-    assert options["fail_marker"]["type"] == "str | None" and "fail" in options["fail_marker"]["description"]
+    assert (
+        options["fail_marker"]["type"] == "str | None"
+        and "fail" in options["fail_marker"]["description"]
+    )
     assert echo["tasks"] == ["chat", "completion", "embedding"] and echo["engine_installed"] is True
     for item in listed:  # adapters installed from entry points name their distribution
         if item["distribution"]:
             assert item["version"] == importlib.metadata.version(item["distribution"])
     text = cli("backends", "echo", check=0).stdout
     assert text.startswith("echo  (relayllm.testing.echo (in code))")
-    assert "mode" in text and "default \"echo\"" in text
+    assert "mode" in text and 'default "echo"' in text
     unknown = cli("backends", "nosuch", check=2)
     assert "unknown backend 'nosuch'; installed backends:" in unknown.stderr
 
 
 def test_batch_rejects_duplicate_ids_and_unroutable_models_up_front(tmp_path):
-    config = write(tmp_path / "two.yaml", """\
+    config = write(
+        tmp_path / "two.yaml",
+        """\
 deployments:
   - {name: alpha, backend: echo}
   - {name: beta, backend: echo}
 input: {rows: [{q: x}]}
 steps: [{name: s, deployment: alpha, prompt: "{q}", output_column: a}]
-""")
+""",
+    )
     line = {"method": "POST", "url": "/v1/completions", "body": {"prompt": "hi"}}
-    dup = write(tmp_path / "dup.jsonl", "".join(json.dumps({**line, "custom_id": c}) + "\n" for c in "abca"))
+    dup = write(
+        tmp_path / "dup.jsonl", "".join(json.dumps({**line, "custom_id": c}) + "\n" for c in "abca")
+    )
     done = cli("batch", dup, "--config", config, "--output", tmp_path / "o.jsonl", check=2)
     assert "duplicate custom_id values, nothing was run: 'a' on lines 1, 4" in done.stderr
-    mixed = write(tmp_path / "mixed.jsonl", "".join(
-        json.dumps({**line, "custom_id": str(i), "body": {"prompt": "hi", "model": m}}) + "\n"
-        for i, m in enumerate(["alpha", "gpt-4o", "llama"])))
+    mixed = write(
+        tmp_path / "mixed.jsonl",
+        "".join(
+            json.dumps({**line, "custom_id": str(i), "body": {"prompt": "hi", "model": m}}) + "\n"
+            for i, m in enumerate(["alpha", "gpt-4o", "llama"])
+        ),
+    )
     done = cli("batch", mixed, "--config", config, "--output", tmp_path / "o.jsonl", check=2)
     assert "mixes model values" in done.stderr and "['gpt-4o', 'llama'] do not" in done.stderr
     assert not (tmp_path / "o.jsonl").exists(), "nothing may be written when the file is rejected"
-    both = cli("batch", mixed, "--deployment", "x", "--config", config, "--output", tmp_path / "o.jsonl", check=2)
+    both = cli(
+        "batch",
+        mixed,
+        "--deployment",
+        "x",
+        "--config",
+        config,
+        "--output",
+        tmp_path / "o.jsonl",
+        check=2,
+    )
     assert "exactly one of --deployment" in both.stderr
 
 
@@ -184,39 +240,62 @@ def test_bad_pipeline_files_fail_before_any_engine_starts(cluster, tmp_path):
     questions(tmp_path, 3)
     good = TWO_STEPS.format(name="never-started")
     cases = {
-        "unknown-key.yaml": (good.replace("    output_column: short", "    output_column: short\n    temprature: 1"),
-                             "unknown-key.yaml:19: steps[1].temprature: unknown key"),
-        "missing-column.yaml": (good.replace("{{question}}", "{{questoin}}").replace("{question}", "{questoin}"),
-                                "missing-column.yaml:12: steps[0].messages[0].content: column 'questoin' "
-                                "is not in the input (columns: id, question)"),
-        "undeclared.yaml": (good.replace("    deployment: never-started\n    prompt", "    deployment: other\n    prompt"),
-                            "undeclared.yaml:15: steps[1].deployment: unknown deployment 'other'"),
-        "no-input.yaml": (good.replace("path: questions.jsonl", "path: missing/questions.jsonl"),
-                          "no-input.yaml:6: input.path: 'missing/questions.jsonl' does not exist"),
-        "bad-option.yaml": (good.replace("{mode: reverse}", "{mode: loud}"),
-                            "bad-option.yaml:4: deployments[0].options.mode: Input should be 'echo' or 'reverse'"),
+        "unknown-key.yaml": (
+            good.replace("    output_column: short", "    output_column: short\n    temprature: 1"),
+            "unknown-key.yaml:19: steps[1].temprature: unknown key",
+        ),
+        "missing-column.yaml": (
+            good.replace("{{question}}", "{{questoin}}").replace("{question}", "{questoin}"),
+            "missing-column.yaml:12: steps[0].messages[0].content: column 'questoin' "
+            "is not in the input (columns: id, question)",
+        ),
+        "undeclared.yaml": (
+            good.replace(
+                "    deployment: never-started\n    prompt", "    deployment: other\n    prompt"
+            ),
+            "undeclared.yaml:15: steps[1].deployment: unknown deployment 'other'",
+        ),
+        "no-input.yaml": (
+            good.replace("path: questions.jsonl", "path: missing/questions.jsonl"),
+            "no-input.yaml:6: input.path: 'missing/questions.jsonl' does not exist",
+        ),
+        "bad-option.yaml": (
+            good.replace("{mode: reverse}", "{mode: loud}"),
+            "bad-option.yaml:4: deployments[0].options.mode: Input should be 'echo' or 'reverse'",
+        ),
     }
     cases["nope.yaml"] = (None, "nope.yaml: cannot read the pipeline file")
     # Files that are not UTF-8, or an input with no rows: the file (and line) named, no traceback.
     latin1 = good.replace("short {answer}", "court {answer} caf\xe9").encode("latin-1")
-    cases["latin1.yaml"] = (latin1, "latin1.yaml:16: not UTF-8 text (invalid continuation byte: "
-                                    "byte 0xe9)")
+    cases["latin1.yaml"] = (
+        latin1,
+        "latin1.yaml:16: not UTF-8 text (invalid continuation byte: byte 0xe9)",
+    )
     rows = '{"id": 1, "question": "ok"}\n{"id": 2, "question": "caf\xe9"}\n'
     (tmp_path / "latin1.jsonl").write_bytes(rows.encode("latin-1"))
-    cases["latin1-input.yaml"] = (good.replace("path: questions.jsonl", "path: latin1.jsonl"),
-                                  f"{tmp_path / 'latin1.jsonl'}:2: not UTF-8 text")
+    cases["latin1-input.yaml"] = (
+        good.replace("path: questions.jsonl", "path: latin1.jsonl"),
+        f"{tmp_path / 'latin1.jsonl'}:2: not UTF-8 text",
+    )
     write(tmp_path / "empty.jsonl", "")
-    cases["empty-input.yaml"] = (good.replace("path: questions.jsonl", "path: empty.jsonl"),
-                                 f"empty-input.yaml:6: input.path: {tmp_path / 'empty.jsonl'} has no "
-                                 f"rows (an empty file?)")
+    cases["empty-input.yaml"] = (
+        good.replace("path: questions.jsonl", "path: empty.jsonl"),
+        f"empty-input.yaml:6: input.path: {tmp_path / 'empty.jsonl'} has no rows (an empty file?)",
+    )
     started = time.monotonic()
     running = {}
     for name, (text, _) in cases.items():  # in parallel: each is a short-lived process
         if isinstance(text, bytes):
             (tmp_path / name).write_bytes(text)
         path = write(tmp_path / name, text) if isinstance(text, str) else tmp_path / name
-        running[name] = subprocess.Popen([RELAYLLM, "run", str(path)], env=cluster, cwd=tmp_path,
-                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        running[name] = subprocess.Popen(
+            [RELAYLLM, "run", str(path)],
+            env=cluster,
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
     for name, process in running.items():
         _, stderr = process.communicate(timeout=CLI_TIMEOUT)
         assert process.returncode == 2, (name, stderr[-3000:])
@@ -236,10 +315,13 @@ def test_run_writes_every_row_and_prints_a_summary_per_step(cluster, tmp_path):
     assert [r["id"] for r in rows] == list(range(30))
     for r in rows:
         assert r["answer"] == f"q{r['id']} beta alpha"  # echo in reverse mode
-        assert r["short"] == f"alpha beta"  # "short q.. beta alpha" reversed, cut to 2 tokens
+        assert r["short"] == "alpha beta"  # "short q.. beta alpha" reversed, cut to 2 tokens
         assert r["error"] is None and set(r) == {"id", "question", "answer", "short", "error"}
-    summary = {line.split()[0]: line.split() for line in done.stderr.splitlines()
-               if line.split()[:1] in (["answer"], ["shorter"], ["total"])}
+    summary = {
+        line.split()[0]: line.split()
+        for line in done.stderr.splitlines()
+        if line.split()[:1] in (["answer"], ["shorter"], ["total"])
+    }
     # step, deployment, rows, errors, input tokens, output tokens, rows/s, tokens/s, wall
     assert summary["answer"][1:6] == ["run-echo", "30", "0", "90", "90"]
     assert summary["shorter"][1:6] == ["run-echo", "30", "0", "120", "60"]
@@ -255,8 +337,10 @@ def test_run_resume_does_only_the_rows_missing_from_the_output(cluster, tmp_path
     # What a run killed mid-way leaves: ten whole rows (marked, to tell them from recomputed
     # ones) and a last line cut short.
     out = tmp_path / "out" / "answers.jsonl"
-    kept = [{"id": i, "question": f"alpha beta q{i}", "answer": "kept", "short": "kept", "error": None}
-            for i in range(10)]
+    kept = [
+        {"id": i, "question": f"alpha beta q{i}", "answer": "kept", "short": "kept", "error": None}
+        for i in range(10)
+    ]
     write(out, "".join(json.dumps(r) + "\n" for r in kept) + '{"id": 10, "question": "alp')
 
     done = cli("run", pipeline, "--resume", env=cluster, cwd=tmp_path, check=0)
@@ -264,8 +348,11 @@ def test_run_resume_does_only_the_rows_missing_from_the_output(cluster, tmp_path
     assert sorted(r["id"] for r in rows) == list(range(30))
     assert rows[:10] == kept
     assert all(r["answer"] == f"q{r['id']} beta alpha" for r in rows[10:])
-    steps = {line.split()[0]: line.split() for line in done.stderr.splitlines()
-             if line.split()[:1] in (["answer"], ["shorter"])}
+    steps = {
+        line.split()[0]: line.split()
+        for line in done.stderr.splitlines()
+        if line.split()[:1] in (["answer"], ["shorter"])
+    }
     assert steps["answer"][2] == steps["shorter"][2] == "20"  # the engine saw only the missing rows
     assert "20 rows written to" in done.stderr and "(10 rows were already there" in done.stderr
 
@@ -273,10 +360,15 @@ def test_run_resume_does_only_the_rows_missing_from_the_output(cluster, tmp_path
     assert jsonl(out) == rows and "0 rows written to" in again.stderr
 
     # Resuming needs an id column and an appendable output, checked before anything runs.
-    no_id = write(tmp_path / "no-id.yaml", TWO_STEPS.format(name="resume-echo").replace("  id_column: id\n", ""))
-    for args, message in [((no_id, "--resume"), "--resume needs input.id_column"),
-                          ((pipeline, "--resume", "--output", "-"), "--resume needs an output file"),
-                          ((pipeline, "--resume", "--output", "a.csv"), "--resume appends to a .jsonl output")]:
+    no_id = write(
+        tmp_path / "no-id.yaml",
+        TWO_STEPS.format(name="resume-echo").replace("  id_column: id\n", ""),
+    )
+    for args, message in [
+        ((no_id, "--resume"), "--resume needs input.id_column"),
+        ((pipeline, "--resume", "--output", "-"), "--resume needs an output file"),
+        ((pipeline, "--resume", "--output", "a.csv"), "--resume appends to a .jsonl output"),
+    ]:
         failed = cli("run", *args, env=cluster, cwd=tmp_path, check=2)
         assert message in failed.stderr and "Traceback" not in failed.stderr
 
@@ -285,10 +377,20 @@ def test_run_resume_retry_errors_runs_the_error_rows_again(cluster, tmp_path):
     questions(tmp_path, 20)
     pipeline = write(tmp_path / "p.yaml", TWO_STEPS.format(name="retry-echo"))
     out = tmp_path / "out" / "answers.jsonl"
-    kept = [{"id": i, "question": f"alpha beta q{i}", "answer": "kept", "short": "kept", "error": None}
-            for i in range(10)]
-    failed = [{"id": i, "question": f"alpha beta q{i}", "answer": None, "short": None,
-               "error": "step 'answer': deployment 'retry-echo' failed after 4 attempts"} for i in range(10, 15)]
+    kept = [
+        {"id": i, "question": f"alpha beta q{i}", "answer": "kept", "short": "kept", "error": None}
+        for i in range(10)
+    ]
+    failed = [
+        {
+            "id": i,
+            "question": f"alpha beta q{i}",
+            "answer": None,
+            "short": None,
+            "error": "step 'answer': deployment 'retry-echo' failed after 4 attempts",
+        }
+        for i in range(10, 15)
+    ]
     write(out, "".join(json.dumps(r) + "\n" for r in kept + failed))
 
     done = cli("run", pipeline, "--resume", "--retry-errors", env=cluster, cwd=tmp_path, check=0)
@@ -308,28 +410,72 @@ def _batch_lines() -> tuple[list[str], dict[str, str]]:
     for i in range(45):
         model = "alpha" if i % 2 else "beta"
         if i < 35:
-            line = {"custom_id": f"req-{i}", "method": "POST", "url": "/v1/chat/completions",
-                    "body": {"model": model, "messages": [{"role": "user", "content": f"one two {i}"}],
-                             "max_tokens": 16}}
+            line = {
+                "custom_id": f"req-{i}",
+                "method": "POST",
+                "url": "/v1/chat/completions",
+                "body": {
+                    "model": model,
+                    "messages": [{"role": "user", "content": f"one two {i}"}],
+                    "max_tokens": 16,
+                },
+            }
         elif i < 40:
-            line = {"custom_id": f"req-{i}", "method": "POST", "url": "/v1/completions",
-                    "body": {"model": model, "prompt": f"three four {i}"}}
+            line = {
+                "custom_id": f"req-{i}",
+                "method": "POST",
+                "url": "/v1/completions",
+                "body": {"model": model, "prompt": f"three four {i}"},
+            }
         else:
-            line = {"custom_id": f"req-{i}", "method": "POST", "url": "/v1/embeddings",
-                    "body": {"model": model, "input": "a bb ccc"}}
+            line = {
+                "custom_id": f"req-{i}",
+                "method": "POST",
+                "url": "/v1/embeddings",
+                "body": {"model": model, "input": "a bb ccc"},
+            }
         lines.append(json.dumps(line))
     lines.insert(3, '{"custom_id": "broken", "method": "POST", ')
     bad["line 4"] = "not valid JSON"
-    lines.insert(10, json.dumps({"method": "POST", "url": "/v1/completions", "body": {"prompt": "x"}}))
+    lines.insert(
+        10, json.dumps({"method": "POST", "url": "/v1/completions", "body": {"prompt": "x"}})
+    )
     bad["line 11"] = "'custom_id' must be a non-empty string"
-    lines.insert(20, json.dumps({"custom_id": "img", "method": "POST", "url": "/v1/images/generations",
-                                 "body": {"prompt": "a cat"}}))
+    lines.insert(
+        20,
+        json.dumps(
+            {
+                "custom_id": "img",
+                "method": "POST",
+                "url": "/v1/images/generations",
+                "body": {"prompt": "a cat"},
+            }
+        ),
+    )
     bad["line 21"] = "'url' '/v1/images/generations' is not supported"
-    lines.insert(30, json.dumps({"custom_id": "no-msgs", "method": "POST", "url": "/v1/chat/completions",
-                                 "body": {"model": "alpha", "messages": []}}))
+    lines.insert(
+        30,
+        json.dumps(
+            {
+                "custom_id": "no-msgs",
+                "method": "POST",
+                "url": "/v1/chat/completions",
+                "body": {"model": "alpha", "messages": []},
+            }
+        ),
+    )
     bad["line 31"] = "'messages' must be a non-empty list"
-    lines.insert(40, json.dumps({"custom_id": "n2", "method": "POST", "url": "/v1/chat/completions",
-                                 "body": {"model": "beta", "n": 2, "messages": [{"role": "user", "content": "x"}]}}))
+    lines.insert(
+        40,
+        json.dumps(
+            {
+                "custom_id": "n2",
+                "method": "POST",
+                "url": "/v1/chat/completions",
+                "body": {"model": "beta", "n": 2, "messages": [{"role": "user", "content": "x"}]},
+            }
+        ),
+    )
     bad["line 41"] = "body.n is invalid"
     return lines, bad
 
@@ -338,17 +484,31 @@ def test_batch_of_50_lines_with_5_bad_ones(cluster, tmp_path):
     lines, bad = _batch_lines()
     assert len(lines) == 50
     requests = write(tmp_path / "requests.jsonl", "\n".join(lines) + "\n")
-    config = write(tmp_path / "two.yaml", """\
+    config = write(
+        tmp_path / "two.yaml",
+        """\
 deployments:
   - {name: alpha, backend: echo}
   - {name: beta, backend: echo, options: {mode: reverse}}
 input: {rows: [{q: x}]}
 steps: [{name: s, deployment: alpha, prompt: "{q}", output_column: a}]
-""")
-    done = cli("batch", requests, "--config", config, "--output", tmp_path / "out.jsonl",
-               "--errors", tmp_path / "err.jsonl", env=cluster, check=0)
+""",
+    )
+    done = cli(
+        "batch",
+        requests,
+        "--config",
+        config,
+        "--output",
+        tmp_path / "out.jsonl",
+        "--errors",
+        tmp_path / "err.jsonl",
+        env=cluster,
+        check=0,
+    )
     assert json.loads(done.stdout.strip().splitlines()[-1]) == {
-        "request_counts": {"total": 50, "completed": 45, "failed": 5}}
+        "request_counts": {"total": 50, "completed": 45, "failed": 5}
+    }
     out, err = jsonl(tmp_path / "out.jsonl"), jsonl(tmp_path / "err.jsonl")
     assert len(out) == 45 and len(err) == 5
     assert sorted(r["custom_id"] for r in out) == sorted(f"req-{i}" for i in range(45))
@@ -360,17 +520,25 @@ steps: [{name: s, deployment: alpha, prompt: "{q}", output_column: a}]
     for r in out:
         i = int(r["custom_id"].split("-")[1])
         response = r["response"]
-        assert response["status_code"] == 200 and r["error"] is None and r["id"].startswith("batch_req_")
+        assert (
+            response["status_code"] == 200
+            and r["error"] is None
+            and r["id"].startswith("batch_req_")
+        )
         body = response["body"]
         reverse = i % 2 == 0  # model beta is the reversing deployment
         if i < 35:
             words = ["one", "two", str(i)]
             assert body["object"] == "chat.completion"
-            assert body["choices"][0]["message"] == {"role": "assistant",
-                                                     "content": " ".join(words[::-1] if reverse else words)}
+            assert body["choices"][0]["message"] == {
+                "role": "assistant",
+                "content": " ".join(words[::-1] if reverse else words),
+            }
             assert body["usage"] == {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6}
         elif i < 40:
-            assert body["object"] == "text_completion" and body["choices"][0]["text"].count(" ") == 2
+            assert (
+                body["object"] == "text_completion" and body["choices"][0]["text"].count(" ") == 2
+            )
         else:
             assert body["object"] == "list" and body["data"][0]["embedding"][:3] == [1.0, 2.0, 3.0]
         # the model that served it (the deployment's info()), not the name in the request
@@ -394,10 +562,23 @@ def test_deploy_status_and_shutdown_across_driver_processes(cluster, tmp_path):
     ran = cli("run", shared, "--limit", "5", "--output", "-", env=cluster, cwd=tmp_path, check=0)
     assert [json.loads(line)["id"] for line in ran.stdout.splitlines()] == [0, 1, 2, 3, 4]
 
-    request = {"custom_id": "only", "method": "POST", "url": "/v1/completions", "body": {"prompt": "x y"}}
+    request = {
+        "custom_id": "only",
+        "method": "POST",
+        "url": "/v1/completions",
+        "body": {"prompt": "x y"},
+    }
     write(tmp_path / "one.jsonl", json.dumps(request) + "\n")
-    batch = cli("batch", tmp_path / "one.jsonl", "--deployment", "shared-echo", "--output", tmp_path / "o.jsonl",
-                env=cluster, check=0)
+    batch = cli(
+        "batch",
+        tmp_path / "one.jsonl",
+        "--deployment",
+        "shared-echo",
+        "--output",
+        tmp_path / "o.jsonl",
+        env=cluster,
+        check=0,
+    )
     assert '"completed": 1' in batch.stdout
     assert jsonl(tmp_path / "o.jsonl")[0]["response"]["body"]["choices"][0]["text"] == "y x"
     assert (tmp_path / "o.errors.jsonl").read_text() == ""
@@ -408,10 +589,15 @@ def test_deploy_status_and_shutdown_across_driver_processes(cluster, tmp_path):
     # same replica, which served 5 rows x 2 steps + 1 batch line.
     assert row[1:3] == ["RUNNING", "echo"] and row[-2:] == [replica, "11"]
 
-    assert cli("shutdown", "shared-echo", env=cluster, check=0).stdout.strip() == "stopped: shared-echo"
+    assert (
+        cli("shutdown", "shared-echo", env=cluster, check=0).stdout.strip()
+        == "stopped: shared-echo"
+    )
     again = cli("shutdown", "shared-echo", env=cluster)
-    assert again.returncode == 1 and "no relayllm deployment named 'shared-echo' is running" in again.stderr
-
+    assert (
+        again.returncode == 1
+        and "no relayllm deployment named 'shared-echo' is running" in again.stderr
+    )
 
 
 # -- a new user's first hour: signs of life, output that survives a kill, quiet logs ---------
@@ -443,9 +629,14 @@ def test_run_killed_mid_way_keeps_finished_rows_and_resume_finishes(cluster, tmp
     pipeline = write(tmp_path / "p.yaml", SLOW.format(name="kill-echo", delay=0.3))
     out = tmp_path / "out" / "answers.jsonl"
     env = {**cluster, "RELAYLLM_PROGRESS_INTERVAL_S": "1"}
-    process = subprocess.Popen([RELAYLLM, "run", str(pipeline), "--keep-deployments"], env=env,
-                               cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True)
+    process = subprocess.Popen(
+        [RELAYLLM, "run", str(pipeline), "--keep-deployments"],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + CLI_TIMEOUT
         while not (out.exists() and out.read_text().count("\n") > 0):
@@ -460,20 +651,25 @@ def test_run_killed_mid_way_keeps_finished_rows_and_resume_finishes(cluster, tmp
     kept = jsonl(out)
     assert 0 < len(kept) < 600, len(kept)
     assert [r["id"] for r in kept] == list(range(len(kept)))  # whole rows, in input order
-    for phase in ("relayllm: connecting to the Ray cluster at",
-                  "relayllm: deploying 'kill-echo' (echo)",
-                  "relayllm: deployment 'kill-echo' ready in",
-                  "relayllm: running 1 step(s) on 600 rows",
-                  "relayllm: step answer: "):
+    for phase in (
+        "relayllm: connecting to the Ray cluster at",
+        "relayllm: deploying 'kill-echo' (echo)",
+        "relayllm: deployment 'kill-echo' ready in",
+        "relayllm: running 1 step(s) on 600 rows",
+        "relayllm: step answer: ",
+    ):
         assert phase in stderr, (phase, stderr[-3000:])
     assert "Token authentication" not in stderr and "core_worker" not in stderr  # in the log file
 
     done = cli("run", pipeline, "--resume", env=cluster, cwd=tmp_path, check=0)
     rows = jsonl(out)
-    assert sorted(r["id"] for r in rows) == list(range(600)) and rows[:len(kept)] == kept
+    assert sorted(r["id"] for r in rows) == list(range(600)) and rows[: len(kept)] == kept
     assert f"({len(kept)} rows were already there" in done.stderr
-    summary = {line.split()[0]: line.split() for line in done.stderr.splitlines()
-               if line.split()[:1] in (["answer"], ["start-up"], ["total"])}
+    summary = {
+        line.split()[0]: line.split()
+        for line in done.stderr.splitlines()
+        if line.split()[:1] in (["answer"], ["start-up"], ["total"])
+    }
     assert summary["answer"][2] == str(600 - len(kept))
     assert summary["start-up"][1].endswith("s") and summary["total"][-1].endswith("s")
     # total = start-up + rows, so it is never below the start-up
@@ -492,8 +688,15 @@ def _in_a_terminal(args, env, cwd, timeout=CLI_TIMEOUT) -> tuple[int, str]:
 
     leader, follower = pty.openpty()
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-    process = subprocess.Popen([RELAYLLM, *map(str, args)], env=env, cwd=cwd, stdin=follower,
-                               stdout=follower, stderr=follower, close_fds=True)
+    process = subprocess.Popen(
+        [RELAYLLM, *map(str, args)],
+        env=env,
+        cwd=cwd,
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
+        close_fds=True,
+    )
     os.close(follower)
     drawn = b""
     deadline = time.monotonic() + timeout
@@ -525,8 +728,11 @@ def test_run_on_a_terminal_draws_a_bar_per_step_and_warns_when_a_step_stalls(clu
     bars = [line for line in lines if line.startswith("step answer:")]  # tqdm's bar of the step
     assert bars and any("20/20" in bar and "rows" in bar for bar in bars), bars[-3:]
     # The engine sleeps 4 s on the call: the step waits for it and says so.
-    assert any("warning: step answer has made no progress for" in line
-               and "its rows are at deployment 'tty-echo'" in line for line in lines), drawn[-3000:]
+    assert any(
+        "warning: step answer has made no progress for" in line
+        and "its rows are at deployment 'tty-echo'" in line
+        for line in lines
+    ), drawn[-3000:]
     assert "core_worker" not in drawn and "INFO" not in drawn  # Ray's lines: in the log file
     assert len(jsonl(tmp_path / "out" / "answers.jsonl")) == 20
 
@@ -534,8 +740,16 @@ def test_run_on_a_terminal_draws_a_bar_per_step_and_warns_when_a_step_stalls(clu
 def test_batch_with_an_unknown_deployment_gives_cli_advice(cluster, tmp_path):
     line = {"custom_id": "a", "method": "POST", "url": "/v1/completions", "body": {"prompt": "hi"}}
     requests = write(tmp_path / "r.jsonl", json.dumps(line) + "\n")
-    done = cli("batch", requests, "--deployment", "nope", "--output", tmp_path / "o.jsonl",
-               env=cluster, check=1)
+    done = cli(
+        "batch",
+        requests,
+        "--deployment",
+        "nope",
+        "--output",
+        tmp_path / "o.jsonl",
+        env=cluster,
+        check=1,
+    )
     assert "no relayllm deployment named 'nope' is running on the Ray cluster at" in done.stderr
     assert "relayllm deploy PIPELINE.yaml --address HOST:PORT" in done.stderr
     assert "relayllm.deploy(" not in done.stderr and "Traceback" not in done.stderr
@@ -552,7 +766,9 @@ def test_ci_runs_the_readme_test_command():
 
 def test_python_api_is_quiet_by_default_and_says_where_the_logs_are(cluster, tmp_path):
     """The README's Python API example prints its answer, not Ray's and Serve's INFO lines."""
-    script = write(tmp_path / "api.py", """\
+    script = write(
+        tmp_path / "api.py",
+        """\
 import ray
 import relayllm
 from relayllm import DeploymentConfig, ProcessorConfig, build_processor
@@ -562,10 +778,12 @@ answer = build_processor(ProcessorConfig(deployment="api-echo"),
     preprocess=lambda row: {**row, "messages": [{"role": "user", "content": row["question"]}]})
 print([row["generated_text"] for row in answer(ray.data.from_items([{"question": "hi there"}])).take_all()])
 relayllm.shutdown("api-echo")
-""")
+""",
+    )
     env = {**cluster, "RELAYLLM_LOG_DIR": str(tmp_path / "logs")}
-    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True,
-                          timeout=CLI_TIMEOUT)
+    done = subprocess.run(
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=CLI_TIMEOUT
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout == "['hi there']\n"  # nothing else on stdout
     (log,) = (tmp_path / "logs").iterdir()

@@ -75,9 +75,11 @@ def test_list_and_shutdown():
 def test_engine_that_fails_to_start_is_reported_and_removed():
     start = time.monotonic()
     with pytest.raises(relayllm.DeploymentStartError, match="fail_start"):
-        relayllm.deploy(DeploymentConfig(
-            name="broken", backend="echo", options={"fail_start": True}, startup_timeout_s=120
-        ))
+        relayllm.deploy(
+            DeploymentConfig(
+                name="broken", backend="echo", options={"fail_start": True}, startup_timeout_s=120
+            )
+        )
     assert time.monotonic() - start < 120
     assert "broken" not in [r.name for r in relayllm.list_deployments()]
 
@@ -93,7 +95,9 @@ def test_another_driver_finds_the_deployment_by_name(ray_session):
         "print(json.dumps(out))\n"
     )
     env = {**os.environ, "RAY_ADDRESS": address}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=180)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=180
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout.strip().splitlines()[-1])[0]["generated_text"] == "c b a"
     relayllm.shutdown("shared-across-drivers")

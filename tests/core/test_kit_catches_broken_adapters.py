@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import textwrap
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -22,7 +21,7 @@ sys.path.insert(0, str(HERE))  # broken_adapters: imported here and (PYTHONPATH)
 
 from broken_adapters.backends import BROKEN  # noqa: E402
 
-CONFTEST = '''
+CONFTEST = """
 import pytest
 
 
@@ -33,9 +32,9 @@ def _registered():
 
     manager.MANAGER.register(backends, "broken_adapters.backends")
     yield
-'''
+"""
 
-CLASS = '''
+CLASS = """
 
 class Test_{ident}(BackendConformanceTests):
     backend = {name!r}
@@ -44,9 +43,9 @@ class Test_{ident}(BackendConformanceTests):
 
     def stop_engine(self, ref):
         ref.handle().stop_engine.remote().result(timeout_s=60)
-'''
+"""
 
-GUARD_CASES = '''
+GUARD_CASES = """
 import pytest
 
 from relayllm.testing import BackendConformanceTests
@@ -70,9 +69,9 @@ class TestXfailNotStrict(BackendConformanceTests):
 class TestDeleted(BackendConformanceTests):
     backend = "correct"
     test_max_tokens_honoured = None
-'''
+"""
 
-CLASS_SKIP = '''
+CLASS_SKIP = """
 import pytest
 
 from relayllm.testing import BackendConformanceTests
@@ -81,7 +80,7 @@ from relayllm.testing import BackendConformanceTests
 @pytest.mark.skip(reason="not today")
 class TestSkippedWholesale(BackendConformanceTests):
     backend = "correct"
-'''
+"""
 
 
 GUARD = ("TestOverriddenWithoutXfail", "TestXfailNotStrict", "TestDeleted")
@@ -110,14 +109,35 @@ def kit_run(tmp_path_factory):
             selected.append(f"test_adapters.py::Test_{_ident(name)}::{target}")
             selected.append(f"test_adapters.py::Test_{_ident(name)}::test_no_silent_overrides")
     report = root / "report.xml"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(HERE), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(HERE), *filter(None, [os.environ.get("PYTHONPATH")])]),
+    }
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", *selected, "test_class_skip.py", "-p", "no:cacheprovider",
-         "-p", "no:randomly", "--continue-on-collection-errors", "-q", "-rfExX",
-         "--rootdir", str(root), f"--junitxml={report}",
-         "-W", "error::pytest.PytestRemovedIn10Warning"],
-        cwd=root, env=env, capture_output=True, text=True, timeout=1200,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            *selected,
+            "test_class_skip.py",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:randomly",
+            "--continue-on-collection-errors",
+            "-q",
+            "-rfExX",
+            "--rootdir",
+            str(root),
+            f"--junitxml={report}",
+            "-W",
+            "error::pytest.PytestRemovedIn10Warning",
+        ],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
     )
     outcomes: dict[str, str] = {}
     for case in ET.parse(report).getroot().iter("testcase"):
@@ -144,7 +164,8 @@ def test_broken_adapter_fails_its_check(kit_run, name):
     ident = _ident(name)
     assert outcomes.get(f"Test_{ident}::{target}") == "failure", (
         f"the kit did not fail the {name!r} adapter on {target}: "
-        f"{outcomes.get(f'Test_{ident}::{target}')}\n{done.stdout[-3000:]}")
+        f"{outcomes.get(f'Test_{ident}::{target}')}\n{done.stdout[-3000:]}"
+    )
     # The failure is the defect's, not a broken override: the guard passes.
     assert outcomes.get(f"Test_{ident}::test_no_silent_overrides") == "passed"
 
@@ -153,13 +174,17 @@ def test_broken_adapter_fails_its_check(kit_run, name):
 def test_guard_fails_silent_overrides(kit_run, case):
     outcomes, done = kit_run
     assert outcomes.get(f"{case}::test_no_silent_overrides") == "failure", (
-        outcomes, done.stdout[-3000:])
+        outcomes,
+        done.stdout[-3000:],
+    )
 
 
 def test_class_level_skip_fails_the_run(kit_run):
     outcomes, done = kit_run
     assert done.returncode != 0
     assert "class-level pytest.mark.skip would skip every conformance check" in done.stdout, (
-        done.stdout[-3000:])
-    assert not any(k.startswith("TestSkippedWholesale::") and v == "skipped"
-                   for k, v in outcomes.items())
+        done.stdout[-3000:]
+    )
+    assert not any(
+        k.startswith("TestSkippedWholesale::") and v == "skipped" for k, v in outcomes.items()
+    )

@@ -69,8 +69,14 @@ def test_every_example_is_a_valid_pipeline(path):
 
 def test_examples_cover_the_tutorial():
     names = {p.name for p in EXAMPLES.glob("*.yaml")}
-    assert {"questions.yaml", "prompts.yaml", "sentiment.yaml", "multiturn.yaml",
-            "multiturn-openai.yaml", "multiturn-sglang.yaml"} <= names
+    assert {
+        "questions.yaml",
+        "prompts.yaml",
+        "sentiment.yaml",
+        "multiturn.yaml",
+        "multiturn-openai.yaml",
+        "multiturn-sglang.yaml",
+    } <= names
     questions = load_pipeline(EXAMPLES / "questions.yaml").spec
     assert len(questions.input.rows) == 4
     assert [s.deployment for s in questions.steps] == ["smollm", "smollm"]
@@ -106,35 +112,48 @@ def test_swapping_the_backend_changes_only_the_deployment_block(other):
 def test_the_demo_ships_examples_questions_word_for_word():
     from relayllm.cli.demo_pipeline import QUESTIONS_YAML
 
-    assert QUESTIONS_YAML == (EXAMPLES / "questions.yaml").read_text()
+    assert (EXAMPLES / "questions.yaml").read_text() == QUESTIONS_YAML
 
 
 # -- errors name the file, the line and the field -------------------------------------------
 
 
 def test_unknown_key_names_line_and_field(tmp_path):
-    text = GOOD.replace("    output_column: answer", "    output_column: answer\n    temprature: 0.5")
-    assert problem(text, tmp_path) == f"{tmp_path / 'bad.yaml'}:14: steps[0].temprature: unknown key"
+    text = GOOD.replace(
+        "    output_column: answer", "    output_column: answer\n    temprature: 0.5"
+    )
+    assert (
+        problem(text, tmp_path) == f"{tmp_path / 'bad.yaml'}:14: steps[0].temprature: unknown key"
+    )
 
 
 def test_step_naming_an_undeclared_deployment(tmp_path):
     message = problem(GOOD.replace("deployment: echo-a", "deployment: echo-b"), tmp_path)
-    assert "bad.yaml:9: steps[0].deployment: unknown deployment 'echo-b'; declared deployments: echo-a" in message
+    assert (
+        "bad.yaml:9: steps[0].deployment: unknown deployment 'echo-b'; declared deployments: echo-a"
+        in message
+    )
 
 
 def test_missing_template_column_points_at_the_template(tmp_path):
     message = problem(GOOD.replace('content: "{question}"', 'content: "{questoin}"'), tmp_path)
-    assert "bad.yaml:12: steps[0].messages[0].content: column 'questoin' is not in the input" in message
+    assert (
+        "bad.yaml:12: steps[0].messages[0].content: column 'questoin' is not in the input"
+        in message
+    )
     assert "columns: id, question" in message
 
 
 def test_a_later_step_may_use_an_earlier_output_column(tmp_path):
-    text = GOOD + """\
+    text = (
+        GOOD
+        + """\
   - name: shorter
     deployment: echo-a
     prompt: "Shorter: {answer} {nope}"
     output_column: short
 """
+    )
     message = problem(text, tmp_path)
     assert "steps[1].prompt: column 'nope'" in message and "'answer'" not in message
 
@@ -147,7 +166,9 @@ def test_missing_required_key_and_wrong_type(tmp_path):
 
 
 def test_bad_backend_options_name_the_option(tmp_path):
-    text = GOOD.replace("    backend: echo\n", "    backend: echo\n    options:\n      mode: loud\n")
+    text = GOOD.replace(
+        "    backend: echo\n", "    backend: echo\n    options:\n      mode: loud\n"
+    )
     message = problem(text, tmp_path)
     assert "bad.yaml:5: deployments[0].options.mode:" in message and "'echo'" in message
 
@@ -155,11 +176,17 @@ def test_bad_backend_options_name_the_option(tmp_path):
 def test_a_step_whose_task_the_deployment_does_not_serve_fails_before_any_engine(tmp_path):
     # Backend.tasks_for(options): this echo deployment serves chat only, like vLLM with
     # task: generate serves no embeddings.
-    text = GOOD.replace("    backend: echo\n", "    backend: echo\n    options:\n      tasks: [chat]\n")
-    text = text.replace('messages:\n      - role: user\n        content: "{question}"', 'input: "{question}"')
+    text = GOOD.replace(
+        "    backend: echo\n", "    backend: echo\n    options:\n      tasks: [chat]\n"
+    )
+    text = text.replace(
+        'messages:\n      - role: user\n        content: "{question}"', 'input: "{question}"'
+    )
     assert 'input: "{question}"' in text
     message = problem(text, tmp_path)
-    assert "steps[0].task" in message and "(backend 'echo') does not serve task 'embedding'" in message
+    assert (
+        "steps[0].task" in message and "(backend 'echo') does not serve task 'embedding'" in message
+    )
 
 
 def test_unknown_backend_lists_installed_ones(tmp_path):
@@ -169,38 +196,61 @@ def test_unknown_backend_lists_installed_ones(tmp_path):
 
 
 def test_unreadable_input_path(tmp_path):
-    text = GOOD.replace('  rows:\n    - {id: 1, question: "hi there"}', "  path: nowhere/rows.jsonl")
+    text = GOOD.replace(
+        '  rows:\n    - {id: 1, question: "hi there"}', "  path: nowhere/rows.jsonl"
+    )
     pipeline = parse(text, tmp_path, "bad.yaml")
-    with pytest.raises(PipelineError, match=r"bad.yaml:5: input.path: 'nowhere/rows.jsonl' does not exist"):
+    with pytest.raises(
+        PipelineError, match=r"bad.yaml:5: input.path: 'nowhere/rows.jsonl' does not exist"
+    ):
         pipeline.input_paths()
 
 
 def test_duplicate_keys_and_invalid_yaml(tmp_path):
-    message = problem(GOOD.replace("    output_column: answer", "    output_column: answer\n    output_column: x"),
-                      tmp_path)
+    message = problem(
+        GOOD.replace(
+            "    output_column: answer", "    output_column: answer\n    output_column: x"
+        ),
+        tmp_path,
+    )
     assert "bad.yaml:14: steps[0].output_column: duplicate key" in message
     assert "bad.yaml:3: not valid YAML" in problem("deployments:\n  - name: [\n", tmp_path)
 
 
 def test_template_and_task_must_agree(tmp_path):
-    message = problem(GOOD.replace("    messages:", "    task: completion\n    messages:"), tmp_path)
+    message = problem(
+        GOOD.replace("    messages:", "    task: completion\n    messages:"), tmp_path
+    )
     assert "steps[0]: task 'completion' reads 'prompt', not 'messages'" in message
 
 
 def test_invalid_sampling_params_are_caught_at_load(tmp_path):
-    message = problem(GOOD.replace("    output_column: answer", "    output_column: answer\n"
-                                   "    sampling_params: {temperature: -1}"), tmp_path)
+    message = problem(
+        GOOD.replace(
+            "    output_column: answer",
+            "    output_column: answer\n    sampling_params: {temperature: -1}",
+        ),
+        tmp_path,
+    )
     assert "steps[0].sampling_params: sampling_params.temperature is invalid" in message
 
 
 def test_environment_variables_fill_deployment_options(tmp_path, monkeypatch):
-    text = GOOD.replace("    backend: echo\n", "    backend: echo\n    options:\n      mode: ${ECHO_MODE:-echo}\n"
-                        "      fail_marker: ${RELAYLLM_TEST_MARKER}\n")
-    assert "deployments[0].options.fail_marker: environment variable RELAYLLM_TEST_MARKER is not set" in problem(
-        text, tmp_path)
+    text = GOOD.replace(
+        "    backend: echo\n",
+        "    backend: echo\n    options:\n      mode: ${ECHO_MODE:-echo}\n"
+        "      fail_marker: ${RELAYLLM_TEST_MARKER}\n",
+    )
+    assert (
+        "deployments[0].options.fail_marker: environment variable RELAYLLM_TEST_MARKER is not set"
+        in problem(text, tmp_path)
+    )
     monkeypatch.setenv("RELAYLLM_TEST_MARKER", "BOOM")
     monkeypatch.setenv("ECHO_MODE", "reverse")
-    assert parse(text, tmp_path).spec.deployments[0].options == {"mode": "reverse", "fail_marker": "BOOM"}
+    assert parse(text, tmp_path).spec.deployments[0].options == {
+        "mode": "reverse",
+        "fail_marker": "BOOM",
+    }
 
 
 # -- templates ----------------------------------------------------------------------------
@@ -220,17 +270,28 @@ def test_input_from_a_glob_or_a_directory(tmp_path):
     for n in range(2):
         (tmp_path / "data").mkdir(exist_ok=True)
         (tmp_path / "data" / f"part{n}.jsonl").write_text(
-            "".join(json.dumps({"id": 10 * n + i, "question": "q"}) + "\n" for i in range(3)))
+            "".join(json.dumps({"id": 10 * n + i, "question": "q"}) + "\n" for i in range(3))
+        )
     for path in ("data/*.jsonl", "data"):
-        pipeline = parse(GOOD.replace('  rows:\n    - {id: 1, question: "hi there"}', f"  path: {path}"), tmp_path)
+        pipeline = parse(
+            GOOD.replace('  rows:\n    - {id: 1, question: "hi there"}', f"  path: {path}"),
+            tmp_path,
+        )
         paths = pipeline.input_paths()
         assert pipeline.input_format(paths) == "jsonl"
         assert sorted(r["id"] for r in open_dataset(pipeline).take_all()) == [0, 1, 2, 10, 11, 12]
     (tmp_path / "t.csv").write_text("id,topic\n1,snow\n")
-    pipeline = parse(GOOD.replace('  rows:\n    - {id: 1, question: "hi there"}', "  path: t.csv"), tmp_path)
-    with pytest.raises(PipelineError, match=r"column 'question' is not in the input \(columns: id, topic\)"):
+    pipeline = parse(
+        GOOD.replace('  rows:\n    - {id: 1, question: "hi there"}', "  path: t.csv"), tmp_path
+    )
+    with pytest.raises(
+        PipelineError, match=r"column 'question' is not in the input \(columns: id, topic\)"
+    ):
         open_dataset(pipeline)
-    nothing = parse(GOOD.replace('  rows:\n    - {id: 1, question: "hi there"}', "  path: none/*.jsonl"), tmp_path)
+    nothing = parse(
+        GOOD.replace('  rows:\n    - {id: 1, question: "hi there"}', "  path: none/*.jsonl"),
+        tmp_path,
+    )
     with pytest.raises(PipelineError, match="input.path: no file matches 'none/\\*.jsonl'"):
         nothing.input_paths()
 
@@ -242,7 +303,12 @@ def test_input_from_a_glob_or_a_directory(tmp_path):
 def test_row_writer_formats(tmp_path, fmt):
     path = tmp_path / f"out.{fmt}"
     writer = RowWriter(str(path), fmt)
-    writer([{"id": 1, "text": "a", "tags": ["x"], "error": None}, {"id": 2, "text": None, "tags": [], "error": None}])
+    writer(
+        [
+            {"id": 1, "text": "a", "tags": ["x"], "error": None},
+            {"id": 2, "text": None, "tags": [], "error": None},
+        ]
+    )
     writer([{"id": 3, "text": "c", "tags": ["y", "z"], "error": "boom"}])
     writer.close()
     if fmt == "jsonl":
@@ -255,7 +321,11 @@ def test_row_writer_formats(tmp_path, fmt):
         return
     else:
         rows = pq.read_table(path).to_pylist()
-    assert [r["id"] for r in rows] == [1, 2, 3] and rows[1]["text"] is None and rows[2]["tags"] == ["y", "z"]
+    assert (
+        [r["id"] for r in rows] == [1, 2, 3]
+        and rows[1]["text"] is None
+        and rows[2]["tags"] == ["y", "z"]
+    )
     assert [r["error"] for r in rows] == [None, None, "boom"]
 
 
@@ -264,8 +334,14 @@ def test_row_writer_formats(tmp_path, fmt):
 
 def test_three_steps_share_one_deployment_with_exact_counts(tmp_path):
     rows = "\n".join(
-        json.dumps({"id": i, "question": f"q{i} " + "w " * i + ("BOOM" if i % 10 == 3 else ""),
-                    "meta": '{"label": "x%d"}' % i if i % 5 else "not json", "prompt": "an input column"})
+        json.dumps(
+            {
+                "id": i,
+                "question": f"q{i} " + "w " * i + ("BOOM" if i % 10 == 3 else ""),
+                "meta": '{"label": "x%d"}' % i if i % 5 else "not json",
+                "prompt": "an input column",
+            }
+        )
         for i in range(40)
     )
     (tmp_path / "rows.jsonl").write_text(rows + "\n")
@@ -319,7 +395,9 @@ steps:
             assert r["error"].startswith("step 'label': the answer is not JSON")
             assert r["answer"] == r["question"].strip() and r["again"] is None
         else:
-            assert r["error"] is None and r["label"] == f"x{i}" and r["again"] == r["answer"] + " done"
+            assert (
+                r["error"] is None and r["label"] == f"x{i}" and r["again"] == r["answer"] + " done"
+            )
     answer, label, again = summary.steps
     assert (answer.rows, answer.errors) == (40, len(boom))
     assert (label.rows, label.errors) == (40, len(boom | not_json))

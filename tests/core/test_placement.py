@@ -4,8 +4,11 @@ import pytest
 
 from relayllm.placement import SKIP_ENV, DoesNotFitError, check_fits
 
-GROUP = {"placement_group_bundles": [{"CPU": 1}] + [{"GPU": 1}] * 4,
-         "placement_group_strategy": "PACK", "num_replicas": 2}
+GROUP = {
+    "placement_group_bundles": [{"CPU": 1}] + [{"GPU": 1}] * 4,
+    "placement_group_strategy": "PACK",
+    "num_replicas": 2,
+}
 NODES = {"aaaaaaaaaa": 4.0, "bbbbbbbbbb": 4.0, "cccccccccc": 0.0}
 
 
@@ -29,8 +32,11 @@ def test_too_many_gpus_in_total_names_asked_and_existing():
 
 
 def test_strict_pack_needs_one_node_that_holds_the_group():
-    tp8 = {"placement_group_bundles": [{"CPU": 1}] + [{"GPU": 1}] * 8,
-           "placement_group_strategy": "STRICT_PACK", "num_replicas": 1}
+    tp8 = {
+        "placement_group_bundles": [{"CPU": 1}] + [{"GPU": 1}] * 8,
+        "placement_group_strategy": "STRICT_PACK",
+        "num_replicas": 1,
+    }
     with pytest.raises(DoesNotFitError, match="8 GPUs on one node .* largest node has 4"):
         check_fits("tp8", tp8, NODES)
     check_fits("pp", {**tp8, "placement_group_strategy": "PACK"}, NODES)  # may span nodes

@@ -60,7 +60,10 @@ def test_duplicate_through_the_hook_names_both_plugins():
     pm._loaded = True  # no entry points: only the two plugins below
     pm.register(Original(), "original-plugin")
     pm.register(Twin(), "twin-plugin")
-    with pytest.raises(relayllm.DuplicateBackendError, match="original-plugin.*twin-plugin|twin-plugin.*original-plugin"):
+    with pytest.raises(
+        relayllm.DuplicateBackendError,
+        match="original-plugin.*twin-plugin|twin-plugin.*original-plugin",
+    ):
         pm.registry()
 
 
@@ -97,7 +100,9 @@ def test_unknown_backend_lists_installed_ones_and_the_pip_command():
     with pytest.raises(relayllm.UnknownBackendError) as err:
         manager.get_registry().get("vllm-typo")
     assert "echo" in str(err.value) and "shout" in str(err.value)
-    with pytest.raises(relayllm.UnknownBackendError, match="pip install './packages/adapter-sglang\\[engine\\]'"):
+    with pytest.raises(
+        relayllm.UnknownBackendError, match="pip install './packages/adapter-sglang\\[engine\\]'"
+    ):
         BackendRegistry().get("sglang")
 
 

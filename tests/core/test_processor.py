@@ -9,7 +9,9 @@ from relayllm import DeploymentConfig, ProcessorConfig, build_processor
 
 @pytest.fixture(scope="module")
 def echo():
-    ref = relayllm.deploy(DeploymentConfig(name="proc-echo", backend="echo", options={"mode": "reverse"}))
+    ref = relayllm.deploy(
+        DeploymentConfig(name="proc-echo", backend="echo", options={"mode": "reverse"})
+    )
     yield ref
     relayllm.shutdown("proc-echo")
 
@@ -19,7 +21,11 @@ def _rows(n, bad_every=None):
     for i in range(n):
         row = {"id": i, "messages": [{"role": "user", "content": f"word{i} tail"}]}
         if bad_every and i % bad_every == 0:
-            row = {"id": i, "messages": []} if (i // bad_every) % 2 else {"id": i, "messages": [{"role": "nobody", "content": "x"}]}
+            row = (
+                {"id": i, "messages": []}
+                if (i // bad_every) % 2
+                else {"id": i, "messages": [{"role": "nobody", "content": "x"}]}
+            )
         rows.append(row)
     return rows
 
@@ -45,7 +51,9 @@ def test_order_is_preserved_across_many_blocks_and_columns_pass_through(echo):
     _ordered()
     rows = [{"id": i, "prompt": f"p{i} q", "extra": {"k": i}, "tag": f"t{i}"} for i in range(600)]
     ds = ray.data.from_items(rows, override_num_blocks=37)
-    out = build_processor(ProcessorConfig(deployment="proc-echo", task="completion", batch_size=7))(ds).take_all()
+    out = build_processor(ProcessorConfig(deployment="proc-echo", task="completion", batch_size=7))(
+        ds
+    ).take_all()
     assert [r["id"] for r in out] == list(range(600))
     assert all(r["extra"] == {"k": r["id"]} and r["tag"] == f"t{r['id']}" for r in out)
     assert all(r["generated_text"] == f"q p{r['id']}" for r in out)
@@ -55,8 +63,15 @@ def test_pre_and_postprocess_run_around_the_stage(echo):
     _ordered()
     proc = build_processor(
         ProcessorConfig(deployment="proc-echo", sampling_params={"max_tokens": 1}),
-        preprocess=lambda row: {"id": row["id"], "messages": [{"role": "user", "content": f"a b {row['id']}"}]},
-        postprocess=lambda row: {"id": row["id"], "answer": row["generated_text"], "why": row["finish_reason"]},
+        preprocess=lambda row: {
+            "id": row["id"],
+            "messages": [{"role": "user", "content": f"a b {row['id']}"}],
+        },
+        postprocess=lambda row: {
+            "id": row["id"],
+            "answer": row["generated_text"],
+            "why": row["finish_reason"],
+        },
     )
     out = proc(ray.data.range(20)).take_all()
     assert out == [{"id": i, "answer": str(i), "why": "length"} for i in range(20)]
@@ -69,17 +84,20 @@ def test_row_sampling_params_override_the_processor_and_bad_ones_fail_the_row(ec
         {"id": 1, "prompt": "a b c d", "sampling_params": {"max_tokens": -1}},
         {"id": 2, "prompt": "a b c d", "sampling_params": {"temperature": 0.5}},
     ]
-    out = build_processor(ProcessorConfig(deployment="proc-echo", task="completion",
-                                          sampling_params={"max_tokens": 3}))(
-        ray.data.from_items(rows, override_num_blocks=1)
-    ).take_all()
+    out = build_processor(
+        ProcessorConfig(
+            deployment="proc-echo", task="completion", sampling_params={"max_tokens": 3}
+        )
+    )(ray.data.from_items(rows, override_num_blocks=1)).take_all()
     assert out[0]["generated_text"] == "d c" and out[2]["generated_text"] == "d c b"
     assert "max_tokens" in out[1]["error"] and out[1]["generated_text"] is None
 
 
 def test_raise_mode_names_the_row_and_the_deployment(echo):
     rows = [{"id": i, "prompt": "fine"} for i in range(10)] + [{"id": 10, "prompt": ""}]
-    proc = build_processor(ProcessorConfig(deployment="proc-echo", task="completion", on_error="raise"))
+    proc = build_processor(
+        ProcessorConfig(deployment="proc-echo", task="completion", on_error="raise")
+    )
     with pytest.raises(Exception) as err:
         proc(ray.data.from_items(rows, override_num_blocks=1)).take_all()
     message = str(err.value)
@@ -96,11 +114,15 @@ def test_unknown_deployment_fails_at_stage_start_listing_running_ones(echo):
 def test_a_task_the_deployment_does_not_serve_fails_at_stage_start_not_per_row(echo):
     relayllm.deploy(DeploymentConfig(name="chat-only", backend="echo", options={"tasks": ["chat"]}))
     try:
-        assert relayllm.get_deployment("chat-only").handle().info.remote().result()["tasks"] == ["chat"]
+        assert relayllm.get_deployment("chat-only").handle().info.remote().result()["tasks"] == [
+            "chat"
+        ]
         proc = build_processor(ProcessorConfig(deployment="chat-only", task="embedding"))
         with pytest.raises(Exception) as err:
             proc(ray.data.from_items([{"input": "hello"}])).take_all()
-        assert "deployment 'chat-only' (backend 'echo') does not serve task 'embedding'" in str(err.value)
+        assert "deployment 'chat-only' (backend 'echo') does not serve task 'embedding'" in str(
+            err.value
+        )
     finally:
         relayllm.shutdown("chat-only")
 
@@ -119,8 +141,15 @@ def test_builder_is_pure_and_validates_config():
 def test_transport_failures_are_retried_before_any_row_fails():
     relayllm.deploy(DeploymentConfig(name="flaky", backend="echo", options={"fail_calls": 2}))
     _ordered()
-    out = build_processor(ProcessorConfig(deployment="flaky", task="completion", batch_size=50,
-                                          max_in_flight_batches=1, max_retries=3))(
+    out = build_processor(
+        ProcessorConfig(
+            deployment="flaky",
+            task="completion",
+            batch_size=50,
+            max_in_flight_batches=1,
+            max_retries=3,
+        )
+    )(
         ray.data.from_items([{"prompt": f"x{i}"} for i in range(50)], override_num_blocks=1)
     ).take_all()
     info = relayllm.get_deployment("flaky").handle().info.remote().result(timeout_s=30)
@@ -131,18 +160,30 @@ def test_transport_failures_are_retried_before_any_row_fails():
 
 def test_exhausted_retries_mark_rows_failed_and_keep_them():
     relayllm.deploy(DeploymentConfig(name="down", backend="echo", options={"fail_calls": 100}))
-    out = build_processor(ProcessorConfig(deployment="down", task="completion", batch_size=10, max_retries=1))(
+    out = build_processor(
+        ProcessorConfig(deployment="down", task="completion", batch_size=10, max_retries=1)
+    )(
         ray.data.from_items([{"prompt": f"x{i}"} for i in range(30)], override_num_blocks=1)
     ).take_all()
     relayllm.shutdown("down")
     assert len(out) == 30
-    assert all("failed after 2 attempts" in r["error"] and "injected failure" in r["error"] for r in out)
+    assert all(
+        "failed after 2 attempts" in r["error"] and "injected failure" in r["error"] for r in out
+    )
 
 
 def test_timeouts_are_retried_and_a_retry_joins_the_work_already_running():
     relayllm.deploy(DeploymentConfig(name="slow", backend="echo", options={"delay_s": 1.5}))
-    out = build_processor(ProcessorConfig(deployment="slow", task="completion", batch_size=20,
-                                          max_in_flight_batches=1, timeout_s=1.0, max_retries=3))(
+    out = build_processor(
+        ProcessorConfig(
+            deployment="slow",
+            task="completion",
+            batch_size=20,
+            max_in_flight_batches=1,
+            timeout_s=1.0,
+            max_retries=3,
+        )
+    )(
         ray.data.from_items([{"prompt": f"x{i} y"} for i in range(20)], override_num_blocks=1)
     ).take_all()
     info = relayllm.get_deployment("slow").handle().info.remote().result(timeout_s=30)
@@ -154,8 +195,11 @@ def test_timeouts_are_retried_and_a_retry_joins_the_work_already_running():
 
 def test_a_call_that_never_answers_in_time_becomes_row_errors():
     relayllm.deploy(DeploymentConfig(name="stuck", backend="echo", options={"delay_s": 30}))
-    out = build_processor(ProcessorConfig(deployment="stuck", task="completion", batch_size=5,
-                                          timeout_s=0.5, max_retries=1))(
+    out = build_processor(
+        ProcessorConfig(
+            deployment="stuck", task="completion", batch_size=5, timeout_s=0.5, max_retries=1
+        )
+    )(
         ray.data.from_items([{"prompt": f"x{i}"} for i in range(5)], override_num_blocks=1)
     ).take_all()
     relayllm.shutdown("stuck")

@@ -15,7 +15,8 @@ from ray import serve
 import relayllm
 from relayllm import ResourceFitError
 from relayllm.pipeline import check_fit, deploy_all, execute, open_dataset, parse_pipeline
-from relayllm.resources import Demand, check_fit as check_demands
+from relayllm.resources import Demand
+from relayllm.resources import check_fit as check_demands
 
 THREE_STEPS = """\
 deployments:
@@ -80,13 +81,17 @@ def test_an_engine_bigger_than_the_cluster_fails_before_it_starts(ray_session, t
 
 def test_too_many_stage_actors_are_named_with_what_to_change(ray_session, tmp_path):
     pipeline = _pipeline(tmp_path, "crowd", 0, concurrency=12)  # 12 x 0.25 CPU
-    with pytest.raises(ResourceFitError, match=r"step 'answer' \(12 x 0.25 CPU\).*lower the step's concurrency"):
+    with pytest.raises(
+        ResourceFitError, match=r"step 'answer' \(12 x 0.25 CPU\).*lower the step's concurrency"
+    ):
         check_fit(pipeline)
     assert "relayllm-crowd" not in serve.status().applications
 
 
 def test_a_bundle_no_single_node_can_hold_is_refused_even_if_the_sum_fits():
-    gpu_pair = Demand("deployment 'tp2' (1 replica)", ({"CPU": 1}, {"GPU": 2}), 1, "lower tensor_parallel_size")
+    gpu_pair = Demand(
+        "deployment 'tp2' (1 replica)", ({"CPU": 1}, {"GPU": 2}), 1, "lower tensor_parallel_size"
+    )
     two_nodes = [{"CPU": 8, "GPU": 1}, {"CPU": 8, "GPU": 1}]
     with pytest.raises(ResourceFitError, match="asks 2 GPU, more than any node has"):
         check_demands([gpu_pair], {"CPU": 16, "GPU": 2}, {"CPU": 16, "GPU": 2}, two_nodes)

@@ -55,7 +55,15 @@ def test_invalid_sampling_params_name_the_field(params, field):
 
 
 def test_valid_inputs_pass():
-    assert check_messages([{"role": "system", "content": "x"}, {"role": "user", "content": "y"}]) is None
+    assert (
+        check_messages([{"role": "system", "content": "x"}, {"role": "user", "content": "y"}])
+        is None
+    )
     assert check_sampling_params({"temperature": 0, "stop": ["\n"], "seed": 1, "n": 1}) is None
-    assert build_request("completion", "", {}, None, None, "r") == "'prompt' must be a non-empty string, got ''"
-    assert build_request("completion", "go", {}, None, 7, "r").startswith("'model' must be a string")
+    assert (
+        build_request("completion", "", {}, None, None, "r")
+        == "'prompt' must be a non-empty string, got ''"
+    )
+    assert build_request("completion", "go", {}, None, 7, "r").startswith(
+        "'model' must be a string"
+    )

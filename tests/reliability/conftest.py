@@ -17,8 +17,11 @@ class BackgroundJob:
 
         self.result: list[dict] | None = None
         self._thread = threading.Thread(
-            target=lambda: setattr(self, "result",
-                                   processor(ray.data.from_items(rows, override_num_blocks=blocks)).take_all())
+            target=lambda: setattr(
+                self,
+                "result",
+                processor(ray.data.from_items(rows, override_num_blocks=blocks)).take_all(),
+            )
         )
         self._thread.start()
 

@@ -25,19 +25,33 @@ def main() -> None:
     ray.init(address=cluster.address, log_to_driver=False)
     ray.data.DataContext.get_current().enable_progress_bars = False
     enable_echo_backend()
-    ref = relayllm.deploy(DeploymentConfig(
-        name="spread", backend="echo", options={"delay_s": 0.1},
-        ray_actor_options={"num_cpus": 0, "resources": {"engine": 1}},
-    ))
+    ref = relayllm.deploy(
+        DeploymentConfig(
+            name="spread",
+            backend="echo",
+            options={"delay_s": 0.1},
+            ray_actor_options={"num_cpus": 0, "resources": {"engine": 1}},
+        )
+    )
     handle = ref.handle()
     before = handle.info.remote().result(timeout_s=60)
     head = ray.get_runtime_context().get_node_id()
 
-    proc = build_processor(ProcessorConfig(deployment="spread", task="completion", batch_size=20,
-                                           max_retries=8, timeout_s=30))
+    proc = build_processor(
+        ProcessorConfig(
+            deployment="spread", task="completion", batch_size=20, max_retries=8, timeout_s=30
+        )
+    )
     out: dict = {}
-    job = threading.Thread(target=lambda: out.update(rows=proc(ray.data.from_items(
-        [{"id": i, "prompt": f"row {i}"} for i in range(N)], override_num_blocks=20)).take_all()))
+    job = threading.Thread(
+        target=lambda: out.update(
+            rows=proc(
+                ray.data.from_items(
+                    [{"id": i, "prompt": f"row {i}"} for i in range(N)], override_num_blocks=20
+                )
+            ).take_all()
+        )
+    )
     job.start()
     while handle.info.remote().result(timeout_s=60)["rows"] < 300:
         time.sleep(0.2)
@@ -47,15 +61,19 @@ def main() -> None:
     job.join(timeout=600)
     after = handle.info.remote().result(timeout_s=120)
     rows = out.get("rows", [])
-    print(json.dumps({
-        "rows": len(rows),
-        "distinct_ids": len({r["id"] for r in rows}),
-        "errors": sum(1 for r in rows if r["error"]),
-        "replica_node_before": before["node_id"],
-        "replica_node_after": after["node_id"],
-        "replica_was_on_head": before["node_id"] == head,
-        "seconds_to_finish_after_kill": round(time.monotonic() - killed_at, 1),
-    }))
+    print(
+        json.dumps(
+            {
+                "rows": len(rows),
+                "distinct_ids": len({r["id"] for r in rows}),
+                "errors": sum(1 for r in rows if r["error"]),
+                "replica_node_before": before["node_id"],
+                "replica_node_after": after["node_id"],
+                "replica_was_on_head": before["node_id"] == head,
+                "seconds_to_finish_after_kill": round(time.monotonic() - killed_at, 1),
+            }
+        )
+    )
     ray.shutdown()
     cluster.shutdown()
 

@@ -39,7 +39,9 @@ def _dataset():
 
 @pytest.fixture(scope="module")
 def strict_echo():
-    relayllm.deploy(DeploymentConfig(name="scale", backend="echo", options={"fail_marker": "FAILME"}))
+    relayllm.deploy(
+        DeploymentConfig(name="scale", backend="echo", options={"fail_marker": "FAILME"})
+    )
     yield
     relayllm.shutdown("scale")
 
@@ -60,7 +62,8 @@ def test_record_mode_exact_counts(strict_echo):
 def test_raise_mode_fails_fast_naming_the_bad_row(strict_echo):
     rows = [{"id": f"row-{i}", "prompt": f"ok {i}"} for i in range(2000)]
     rows[1234]["prompt"] = ""
-    proc = build_processor(ProcessorConfig(deployment="scale", task="completion", on_error="raise",
-                                           id_column="id"))
+    proc = build_processor(
+        ProcessorConfig(deployment="scale", task="completion", on_error="raise", id_column="id")
+    )
     with pytest.raises(Exception, match="id='row-1234'.*deployment 'scale'"):
         proc(ray.data.from_items(rows, override_num_blocks=1)).take_all()

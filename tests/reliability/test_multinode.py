@@ -18,5 +18,7 @@ def test_losing_the_engine_node_mid_job_loses_no_rows(record_result):
     assert result["errors"] == 0, "retries outlasted the move"
     # The stage's retries wait out the move; minutes would mean they kept failing and backing off.
     assert result["seconds_to_finish_after_kill"] < 120
-    record_result("engine_node_lost", {k: result[k] for k in
-                                       ("rows", "distinct_ids", "errors", "seconds_to_finish_after_kill")})
+    record_result(
+        "engine_node_lost",
+        {k: result[k] for k in ("rows", "distinct_ids", "errors", "seconds_to_finish_after_kill")},
+    )

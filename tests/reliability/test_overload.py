@@ -40,8 +40,11 @@ def _stage_actor_pids() -> set[int]:
 
 
 def test_four_pipelines_share_one_small_deployment_without_hanging_or_growing(record_result):
-    relayllm.deploy(DeploymentConfig(name="crowded", backend="echo", max_ongoing_requests=2,
-                                     options={"delay_s": 0.002}))
+    relayllm.deploy(
+        DeploymentConfig(
+            name="crowded", backend="echo", max_ongoing_requests=2, options={"delay_s": 0.002}
+        )
+    )
     counts = [0] * 4
     errors = [0] * 4
 
@@ -49,8 +52,11 @@ def test_four_pipelines_share_one_small_deployment_without_hanging_or_growing(re
         ds = ray.data.range(ROWS_PER_PIPELINE, override_num_blocks=50).map_batches(
             lambda b: {"id": b["id"], "prompt": [f"pipeline row {i}" for i in b["id"]]}
         )
-        proc = build_processor(ProcessorConfig(deployment="crowded", task="completion",
-                                               batch_size=100, timeout_s=60, max_retries=5))
+        proc = build_processor(
+            ProcessorConfig(
+                deployment="crowded", task="completion", batch_size=100, timeout_s=60, max_retries=5
+            )
+        )
         for batch in proc(ds).iter_batches(batch_size=1000, batch_format="pyarrow"):
             counts[k] += batch.num_rows
             errors[k] += batch.num_rows - batch["error"].null_count
@@ -80,13 +86,22 @@ def test_four_pipelines_share_one_small_deployment_without_hanging_or_growing(re
     assert info["rows"] == 4 * ROWS_PER_PIPELINE
     assert info["peak_ongoing"] <= 2, "the deployment's admission limit was exceeded"
     driver_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"\noverload: {4 * ROWS_PER_PIPELINE} rows in {elapsed:.1f}s, driver peak RSS "
-          f"{driver_mib:.0f} MiB, stage actor peak RSS {max(peaks.values(), default=0):.0f} MiB, "
-          f"peak concurrent calls {info['peak_ongoing']}")
+    print(
+        f"\noverload: {4 * ROWS_PER_PIPELINE} rows in {elapsed:.1f}s, driver peak RSS "
+        f"{driver_mib:.0f} MiB, stage actor peak RSS {max(peaks.values(), default=0):.0f} MiB, "
+        f"peak concurrent calls {info['peak_ongoing']}"
+    )
     assert peaks, "saw the stage actors"
     assert max(peaks.values()) < 1024, "a stage actor's memory grew past 1 GiB"
     assert driver_mib < 2048, "the driver's memory grew past 2 GiB"
-    record_result("overload", {"rows": 4 * ROWS_PER_PIPELINE, "seconds": round(elapsed, 1),
-                               "peak_ongoing": info["peak_ongoing"], "limit": 2,
-                               "driver_peak_mib": round(driver_mib),
-                               "stage_actor_peak_mib": round(max(peaks.values()))})
+    record_result(
+        "overload",
+        {
+            "rows": 4 * ROWS_PER_PIPELINE,
+            "seconds": round(elapsed, 1),
+            "peak_ongoing": info["peak_ongoing"],
+            "limit": 2,
+            "driver_peak_mib": round(driver_mib),
+            "stage_actor_peak_mib": round(max(peaks.values())),
+        },
+    )

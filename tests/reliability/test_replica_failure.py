@@ -11,8 +11,11 @@ def test_replica_killed_mid_job_loses_and_duplicates_nothing(background_job, rec
     ref = relayllm.deploy(DeploymentConfig(name="victim", backend="echo", options={"delay_s": 0.1}))
     before = ref.handle().info.remote().result(timeout_s=30)
     rows = [{"id": i, "prompt": f"row {i}"} for i in range(2000)]
-    proc = build_processor(ProcessorConfig(deployment="victim", task="completion", batch_size=20,
-                                           max_retries=6, timeout_s=30))
+    proc = build_processor(
+        ProcessorConfig(
+            deployment="victim", task="completion", batch_size=20, max_retries=6, timeout_s=30
+        )
+    )
     job = background_job(proc, rows, blocks=20)
     job.wait_until_replica_computed(ref.handle(), 300)  # well into the job
     os.kill(before["pid"], signal.SIGKILL)
@@ -23,8 +26,14 @@ def test_replica_killed_mid_job_loses_and_duplicates_nothing(background_job, rec
     assert all(r["generated_text"] == f"row {r['id']}" for r in out), "each answer on its own row"
     after = ref.handle().info.remote().result(timeout_s=30)
     assert after["pid"] != before["pid"], "Serve restarted the replica"
-    record_result("replica_killed", {"rows": len(ids), "distinct": len(set(ids)),
-                                     "error_rows": sum(1 for r in out if r["error"])})
+    record_result(
+        "replica_killed",
+        {
+            "rows": len(ids),
+            "distinct": len(set(ids)),
+            "error_rows": sum(1 for r in out if r["error"]),
+        },
+    )
     relayllm.shutdown("victim")
 
 
@@ -32,12 +41,22 @@ def test_an_engine_that_dies_fails_its_calls_not_its_rows(background_job):
     """The replica's engine dies (EngineFailedError, what vLLM's EngineDeadError becomes):
     the replica retires, Serve starts another, the stage retries there. Before, every row in
     the dead engine got the engine's error."""
-    ref = relayllm.deploy(DeploymentConfig(name="engine-dies", backend="echo",
-                                           options={"delay_s": 0.05, "engine_dies_after_rows": 400}))
+    ref = relayllm.deploy(
+        DeploymentConfig(
+            name="engine-dies",
+            backend="echo",
+            options={"delay_s": 0.05, "engine_dies_after_rows": 400},
+        )
+    )
     first = ref.handle().info.remote().result(timeout_s=30)
-    proc = build_processor(ProcessorConfig(deployment="engine-dies", task="completion", batch_size=20,
-                                           max_retries=6, timeout_s=60))
-    out = background_job(proc, [{"id": i, "prompt": f"row {i}"} for i in range(1000)], blocks=10).finish(300)
+    proc = build_processor(
+        ProcessorConfig(
+            deployment="engine-dies", task="completion", batch_size=20, max_retries=6, timeout_s=60
+        )
+    )
+    out = background_job(
+        proc, [{"id": i, "prompt": f"row {i}"} for i in range(1000)], blocks=10
+    ).finish(300)
     ids = [r["id"] for r in out]
     assert sorted(ids) == list(range(1000)), "every row exactly once"
     assert [r["error"] for r in out if r["error"]] == [], "no row got the engine's failure"

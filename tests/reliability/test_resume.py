@@ -28,12 +28,18 @@ print(json.dumps({"already_done": report.already_done, "written": report.written
 
 
 def _job(address, out, n=N):
-    return subprocess.Popen([sys.executable, "-c", JOB, address, str(out), str(n)],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", JOB, address, str(out), str(n)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
 
 
 def test_killed_driver_resumes_where_it_stopped(ray_session, tmp_path, record_result):
-    ref = relayllm.deploy(DeploymentConfig(name="resumable", backend="echo", options={"delay_s": 0.05}))
+    ref = relayllm.deploy(
+        DeploymentConfig(name="resumable", backend="echo", options={"delay_s": 0.05})
+    )
     address = ray_session.get_runtime_context().gcs_address
     out = tmp_path / "out"
 
@@ -66,8 +72,10 @@ def test_killed_driver_resumes_where_it_stopped(ray_session, tmp_path, record_re
     # (Ray Data's async limit), each batch_size * max_in_flight_batches = 50 rows.
     assert lost <= 4 * 50, f"{lost} rows recomputed"
     print(f"\nresume: {done_at_kill} rows saved at the kill, {lost} rows recomputed")
-    record_result("driver_killed", {"rows": len(ids), "saved_at_kill": done_at_kill,
-                                    "rows_recomputed": lost, "bound": 4 * 50})
+    record_result(
+        "driver_killed",
+        {"rows": len(ids), "saved_at_kill": done_at_kill, "rows_recomputed": lost, "bound": 4 * 50},
+    )
     relayllm.shutdown("resumable")
 
 

@@ -15,7 +15,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # fault_server, openai_support
 
-from openai_support import KEY_ENV, ensure_test_key  # noqa: E402
+from openai_support import KEY_ENV, ensure_test_key
 
 ensure_test_key()
 os.environ.setdefault("OPENAI_LOG", "debug")

@@ -25,7 +25,9 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-FAULT = re.compile(r"fault=(?P<kind>429|500|400|slow|malformed)(?::(?P<arg>[\d.]+))?(?:\*(?P<times>\d+))?")
+FAULT = re.compile(
+    r"fault=(?P<kind>429|500|400|slow|malformed)(?::(?P<arg>[\d.]+))?(?:\*(?P<times>\d+))?"
+)
 EMBEDDING_SIZE = 8
 BAD_REQUEST_MESSAGE = "this row is rejected by the fault server on purpose"
 
@@ -44,8 +46,13 @@ class Record:
 
 
 class FaultServer:
-    def __init__(self, *, model: str = "fault-model", api_key: str | None = None,
-                 echo_auth_in_errors: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        model: str = "fault-model",
+        api_key: str | None = None,
+        echo_auth_in_errors: bool = False,
+    ) -> None:
         self.model = model
         self.api_key = api_key
         # A careless endpoint that quotes the request's Authorization header in its 400
@@ -85,11 +92,15 @@ class FaultServer:
 
     def requests_for(self, marker: str, path: str | None = None) -> list[Record]:
         with self._lock:
-            return [r for r in self.records if marker in r.text and (path is None or r.path == path)]
+            return [
+                r for r in self.records if marker in r.text and (path is None or r.path == path)
+            ]
 
     # -- answering ---------------------------------------------------------------------------
 
-    def answer(self, path: str, body: dict[str, Any], auth: str | None) -> tuple[int, dict[str, str], bytes]:
+    def answer(
+        self, path: str, body: dict[str, Any], auth: str | None
+    ) -> tuple[int, dict[str, str], bytes]:
         text = _text_of(body)
         authorized = self.api_key is None or auth == f"Bearer {self.api_key}"
         record = Record(time.monotonic(), path, text, authorized)
@@ -105,8 +116,20 @@ class FaultServer:
         if not authorized:
             return _error(401, "invalid API key", "invalid_api_key")
         if path == "/v1/models":
-            return _json(200, {"object": "list", "data": [
-                {"id": self.model, "object": "model", "created": 0, "owned_by": "relayllm-tests"}]})
+            return _json(
+                200,
+                {
+                    "object": "list",
+                    "data": [
+                        {
+                            "id": self.model,
+                            "object": "model",
+                            "created": 0,
+                            "owned_by": "relayllm-tests",
+                        }
+                    ],
+                },
+            )
         fault = FAULT.search(text)
         if fault:
             kind, arg = fault["kind"], fault["arg"]
@@ -123,7 +146,11 @@ class FaultServer:
                 if kind == "500":
                     return _error(500, "the fault server broke on purpose", "server_error")
                 if kind == "malformed":
-                    return 200, {"Content-Type": "application/json"}, b'{"id": "cmpl-1", "choices": [{'
+                    return (
+                        200,
+                        {"Content-Type": "application/json"},
+                        b'{"id": "cmpl-1", "choices": [{',
+                    )
                 if kind == "slow":
                     time.sleep(float(arg or 1))
         return self._healthy(path, body, text)
@@ -132,9 +159,15 @@ class FaultServer:
         words = text.split()
         if path == "/v1/embeddings":
             vector = ([float(len(w)) for w in words] + [0.0] * EMBEDDING_SIZE)[:EMBEDDING_SIZE]
-            return _json(200, {"object": "list", "model": body.get("model"),
-                               "data": [{"object": "embedding", "index": 0, "embedding": vector}],
-                               "usage": {"prompt_tokens": len(words), "total_tokens": len(words)}})
+            return _json(
+                200,
+                {
+                    "object": "list",
+                    "model": body.get("model"),
+                    "data": [{"object": "embedding", "index": 0, "embedding": vector}],
+                    "usage": {"prompt_tokens": len(words), "total_tokens": len(words)},
+                },
+            )
         if path not in ("/v1/chat/completions", "/v1/completions"):
             return _error(404, f"no route {path}", "not_found")
         if body.get("model") != self.model:
@@ -143,16 +176,40 @@ class FaultServer:
         out, finish = words, "stop"
         if limit and len(out) > limit:
             out, finish = out[:limit], "length"
-        usage = {"prompt_tokens": len(words), "completion_tokens": len(out),
-                 "total_tokens": len(words) + len(out)}
+        usage = {
+            "prompt_tokens": len(words),
+            "completion_tokens": len(out),
+            "total_tokens": len(words) + len(out),
+        }
         if path == "/v1/completions":
             choice = {"index": 0, "text": " ".join(out), "finish_reason": finish, "logprobs": None}
-            return _json(200, {"id": "cmpl-1", "object": "text_completion", "created": 0,
-                               "model": self.model, "choices": [choice], "usage": usage})
-        choice = {"index": 0, "finish_reason": finish,
-                  "message": {"role": "assistant", "content": " ".join(out)}}
-        return _json(200, {"id": "chatcmpl-1", "object": "chat.completion", "created": 0,
-                           "model": self.model, "choices": [choice], "usage": usage})
+            return _json(
+                200,
+                {
+                    "id": "cmpl-1",
+                    "object": "text_completion",
+                    "created": 0,
+                    "model": self.model,
+                    "choices": [choice],
+                    "usage": usage,
+                },
+            )
+        choice = {
+            "index": 0,
+            "finish_reason": finish,
+            "message": {"role": "assistant", "content": " ".join(out)},
+        }
+        return _json(
+            200,
+            {
+                "id": "chatcmpl-1",
+                "object": "chat.completion",
+                "created": 0,
+                "model": self.model,
+                "choices": [choice],
+                "usage": usage,
+            },
+        )
 
 
 def _text_of(body: dict[str, Any]) -> str:

@@ -34,8 +34,12 @@ def deploy(server):
             name=name,
             backend="openai",
             num_replicas=num_replicas,
-            options={"base_url": server.base_url, "model": server.model, "api_key_env": KEY_ENV,
-                     **options},
+            options={
+                "base_url": server.base_url,
+                "model": server.model,
+                "api_key_env": KEY_ENV,
+                **options,
+            },
         )
         ref = relayllm.deploy(config)
         started.append(name)
@@ -68,8 +72,15 @@ def arrivals(server: FaultServer, marker: str) -> list[float]:
 
 def test_faults_are_retried_and_no_row_is_lost(deploy, server):
     deploy("faults", max_retries=4, timeout_s=1.5)
-    faults = {3: "fault=500*2", 8: "fault=429:0.2", 13: "fault=malformed*2", 21: "fault=slow:4*1",
-              27: "fault=400", 34: "fault=500*1", 35: "fault=400"}
+    faults = {
+        3: "fault=500*2",
+        8: "fault=429:0.2",
+        13: "fault=malformed*2",
+        21: "fault=slow:4*1",
+        27: "fault=400",
+        34: "fault=500*1",
+        35: "fault=400",
+    }
     texts = [f"lossless row {i} {faults.get(i, '')}".strip() for i in range(40)]
     out = run("faults", chat_rows(texts))
 
@@ -105,7 +116,9 @@ def test_exhausted_retries_become_the_row_error(deploy, server):
     deploy("give-up", max_retries=2)
     out = run("give-up", chat_rows(["fine", "hopeless fault=500*99"]))
     assert out[0]["error"] is None
-    assert out[1]["error"].startswith("HTTP 500 from the endpoint: the fault server broke on purpose")
+    assert out[1]["error"].startswith(
+        "HTTP 500 from the endpoint: the fault server broke on purpose"
+    )
     assert "gave up after 3 attempts" in out[1]["error"]
     assert len(server.requests_for("hopeless", CHAT)) == 3
 
@@ -174,8 +187,12 @@ def test_tokens_per_minute_bucket(deploy, server):
     # 3000 tokens a minute = 50 a second; each row is charged ~3 prompt tokens + max_tokens
     # 500, so five fit in the full bucket at once and each later one waits ~10 s.
     deploy("tokens", tokens_per_minute=3000)
-    out = run("tokens", chat_rows([f"tok {i} x" for i in range(7)]),
-              sampling_params={"max_tokens": 500}, batch_size=7)
+    out = run(
+        "tokens",
+        chat_rows([f"tok {i} x" for i in range(7)]),
+        sampling_params={"max_tokens": 500},
+        batch_size=7,
+    )
     assert all(r["error"] is None for r in out)
     times = arrivals(server, "tok ")
     assert len(times) == 7

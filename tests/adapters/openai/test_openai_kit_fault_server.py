@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 
 import pytest
-from openai_support import KEY_ENV
 from fault_server import FaultServer
+from openai_support import KEY_ENV
 
 from relayllm.testing import BackendConformanceTests
 

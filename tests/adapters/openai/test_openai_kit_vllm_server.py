@@ -57,7 +57,9 @@ BASE_URL = f"http://127.0.0.1:{PORT}/v1"
 
 
 def _ready(key: str) -> bool:
-    request = urllib.request.Request(f"{BASE_URL}/models", headers={"Authorization": f"Bearer {key}"})
+    request = urllib.request.Request(
+        f"{BASE_URL}/models", headers={"Authorization": f"Bearer {key}"}
+    )
     try:
         with urllib.request.urlopen(request, timeout=5) as response:
             return response.status == 200
@@ -69,9 +71,13 @@ def _ready(key: str) -> bool:
 def vllm_server(tmp_path_factory, test_key):
     if _skip_reason():
         pytest.skip(_skip_reason())
-    model_dir = subprocess.run(
-        [sys.executable, "-m", "relayllm_vllm.demo"], capture_output=True, text=True, check=True
-    ).stdout.strip().splitlines()[-1]
+    model_dir = (
+        subprocess.run(
+            [sys.executable, "-m", "relayllm_vllm.demo"], capture_output=True, text=True, check=True
+        )
+        .stdout.strip()
+        .splitlines()[-1]
+    )
     log_path = tmp_path_factory.mktemp("vllm-server") / "server.log"
     command = [
         sys.executable, "-c", LAUNCH, "--model", model_dir,
@@ -82,8 +88,9 @@ def vllm_server(tmp_path_factory, test_key):
     # The key goes through the environment, not the command line: argv is world-readable.
     env = {**os.environ, "VLLM_API_KEY": test_key}
     with open(log_path, "wb") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                   start_new_session=True)
+        process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
     try:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while not _ready(test_key):
@@ -120,9 +127,12 @@ def test_answers_come_from_the_model(vllm_server):
     import relayllm
 
     relayllm.deploy(TestOpenAIAgainstVLLMServer.deployment_config())  # the kit class reuses it
-    processor = relayllm.build_processor(relayllm.ProcessorConfig(
-        deployment=TestOpenAIAgainstVLLMServer.deployment_name(),
-        sampling_params={"max_tokens": 24, "temperature": 0.0}))
+    processor = relayllm.build_processor(
+        relayllm.ProcessorConfig(
+            deployment=TestOpenAIAgainstVLLMServer.deployment_name(),
+            sampling_params={"max_tokens": 24, "temperature": 0.0},
+        )
+    )
     rows = [{"id": 0, "messages": [{"role": "user", "content": "What is the capital of France?"}]}]
     out = processor(ray.data.from_items(rows)).take_all()
     assert out[0]["error"] is None, out
@@ -139,14 +149,27 @@ def test_multiturn_openai_example_runs_against_the_server(vllm_server, test_key,
     out = tmp_path / "multiturn.jsonl"
     env = {**os.environ, "OPENAI_BASE_URL": BASE_URL, "OPENAI_API_KEY": test_key}
     env.pop("RAY_ADDRESS", None)  # its own cluster, which inherits these variables
-    done = subprocess.run([relayllm_cli, "run", str(ROOT / "examples" / "multiturn-openai.yaml"),
-                           "--output", str(out), "--limit", "2"],
-                          env=env, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [
+            relayllm_cli,
+            "run",
+            str(ROOT / "examples" / "multiturn-openai.yaml"),
+            "--output",
+            str(out),
+            "--limit",
+            "2",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["id"] for r in rows] == [1, 2]
-    assert all(r["error"] is None and r["answer"] and r["critique"] and r["final_answer"]
-               for r in rows), rows
+    assert all(
+        r["error"] is None and r["answer"] and r["critique"] and r["final_answer"] for r in rows
+    ), rows
     assert test_key not in done.stderr + done.stdout
 
 
@@ -155,8 +178,14 @@ class TestOpenAIAgainstVLLMServer(BackendConformanceTests):
     distribution = "relayllm-openai"
     # vLLM's server serves one task per model: this demo model generates text, and the
     # deployment says so (tasks); embeddings are covered by the kit run against the fault server.
-    options = {"base_url": BASE_URL, "model": SERVED_MODEL, "api_key_env": KEY_ENV,
-               "max_concurrency": 16, "timeout_s": 120, "tasks": ["chat", "completion"]}
+    options = {
+        "base_url": BASE_URL,
+        "model": SERVED_MODEL,
+        "api_key_env": KEY_ENV,
+        "max_concurrency": 16,
+        "timeout_s": 120,
+        "tasks": ["chat", "completion"],
+    }
     deployment_fields = {"startup_timeout_s": 300}
     context_length = CONTEXT_LENGTH
 

@@ -73,7 +73,9 @@ def test_missing_key_variable_fails_before_anything_starts(monkeypatch):
     assert not ray.is_initialized(), "the config error came after Ray started"
 
 
-def _status_error(status: int, headers: dict[str, str] | None = None, body=None) -> openai.APIStatusError:
+def _status_error(
+    status: int, headers: dict[str, str] | None = None, body=None
+) -> openai.APIStatusError:
     request = httpx.Request("POST", "http://127.0.0.1:9/v1/chat/completions")
     response = httpx.Response(status, headers=headers or {}, request=request)
     return openai.APIStatusError(f"Error code: {status}", response=response, body=body)
@@ -101,22 +103,38 @@ def test_retry_after_forms():
 def test_row_error_is_the_endpoint_message():
     error = _status_error(400, body={"message": "prompt is too long", "type": "invalid_request"})
     assert describe_failure(error, 1, 60) == "HTTP 400 from the endpoint: prompt is too long"
-    assert describe_failure(_status_error(500, body="oops"), 3, 60).endswith("(gave up after 3 attempts)")
+    assert describe_failure(_status_error(500, body="oops"), 3, 60).endswith(
+        "(gave up after 3 attempts)"
+    )
 
 
 def test_budget_is_split_between_replicas():
     assert replicas_of({"num_replicas": 3}) == 3
     assert replicas_of({"num_replicas": 1, "autoscaling_config": {"max_replicas": 4}}) == 4
-    admission = Admission(max_concurrency=10, requests_per_minute=600, tokens_per_minute=9000, replicas=4)
-    assert admission.describe() == {"replicas_sharing_budget": 4, "max_concurrency": 2,
-                                    "requests_per_minute": 150.0, "tokens_per_minute": 2250.0}
+    admission = Admission(
+        max_concurrency=10, requests_per_minute=600, tokens_per_minute=9000, replicas=4
+    )
+    assert admission.describe() == {
+        "replicas_sharing_budget": 4,
+        "max_concurrency": 2,
+        "requests_per_minute": 150.0,
+        "tokens_per_minute": 2250.0,
+    }
 
 
 def test_token_estimate_counts_max_tokens():
-    request = {"task": "chat", "messages": [{"role": "user", "content": "x" * 40}],
-               "sampling_params": {"max_tokens": 100}}
+    request = {
+        "task": "chat",
+        "messages": [{"role": "user", "content": "x" * 40}],
+        "sampling_params": {"max_tokens": 100},
+    }
     assert estimate_tokens(request) == 110
-    assert estimate_tokens({"task": "embedding", "input": "y" * 8, "sampling_params": {"max_tokens": 5}}) == 2
+    assert (
+        estimate_tokens(
+            {"task": "embedding", "input": "y" * 8, "sampling_params": {"max_tokens": 5}}
+        )
+        == 2
+    )
 
 
 def test_request_pace_is_even():

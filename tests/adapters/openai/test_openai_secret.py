@@ -35,9 +35,15 @@ def ray_logging_to_driver():
 
 def _config(name: str, server: FaultServer, **options: Any) -> relayllm.DeploymentConfig:
     return relayllm.DeploymentConfig(
-        name=name, backend="openai",
-        options={"base_url": server.base_url, "model": server.model, "api_key_env": KEY_ENV,
-                 "max_retries": 1, **options},
+        name=name,
+        backend="openai",
+        options={
+            "base_url": server.base_url,
+            "model": server.model,
+            "api_key_env": KEY_ENV,
+            "max_retries": 1,
+            **options,
+        },
     )
 
 
@@ -64,15 +70,23 @@ def test_the_key_appears_nowhere(ray_logging_to_driver, test_key, capfd, caplog)
     seen: dict[str, str] = {}
     try:
         handle = relayllm.deploy(_config("secret", server)).handle()
-        rows = _run("secret", ["hello there", "bad fault=400", "broken fault=500*9",
-                               "garbled fault=malformed*9"])
+        rows = _run(
+            "secret",
+            ["hello there", "bad fault=400", "broken fault=500*9", "garbled fault=malformed*9"],
+        )
         seen["rows"] = repr(rows)
-        seen["raised row error"] = _caught(lambda: _run("secret", ["bad fault=400"], on_error="raise"))
+        seen["raised row error"] = _caught(
+            lambda: _run("secret", ["bad fault=400"], on_error="raise")
+        )
         seen["health"] = repr(handle.health.remote().result(timeout_s=60))
         seen["info"] = repr(handle.info.remote().result(timeout_s=60))
         seen["describe"] = repr(handle.describe.remote().result(timeout_s=60))
-        seen["conflict"] = _caught(lambda: relayllm.deploy(_config("secret", server, max_retries=2)))
-        seen["pasted key"] = _caught(lambda: relayllm.deploy(_config("pasted", server, api_key_env=test_key)))
+        seen["conflict"] = _caught(
+            lambda: relayllm.deploy(_config("secret", server, max_retries=2))
+        )
+        seen["pasted key"] = _caught(
+            lambda: relayllm.deploy(_config("pasted", server, api_key_env=test_key))
+        )
 
         refused = relayllm.deploy(_config("secret-401", refusing)).handle()
         seen["401 health"] = _caught(lambda: refused.health.remote().result(timeout_s=60))
@@ -86,8 +100,11 @@ def test_the_key_appears_nowhere(ray_logging_to_driver, test_key, capfd, caplog)
     out, err = capfd.readouterr()
     seen["driver stdout"], seen["driver stderr"], seen["driver log records"] = out, err, caplog.text
     session = Path(ray_logging_to_driver._private.worker._global_node.get_session_dir_path())
-    logs = {str(p.relative_to(session)): p.read_text(errors="replace")
-            for p in session.rglob("*") if p.is_file() and _is_log(p)}
+    logs = {
+        str(p.relative_to(session)): p.read_text(errors="replace")
+        for p in session.rglob("*")
+        if p.is_file() and _is_log(p)
+    }
     all_logs = "\n".join(logs.values())
 
     # The key really was used, the surfaces are the real ones, and the careless endpoint did
@@ -96,7 +113,8 @@ def test_the_key_appears_nowhere(ray_logging_to_driver, test_key, capfd, caplog)
     assert rows[0]["error"] is None and "[redacted]" in rows[1]["error"]
     assert "HTTP 401 from the endpoint: invalid API key" in seen["401 health"]
     assert f"retrying a request to {server.base_url}" in all_logs, (
-        "the replica's own log lines were not among the files read")
+        "the replica's own log lines were not among the files read"
+    )
     assert "Sending HTTP Request" in all_logs, "the openai client's debug log was not read"
 
     leaks = [name for name, text in seen.items() if test_key in text]
@@ -105,4 +123,7 @@ def test_the_key_appears_nowhere(ray_logging_to_driver, test_key, capfd, caplog)
 
 
 def _is_log(path: Path) -> bool:
-    return path.suffix in (".log", ".out", ".err", ".txt", ".json", "") and path.stat().st_size < 50_000_000
+    return (
+        path.suffix in (".log", ".out", ".err", ".txt", ".json", "")
+        and path.stat().st_size < 50_000_000
+    )

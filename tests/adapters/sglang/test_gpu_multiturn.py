@@ -37,12 +37,18 @@ def engine():
 
     if not ray.is_initialized():
         ray.init(include_dashboard=False, log_to_driver=False)
-    ref = relayllm.deploy(relayllm.DeploymentConfig(
-        name=NAME,
-        backend="sglang",
-        options={"model_path": engine_test_model(), "mem_fraction_static": 0.5, "context_length": CONTEXT},
-        startup_timeout_s=1800,
-    ))
+    ref = relayllm.deploy(
+        relayllm.DeploymentConfig(
+            name=NAME,
+            backend="sglang",
+            options={
+                "model_path": engine_test_model(),
+                "mem_fraction_static": 0.5,
+                "context_length": CONTEXT,
+            },
+            startup_timeout_s=1800,
+        )
+    )
     ctx = ray.data.DataContext.get_current()
     ctx.execution_options.preserve_order = True
     yield ref
@@ -50,10 +56,14 @@ def engine():
 
 
 def processor(**sampling: Any) -> relayllm.Processor:
-    return relayllm.build_processor(relayllm.ProcessorConfig(
-        deployment=NAME, task="chat", batch_size=4,
-        sampling_params={"max_tokens": 32, "temperature": 0.0, **sampling},
-    ))
+    return relayllm.build_processor(
+        relayllm.ProcessorConfig(
+            deployment=NAME,
+            task="chat",
+            batch_size=4,
+            sampling_params={"max_tokens": 32, "temperature": 0.0, **sampling},
+        )
+    )
 
 
 def next_turn(follow_up: str):
@@ -62,9 +72,16 @@ def next_turn(follow_up: str):
         return {
             "id": row["id"],
             "messages": history + [{"role": "user", "content": follow_up}],
-            "turns": list(row["turns"]) + [{"answer": row["generated_text"], "num_input_tokens": row["num_input_tokens"],
-                                      "error": row["error"]}],
+            "turns": list(row["turns"])
+            + [
+                {
+                    "answer": row["generated_text"],
+                    "num_input_tokens": row["num_input_tokens"],
+                    "error": row["error"],
+                }
+            ],
         }
+
     return add_turn
 
 
@@ -73,7 +90,10 @@ def test_multi_turn_conversation_on_one_shared_engine(engine):
 
     handle = engine.handle()
     before = handle.info.remote().result(timeout_s=120)
-    rows = [{"id": i, "messages": [{"role": "user", "content": q}], "turns": []} for i, q in enumerate(QUESTIONS)]
+    rows = [
+        {"id": i, "messages": [{"role": "user", "content": q}], "turns": []}
+        for i, q in enumerate(QUESTIONS)
+    ]
     ds = processor()(ray.data.from_items(rows))
     for follow_up in FOLLOW_UPS:
         ds = processor()(ds.map(next_turn(follow_up)))
@@ -97,7 +117,9 @@ def test_multi_turn_conversation_on_one_shared_engine(engine):
 def test_a_too_long_prompt_fails_only_its_row(engine):
     import ray
 
-    rows = [{"id": i, "messages": [{"role": "user", "content": q}]} for i, q in enumerate(QUESTIONS[:4])]
+    rows = [
+        {"id": i, "messages": [{"role": "user", "content": q}]} for i, q in enumerate(QUESTIONS[:4])
+    ]
     rows[2]["messages"] = [{"role": "user", "content": "apple " * (2 * CONTEXT)}]
     out = processor()(ray.data.from_items(rows, override_num_blocks=1)).take_all()
     errors = {r["id"]: r["error"] for r in out if r["error"]}
@@ -109,10 +131,21 @@ def test_a_too_long_prompt_fails_only_its_row(engine):
 def test_json_schema_response_format(engine):
     import ray
 
-    schema = {"type": "object", "properties": {"capital": {"type": "string"}}, "required": ["capital"],
-              "additionalProperties": False}
-    rows = [{"id": 0, "messages": [{"role": "user", "content": "Give the capital of France as JSON."}]}]
-    out = processor(max_tokens=48, response_format={
-        "type": "json_schema", "json_schema": {"name": "capital", "schema": schema}})(ray.data.from_items(rows)).take_all()
+    schema = {
+        "type": "object",
+        "properties": {"capital": {"type": "string"}},
+        "required": ["capital"],
+        "additionalProperties": False,
+    }
+    rows = [
+        {"id": 0, "messages": [{"role": "user", "content": "Give the capital of France as JSON."}]}
+    ]
+    out = processor(
+        max_tokens=48,
+        response_format={
+            "type": "json_schema",
+            "json_schema": {"name": "capital", "schema": schema},
+        },
+    )(ray.data.from_items(rows)).take_all()
     assert out[0]["error"] is None, out[0]["error"]
     assert isinstance(json.loads(out[0]["generated_text"])["capital"], str)

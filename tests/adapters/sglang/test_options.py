@@ -16,14 +16,27 @@ def parse(**options):
 
 def test_defaults_need_only_a_model():
     options = parse(model_path="org/model")
-    assert engine_kwargs(options) == {"model_path": "org/model", "tp_size": 1, "dp_size": 1, "dtype": "auto"}
+    assert engine_kwargs(options) == {
+        "model_path": "org/model",
+        "tp_size": 1,
+        "dp_size": 1,
+        "dtype": "auto",
+    }
 
 
 def test_every_option_becomes_the_engine_kwarg_of_the_same_name():
     options = parse(
-        model_path="m", tokenizer_path="t", tp_size=2, dp_size=2, mem_fraction_static=0.7,
-        context_length=4096, chunked_prefill_size=-1, max_running_requests=64, dtype="bfloat16",
-        chat_template="templates/chat.jinja", lora_paths={"sql": "adapters/sql"},
+        model_path="m",
+        tokenizer_path="t",
+        tp_size=2,
+        dp_size=2,
+        mem_fraction_static=0.7,
+        context_length=4096,
+        chunked_prefill_size=-1,
+        max_running_requests=64,
+        dtype="bfloat16",
+        chat_template="templates/chat.jinja",
+        lora_paths={"sql": "adapters/sql"},
         server_args={"is_embedding": False, "random_seed": 7},
     )
     kwargs = engine_kwargs(options)
@@ -54,9 +67,13 @@ def test_bad_options_fail_naming_the_field(options, field):
 
 
 def test_server_args_names_checked_against_the_real_serverargs(sglang_source):
-    check_options_against(parse(model_path="m", server_args={"enable_deterministic_inference": True}), sglang_source)
+    check_options_against(
+        parse(model_path="m", server_args={"enable_deterministic_inference": True}), sglang_source
+    )
     with pytest.raises(relayllm.ConfigError) as caught:
-        check_options_against(parse(model_path="m", server_args={"max_total_tokenz": 10}), sglang_source)
+        check_options_against(
+            parse(model_path="m", server_args={"max_total_tokenz": 10}), sglang_source
+        )
     message = str(caught.value)
     assert "max_total_tokenz" in message and "did you mean 'max_total_tokens'" in message
 
@@ -64,8 +81,12 @@ def test_server_args_names_checked_against_the_real_serverargs(sglang_source):
 def test_deploy_without_the_engine_names_the_extra_and_starts_nothing():
     import ray
 
-    config = relayllm.DeploymentConfig(name="no-engine", backend="sglang", options={"model_path": "m"})
-    with pytest.raises(relayllm.MissingDependencyError, match=r"\./packages/adapter-sglang\[engine\]"):
+    config = relayllm.DeploymentConfig(
+        name="no-engine", backend="sglang", options={"model_path": "m"}
+    )
+    with pytest.raises(
+        relayllm.MissingDependencyError, match=r"\./packages/adapter-sglang\[engine\]"
+    ):
         relayllm.deploy(config)
     assert not ray.is_initialized(), "a cluster was started for a config that cannot deploy"
 
@@ -75,9 +96,13 @@ def test_replica_without_the_engine_names_the_extra():
 
     if SGLangBackend.missing_requirements() == []:
         pytest.skip("sglang is installed here")
-    with pytest.raises(relayllm.MissingDependencyError, match=r"\./packages/adapter-sglang\[engine\]"):
+    with pytest.raises(
+        relayllm.MissingDependencyError, match=r"\./packages/adapter-sglang\[engine\]"
+    ):
         import_sglang()
-    with pytest.raises(relayllm.MissingDependencyError, match=r"\./packages/adapter-sglang\[engine\]"):
+    with pytest.raises(
+        relayllm.MissingDependencyError, match=r"\./packages/adapter-sglang\[engine\]"
+    ):
         SGLangDeployment({"model_path": "m"}, {"name": "x"})
 
 
@@ -102,7 +127,9 @@ def test_gpus_per_replica(options, gpus):
 
 
 def test_building_the_application_is_pure_and_carries_the_gpus():
-    config = relayllm.DeploymentConfig(name="tp2", backend="sglang", options={"model_path": "m", "tp_size": 2})
+    config = relayllm.DeploymentConfig(
+        name="tp2", backend="sglang", options={"model_path": "m", "tp_size": 2}
+    )
     backend = get_registry().get("sglang")
     app = backend.build_deployment(config, backend.parse_options(config.options))
     deployment = app._bound_deployment  # Ray 2.60: the Deployment an Application binds
@@ -111,7 +138,9 @@ def test_building_the_application_is_pure_and_carries_the_gpus():
 
 
 def test_info_facts_follow_the_options():
-    options = parse(model_path="m", server_args={"is_embedding": True, "enable_deterministic_inference": True})
+    options = parse(
+        model_path="m", server_args={"is_embedding": True, "enable_deterministic_inference": True}
+    )
     assert options.embedding_model and options.seeded_sampling
     assert not SGLangOptions(model_path="m").seeded_sampling
 

@@ -30,8 +30,21 @@ from relayllm_sglang.translate import (
 
 # -- a real (tiny) Hugging Face tokenizer with a chat template --------------------------------
 
-WORDS = ["<unk>", "<s>", "<|user|>", "<|assistant|>", "<|system|>", "</turn>",
-         "hello", "world", "say", "paris", "capital", "of", "france"]
+WORDS = [
+    "<unk>",
+    "<s>",
+    "<|user|>",
+    "<|assistant|>",
+    "<|system|>",
+    "</turn>",
+    "hello",
+    "world",
+    "say",
+    "paris",
+    "capital",
+    "of",
+    "france",
+]
 TEMPLATE = (
     "{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|> {{ m['content'] }} </turn> {% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>{% endif %}"
@@ -48,7 +61,9 @@ def tokenizer():
     vocab = {w: i for i, w in enumerate(WORDS)}
     core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    core.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    core.post_processor = processors.TemplateProcessing(
+        single="<s> $A", special_tokens=[("<s>", 1)]
+    )
     return PreTrainedTokenizerFast(
         tokenizer_object=core, unk_token="<unk>", bos_token="<s>", chat_template=TEMPLATE
     )
@@ -59,10 +74,24 @@ def ids(*words):
 
 
 def test_chat_uses_the_template_and_adds_bos_once(tokenizer):
-    messages = [{"role": "system", "content": "say hello"}, {"role": "user", "content": "capital of france"}]
+    messages = [
+        {"role": "system", "content": "say hello"},
+        {"role": "user", "content": "capital of france"},
+    ]
     got = chat_input_ids(tokenizer, messages)
-    assert got == ids("<s>", "<|system|>", "say", "hello", "</turn>",
-                      "<|user|>", "capital", "of", "france", "</turn>", "<|assistant|>")
+    assert got == ids(
+        "<s>",
+        "<|system|>",
+        "say",
+        "hello",
+        "</turn>",
+        "<|user|>",
+        "capital",
+        "of",
+        "france",
+        "</turn>",
+        "<|assistant|>",
+    )
     # Rendering to text and letting the engine tokenize it would add a second BOS.
     text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     assert tokenizer.encode(text)[:2] == ids("<s>", "<s>")
@@ -77,19 +106,43 @@ def test_completion_is_tokenized_as_the_engine_would(tokenizer):
 
 def test_openai_names_become_sglang_names():
     schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
-    got = sglang_sampling_params({
-        "max_tokens": 32, "temperature": 0.0, "top_p": 0.9, "stop": ["\n"], "seed": 3, "n": 1,
-        "response_format": {"type": "json_schema", "json_schema": {"name": "city", "schema": schema}},
-        "top_k": 5, "regex": "[a-z]+",
-    })
-    assert got == {"max_new_tokens": 32, "temperature": 0.0, "top_p": 0.9, "stop": ["\n"],
-                   "sampling_seed": 3, "json_schema": json.dumps(schema), "top_k": 5, "regex": "[a-z]+"}
+    got = sglang_sampling_params(
+        {
+            "max_tokens": 32,
+            "temperature": 0.0,
+            "top_p": 0.9,
+            "stop": ["\n"],
+            "seed": 3,
+            "n": 1,
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": "city", "schema": schema},
+            },
+            "top_k": 5,
+            "regex": "[a-z]+",
+        }
+    )
+    assert got == {
+        "max_new_tokens": 32,
+        "temperature": 0.0,
+        "top_p": 0.9,
+        "stop": ["\n"],
+        "sampling_seed": 3,
+        "json_schema": json.dumps(schema),
+        "top_k": 5,
+        "regex": "[a-z]+",
+    }
 
 
 def test_response_format_variants():
     assert sglang_sampling_params({"response_format": {"type": "text"}}) == {}
-    assert json.loads(sglang_sampling_params({"response_format": {"type": "json_object"}})["json_schema"]) == {"type": "object"}
-    assert sglang_sampling_params({"max_completion_tokens": 5, "min_tokens": 2}) == {"max_new_tokens": 5, "min_new_tokens": 2}
+    assert json.loads(
+        sglang_sampling_params({"response_format": {"type": "json_object"}})["json_schema"]
+    ) == {"type": "object"}
+    assert sglang_sampling_params({"max_completion_tokens": 5, "min_tokens": 2}) == {
+        "max_new_tokens": 5,
+        "min_new_tokens": 2,
+    }
     assert sglang_sampling_params({"temperature": None}) == {}
 
 
@@ -114,14 +167,21 @@ def test_unknown_name_fails_with_a_suggestion_when_names_are_known(sglang_source
     with pytest.raises(ValueError, match=r"temprature.*did you mean 'temperature'"):
         sglang_sampling_params({"temprature": 0.5}, known)
     assert sglang_sampling_params({"max_tokens": 4, "ebnf": "root ::= 'a'"}, known) == {
-        "max_new_tokens": 4, "ebnf": "root ::= 'a'"}
+        "max_new_tokens": 4,
+        "ebnf": "root ::= 'a'",
+    }
 
 
 # -- rows -> engine inputs ---------------------------------------------------------------------
 
 
 def chat_request(text="hello", **extra):
-    return {"request_id": "r", "task": "chat", "messages": [{"role": "user", "content": text}], **extra}
+    return {
+        "request_id": "r",
+        "task": "chat",
+        "messages": [{"role": "user", "content": text}],
+        **extra,
+    }
 
 
 def test_engine_input_per_task(tokenizer):
@@ -150,37 +210,63 @@ def test_lora_adapter_chosen_by_the_model_column(tokenizer):
 
 
 def test_one_call_carries_the_whole_batch_as_lists():
-    rows = [EngineInput("generate", input_ids=[1, 2], sampling_params={"max_new_tokens": 2}),
-            EngineInput("generate", input_ids=[3], sampling_params={"temperature": 0.0}, lora="sql")]
-    assert generate_kwargs(rows) == {"input_ids": [[1, 2], [3]],
-                                     "sampling_params": [{"max_new_tokens": 2}, {"temperature": 0.0}],
-                                     "lora_path": [None, "sql"]}
+    rows = [
+        EngineInput("generate", input_ids=[1, 2], sampling_params={"max_new_tokens": 2}),
+        EngineInput("generate", input_ids=[3], sampling_params={"temperature": 0.0}, lora="sql"),
+    ]
+    assert generate_kwargs(rows) == {
+        "input_ids": [[1, 2], [3]],
+        "sampling_params": [{"max_new_tokens": 2}, {"temperature": 0.0}],
+        "lora_path": [None, "sql"],
+    }
     assert "lora_path" not in generate_kwargs(rows[:1])
-    assert encode_kwargs([EngineInput("encode", text="a"), EngineInput("encode", text="b")]) == {"prompt": ["a", "b"]}
+    assert encode_kwargs([EngineInput("encode", text="a"), EngineInput("encode", text="b")]) == {
+        "prompt": ["a", "b"]
+    }
 
 
 # -- SGLang outputs -> rows --------------------------------------------------------------------
 
 
 def output(text, finish, prompt_tokens=7, completion_tokens=3):
-    return {"text": text, "meta_info": {"id": "abc", "finish_reason": finish, "prompt_tokens": prompt_tokens,
-                                        "completion_tokens": completion_tokens, "cached_tokens": 0}}
+    return {
+        "text": text,
+        "meta_info": {
+            "id": "abc",
+            "finish_reason": finish,
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "cached_tokens": 0,
+        },
+    }
 
 
 def test_finished_outputs():
     assert generation_result(output("Paris.", {"type": "stop", "matched": 2})) == {
-        "generated_text": "Paris.", "finish_reason": "stop", "num_input_tokens": 7, "num_generated_tokens": 3}
-    assert generation_result(output("The capital", {"type": "length", "length": 3}))["finish_reason"] == "length"
+        "generated_text": "Paris.",
+        "finish_reason": "stop",
+        "num_input_tokens": 7,
+        "num_generated_tokens": 3,
+    }
+    assert (
+        generation_result(output("The capital", {"type": "length", "length": 3}))["finish_reason"]
+        == "length"
+    )
 
 
 def test_abort_outputs_become_the_row_error():
-    too_long = {"type": "abort", "message": "The input (9000 tokens) is longer than the model's context length (8192 tokens).",
-                "status_code": 400, "err_type": "BadRequestError"}
+    too_long = {
+        "type": "abort",
+        "message": "The input (9000 tokens) is longer than the model's context length (8192 tokens).",
+        "status_code": 400,
+        "err_type": "BadRequestError",
+    }
     result = generation_result(output("", too_long, completion_tokens=0))
     assert result["error"].startswith("sglang aborted the request: The input (9000 tokens)")
     assert "generated_text" not in result and result["num_input_tokens"] == 7
     assert generation_result({"meta_info": {"finish_reason": {"type": "abort"}}})["error"] == (
-        "sglang aborted the request: no reason given")
+        "sglang aborted the request: no reason given"
+    )
 
 
 def test_missing_text_and_exceptions_are_errors_not_empty_answers():
@@ -190,9 +276,19 @@ def test_missing_text_and_exceptions_are_errors_not_empty_answers():
 
 def test_embedding_outputs():
     assert embedding_result({"embedding": [0.5, 1], "meta_info": {"prompt_tokens": 2}}) == {
-        "embedding": [0.5, 1.0], "num_input_tokens": 2}
-    assert embedding_result({"embedding": [], "meta_info": {}})["error"] == "sglang returned no embedding"
-    assert "aborted" in embedding_result({"meta_info": {"finish_reason": {"type": "abort", "message": "x"}}})["error"]
+        "embedding": [0.5, 1.0],
+        "num_input_tokens": 2,
+    }
+    assert (
+        embedding_result({"embedding": [], "meta_info": {}})["error"]
+        == "sglang returned no embedding"
+    )
+    assert (
+        "aborted"
+        in embedding_result({"meta_info": {"finish_reason": {"type": "abort", "message": "x"}}})[
+            "error"
+        ]
+    )
 
 
 # -- one engine call per batch, and per-row errors when SGLang rejects the batch --------------
@@ -211,10 +307,18 @@ class ScriptedGenerate:
         await asyncio.sleep(0)
         for prompt in input_ids:
             if len(prompt) >= self.context:
-                raise ValueError(f"The input ({len(prompt)} tokens) is longer than the model's context length ({self.context} tokens).")
-        return [output(f"answer {len(p)}", {"type": "length", "length": sp.get("max_new_tokens", 1)},
-                       prompt_tokens=len(p), completion_tokens=sp.get("max_new_tokens", 1))
-                for p, sp in zip(input_ids, sampling_params)]
+                raise ValueError(
+                    f"The input ({len(prompt)} tokens) is longer than the model's context length ({self.context} tokens)."
+                )
+        return [
+            output(
+                f"answer {len(p)}",
+                {"type": "length", "length": sp.get("max_new_tokens", 1)},
+                prompt_tokens=len(p),
+                completion_tokens=sp.get("max_new_tokens", 1),
+            )
+            for p, sp in zip(input_ids, sampling_params)
+        ]
 
 
 async def no_encode(**kwargs):
@@ -224,7 +328,11 @@ async def no_encode(**kwargs):
 def prepare(request):
     if request.get("bad"):
         raise ValueError("sampling_params.n must be 1")
-    return EngineInput("generate", input_ids=list(range(request["n_tokens"])), sampling_params={"max_new_tokens": 2})
+    return EngineInput(
+        "generate",
+        input_ids=list(range(request["n_tokens"])),
+        sampling_params={"max_new_tokens": 2},
+    )
 
 
 def test_a_batch_is_one_engine_call_with_results_in_order():
@@ -234,7 +342,12 @@ def test_a_batch_is_one_engine_call_with_results_in_order():
     assert engine.calls == [4]
     assert [r["num_input_tokens"] for r in results] == [3, 1, 5, 2]
     assert not any(r.get("error") for r in results)
-    assert [r["generated_text"] for r in results] == ["answer 3", "answer 1", "answer 5", "answer 2"]
+    assert [r["generated_text"] for r in results] == [
+        "answer 3",
+        "answer 1",
+        "answer 5",
+        "answer 2",
+    ]
 
 
 def test_a_rejected_batch_is_resent_row_by_row_so_only_bad_rows_fail():
@@ -256,14 +369,22 @@ def test_embedding_and_generation_rows_in_one_batch():
             return EngineInput("encode", text=request["input"])
         return prepare(request)
 
-    results = asyncio.run(serve_batch([{"input": "abc"}, {"n_tokens": 2}, {"input": "a"}], prep, ScriptedGenerate(), encode))
+    results = asyncio.run(
+        serve_batch(
+            [{"input": "abc"}, {"n_tokens": 2}, {"input": "a"}], prep, ScriptedGenerate(), encode
+        )
+    )
     assert results[0]["embedding"] == [3.0] and results[2]["embedding"] == [1.0]
     assert results[1]["generated_text"] == "answer 2"
 
 
 def test_wrong_number_of_outputs_is_not_silently_misaligned():
     async def short(items):
-        return [output("x", {"type": "stop"})] if len(items) > 1 else [output(f"only {items[0]}", {"type": "stop"})]
+        return (
+            [output("x", {"type": "stop"})]
+            if len(items) > 1
+            else [output(f"only {items[0]}", {"type": "stop"})]
+        )
 
     got = asyncio.run(call_per_batch(short, ["a", "b"]))
     assert [g["text"] for g in got] == ["only a", "only b"]

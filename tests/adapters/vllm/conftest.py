@@ -32,8 +32,11 @@ def ray_session():
 
 
 def _wheel_cache() -> Path:
-    base = (os.environ.get("RELAYLLM_TEST_CACHE") or os.environ.get("XDG_CACHE_HOME")
-            or Path.home() / ".cache")
+    base = (
+        os.environ.get("RELAYLLM_TEST_CACHE")
+        or os.environ.get("XDG_CACHE_HOME")
+        or Path.home() / ".cache"
+    )
     return Path(base) / "relayllm" / "wheels"
 
 
@@ -47,9 +50,21 @@ def download_wheel(dist: str, version: str) -> Path:
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
         subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-             "--disable-pip-version-check", "-q", "-d", tmp, f"{dist}=={version}"],
-            check=True, timeout=1800,
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--disable-pip-version-check",
+                "-q",
+                "-d",
+                tmp,
+                f"{dist}=={version}",
+            ],
+            check=True,
+            timeout=1800,
         )
         (wheel,) = Path(tmp).glob(f"{dist}-*.whl")
         final = cache / wheel.name

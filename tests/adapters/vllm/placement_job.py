@@ -17,8 +17,8 @@ from ray.cluster_utils import Cluster
 import relayllm
 from relayllm import DeploymentConfig
 from relayllm.plugin import manager
-from relayllm_vllm.deployment import VLLMDeployment
 from relayllm_vllm.backend import VLLMBackend, deployment_resources
+from relayllm_vllm.deployment import VLLMDeployment
 
 GPUS_PER_NODE = 4
 
@@ -74,10 +74,15 @@ def replica_infos(ref, replicas: int) -> dict:
 
 
 def deploy(name: str, replicas: int, tp: int, pp: int):
-    return relayllm.deploy(DeploymentConfig(
-        name=name, backend="vllm-logical-gpu", num_replicas=replicas, startup_timeout_s=600,
-        options={"model": "demo", "tensor_parallel_size": tp, "pipeline_parallel_size": pp},
-    ))
+    return relayllm.deploy(
+        DeploymentConfig(
+            name=name,
+            backend="vllm-logical-gpu",
+            num_replicas=replicas,
+            startup_timeout_s=600,
+            options={"model": "demo", "tensor_parallel_size": tp, "pipeline_parallel_size": pp},
+        )
+    )
 
 
 def main() -> None:
@@ -91,19 +96,35 @@ def main() -> None:
     (info,) = replica_infos(ref, 1).values()
     groups = live_groups()
     out["single"] = {
-        "info": {k: info[k] for k in ("node_id", "device", "tensor_parallel_size",
-                                      "pipeline_parallel_size", "placement_group", "engine_args")},
-        "groups": {k: {"bundles": v["bundles"], "strategy": v["strategy"],
-                       "nodes": sorted(set(v["bundles_to_node_id"].values()))}
-                   for k, v in groups.items()},
+        "info": {
+            k: info[k]
+            for k in (
+                "node_id",
+                "device",
+                "tensor_parallel_size",
+                "pipeline_parallel_size",
+                "placement_group",
+                "engine_args",
+            )
+        },
+        "groups": {
+            k: {
+                "bundles": v["bundles"],
+                "strategy": v["strategy"],
+                "nodes": sorted(set(v["bundles_to_node_id"].values())),
+            }
+            for k, v in groups.items()
+        },
     }
     relayllm.shutdown("tp2pp2")
     out["single"]["after_shutdown"] = wait_released()
 
     ref = deploy("two", 2, 2, 2)
     infos = replica_infos(ref, 2)
-    out["two"] = {"replica_nodes": sorted(i["node_id"] for i in infos.values()),
-                  "groups": len(live_groups())}
+    out["two"] = {
+        "replica_nodes": sorted(i["node_id"] for i in infos.values()),
+        "groups": len(live_groups()),
+    }
     relayllm.shutdown("two")
     out["two"]["after_shutdown"] = wait_released()
 
@@ -113,8 +134,11 @@ def main() -> None:
         out["too_big"] = {"error": None}
     except relayllm.ConfigError as exc:
         out["too_big"] = {"error": str(exc), "type": type(exc).__name__}
-    out["too_big"].update(seconds=round(time.monotonic() - started, 1), groups=len(live_groups()),
-                          apps=[r.name for r in relayllm.list_deployments()])
+    out["too_big"].update(
+        seconds=round(time.monotonic() - started, 1),
+        groups=len(live_groups()),
+        apps=[r.name for r in relayllm.list_deployments()],
+    )
     print(json.dumps(out))
     ray.shutdown()
     cluster.shutdown()

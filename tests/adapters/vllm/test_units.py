@@ -12,19 +12,34 @@ import time
 import pytest
 
 import relayllm
+from relayllm_vllm.backend import INSTALL_HINT, VLLMBackend, deployment_resources
 from relayllm_vllm.demo import ensure_demo_model
 from relayllm_vllm.options import VLLMOptions, engine_args
-from relayllm_vllm.backend import INSTALL_HINT, VLLMBackend, deployment_resources
 from relayllm_vllm.translate import SamplingParamsError, to_vllm_kwargs
 
 
 def test_openai_sampling_params_translate_to_vllm():
     kwargs, structured = to_vllm_kwargs(
-        {"temperature": 0.2, "top_p": 0.9, "max_tokens": 7, "stop": ["\n"], "seed": 3, "n": 1,
-         "top_k": 5, "max_completion_tokens": None}
+        {
+            "temperature": 0.2,
+            "top_p": 0.9,
+            "max_tokens": 7,
+            "stop": ["\n"],
+            "seed": 3,
+            "n": 1,
+            "top_k": 5,
+            "max_completion_tokens": None,
+        }
     )
-    assert kwargs == {"temperature": 0.2, "top_p": 0.9, "max_tokens": 7, "stop": ["\n"], "seed": 3,
-                      "n": 1, "top_k": 5}
+    assert kwargs == {
+        "temperature": 0.2,
+        "top_p": 0.9,
+        "max_tokens": 7,
+        "stop": ["\n"],
+        "seed": 3,
+        "n": 1,
+        "top_k": 5,
+    }
     assert structured is None
     assert to_vllm_kwargs({"max_completion_tokens": 9})[0] == {"max_tokens": 9}
 
@@ -59,13 +74,18 @@ def test_cpu_build_gets_cpu_defaults_and_explicit_values_win():
     assert cpu["model"] == "/m"
     gpu = engine_args(VLLMOptions(), cpu=False, model_path="/m")
     assert "gpu_memory_utilization" not in gpu and "enforce_eager" not in gpu
-    mine = engine_args(VLLMOptions(gpu_memory_utilization=0.5, enforce_eager=False), cpu=True, model_path="/m")
+    mine = engine_args(
+        VLLMOptions(gpu_memory_utilization=0.5, enforce_eager=False), cpu=True, model_path="/m"
+    )
     assert mine["gpu_memory_utilization"] == 0.5 and mine["enforce_eager"] is False
 
 
 def test_lora_embed_and_parallel_options_map_to_engine_args():
     options = VLLMOptions(
-        model="org/model", task="embed", tensor_parallel_size=2, pipeline_parallel_size=2,
+        model="org/model",
+        task="embed",
+        tensor_parallel_size=2,
+        pipeline_parallel_size=2,
         lora={"adapters": {"sql": "/adapters/sql"}, "max_loras": 2},
         engine_kwargs={"max_num_batched_tokens": 1024},
     )
@@ -78,13 +98,17 @@ def test_lora_embed_and_parallel_options_map_to_engine_args():
 
 
 def test_resources_cpu_one_gpu_and_placement_group_for_tp_pp():
-    assert deployment_resources(VLLMOptions(), gpu=False) == {"ray_actor_options": {"num_cpus": 0.5}}
+    assert deployment_resources(VLLMOptions(), gpu=False) == {
+        "ray_actor_options": {"num_cpus": 0.5}
+    }
     single = deployment_resources(VLLMOptions(), gpu=True)
     assert single["ray_actor_options"]["num_gpus"] == 1 and "placement_group_bundles" not in single
     tp = deployment_resources(VLLMOptions(tensor_parallel_size=4), gpu=True)
     assert tp["placement_group_bundles"] == [{"CPU": 1}] + [{"GPU": 1}] * 4
     assert tp["placement_group_strategy"] == "STRICT_PACK"
-    pp = deployment_resources(VLLMOptions(tensor_parallel_size=2, pipeline_parallel_size=2), gpu=True)
+    pp = deployment_resources(
+        VLLMOptions(tensor_parallel_size=2, pipeline_parallel_size=2), gpu=True
+    )
     assert len(pp["placement_group_bundles"]) == 5 and pp["placement_group_strategy"] == "PACK"
 
 
@@ -145,7 +169,7 @@ def test_broken_torch_extensions_are_hidden_here_and_in_subprocesses():
         "import subprocess\n"
         "child = subprocess.run([sys.executable, '-c', 'import sys, json; "
         "print(json.dumps(sorted(k for k, v in sys.modules.items() if v is None and "
-        "k in (\"torchvision\", \"torchaudio\", \"torchcodec\"))))'], "
+        'k in ("torchvision", "torchaudio", "torchcodec"))))\'], '
         "capture_output=True, text=True, check=True).stdout\n"
         "print(json.dumps({'hidden': hidden, 'child': json.loads(child)}))\n"
     )
@@ -179,19 +203,31 @@ steps:
   - {{name: a, deployment: llm, prompt: "{{q}}", output_column: x}}
 """
     cases = {
-        "path.yaml": ("./models/nope", "path.yaml:5: deployments[0].options.model: invalid "
-                      "options for backend 'vllm': model: the path './models/nope' does not exist"),
-        "offline.yaml": ("nobody-here/no-such-model", "offline.yaml:5: deployments[0].options.model: "
-                         "invalid options for backend 'vllm': model: 'nobody-here/no-such-model' "
-                         "is not in the local Hugging Face cache and HF_HUB_OFFLINE is set"),
+        "path.yaml": (
+            "./models/nope",
+            "path.yaml:5: deployments[0].options.model: invalid "
+            "options for backend 'vllm': model: the path './models/nope' does not exist",
+        ),
+        "offline.yaml": (
+            "nobody-here/no-such-model",
+            "offline.yaml:5: deployments[0].options.model: "
+            "invalid options for backend 'vllm': model: 'nobody-here/no-such-model' "
+            "is not in the local Hugging Face cache and HF_HUB_OFFLINE is set",
+        ),
     }
     relayllm_cli = os.path.join(os.path.dirname(sys.executable), "relayllm")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}  # an empty cache
     running = {}
     for name, (model, _) in cases.items():
         (tmp_path / name).write_text(template.format(model=model))
-        running[name] = subprocess.Popen([relayllm_cli, "run", name], cwd=tmp_path, env=env,
-                                         text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        running[name] = subprocess.Popen(
+            [relayllm_cli, "run", name],
+            cwd=tmp_path,
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
     for name, process in running.items():
         _, stderr = process.communicate(timeout=120)
         assert process.returncode == 2, (name, stderr[-3000:])

@@ -49,7 +49,9 @@ def test_importing_the_versions_module_is_light():
     import subprocess
     import sys
 
-    code = ("import sys, relayllm_vllm.versions as v; v.unsupported(); "
-            "print(sorted(m for m in ('vllm', 'torch', 'ray') if m in sys.modules))")
+    code = (
+        "import sys, relayllm_vllm.versions as v; v.unsupported(); "
+        "print(sorted(m for m in ('vllm', 'torch', 'ray') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -148,14 +148,20 @@ class _Walker:
         if not path and not imported and not isinstance(parent, ast.Call):
             return  # the bare variable itself: nothing of vLLM's is looked up
         call = parent if isinstance(parent, ast.Call) and parent.func is node else None
-        self.uses.append(Use(
-            self._site(node), owner, path,
-            positional=None if call is None else sum(
-                1 for a in call.args if not isinstance(a, ast.Starred)),
-            keywords=frozenset() if call is None else frozenset(
-                k.arg for k in call.keywords if k.arg is not None),
-            imported=imported,
-        ))
+        self.uses.append(
+            Use(
+                self._site(node),
+                owner,
+                path,
+                positional=None
+                if call is None
+                else sum(1 for a in call.args if not isinstance(a, ast.Starred)),
+                keywords=frozenset()
+                if call is None
+                else frozenset(k.arg for k in call.keywords if k.arg is not None),
+                imported=imported,
+            )
+        )
 
     def _vllm_valued(self, nodes, aliases) -> set[str]:
         """Local names bound to something computed from a vLLM name or object."""
@@ -167,8 +173,11 @@ class _Walker:
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 mentioned = {n.id for n in ast.walk(value) if isinstance(n, ast.Name)}
                 if mentioned & (known - {"self"}) or any(
-                    isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
-                    and n.value.id == "self" and n.attr in OBJECT_TYPES for n in ast.walk(value)
+                    isinstance(n, ast.Attribute)
+                    and isinstance(n.value, ast.Name)
+                    and n.value.id == "self"
+                    and n.attr in OBJECT_TYPES
+                    for n in ast.walk(value)
                 ):
                     for target in targets:
                         elements = target.elts if isinstance(target, ast.Tuple) else [target]
@@ -205,8 +214,10 @@ class Signature:
         if extra:
             return f"{use}: no parameter {', '.join(extra)}"
         if use.positional and not self.varargs and use.positional > len(self.positional):
-            return (f"{use}: takes {len(self.positional)} positional argument(s), "
-                    f"called with {use.positional}")
+            return (
+                f"{use}: takes {len(self.positional)} positional argument(s), "
+                f"called with {use.positional}"
+            )
         return None
 
 
@@ -260,9 +271,7 @@ class SourceTree:
             if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
                 if node.name == name:
                     return module, node
-            elif isinstance(node, ast.AnnAssign) and _is_name(node.target, name):
-                return module, node
-            elif isinstance(node, ast.Assign) and any(_is_name(t, name) for t in node.targets):
+            elif isinstance(node, ast.AnnAssign) and _is_name(node.target, name) or isinstance(node, ast.Assign) and any(_is_name(t, name) for t in node.targets):
                 return module, node
         for node in _module_level(tree):
             if isinstance(node, ast.ImportFrom):
@@ -323,9 +332,12 @@ class SourceTree:
                 if isinstance(sub, (ast.Assign, ast.AnnAssign)):
                     targets = sub.targets if isinstance(sub, ast.Assign) else [sub.target]
                     for target in targets:
-                        if (isinstance(target, ast.Attribute) and target.attr == name
-                                and isinstance(target.value, ast.Name)
-                                and target.value.id == "self"):
+                        if (
+                            isinstance(target, ast.Attribute)
+                            and target.attr == name
+                            and isinstance(target.value, ast.Name)
+                            and target.value.id == "self"
+                        ):
                             return sub
         return None
 
@@ -335,9 +347,12 @@ class SourceTree:
         names: set[str] = set()
         for _, klass in self.mro(module, cls):
             for item in klass.body:
-                if (isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
-                        and not item.target.id.startswith("_")
-                        and "ClassVar" not in ast.unparse(item.annotation)):
+                if (
+                    isinstance(item, ast.AnnAssign)
+                    and isinstance(item.target, ast.Name)
+                    and not item.target.id.startswith("_")
+                    and "ClassVar" not in ast.unparse(item.annotation)
+                ):
                     names.add(item.target.id)
         return names
 
@@ -369,8 +384,9 @@ def function_signature(node: ast.FunctionDef | ast.AsyncFunctionDef, *, method: 
     if method and not static and positional:
         positional = positional[1:]  # self / cls
     keywords = {a.arg for a in args.args + args.kwonlyargs} - {"self", "cls"}
-    return Signature(tuple(positional), frozenset(keywords), args.vararg is not None,
-                     args.kwarg is not None)
+    return Signature(
+        tuple(positional), frozenset(keywords), args.vararg is not None, args.kwarg is not None
+    )
 
 
 def check(source: SourceTree, uses: list[Use]) -> list[str]:

@@ -43,8 +43,12 @@ class Correct(BatchDeployment):
         finish = "stop"
         if budget and len(out) > budget:
             out, finish = out[:budget], "length"
-        return {"generated_text": " ".join(out), "finish_reason": finish,
-                "num_input_tokens": len(words), "num_generated_tokens": len(out)}
+        return {
+            "generated_text": " ".join(out),
+            "finish_reason": finish,
+            "num_input_tokens": len(words),
+            "num_generated_tokens": len(out),
+        }
 
     def budget(self, request: Request) -> int | None:
         return request["sampling_params"].get("max_tokens")
@@ -162,20 +166,32 @@ def _backend(
 BROKEN = {
     "correct": (_backend("correct", Correct), None),
     "shifted": (_backend("shifted", Shifted), "test_each_row_gets_its_own_answer"),
-    "ignores-max-tokens": (_backend("ignores-max-tokens", IgnoresMaxTokens),
-                           "test_max_tokens_honoured"),
+    "ignores-max-tokens": (
+        _backend("ignores-max-tokens", IgnoresMaxTokens),
+        "test_max_tokens_honoured",
+    ),
     "same-embedding": (_backend("same-embedding", SameEmbedding), "test_embedding"),
-    "refusal-fails-call": (_backend("refusal-fails-call", RefusalFailsCall),
-                           "test_engine_refusal_fails_only_that_row"),
+    "refusal-fails-call": (
+        _backend("refusal-fails-call", RefusalFailsCall),
+        "test_engine_refusal_fails_only_that_row",
+    ),
     "serial": (_backend("serial", Serial), "test_rows_of_one_call_run_concurrently"),
-    "computes-twice": (_backend("computes-twice", ComputesTwice),
-                       "test_retried_call_is_not_computed_twice"),
-    "health-always-ok": (_backend("health-always-ok", HealthAlwaysOk),
-                         "test_health_reports_engine_down"),
-    "embedding-not-really": (_backend("embedding-not-really", EmbeddingNotReally),
-                             "test_embedding"),
-    "loose-options": (_backend("loose-options", Correct, LooseOptions),
-                      "test_options_reject_unknown_keys"),
+    "computes-twice": (
+        _backend("computes-twice", ComputesTwice),
+        "test_retried_call_is_not_computed_twice",
+    ),
+    "health-always-ok": (
+        _backend("health-always-ok", HealthAlwaysOk),
+        "test_health_reports_engine_down",
+    ),
+    "embedding-not-really": (
+        _backend("embedding-not-really", EmbeddingNotReally),
+        "test_embedding",
+    ),
+    "loose-options": (
+        _backend("loose-options", Correct, LooseOptions),
+        "test_options_reject_unknown_keys",
+    ),
 }
 
 

@@ -46,7 +46,9 @@ class Admission:
         )
         # Tokens: a bucket holding one minute's budget, refilled continuously -- the way
         # providers meter tokens. A request is charged before it is sent (its estimate).
-        self._tokens = AsyncLimiter(self.tokens_per_minute, 60.0) if self.tokens_per_minute else None
+        self._tokens = (
+            AsyncLimiter(self.tokens_per_minute, 60.0) if self.tokens_per_minute else None
+        )
         self._resume_at = 0.0
         self._debts: set[asyncio.Task[None]] = set()
 

@@ -14,7 +14,6 @@ from pydantic import BaseModel, ValidationError
 import relayllm
 from relayllm.errors import ConfigError
 from relayllm.rows import TASKS
-
 from relayllm_openai.options import OpenAIOptions
 
 
@@ -24,8 +23,9 @@ class OpenAIBackend(relayllm.Backend):
     name = "openai"
     Options = OpenAIOptions
     requires = ("openai", "aiolimiter")
-    install_hint = ("pip install ./packages/adapter-openai "
-                    "(run in a clone of the relayllm repository)")
+    install_hint = (
+        "pip install ./packages/adapter-openai (run in a clone of the relayllm repository)"
+    )
     tasks = frozenset(TASKS)
 
     @classmethod

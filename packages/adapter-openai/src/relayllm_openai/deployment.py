@@ -69,7 +69,10 @@ class OpenAIDeployment(relayllm.BatchDeployment):
         self._models: list[str] = []  # what the endpoint listed at the last health()
         logger.info(
             "openai deployment %r: model %s at %s, budget per replica %s",
-            deployment.get("name"), options.model, self.base_url, self._admission.describe(),
+            deployment.get("name"),
+            options.model,
+            self.base_url,
+            self._admission.describe(),
         )
 
     @property
@@ -80,8 +83,11 @@ class OpenAIDeployment(relayllm.BatchDeployment):
 
     async def run_request(self, request: Request) -> Result:
         try:  # the policy every adapter shares: an unsupported name fails this row, unsent
-            check_sampling_support("openai", request.get("sampling_params") or {},
-                                   OPENAI_SAMPLING_PARAMS | set(self.options.extra_sampling_params))
+            check_sampling_support(
+                "openai",
+                request.get("sampling_params") or {},
+                OPENAI_SAMPLING_PARAMS | set(self.options.extra_sampling_params),
+            )
         except UnsupportedParameter as exc:
             return error_result(f"{exc} (or list it in options.extra_sampling_params)")
         estimate = estimate_tokens(request)
@@ -105,7 +111,9 @@ class OpenAIDeployment(relayllm.BatchDeployment):
                 with try_:
                     result = await attempt()
         except Exception as exc:  # the row's failure is the row's value, never a lost row
-            return error_result(self._redact(describe_failure(exc, attempts, self.options.timeout_s)))
+            return error_result(
+                self._redact(describe_failure(exc, attempts, self.options.timeout_s))
+            )
         used = (result.get("num_input_tokens") or 0) + (result.get("num_generated_tokens") or 0)
         self._admission.settle(estimate, used or None)
         return result
@@ -158,12 +166,18 @@ class OpenAIDeployment(relayllm.BatchDeployment):
         try:
             page = await self._client.models.list()
         except Exception as exc:
-            raise RuntimeError(self._redact(describe_failure(exc, 1, self.options.timeout_s))) from None
+            raise RuntimeError(
+                self._redact(describe_failure(exc, 1, self.options.timeout_s))
+            ) from None
         self._models = [m.id for m in getattr(page, "data", [])]
 
     async def health(self) -> dict[str, Any]:
         report = await super().health()
-        return {**report, "model": self.options.model, "model_listed": self.options.model in self._models}
+        return {
+            **report,
+            "model": self.options.model,
+            "model_listed": self.options.model in self._models,
+        }
 
     async def check_health(self) -> None:
         # Serve calls this every few seconds and restarts a replica that fails it. An outage of

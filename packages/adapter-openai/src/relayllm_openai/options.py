@@ -45,10 +45,12 @@ class OpenAIOptions(relayllm.BackendOptions):
         default=None, description="Token budget for the whole deployment (None: no limit)."
     )
     max_retries: NonNegativeInt = Field(
-        default=5, description="Retries of one request on 429/408/409/5xx/timeouts/connection errors."
+        default=5,
+        description="Retries of one request on 429/408/409/5xx/timeouts/connection errors.",
     )
     tasks: list[Task] = Field(
-        default_factory=lambda: list(TASKS), min_length=1,
+        default_factory=lambda: list(TASKS),
+        min_length=1,
         description="What the endpoint serves (a vLLM server with a generate model: chat and "
         "completion); a processor with another task is refused before any row is sent.",
     )
@@ -67,7 +69,9 @@ class OpenAIOptions(relayllm.BackendOptions):
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError("must be an http:// or https:// URL, e.g. 'http://127.0.0.1:8000/v1'")
         if parts.username or parts.password:
-            raise ValueError("must not carry credentials; put the key in the variable api_key_env names")
+            raise ValueError(
+                "must not carry credentials; put the key in the variable api_key_env names"
+            )
         return value.rstrip("/")
 
     @field_validator("api_key_env")

@@ -6,7 +6,6 @@ Light to import: pydantic and relayllm only (no ``openai`` client).
 from __future__ import annotations
 
 import relayllm
-
 from relayllm_openai.backend import OpenAIBackend
 from relayllm_openai.options import OpenAIOptions
 

@@ -31,7 +31,9 @@ def is_retryable(exc: BaseException) -> bool:
         if exc.status_code == 429 and exc.code == "insufficient_quota":
             return False  # out of credit: waiting will not help
         return exc.status_code in RETRYABLE_STATUS or exc.status_code >= 500
-    return isinstance(exc, (openai.APIConnectionError, openai.APIResponseValidationError, MalformedResponse))
+    return isinstance(
+        exc, (openai.APIConnectionError, openai.APIResponseValidationError, MalformedResponse)
+    )
 
 
 def retry_after_s(exc: BaseException | None) -> float | None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from relayllm.rows import Result
-
 from relayllm_openai.retrying import MalformedResponse
 
 
@@ -31,7 +30,10 @@ def embedding_result(response: Any) -> Result:
     if not data or not isinstance(getattr(data[0], "embedding", None), list):
         raise MalformedResponse(f"the endpoint answered without an embedding: {_preview(response)}")
     usage = getattr(response, "usage", None)
-    return {"embedding": data[0].embedding, "num_input_tokens": getattr(usage, "prompt_tokens", None)}
+    return {
+        "embedding": data[0].embedding,
+        "num_input_tokens": getattr(usage, "prompt_tokens", None),
+    }
 
 
 def _preview(value: Any, limit: int = 200) -> str:

@@ -53,7 +53,9 @@ def check_options_against(options: SGLangOptions, tree: SourceTree) -> None:
     except SourceLayoutError as exc:
         # A release laid out differently from the pinned one: the engine still rejects unknown
         # names itself when it starts, only later.
-        logger.warning("cannot read sglang's ServerArgs fields (%s); server_args are not checked", exc)
+        logger.warning(
+            "cannot read sglang's ServerArgs fields (%s); server_args are not checked", exc
+        )
         return
     check_server_arg_names(set(engine_kwargs(options)), known)
     try:
@@ -61,7 +63,9 @@ def check_options_against(options: SGLangOptions, tree: SourceTree) -> None:
     except importlib.metadata.PackageNotFoundError:
         return
     if installed != SGLANG_VERSION:
-        logger.warning("sglang %s is installed; relayllm-sglang is tested with %s", installed, SGLANG_VERSION)
+        logger.warning(
+            "sglang %s is installed; relayllm-sglang is tested with %s", installed, SGLANG_VERSION
+        )
 
 
 def placement(options: SGLangOptions) -> dict[str, Any]:

@@ -46,14 +46,18 @@ class SGLangDeployment(BatchDeployment):
         self.tokenizer = self.engine.tokenizer_manager.tokenizer
         self.lora_names = frozenset(self.options.lora_paths or ())
         self.base_model_names = frozenset(
-            n for n in (self.options.model_path, self.options.server_args.get("served_model_name")) if n
+            n
+            for n in (self.options.model_path, self.options.server_args.get("served_model_name"))
+            if n
         )
         self.sampling_names = _sampling_param_names()
         self.engine_version = _version("sglang")
 
     async def run_batch(self, requests: list[Request]) -> list[Result]:
         # The whole batch goes to the engine as one async_generate call (see serve_batch).
-        return await serve_batch(requests, self._prepare, self.engine.async_generate, self.engine.async_encode)
+        return await serve_batch(
+            requests, self._prepare, self.engine.async_generate, self.engine.async_encode
+        )
 
     def _prepare(self, request: Request) -> EngineInput:
         return engine_input(

@@ -72,14 +72,19 @@ class SourceTree:
 
     # -- names -------------------------------------------------------------------------------
 
-    def resolve(self, module: str, name: str, _depth: int = 0) -> tuple[str, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef]:
+    def resolve(
+        self, module: str, name: str, _depth: int = 0
+    ) -> tuple[str, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef]:
         """Where ``module.name`` is defined: follows ``from x import name`` and sglang's
         ``name = LazyImport("x", "name")`` re-exports."""
         if _depth > 10:
             raise SourceLayoutError(f"import chain too deep resolving {module}.{name}")
         tree = self.module(module)
         for node in tree.body:
-            if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+            if (
+                isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                and node.name == name
+            ):
                 return module, node
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom):
@@ -91,8 +96,13 @@ class SourceTree:
                 isinstance(t, ast.Name) and t.id == name for t in node.targets
             ):
                 call = node.value
-                if isinstance(call, ast.Call) and len(call.args) >= 2 and all(
-                    isinstance(a, ast.Constant) and isinstance(a.value, str) for a in call.args[:2]
+                if (
+                    isinstance(call, ast.Call)
+                    and len(call.args) >= 2
+                    and all(
+                        isinstance(a, ast.Constant) and isinstance(a.value, str)
+                        for a in call.args[:2]
+                    )
                 ):  # Engine = LazyImport("sglang.srt.entrypoints.engine", "Engine")
                     return self.resolve(call.args[0].value, call.args[1].value, _depth + 1)
         raise SourceLayoutError(f"{name} is not defined in {module}")
@@ -134,7 +144,10 @@ class SourceTree:
         where, node = self.find_class(module, cls)
         for _, klass in self._classes(where, node):
             for item in klass.body:
-                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name == method:
+                if (
+                    isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+                    and item.name == method
+                ):
                     args = item.args
                     names = {a.arg for a in args.args + args.kwonlyargs} - {"self", "cls"}
                     return names, args.kwarg is not None
@@ -157,8 +170,11 @@ class SourceTree:
                     targets = sub.targets if isinstance(sub, ast.Assign) else [sub.target]
                     for target in targets:
                         for t in ast.walk(target):
-                            if (isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name)
-                                    and t.value.id == "self"):
+                            if (
+                                isinstance(t, ast.Attribute)
+                                and isinstance(t.value, ast.Name)
+                                and t.value.id == "self"
+                            ):
                                 names.add(t.attr)
         return names
 
@@ -180,8 +196,10 @@ class SourceTree:
         where, node = self.find_class(SERVER_ARGS_MODULE, "ServerArgs")
         fields = _annotated_fields(node)
         for statement in self.module(where).body:
-            targets = statement.targets if isinstance(statement, ast.Assign) else (
-                [statement.target] if isinstance(statement, ast.AnnAssign) else []
+            targets = (
+                statement.targets
+                if isinstance(statement, ast.Assign)
+                else ([statement.target] if isinstance(statement, ast.AnnAssign) else [])
             )
             if any(isinstance(t, ast.Name) and t.id == "_INPUT_NAMESPACES" for t in targets):
                 for element in getattr(statement.value, "elts", []):
@@ -205,7 +223,11 @@ class SourceTree:
         keys: set[str] = set()
         for node in ast.walk(self.module(module)):
             if isinstance(node, ast.Dict):
-                keys.update(k.value for k in node.keys if isinstance(k, ast.Constant) and isinstance(k.value, str))
+                keys.update(
+                    k.value
+                    for k in node.keys
+                    if isinstance(k, ast.Constant) and isinstance(k.value, str)
+                )
         return keys
 
     def dict_values_for_key(self, module: str, key: str) -> set[str]:
@@ -214,8 +236,12 @@ class SourceTree:
         for node in ast.walk(self.module(module)):
             if isinstance(node, ast.Dict):
                 for k, v in zip(node.keys, node.values):
-                    if (isinstance(k, ast.Constant) and k.value == key
-                            and isinstance(v, ast.Constant) and isinstance(v.value, str)):
+                    if (
+                        isinstance(k, ast.Constant)
+                        and k.value == key
+                        and isinstance(v, ast.Constant)
+                        and isinstance(v.value, str)
+                    ):
                         values.add(v.value)
         return values
 

@@ -28,7 +28,9 @@ def cuda_available() -> bool:
         return False
     probe = subprocess.run(
         [sys.executable, "-c", "import torch; print(torch.cuda.is_available())"],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     return probe.stdout.strip().endswith("True")
 
@@ -38,7 +40,9 @@ def engine_skip_reason() -> str | None:
     if os.environ.get(REQUIRE_GPU_ENV) == "1":
         return None
     if importlib.util.find_spec("sglang") is None:
-        return f"needs the sglang engine and a CUDA GPU (sglang is not installed here); {HOW_TO_RUN}"
+        return (
+            f"needs the sglang engine and a CUDA GPU (sglang is not installed here); {HOW_TO_RUN}"
+        )
     if not cuda_available():
         return f"needs a CUDA GPU (none found); {HOW_TO_RUN}"
     return None

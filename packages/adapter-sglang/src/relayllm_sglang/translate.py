@@ -44,15 +44,26 @@ SHARED_SAMPLING_PARAMS = (
 #: SGLang's name for structured output; ``response_format`` becomes it.
 JSON_SCHEMA_PARAM = "json_schema"
 #: SGLang-only sampling fields a row may set (a subset of SGLang's ``SamplingParams``).
-SGLANG_EXTRA = frozenset({"regex", "ebnf", "structural_tag", "no_stop_trim",
-                          "spaces_between_special_tokens", "min_new_tokens", "max_new_tokens"})
+SGLANG_EXTRA = frozenset(
+    {
+        "regex",
+        "ebnf",
+        "structural_tag",
+        "no_stop_trim",
+        "spaces_between_special_tokens",
+        "min_new_tokens",
+        "max_new_tokens",
+    }
+)
 #: Row keys this adapter accepts without the engine's field list.
 TRANSLATED_SAMPLING_PARAMS = frozenset(
     {*RENAMED_SAMPLING_PARAMS, *SHARED_SAMPLING_PARAMS, *SGLANG_EXTRA, "n", "response_format"}
 )
 
 
-def sglang_sampling_params(params: Mapping[str, Any], known: set[str] | None = None) -> dict[str, Any]:
+def sglang_sampling_params(
+    params: Mapping[str, Any], known: set[str] | None = None
+) -> dict[str, Any]:
     """SGLang ``sampling_params`` for OpenAI-style ``params``.
 
     Names SGLang already uses pass through, so rows may also set SGLang-only knobs (``regex``,
@@ -140,7 +151,9 @@ def engine_input(
             )
         return EngineInput("encode", text=request["input"], lora=lora)
     if embedding_model:
-        raise ValueError(f"this sglang deployment serves an embedding model; task {task!r} needs a generation model")
+        raise ValueError(
+            f"this sglang deployment serves an embedding model; task {task!r} needs a generation model"
+        )
     params = sglang_sampling_params(request.get("sampling_params") or {}, sampling_names)
     if task == "chat":
         ids = chat_input_ids(tokenizer, request["messages"])
@@ -277,12 +290,15 @@ def generation_result(output: Mapping[str, Any] | BaseException) -> Result:
     kind = reason.get("type") if isinstance(reason, Mapping) else reason
     if kind == ABORT:
         message = reason.get("message") if isinstance(reason, Mapping) else None
-        return error_result(f"sglang aborted the request: {message or 'no reason given'}",
-                            num_input_tokens=prompt_tokens)
+        return error_result(
+            f"sglang aborted the request: {message or 'no reason given'}",
+            num_input_tokens=prompt_tokens,
+        )
     text = output.get("text")
     if not isinstance(text, str):
-        return error_result(f"sglang returned no text (finish reason {kind!r})",
-                            num_input_tokens=prompt_tokens)
+        return error_result(
+            f"sglang returned no text (finish reason {kind!r})", num_input_tokens=prompt_tokens
+        )
     return {
         "generated_text": text,
         "finish_reason": FINISH_REASONS.get(kind, kind),
@@ -298,7 +314,9 @@ def embedding_result(output: Mapping[str, Any] | BaseException) -> Result:
     meta = output.get("meta_info") or {}
     reason = meta.get(FINISH_REASON)
     if isinstance(reason, Mapping) and reason.get("type") == ABORT:
-        return error_result(f"sglang aborted the request: {reason.get('message') or 'no reason given'}")
+        return error_result(
+            f"sglang aborted the request: {reason.get('message') or 'no reason given'}"
+        )
     vector = output.get("embedding")
     if not isinstance(vector, Sequence) or not vector:
         return error_result("sglang returned no embedding")

@@ -13,7 +13,6 @@ import relayllm
 from relayllm import ConfigError
 from relayllm.adapters import did_you_mean
 from relayllm.rows import TEXT_TASKS
-
 from relayllm_vllm.options import VLLMOptions
 
 INSTALL_HINT = (
@@ -89,7 +88,9 @@ def deployment_resources(options: VLLMOptions, *, gpu: bool) -> dict[str, Any]:
         "ray_actor_options": {"num_cpus": 1, "num_gpus": 0},
         "placement_group_bundles": [{"CPU": 1}] + [{"GPU": 1} for _ in range(world)],
         # Tensor parallel needs one node; pipeline stages may span nodes.
-        "placement_group_strategy": "STRICT_PACK" if options.pipeline_parallel_size == 1 else "PACK",
+        "placement_group_strategy": "STRICT_PACK"
+        if options.pipeline_parallel_size == 1
+        else "PACK",
     }
 
 

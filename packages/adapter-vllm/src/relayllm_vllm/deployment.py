@@ -18,7 +18,6 @@ from typing import Any
 
 from relayllm import BatchDeployment, EngineFailedError
 from relayllm.rows import Request, Result, error_result
-
 from relayllm_vllm.compat import hide_broken_torch_extensions, vllm_distribution, vllm_version
 from relayllm_vllm.demo import DEMO_MODEL, ensure_demo_model
 from relayllm_vllm.options import VLLMOptions, engine_args
@@ -71,8 +70,12 @@ class VLLMDeployment(BatchDeployment):
         self.loras = self._lora_requests()
         cache = engine.vllm_config.cache_config
         self.kv_cache_blocks, self.kv_cache_block_size = cache.num_gpu_blocks, cache.block_size
-        logger.info("vLLM engine for %s ready in %.1fs (%s)", self.options.model,
-                    self.ready_seconds, self.start_phases)
+        logger.info(
+            "vLLM engine for %s ready in %.1fs (%s)",
+            self.options.model,
+            self.ready_seconds,
+            self.start_phases,
+        )
         return engine
 
     def platform(self) -> tuple[str, bool]:
@@ -151,8 +154,14 @@ class VLLMDeployment(BatchDeployment):
         request_id = f"{request.get('request_id') or uuid.uuid4().hex}-{uuid.uuid4().hex[:6]}"
         lora = self._lora_for(request.get("model"))
         if (task == "embedding") != (self.options.task == "embed"):
-            served = "embeddings (task='embed')" if self.options.task == "embed" else "text (task='generate')"
-            raise ValueError(f"this vllm deployment serves {served}; the processor asked for {task!r}")
+            served = (
+                "embeddings (task='embed')"
+                if self.options.task == "embed"
+                else "text (task='generate')"
+            )
+            raise ValueError(
+                f"this vllm deployment serves {served}; the processor asked for {task!r}"
+            )
         if task == "embedding":
             return await self._embed(request["input"], request_id, lora)
 
@@ -176,7 +185,9 @@ class VLLMDeployment(BatchDeployment):
             raise RuntimeError("the engine finished the request without an output")
         choice = final.outputs[0]
         if choice.finish_reason in _FAILED:
-            raise RuntimeError(f"the engine ended the request with finish_reason={choice.finish_reason!r}")
+            raise RuntimeError(
+                f"the engine ended the request with finish_reason={choice.finish_reason!r}"
+            )
         return {
             "generated_text": choice.text,
             "finish_reason": choice.finish_reason,
@@ -211,7 +222,9 @@ class VLLMDeployment(BatchDeployment):
 
         prompt = await self._render_completion(text)
         pooled = None
-        async for output in self.engine.encode(prompt, PoolingParams(task="embed"), request_id, lora_request=lora):
+        async for output in self.engine.encode(
+            prompt, PoolingParams(task="embed"), request_id, lora_request=lora
+        ):
             pooled = output
         if pooled is None:
             raise RuntimeError("the engine finished the request without an output")
@@ -254,7 +267,9 @@ class VLLMDeployment(BatchDeployment):
         the SIGTERM of vLLM's own shutdown)."""
         if self.engine is None:
             return  # stopped before vLLM on purpose (create_engine returned None)
-        manager = getattr(getattr(self.engine.engine_core, "resources", None), "engine_manager", None)
+        manager = getattr(
+            getattr(self.engine.engine_core, "resources", None), "engine_manager", None
+        )
         for proc in getattr(manager, "processes", None) or []:
             try:
                 proc.kill()

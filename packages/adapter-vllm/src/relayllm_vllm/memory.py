@@ -66,8 +66,15 @@ def model_shape(model_path: str, dtype: str = "auto") -> ModelShape | None:
     try:
         heads = int(text["num_attention_heads"])
         head_dim = int(text.get("head_dim") or int(text["hidden_size"]) // heads)
-        shape_dtype = dtype if dtype != "auto" else str(
-            text.get("dtype") or text.get("torch_dtype") or config.get("torch_dtype") or "float32"
+        shape_dtype = (
+            dtype
+            if dtype != "auto"
+            else str(
+                text.get("dtype")
+                or text.get("torch_dtype")
+                or config.get("torch_dtype")
+                or "float32"
+            )
         )
         return ModelShape(
             layers=int(text["num_hidden_layers"]),

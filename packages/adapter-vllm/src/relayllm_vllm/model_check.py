@@ -16,12 +16,12 @@ import socket
 from urllib.parse import urlparse
 
 from relayllm import ConfigError
-
 from relayllm_vllm.demo import DEMO_MODEL
 
 SKIP_ENV = "RELAYLLM_SKIP_MODEL_CHECK"
-_SKIP_HINT = (f"(if it is there on the cluster's nodes but not where this command runs, "
-              f"set {SKIP_ENV}=1)")
+_SKIP_HINT = (
+    f"(if it is there on the cluster's nodes but not where this command runs, set {SKIP_ENV}=1)"
+)
 
 
 def check_model(field: str, model: str | None) -> None:
@@ -39,8 +39,10 @@ def _check(field: str, model: str | None) -> None:
     if os.path.exists(os.path.expanduser(model)):
         return
     if _looks_like_path(model):
-        raise ConfigError(f"invalid options for backend 'vllm': {field}: the path {model!r} does "
-                          f"not exist {_SKIP_HINT}")
+        raise ConfigError(
+            f"invalid options for backend 'vllm': {field}: the path {model!r} does "
+            f"not exist {_SKIP_HINT}"
+        )
     if _in_hf_cache(model):
         return
     if _offline():
@@ -48,24 +50,33 @@ def _check(field: str, model: str | None) -> None:
             f"invalid options for backend 'vllm': {field}: {model!r} is not in the local Hugging "
             f"Face cache and HF_HUB_OFFLINE is set, so it cannot be downloaded. Download it "
             f"where there is a network (`hf download {model}`), or give a local path "
-            f"{_SKIP_HINT}")
+            f"{_SKIP_HINT}"
+        )
     endpoint = _hub_endpoint()
     if not _reachable(endpoint):
         raise ConfigError(
             f"invalid options for backend 'vllm': {field}: {model!r} is not in the local Hugging "
             f"Face cache and the hub ({endpoint}) cannot be reached from here. Check the network "
-            f"(or HF_ENDPOINT), download the model first, or give a local path {_SKIP_HINT}")
+            f"(or HF_ENDPOINT), download the model first, or give a local path {_SKIP_HINT}"
+        )
 
 
 def _looks_like_path(model: str) -> bool:
     """A hub id is ``name`` or ``org/name``; anything else is meant as a path."""
-    return (model.startswith(("/", ".", "~")) or model.count("/") > 1 or model.endswith("/")
-            or os.sep != "/" and os.sep in model)
+    return (
+        model.startswith(("/", ".", "~"))
+        or model.count("/") > 1
+        or model.endswith("/")
+        or os.sep != "/"
+        and os.sep in model
+    )
 
 
 def _offline() -> bool:
-    return any(os.environ.get(name, "").lower() in ("1", "true", "yes", "on")
-               for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+    return any(
+        os.environ.get(name, "").lower() in ("1", "true", "yes", "on")
+        for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    )
 
 
 def _in_hf_cache(model: str) -> bool:

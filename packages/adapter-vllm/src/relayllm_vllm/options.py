@@ -16,7 +16,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator
 
 from relayllm import BackendOptions
-
 from relayllm_vllm.demo import DEMO_MODEL
 from relayllm_vllm.memory import (
     GIB,
@@ -117,8 +116,15 @@ _SAME_NAME = (
 )
 #: Engine arguments relayllm sets from options; engine_kwargs may not repeat them.
 OPTION_ENGINE_ARGS = frozenset(
-    {*_SAME_NAME, "enable_lora", "max_loras", "max_lora_rank", "runner", "convert",
-     "kv_cache_memory_bytes"}
+    {
+        *_SAME_NAME,
+        "enable_lora",
+        "max_loras",
+        "max_lora_rank",
+        "runner",
+        "convert",
+        "kv_cache_memory_bytes",
+    }
 )
 
 
@@ -154,7 +160,9 @@ def engine_args(options: VLLMOptions, *, cpu: bool, model_path: str) -> dict[str
     args = {k: v for k, v in values.items() if v is not None}
     if options.lora is not None:
         args.update(
-            enable_lora=True, max_loras=options.lora.max_loras, max_lora_rank=options.lora.max_lora_rank
+            enable_lora=True,
+            max_loras=options.lora.max_loras,
+            max_lora_rank=options.lora.max_lora_rank,
         )
     if options.task == "embed":
         args.update(runner="pooling", convert="embed")

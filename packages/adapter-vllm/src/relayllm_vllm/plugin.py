@@ -6,7 +6,6 @@ Light to import: the backend module imports no vllm, torch or transformers.
 from __future__ import annotations
 
 import relayllm
-
 from relayllm_vllm.backend import VLLMBackend
 
 

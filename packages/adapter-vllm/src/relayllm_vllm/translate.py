@@ -50,7 +50,9 @@ def to_vllm_kwargs(params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, An
         elif key == "response_format":
             structured = _structured(value)
     if kwargs.get("n", 1) != 1:
-        raise SamplingParamsError(f"sampling_params.n must be 1 (one row, one answer), got {kwargs['n']!r}")
+        raise SamplingParamsError(
+            f"sampling_params.n must be 1 (one row, one answer), got {kwargs['n']!r}"
+        )
     if kwargs.get("logprobs") is True:  # OpenAI's boolean; vLLM wants a count
         kwargs["logprobs"] = 1
     elif kwargs.get("logprobs") is False:

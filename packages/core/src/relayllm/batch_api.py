@@ -32,12 +32,25 @@ from relayllm.rows import (
 )
 
 URL_TASKS: dict[str, Task] = {
-    "/v1/chat/completions": "chat", "/v1/completions": "completion", "/v1/embeddings": "embedding"
+    "/v1/chat/completions": "chat",
+    "/v1/completions": "completion",
+    "/v1/embeddings": "embedding",
 }
 
 #: Body keys that are not sampling parameters (the rest are passed to the backend as such).
-_NOT_SAMPLING = {"model", "messages", "prompt", "input", "stream", "stream_options", "user",
-                 "metadata", "store", "encoding_format", "dimensions"}
+_NOT_SAMPLING = {
+    "model",
+    "messages",
+    "prompt",
+    "input",
+    "stream",
+    "stream_options",
+    "user",
+    "metadata",
+    "store",
+    "encoding_format",
+    "dimensions",
+}
 
 
 @dataclass
@@ -88,7 +101,9 @@ def read_batch_file(path: str) -> BatchFile:
             lines_of.setdefault(item.custom_id, []).append(item.line)
     duplicates = {cid: sorted(lines) for cid, lines in lines_of.items() if len(lines) > 1}
     if duplicates:
-        shown = "; ".join(f"{cid!r} on lines {', '.join(map(str, n))}" for cid, n in list(duplicates.items())[:10])
+        shown = "; ".join(
+            f"{cid!r} on lines {', '.join(map(str, n))}" for cid, n in list(duplicates.items())[:10]
+        )
         more = f" (and {len(duplicates) - 10} more)" if len(duplicates) > 10 else ""
         raise ConfigError(f"{path}: duplicate custom_id values, nothing was run: {shown}{more}")
     if not parsed.total:
@@ -101,25 +116,38 @@ def parse_line(text: str, line: int) -> BatchRequest | BadLine:
     try:
         item = json.loads(text)
     except json.JSONDecodeError as exc:
-        return BadLine(line, None, "invalid_json", f"line {line}: not valid JSON: {exc.msg} (column {exc.colno})")
+        return BadLine(
+            line,
+            None,
+            "invalid_json",
+            f"line {line}: not valid JSON: {exc.msg} (column {exc.colno})",
+        )
     if not isinstance(item, dict):
-        return BadLine(line, None, "invalid_request", f"line {line}: a request line must be a JSON object")
+        return BadLine(
+            line, None, "invalid_request", f"line {line}: a request line must be a JSON object"
+        )
     custom_id = item.get("custom_id")
     if not isinstance(custom_id, str) or not custom_id:
-        return BadLine(line, None, "missing_custom_id", f"line {line}: 'custom_id' must be a non-empty string")
+        return BadLine(
+            line, None, "missing_custom_id", f"line {line}: 'custom_id' must be a non-empty string"
+        )
 
     def bad(code: str, message: str) -> BadLine:
         return BadLine(line, custom_id, code, f"line {line}: {message}")
 
     unknown = sorted(set(item) - {"custom_id", "method", "url", "body"})
     if unknown:
-        return bad("invalid_request", f"unknown keys {unknown}; a line has custom_id, method, url, body")
+        return bad(
+            "invalid_request", f"unknown keys {unknown}; a line has custom_id, method, url, body"
+        )
     if item.get("method", "POST") != "POST":
         return bad("invalid_request", f"'method' must be POST, got {item.get('method')!r}")
     url = item.get("url")
     task = URL_TASKS.get(url) if isinstance(url, str) else None
     if task is None:
-        return bad("unsupported_url", f"'url' {url!r} is not supported; use one of {', '.join(URL_TASKS)}")
+        return bad(
+            "unsupported_url", f"'url' {url!r} is not supported; use one of {', '.join(URL_TASKS)}"
+        )
     body = item.get("body")
     if not isinstance(body, dict):
         return bad("invalid_request", "'body' must be a JSON object")
@@ -139,9 +167,13 @@ def parse_line(text: str, line: int) -> BatchRequest | BadLine:
         if isinstance(value, list) and len(value) == 1:
             value = value[0]  # one prompt/input per line: the row protocol's shape
         if not isinstance(value, str) or not value:
-            return bad("invalid_request", f"'{key}' must be a non-empty string (or a list of exactly one)")
+            return bad(
+                "invalid_request", f"'{key}' must be a non-empty string (or a list of exactly one)"
+            )
 
-    params = {k: v for k, v in body.items() if k not in _NOT_SAMPLING} if task != "embedding" else {}
+    params = (
+        {k: v for k, v in body.items() if k not in _NOT_SAMPLING} if task != "embedding" else {}
+    )
     if "max_completion_tokens" in params:
         params.setdefault("max_tokens", params.pop("max_completion_tokens"))
     problem = check_sampling_params(params)
@@ -150,7 +182,9 @@ def parse_line(text: str, line: int) -> BatchRequest | BadLine:
     return BatchRequest(line, custom_id, task, value, params, model)
 
 
-def route(requests: list[BatchRequest], deployments: list[str], default: str | None) -> dict[int, str]:
+def route(
+    requests: list[BatchRequest], deployments: list[str], default: str | None
+) -> dict[int, str]:
     """The deployment each request goes to, by line.
 
     A ``model`` naming one of ``deployments`` goes there. Otherwise, if the file uses at most
@@ -192,7 +226,9 @@ def response_line(request: BatchRequest, result: dict[str, Any], model: str) -> 
     if request.task == "embedding":
         body: dict[str, Any] = {
             "object": "list",
-            "data": [{"object": "embedding", "index": 0, "embedding": list(result.get(EMBEDDING) or [])}],
+            "data": [
+                {"object": "embedding", "index": 0, "embedding": list(result.get(EMBEDDING) or [])}
+            ],
             "model": model,
             "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens},
         }
@@ -200,8 +236,12 @@ def response_line(request: BatchRequest, result: dict[str, Any], model: str) -> 
         text = result.get(GENERATED_TEXT) or ""
         finish = result.get(FINISH_REASON) or "stop"
         if request.task == "chat":
-            choice = {"index": 0, "message": {"role": "assistant", "content": text},
-                      "finish_reason": finish, "logprobs": None}
+            choice = {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "finish_reason": finish,
+                "logprobs": None,
+            }
             kind, prefix = "chat.completion", "chatcmpl"
         else:
             choice = {"index": 0, "text": text, "finish_reason": finish, "logprobs": None}
@@ -212,17 +252,28 @@ def response_line(request: BatchRequest, result: dict[str, Any], model: str) -> 
             "created": now,
             "model": model,
             "choices": [choice],
-            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                      "total_tokens": prompt_tokens + completion_tokens},
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
         }
-    return {"id": batch_request_id(), "custom_id": request.custom_id,
-            "response": {"status_code": 200, "request_id": rid, "body": body}, "error": None}
+    return {
+        "id": batch_request_id(),
+        "custom_id": request.custom_id,
+        "response": {"status_code": 200, "request_id": rid, "body": body},
+        "error": None,
+    }
 
 
 def error_line(line: int, custom_id: str | None, code: str, message: str) -> dict[str, Any]:
     """The error-file line for a request that did not run or failed."""
-    return {"id": batch_request_id(), "custom_id": custom_id, "response": None,
-            "error": {"code": code, "message": message, "line": line}}
+    return {
+        "id": batch_request_id(),
+        "custom_id": custom_id,
+        "response": None,
+        "error": {"code": code, "message": message, "line": line},
+    }
 
 
 def request_counts(total: int, completed: int, failed: int) -> dict[str, int]:
@@ -236,7 +287,7 @@ def served_model(deployment: str) -> str:
 
     try:
         info = handle_for(deployment).info.remote().result(timeout_s=60)
-    except Exception:  # noqa: BLE001 - the name is still a true answer
+    except Exception:
         return deployment
     model = info.get("model") if isinstance(info, dict) else None
     return str(model) if model else deployment
@@ -254,6 +305,7 @@ def run_batch(
     import ray
 
     from relayllm.processor import ProcessorConfig, build_processor
+
     ray.data.DataContext.get_current().execution_options.preserve_order = True
     failed = 0
     for bad in parsed.bad:
@@ -268,9 +320,14 @@ def run_batch(
         if deployment not in served:
             served[deployment] = served_model(deployment)
         by_line = {r.line: r for r in requests}
-        rows = [{"line": r.line, INPUT_COLUMN[task]: r.value,
-                 SAMPLING_PARAMS_COLUMN: r.sampling_params or None}
-                for r in requests]
+        rows = [
+            {
+                "line": r.line,
+                INPUT_COLUMN[task]: r.value,
+                SAMPLING_PARAMS_COLUMN: r.sampling_params or None,
+            }
+            for r in requests
+        ]
         config = ProcessorConfig(deployment=deployment, task=task, **(processor_fields or {}))
         # One block: request bodies differ in shape (string vs list content, different
         # params), which Arrow can hold in one block but not concatenate across blocks.
@@ -280,8 +337,12 @@ def run_batch(
                 request = by_line[row["line"]]
                 if row.get(ERROR):
                     failed += 1
-                    line = error_line(request.line, request.custom_id, "engine_error",
-                                      f"deployment {deployment!r}: {row[ERROR]}")
+                    line = error_line(
+                        request.line,
+                        request.custom_id,
+                        "engine_error",
+                        f"deployment {deployment!r}: {row[ERROR]}",
+                    )
                     errors.write(json.dumps(line, ensure_ascii=False) + "\n")
                 else:
                     completed += 1

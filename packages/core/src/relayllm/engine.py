@@ -178,13 +178,18 @@ class BatchDeployment:
             probe = asyncio.wrap_future(asyncio.run_coroutine_threadsafe(probe, loop))
         try:
             await asyncio.wait_for(probe, bound)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             if self._last_answer >= asked:  # slow to answer but still finishing rows: busy
-                logger.warning("health check: the engine took over %gs to answer but is "
-                               "finishing rows (busy, not hung)", bound)
+                logger.warning(
+                    "health check: the engine took over %gs to answer but is "
+                    "finishing rows (busy, not hung)",
+                    bound,
+                )
                 return
             if not self.retire_when_hung:
-                raise TimeoutError(f"the engine did not answer a health check within {bound:g}s") from None
+                raise TimeoutError(
+                    f"the engine did not answer a health check within {bound:g}s"
+                ) from None
             self.engine_failed(f"the engine did not answer a health check within {bound:g}s (hung)")
             raise EngineFailedError(self.failure) from None
         except EngineFailedError as exc:  # other errors count as Serve counts them (3 in a row)

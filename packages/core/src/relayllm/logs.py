@@ -24,8 +24,9 @@ _RAY_LOGGERS = ("ray", "ray.data", "ray.serve")
 _state: dict[str, object] = {}
 
 
-def configure_logging(verbose: bool | None = None, log_file: str | os.PathLike[str] | None = None
-                      ) -> Path | None:
+def configure_logging(
+    verbose: bool | None = None, log_file: str | os.PathLike[str] | None = None
+) -> Path | None:
     """Choose quiet or verbose logs; returns the log file of the quiet mode (None if verbose).
 
     ``verbose`` None reads ``RELAYLLM_VERBOSE``. ``log_file`` defaults to a new file under
@@ -59,15 +60,18 @@ def log_file() -> Path | None:
     return _state.get("file")  # type: ignore[return-value]
 
 
-def announce(how_to_show: str = "relayllm.configure_logging(verbose=True) or RELAYLLM_VERBOSE=1"
-             ) -> str | None:
+def announce(
+    how_to_show: str = "relayllm.configure_logging(verbose=True) or RELAYLLM_VERBOSE=1",
+) -> str | None:
     """The line that says where the logs went (once per process; None when verbose or said)."""
     path = log_file()
     if path is None or _state.get("announced"):
         return None
     _state["announced"] = True
-    return (f"relayllm: logs of Ray, Serve and the engines: {path} and Ray's session logs "
-            f"({how_to_show} shows them here)")
+    return (
+        f"relayllm: logs of Ray, Serve and the engines: {path} and Ray's session logs "
+        f"({how_to_show} shows them here)"
+    )
 
 
 def quiet_ray_loggers() -> None:
@@ -83,8 +87,9 @@ def quiet_ray_loggers() -> None:
         stream = _state["stream"] = open(path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115
     for name in _RAY_LOGGERS:
         for handler in logging.getLogger(name).handlers:
-            if (isinstance(handler, logging.StreamHandler)
-                    and not isinstance(handler, logging.FileHandler)):
+            if isinstance(handler, logging.StreamHandler) and not isinstance(
+                handler, logging.FileHandler
+            ):
                 handler.setStream(stream)  # type: ignore[arg-type]
 
 
@@ -100,8 +105,13 @@ def send_stderr_to_log() -> None:
     if path is None or _state.get("stderr_moved"):
         return
     sys.stderr.flush()
-    console = os.fdopen(os.dup(2), "w", buffering=1, encoding=sys.stderr.encoding or "utf-8",
-                        errors="backslashreplace")
+    console = os.fdopen(
+        os.dup(2),
+        "w",
+        buffering=1,
+        encoding=sys.stderr.encoding or "utf-8",
+        errors="backslashreplace",
+    )
     target = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     os.dup2(target, 2)
     os.close(target)

@@ -38,7 +38,6 @@ from relayllm.rows import (
     NUM_GENERATED_TOKENS,
     NUM_INPUT_TOKENS,
     OUTPUT_COLUMNS,
-    SAMPLING_PARAMS_COLUMN,
     TASK_OF_INPUT,
     Task,
 )
@@ -81,7 +80,9 @@ class _Located:
         return None
 
     def error(self, problems: list[tuple[Loc, str]]) -> PipelineError:
-        return PipelineError(self.source, [(self.line(loc), format_loc(loc), m) for loc, m in problems])
+        return PipelineError(
+            self.source, [(self.line(loc), format_loc(loc), m) for loc, m in problems]
+        )
 
 
 def _parse_yaml(text: str, source: str) -> _Located:
@@ -92,7 +93,9 @@ def _parse_yaml(text: str, source: str) -> _Located:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark else None
-        raise PipelineError(source, [(line, "", f"not valid YAML: {getattr(exc, 'problem', exc)}")]) from None
+        raise PipelineError(
+            source, [(line, "", f"not valid YAML: {getattr(exc, 'problem', exc)}")]
+        ) from None
     finally:
         loader.dispose()
     lines: dict[Loc, int] = {}
@@ -105,7 +108,9 @@ def _parse_yaml(text: str, source: str) -> _Located:
             for key, value in node.value:
                 name = key.value if isinstance(key, yaml.ScalarNode) else str(key.value)
                 if name in seen:  # PyYAML silently keeps the last one
-                    problems.append((key.start_mark.line + 1, format_loc((*loc, name)), "duplicate key"))
+                    problems.append(
+                        (key.start_mark.line + 1, format_loc((*loc, name)), "duplicate key")
+                    )
                 seen.add(name)
                 lines[(*loc, name)] = key.start_mark.line + 1
                 walk(value, (*loc, name))
@@ -125,7 +130,13 @@ def _parse_yaml(text: str, source: str) -> _Located:
 _COLUMN = r"^[^\s{}][^{}]*$"
 Format = Literal["jsonl", "json", "csv", "parquet"]
 #: File extension -> input/output format.
-EXTENSIONS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
+EXTENSIONS = {
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".json": "json",
+    ".csv": "csv",
+    ".parquet": "parquet",
+}
 
 
 class _Strict(BaseModel):
@@ -181,7 +192,9 @@ class StepSpec(_Strict):
             raise ValueError(f"give one template, not {' and '.join(given)}")
         inferred = TASK_OF_INPUT
         if given and self.task and self.task != inferred[given[0]]:
-            raise ValueError(f"task {self.task!r} reads '{INPUT_COLUMN[self.task]}', not '{given[0]}'")
+            raise ValueError(
+                f"task {self.task!r} reads '{INPUT_COLUMN[self.task]}', not '{given[0]}'"
+            )
         if self.task is None:
             self.task = inferred[given[0]] if given else "chat"
         return self
@@ -196,10 +209,19 @@ class StepSpec(_Strict):
             params["response_format"] = self.response_format
         tuning = {
             k: getattr(self, k)
-            for k in ("batch_size", "concurrency", "max_in_flight_batches", "timeout_s", "max_retries", "on_error")
+            for k in (
+                "batch_size",
+                "concurrency",
+                "max_in_flight_batches",
+                "timeout_s",
+                "max_retries",
+                "on_error",
+            )
             if getattr(self, k) is not None
         }
-        return ProcessorConfig(deployment=self.deployment, task=self.task, sampling_params=params, **tuning)
+        return ProcessorConfig(
+            deployment=self.deployment, task=self.task, sampling_params=params, **tuning
+        )
 
 
 class OutputSpec(_Strict):
@@ -301,8 +323,12 @@ class Pipeline:
             served = backend.tasks_for(options)
             for j, step in enumerate(self.spec.steps):
                 if step.deployment == config.name and step.task not in served:
-                    problems.append((("steps", j, "task"), unserved_task_message(
-                        config.name, config.backend, step.task, served)))
+                    problems.append(
+                        (
+                            ("steps", j, "task"),
+                            unserved_task_message(config.name, config.backend, step.task, served),
+                        )
+                    )
         if problems:
             raise self.located.error(problems)
 
@@ -345,7 +371,9 @@ class Pipeline:
                 fmt = EXTENSIONS.get(Path(name).suffix.lower())
                 if fmt:
                     return fmt
-        raise self.error(("input", "path"), "cannot tell the format from the file names; set input.format")
+        raise self.error(
+            ("input", "path"), "cannot tell the format from the file names; set input.format"
+        )
 
     def check_columns(self, columns: list[str] | None) -> None:
         """Every placeholder names an input column or an earlier step's output column."""
@@ -355,15 +383,24 @@ class Pipeline:
             raise self.error(("input",), f"{source} has no rows (an empty file?): nothing to run")
         id_column = self.spec.input.id_column
         if columns is not None and id_column and id_column not in columns:
-            problems.append((("input", "id_column"), f"column {id_column!r} is not in the input "
-                             f"(columns: {', '.join(columns)})"))
+            problems.append(
+                (
+                    ("input", "id_column"),
+                    f"column {id_column!r} is not in the input (columns: {', '.join(columns)})",
+                )
+            )
         known = set(columns) if columns is not None else None
         for i, step in enumerate(self.spec.steps):
             for loc, template in _templates(step, ("steps", i)):
                 for name in template_fields(template):
                     if known is not None and name not in known:
-                        problems.append((loc, f"column {name!r} is not in the input (columns: "
-                                         f"{', '.join(columns or [])}) nor an earlier step's output_column"))
+                        problems.append(
+                            (
+                                loc,
+                                f"column {name!r} is not in the input (columns: "
+                                f"{', '.join(columns or [])}) nor an earlier step's output_column",
+                            )
+                        )
             if known is not None:
                 known.add(step.output_column)
         if problems:
@@ -374,14 +411,18 @@ def _deployment_problems(exc: Exception, i: int, config: DeploymentConfig) -> li
     loc: Loc = ("deployments", i)
     cause = exc.__cause__
     if isinstance(cause, ValidationError):  # the backend's Options model: name each field
-        return [((*loc, "options", *e["loc"]), f"{_pydantic_message(e)} (backend {config.backend!r})")
-                for e in cause.errors()]
+        return [
+            ((*loc, "options", *e["loc"]), f"{_pydantic_message(e)} (backend {config.backend!r})")
+            for e in cause.errors()
+        ]
     from relayllm.errors import UnknownBackendError
 
     option = getattr(exc, "option", None)  # a backend's check that names one option
     if isinstance(option, str):
         return [((*loc, "options", option), str(exc))]
-    key = "backend" if isinstance(exc, UnknownBackendError) or "option" not in str(exc) else "options"
+    key = (
+        "backend" if isinstance(exc, UnknownBackendError) or "option" not in str(exc) else "options"
+    )
     return [((*loc, key), str(exc))]
 
 
@@ -401,7 +442,9 @@ def load_pipeline(path: str | os.PathLike[str]) -> Pipeline:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
-        raise ConfigError(f"{source}: cannot read the pipeline file: {exc.strerror or exc}") from None
+        raise ConfigError(
+            f"{source}: cannot read the pipeline file: {exc.strerror or exc}"
+        ) from None
     except UnicodeDecodeError as exc:
         raise not_utf8(source, exc) from None
     return parse_pipeline(text, source, Path(path).resolve().parent)
@@ -411,7 +454,9 @@ def parse_pipeline(text: str, source: str, base_dir: Path) -> Pipeline:
     located = _parse_yaml(text, source)
     data = located.data
     if not isinstance(data, dict):
-        raise located.error([((), "the file must be a mapping with deployments, input, steps, output")])
+        raise located.error(
+            [((), "the file must be a mapping with deployments, input, steps, output")]
+        )
     problems: list[tuple[Loc, str]] = []
     data = {k: (_expand_env(v, (k,), problems) if k != "steps" else v) for k, v in data.items()}
     if problems:
@@ -419,7 +464,9 @@ def parse_pipeline(text: str, source: str, base_dir: Path) -> Pipeline:
     try:
         spec = PipelineSpec.model_validate(data)
     except ValidationError as exc:
-        raise located.error([(_data_loc(e["loc"], data), _pydantic_message(e)) for e in exc.errors()]) from None
+        raise located.error(
+            [(_data_loc(e["loc"], data), _pydantic_message(e)) for e in exc.errors()]
+        ) from None
     pipeline = Pipeline(spec, source, base_dir, located)
     _check_references(pipeline)
     if spec.input.rows is not None:
@@ -434,10 +481,7 @@ def _data_loc(loc: tuple[Any, ...], data: Any) -> Loc:
     out: list[str | int] = []
     node = data
     for part in loc:
-        if isinstance(node, dict) and part in node:
-            out.append(part)
-            node = node[part]
-        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+        if isinstance(node, dict) and part in node or isinstance(node, list) and isinstance(part, int) and part < len(node):
             out.append(part)
             node = node[part]
         elif isinstance(node, dict) and isinstance(part, str) and not _is_type_label(part):
@@ -447,8 +491,10 @@ def _data_loc(loc: tuple[Any, ...], data: Any) -> Loc:
 
 
 def _is_type_label(part: str) -> bool:
-    return part in {"str", "int", "float", "bool", "dict", "list", "none"} or "[" in part or part.startswith(
-        ("function-", "literal[", "list[", "dict[")
+    return (
+        part in {"str", "int", "float", "bool", "dict", "list", "none"}
+        or "[" in part
+        or part.startswith(("function-", "literal[", "list[", "dict["))
     )
 
 
@@ -475,17 +521,26 @@ def _check_references(pipeline: Pipeline) -> None:
         if steps.index(step.name) != i:
             problems.append(((*loc, "name"), f"step {step.name!r} is declared twice"))
         if step.deployment not in names:
-            problems.append(((*loc, "deployment"), f"unknown deployment {step.deployment!r}; "
-                             f"declared deployments: {', '.join(names)}"))
+            problems.append(
+                (
+                    (*loc, "deployment"),
+                    f"unknown deployment {step.deployment!r}; "
+                    f"declared deployments: {', '.join(names)}",
+                )
+            )
         if step.output_column in OUTPUT_COLUMNS or step.output_column.startswith(_HIDDEN):
-            problems.append(((*loc, "output_column"), f"{step.output_column!r} is reserved; pick another name"))
+            problems.append(
+                ((*loc, "output_column"), f"{step.output_column!r} is reserved; pick another name")
+            )
         if step.output_json_field and step.task == "embedding":
             problems.append(((*loc, "output_json_field"), "an embedding is not JSON text"))
         for t_loc, template in _templates(step, loc):
             try:
                 template_fields(template)
             except ValueError as exc:
-                problems.append((t_loc, f"bad template ({exc}); write literal braces as {{{{ and }}}}"))
+                problems.append(
+                    (t_loc, f"bad template ({exc}); write literal braces as {{{{ and }}}}")
+                )
         try:
             step.processor_config()
         except ValidationError as exc:
@@ -517,8 +572,10 @@ def not_utf8(path: str, exc: UnicodeDecodeError) -> ConfigError:
     except OSError:
         pass
     byte = exc.object[exc.start]
-    return ConfigError(f"{where}: not UTF-8 text ({exc.reason}: byte {byte:#04x}); save the file "
-                       f"as UTF-8 (e.g. `iconv -f LATIN1 -t UTF-8 FILE`)")
+    return ConfigError(
+        f"{where}: not UTF-8 text ({exc.reason}: byte {byte:#04x}); save the file "
+        f"as UTF-8 (e.g. `iconv -f LATIN1 -t UTF-8 FILE`)"
+    )
 
 
 def peek_columns(paths: list[str], fmt: str, sample: int = 100) -> list[str] | None:
@@ -564,8 +621,9 @@ def _columns_of_file(first: str, fmt: str, sample: int) -> list[str]:
     return list(columns)
 
 
-def count_rows(pipeline: Pipeline, input_override: str | None = None,
-               limit: int | None = None) -> int | None:
+def count_rows(
+    pipeline: Pipeline, input_override: str | None = None, limit: int | None = None
+) -> int | None:
     """The number of input rows when it is cheap to know (inline rows, local JSON-lines and
     Parquet files), for the progress display's totals; None otherwise."""
     count: int | None = None
@@ -596,8 +654,11 @@ def _local_files(paths: list[str], fmt: str) -> list[str] | None:
         if "://" in path:
             return None
         if os.path.isdir(path):
-            files += [os.path.join(path, n) for n in sorted(os.listdir(path))
-                      if EXTENSIONS.get(Path(n).suffix.lower()) == fmt]
+            files += [
+                os.path.join(path, n)
+                for n in sorted(os.listdir(path))
+                if EXTENSIONS.get(Path(n).suffix.lower()) == fmt
+            ]
         else:
             files.append(path)
     return files
@@ -628,7 +689,9 @@ class _Prepare:
         value: Any = row.get(self.key)
         try:
             if self.step.messages is not None:
-                value = [{"role": m.role, "content": render(m.content, row)} for m in self.step.messages]
+                value = [
+                    {"role": m.role, "content": render(m.content, row)} for m in self.step.messages
+                ]
             elif self.step.prompt is not None:
                 value = render(self.step.prompt, row)
             elif self.step.input is not None:
@@ -685,7 +748,10 @@ def _json_field(text: Any, step: StepSpec) -> tuple[Any, str | None]:
     except (TypeError, json.JSONDecodeError):
         return None, f"step {step.name!r}: the answer is not JSON: {str(text)[:80]!r}"
     if not isinstance(parsed, dict) or field_name not in parsed:
-        return None, f"step {step.name!r}: the answer has no field {field_name!r}: {str(text)[:80]!r}"
+        return (
+            None,
+            f"step {step.name!r}: the answer has no field {field_name!r}: {str(text)[:80]!r}",
+        )
     return parsed[field_name], None
 
 
@@ -740,12 +806,17 @@ def open_dataset(pipeline: Pipeline, input_override: str | None = None, limit: i
         columns = peek_columns(paths, fmt)
         if columns is not None:
             pipeline.check_columns(columns)
-        reader = {"jsonl": ray.data.read_json, "json": ray.data.read_json,
-                  "csv": ray.data.read_csv, "parquet": ray.data.read_parquet}[fmt]
+        reader = {
+            "jsonl": ray.data.read_json,
+            "json": ray.data.read_json,
+            "csv": ray.data.read_csv,
+            "parquet": ray.data.read_parquet,
+        }[fmt]
         # A read asks one whole CPU by default: next to an engine replica and the stage
         # actors on a small machine it may never be scheduled (relayllm.resources).
-        dataset = reader(paths if len(paths) > 1 else paths[0],
-                         ray_remote_args={"num_cpus": TASK_NUM_CPUS})
+        dataset = reader(
+            paths if len(paths) > 1 else paths[0], ray_remote_args={"num_cpus": TASK_NUM_CPUS}
+        )
         if columns is None:
             pipeline.check_columns(list(dataset.schema().names))
     if limit is not None:
@@ -763,7 +834,9 @@ def build_steps(pipeline: Pipeline, dataset):
     return dataset
 
 
-def _named(fn: Callable[[dict[str, Any]], dict[str, Any]], name: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
+def _named(
+    fn: Callable[[dict[str, Any]], dict[str, Any]], name: str
+) -> Callable[[dict[str, Any]], dict[str, Any]]:
     """A function wrapper: Ray Data names an operator (and its progress bar) after it."""
 
     def call(row: dict[str, Any]) -> dict[str, Any]:
@@ -787,7 +860,9 @@ def check_fit(pipeline: Pipeline, running: set[str] | None = None) -> None:
     from relayllm import resources
 
     running = running or set()
-    demands = [resources.engine_demand(d) for d in pipeline.spec.deployments if d.name not in running]
+    demands = [
+        resources.engine_demand(d) for d in pipeline.spec.deployments if d.name not in running
+    ]
     for step in pipeline.spec.steps:
         config = step.processor_config()
         demands.append(resources.stage_demand(step.name, config.num_cpus, config.concurrency))
@@ -811,8 +886,9 @@ def deploy_all(pipeline: Pipeline, address: str | None = None) -> list[str]:
     return started
 
 
-def execute(pipeline: Pipeline, dataset, sink: Sink,
-            progress: Callable[[RunSummary], None] | None = None) -> RunSummary:
+def execute(
+    pipeline: Pipeline, dataset, sink: Sink, progress: Callable[[RunSummary], None] | None = None
+) -> RunSummary:
     """Run the steps and hand every finished block of rows to ``sink`` (input order);
     ``progress`` sees the summary so far after each block."""
     from ray.data import DataContext

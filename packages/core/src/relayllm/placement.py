@@ -52,8 +52,10 @@ def check_fits(name: str, options: dict[str, Any], node_gpus: dict[str, float]) 
     asked = f"{replicas} replica(s) x {per_replica:g} GPUs"
     if strategy:
         asked += f" ({len(bundles)} bundles, strategy {strategy})"
-    fix = ("lower num_replicas or tensor_parallel_size x pipeline_parallel_size, or add GPU nodes "
-           f"(on an autoscaling cluster, set {SKIP_ENV}=1)")
+    fix = (
+        "lower num_replicas or tensor_parallel_size x pipeline_parallel_size, or add GPU nodes "
+        f"(on an autoscaling cluster, set {SKIP_ENV}=1)"
+    )
     largest = max(node_gpus.values(), default=0)
     if strategy == "STRICT_PACK" and per_replica > largest:
         raise DoesNotFitError(

@@ -30,7 +30,8 @@ class ProcessorConfig(BaseModel):
     )
     timeout_s: float = Field(default=600.0, gt=0, description="Limit on one call.")
     max_retries: NonNegativeInt = Field(
-        default=3, description="Retries of a failed call (backoff with jitter) before its rows fail."
+        default=3,
+        description="Retries of a failed call (backoff with jitter) before its rows fail.",
     )
     on_error: Literal["record", "raise"] = "record"
     sampling_params: dict[str, Any] = Field(default_factory=dict)

@@ -110,8 +110,12 @@ def task_demand(operators: int) -> Demand:
     )
 
 
-def check_fit(demands: Iterable[Demand], free: dict[str, float], total: dict[str, float],
-              nodes: list[dict[str, float]] | None = None) -> None:
+def check_fit(
+    demands: Iterable[Demand],
+    free: dict[str, float],
+    total: dict[str, float],
+    nodes: list[dict[str, float]] | None = None,
+) -> None:
     """Raise :class:`ResourceFitError` unless ``demands`` fit in ``free`` all at once (and every
     bundle fits on one node of ``nodes``, when given)."""
     demands = [d for d in demands if d.count]
@@ -119,7 +123,9 @@ def check_fit(demands: Iterable[Demand], free: dict[str, float], total: dict[str
     for demand in demands:
         for key, amount in demand.total().items():
             need[key] = need.get(key, 0.0) + amount
-    short = {k: v for k, v in need.items() if v > free.get(k, 0.0) + 1e-9 and not k.startswith(_IGNORED)}
+    short = {
+        k: v for k, v in need.items() if v > free.get(k, 0.0) + 1e-9 and not k.startswith(_IGNORED)
+    }
     too_big = []
     if nodes is not None:
         for demand in demands:
@@ -128,18 +134,24 @@ def check_fit(demands: Iterable[Demand], free: dict[str, float], total: dict[str
                     too_big.append((demand, bundle))
     if not short and not too_big:
         return
-    lines = ["the pipeline cannot run: what it needs at once does not fit on the Ray cluster "
-             "(it would wait forever)."]
+    lines = [
+        "the pipeline cannot run: what it needs at once does not fit on the Ray cluster "
+        "(it would wait forever)."
+    ]
     for key, amount in sorted(short.items()):
-        lines.append(f"  {key}: needs {_num(amount)}, {_num(free.get(key, 0.0))} free of "
-                     f"{_num(total.get(key, 0.0))} in the cluster")
+        lines.append(
+            f"  {key}: needs {_num(amount)}, {_num(free.get(key, 0.0))} free of "
+            f"{_num(total.get(key, 0.0))} in the cluster"
+        )
     for demand, bundle in too_big:
         lines.append(f"  {demand.what}: one of them asks {_bundle(bundle)}, more than any node has")
     lines.append("What it asks for:")
     for demand in demands:
         lines.append(f"  {demand.what}: {_bundle(demand.total())} -- to change: {demand.hint}")
-    lines.append("Stop deployments you no longer need (relayllm shutdown NAME) or use a cluster "
-                 "with more resources.")
+    lines.append(
+        "Stop deployments you no longer need (relayllm shutdown NAME) or use a cluster "
+        "with more resources."
+    )
     raise ResourceFitError("\n".join(lines))
 
 
@@ -152,7 +164,9 @@ def cluster_view() -> tuple[dict[str, float], dict[str, float], list[dict[str, f
 
 
 def _fits(bundle: dict[str, float], node: dict[str, float]) -> bool:
-    return all(node.get(k, 0.0) + 1e-9 >= v for k, v in bundle.items() if not k.startswith(_IGNORED))
+    return all(
+        node.get(k, 0.0) + 1e-9 >= v for k, v in bundle.items() if not k.startswith(_IGNORED)
+    )
 
 
 def _num(value: float) -> str:

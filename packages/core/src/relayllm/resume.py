@@ -98,9 +98,13 @@ def _add_id(done: set[Any], line: bytes, id_column: str, path: Any, number: int)
     try:
         row = json.loads(line)
     except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path}, line {number}: not JSON ({exc.msg}), so the run cannot resume it") from None
+        raise ConfigError(
+            f"{path}, line {number}: not JSON ({exc.msg}), so the run cannot resume it"
+        ) from None
     if not isinstance(row, dict) or id_column not in row:
-        raise ConfigError(f"{path}, line {number}: no {id_column!r} column, so the run cannot resume it")
+        raise ConfigError(
+            f"{path}, line {number}: no {id_column!r} column, so the run cannot resume it"
+        )
     done.add(row[id_column])
 
 
@@ -118,8 +122,9 @@ def skip_done(dataset: Dataset, id_column: str, done: set[Any]) -> Dataset:
 
     from relayllm.resources import TASK_NUM_CPUS
 
-    return dataset.map_batches(missing, batch_format="pyarrow", zero_copy_batch=True,
-                               num_cpus=TASK_NUM_CPUS)
+    return dataset.map_batches(
+        missing, batch_format="pyarrow", zero_copy_batch=True, num_cpus=TASK_NUM_CPUS
+    )
 
 
 def read_output(output_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:

@@ -72,7 +72,9 @@ OUTPUT_SCHEMA: tuple[OutputField, ...] = (
 OUTPUT_COLUMNS: tuple[str, ...] = tuple(f.name for f in OUTPUT_SCHEMA)
 #: The column holding a task's answer.
 ANSWER_COLUMN: dict[Task, str] = {
-    "chat": GENERATED_TEXT, "completion": GENERATED_TEXT, "embedding": EMBEDDING
+    "chat": GENERATED_TEXT,
+    "completion": GENERATED_TEXT,
+    "embedding": EMBEDDING,
 }
 EMBEDDING_COLUMN = EMBEDDING  # older name, kept for adapters that import it
 
@@ -147,13 +149,17 @@ def check_messages(messages: Any) -> str | None:
         return f"'messages' must be a non-empty list of messages, got {_short(messages)}"
     for i, message in enumerate(messages):
         if not isinstance(message, dict):
-            return f"messages[{i}] must be an object with 'role' and 'content', got {_short(message)}"
+            return (
+                f"messages[{i}] must be an object with 'role' and 'content', got {_short(message)}"
+            )
         role = message.get("role")
         if role not in _ROLES:
             return f"messages[{i}].role must be one of {sorted(_ROLES)}, got {_short(role)}"
         content = message.get("content")
         if not isinstance(content, (str, list)):
-            return f"messages[{i}].content must be a string or a list of parts, got {_short(content)}"
+            return (
+                f"messages[{i}].content must be a string or a list of parts, got {_short(content)}"
+            )
         if isinstance(content, str):
             problem = check_text(content)
             if problem:
@@ -184,7 +190,9 @@ def check_sampling_params(params: Any) -> str | None:
         "max_tokens": lambda v: _int(v) and v > 0,
         "seed": _int,
         "n": lambda v: v == 1,
-        "stop": lambda v: isinstance(v, str) or (isinstance(v, list) and all(isinstance(s, str) for s in v)),
+        "stop": lambda v: (
+            isinstance(v, str) or (isinstance(v, list) and all(isinstance(s, str) for s in v))
+        ),
         "response_format": lambda v: isinstance(v, dict) and isinstance(v.get("type"), str),
     }
     for key, ok in checks.items():
@@ -223,7 +231,12 @@ def build_request(
         if problem:
             return problem
         params = {**sampling_params, **row_params}
-    request: Request = {"request_id": request_id, "task": task, column: value, "sampling_params": params}
+    request: Request = {
+        "request_id": request_id,
+        "task": task,
+        column: value,
+        "sampling_params": params,
+    }
     if model is not None:
         if not isinstance(model, str):
             return f"'model' must be a string (a LoRA adapter name), got {_short(model)}"

@@ -126,7 +126,9 @@ class ServeStage:
                 return [error_result(error) for _ in requests]
             except Exception as exc:  # transport failure after every retry: rows fail, not vanish
                 if self._deployment_gone():
-                    error = f"deployment {self.config.deployment!r} is no longer running (shut down?)"
+                    error = (
+                        f"deployment {self.config.deployment!r} is no longer running (shut down?)"
+                    )
                 else:
                     error = (
                         f"deployment {self.config.deployment!r} failed after "
@@ -150,7 +152,7 @@ class ServeStage:
     async def _call(self, requests: list[Request]) -> list[Result]:
         try:
             return await asyncio.wait_for(self._round_trip(requests), self.config.timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise TimeoutError(
                 f"no answer within timeout_s={self.config.timeout_s:g}s for {len(requests)} rows"
             ) from None
@@ -169,7 +171,8 @@ class ServeStage:
                 self._use_fast = False
                 logger.warning(
                     "gRPC transport to deployment %r failed (%s); using actor calls from now on",
-                    self.config.deployment, _describe(exc),
+                    self.config.deployment,
+                    _describe(exc),
                 )
         return await _answer(self._safe.remote(requests))
 

@@ -27,15 +27,20 @@ def backends(as_json, names):
     registry = get_registry()
     for name in names:
         registry.get(name)  # unknown name: lists installed ones and the pip command
-    found = [describe(b, MANAGER.distribution_of(b.name)) for b in registry
-             if not names or b.name in names]
+    found = [
+        describe(b, MANAGER.distribution_of(b.name))
+        for b in registry
+        if not names or b.name in names
+    ]
     found.sort(key=lambda b: b["name"])
     if as_json:
         click.echo(json.dumps(found, indent=2, default=str))
         return
     if not found:
-        click.echo("no backends installed; e.g. pip install './packages/adapter-vllm[cpu]' "
-                   "(run in a clone of the relayllm repository)")
+        click.echo(
+            "no backends installed; e.g. pip install './packages/adapter-vllm[cpu]' "
+            "(run in a clone of the relayllm repository)"
+        )
     for item in found:
         click.echo(_text(item))
 
@@ -44,13 +49,15 @@ def describe(backend: Any, dist: tuple[str, str] | None) -> dict[str, Any]:
     missing = backend.missing_requirements()
     options = []
     for key, field in backend.Options.model_fields.items():
-        options.append({
-            "name": key,
-            "type": _type_name(field.annotation, field.metadata),
-            "required": field.is_required(),
-            "default": None if field.is_required() else _default(field),
-            "description": field.description or "",
-        })
+        options.append(
+            {
+                "name": key,
+                "type": _type_name(field.annotation, field.metadata),
+                "required": field.is_required(),
+                "default": None if field.is_required() else _default(field),
+                "description": field.description or "",
+            }
+        )
     return {
         "name": backend.name,
         "distribution": dist[0] if dist else None,
@@ -91,25 +98,54 @@ def _type_name(annotation: Any, metadata: Sequence[Any] = ()) -> str:
         text = annotation.__name__
     else:
         text = str(annotation).replace("typing.", "")
-    bounds = [f"{op} {getattr(m, name)}" for m in metadata for name, op in _BOUNDS.items() if hasattr(m, name)]
+    bounds = [
+        f"{op} {getattr(m, name)}"
+        for m in metadata
+        for name, op in _BOUNDS.items()
+        if hasattr(m, name)
+    ]
     return f"{text} ({', '.join(bounds)})" if bounds else text
 
 
-_BOUNDS = {"gt": ">", "ge": ">=", "lt": "<", "le": "<=", "min_length": "length >=", "max_length": "length <="}
+_BOUNDS = {
+    "gt": ">",
+    "ge": ">=",
+    "lt": "<",
+    "le": "<=",
+    "min_length": "length >=",
+    "max_length": "length <=",
+}
 
 
 def _text(item: dict[str, Any]) -> str:
-    source = f"{item['distribution']} {item['version']}" if item["distribution"] else f"{item['origin']} (in code)"
-    engine = "installed" if item["engine_installed"] else (
-        f"NOT installed (missing {', '.join(item['missing'])}"
-        + (f"; {item['install_hint']})" if item["install_hint"] else ")"))
-    lines = [f"{item['name']}  ({source})", f"  tasks: {', '.join(item['tasks'])}", f"  engine: {engine}",
-             "  options:"]
+    source = (
+        f"{item['distribution']} {item['version']}"
+        if item["distribution"]
+        else f"{item['origin']} (in code)"
+    )
+    engine = (
+        "installed"
+        if item["engine_installed"]
+        else (
+            f"NOT installed (missing {', '.join(item['missing'])}"
+            + (f"; {item['install_hint']})" if item["install_hint"] else ")")
+        )
+    )
+    lines = [
+        f"{item['name']}  ({source})",
+        f"  tasks: {', '.join(item['tasks'])}",
+        f"  engine: {engine}",
+        "  options:",
+    ]
     if not item["options"]:
         lines.append("    (none)")
     width = max((len(o["name"]) for o in item["options"]), default=0)
     for option in item["options"]:
-        default = "required" if option["required"] else f"default {json.dumps(option['default'], default=str)}"
+        default = (
+            "required"
+            if option["required"]
+            else f"default {json.dumps(option['default'], default=str)}"
+        )
         about = f"  {option['description']}" if option["description"] else ""
         lines.append(f"    {option['name'].ljust(width)}  {option['type']}, {default}.{about}")
     return "\n".join(lines) + "\n"

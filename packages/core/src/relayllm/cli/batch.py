@@ -24,18 +24,41 @@ from relayllm.errors import ConfigError, DeploymentNotFoundError
 @click.command()
 @click.argument("input_file", metavar="INPUT.jsonl", type=click.Path(dir_okay=False))
 @click.option("--deployment", metavar="NAME", help="A running deployment to send the requests to.")
-@click.option("--config", "config_file", metavar="PIPELINE.yaml", type=click.Path(dir_okay=False),
-              help="Start (or reuse) the deployments this pipeline file declares and use them.")
-@click.option("--output", "output_file", metavar="OUT.jsonl", required=True, type=click.Path(dir_okay=False),
-              help="Where the response lines go.")
-@click.option("--errors", "errors_file", metavar="ERR.jsonl", type=click.Path(dir_okay=False),
-              help="Where failed lines go, each with its reason (default: OUT.errors.jsonl).")
-@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True,
-              help="Requests per call to the deployment.")
+@click.option(
+    "--config",
+    "config_file",
+    metavar="PIPELINE.yaml",
+    type=click.Path(dir_okay=False),
+    help="Start (or reuse) the deployments this pipeline file declares and use them.",
+)
+@click.option(
+    "--output",
+    "output_file",
+    metavar="OUT.jsonl",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="Where the response lines go.",
+)
+@click.option(
+    "--errors",
+    "errors_file",
+    metavar="ERR.jsonl",
+    type=click.Path(dir_okay=False),
+    help="Where failed lines go, each with its reason (default: OUT.errors.jsonl).",
+)
+@click.option(
+    "--batch-size",
+    type=click.IntRange(min=1),
+    default=64,
+    show_default=True,
+    help="Requests per call to the deployment.",
+)
 @address_option
 @verbose_option
 @handle_errors
-def batch(input_file, deployment, config_file, output_file, errors_file, batch_size, address, verbose):
+def batch(
+    input_file, deployment, config_file, output_file, errors_file, batch_size, address, verbose
+):
     """Run an OpenAI Batch API input file (custom_id, method, url, body per line).
 
     Supported urls: /v1/chat/completions, /v1/completions, /v1/embeddings. Lines that cannot
@@ -85,13 +108,19 @@ def batch(input_file, deployment, config_file, output_file, errors_file, batch_s
         started = deploy_with_progress(console, pipeline, address)
 
     try:
-        with open(output_file, "w", encoding="utf-8") as out, open(errors_file, "w", encoding="utf-8") as err:
+        with (
+            open(output_file, "w", encoding="utf-8") as out,
+            open(errors_file, "w", encoding="utf-8") as err,
+        ):
             # One processor per (deployment, task) group, run one after another.
             groups = Counter((routes[r.line], r.task) for r in parsed.requests)  # run_batch's order
-            console.say(f"running {len(parsed.requests)} requests on "
-                        f"{', '.join(sorted({d for d, _ in groups}))}")
-            with console.steps([(f"{d}/{t}", d) for d, t in groups], list(groups.values()),
-                               sequential=True):
+            console.say(
+                f"running {len(parsed.requests)} requests on "
+                f"{', '.join(sorted({d for d, _ in groups}))}"
+            )
+            with console.steps(
+                [(f"{d}/{t}", d) for d, t in groups], list(groups.values()), sequential=True
+            ):
                 counts = batch_api.run_batch(parsed, routes, out, err, {"batch_size": batch_size})
     except OSError as exc:
         raise ConfigError(f"cannot write {exc.filename}: {exc.strerror}") from None
@@ -101,8 +130,10 @@ def batch(input_file, deployment, config_file, output_file, errors_file, batch_s
 
             for name in started:
                 relayllm.shutdown(name)
-    click.echo(f"{counts['completed']} completed -> {output_file}; {counts['failed']} failed -> {errors_file}",
-               err=True)
+    click.echo(
+        f"{counts['completed']} completed -> {output_file}; {counts['failed']} failed -> {errors_file}",
+        err=True,
+    )
     click.echo(json.dumps({"request_counts": counts}))
 
 

@@ -56,9 +56,12 @@ def handle_errors(func: F) -> F:
         except RelayLLMError as exc:
             fail(str(exc), EXIT_FAILED)
         except KeyboardInterrupt:
-            fail("interrupted; the rows already written stay (a .jsonl output: run again with "
-                 "--resume)", 130)
-        except Exception as exc:  # noqa: BLE001 - the last resort: never a bare traceback
+            fail(
+                "interrupted; the rows already written stay (a .jsonl output: run again with "
+                "--resume)",
+                130,
+            )
+        except Exception as exc:
             fail(unexpected(exc, kwargs.get("verbose", False)), EXIT_FAILED)
 
     return wrapper  # type: ignore[return-value]
@@ -90,15 +93,22 @@ def not_running_advice(name: str, running: list[str], address: str | None) -> st
     """A CLI user's advice for a deployment name that is not running where we looked."""
     where = f"the Ray cluster at {address}" if address else "this Ray cluster"
     listed = ", ".join(running) if running else "none"
-    return (f"no relayllm deployment named {name!r} is running on {where} (running: {listed}). "
-            f"Start it with `relayllm deploy PIPELINE.yaml --address HOST:PORT` (a pipeline file "
-            f"that declares it), or give this command --config PIPELINE.yaml to start it for "
-            f"this run; if it runs on another cluster, pass that cluster's --address HOST:PORT "
-            f"(or set RAY_ADDRESS).")
+    return (
+        f"no relayllm deployment named {name!r} is running on {where} (running: {listed}). "
+        f"Start it with `relayllm deploy PIPELINE.yaml --address HOST:PORT` (a pipeline file "
+        f"that declares it), or give this command --config PIPELINE.yaml to start it for "
+        f"this run; if it runs on another cluster, pass that cluster's --address HOST:PORT "
+        f"(or set RAY_ADDRESS)."
+    )
 
 
-def connect(address: str | None, verbose: bool, *, existing_cluster: bool = False,
-            console: Console | None = None) -> None:
+def connect(
+    address: str | None,
+    verbose: bool,
+    *,
+    existing_cluster: bool = False,
+    console: Console | None = None,
+) -> None:
     """Connect to Ray and start Serve, saying so. ``existing_cluster``: fail instead of
     starting a throw-away local cluster (long-lived deployments need one that outlives this
     command)."""
@@ -122,8 +132,12 @@ def connect(address: str | None, verbose: bool, *, existing_cluster: bool = Fals
             try:
                 logs.quiet_ray_loggers()
                 # The namespace relayllm.cluster uses; initialised here to choose the log level.
-                ray.init(address=address, namespace="relayllm", log_to_driver=verbose,
-                         logging_level=logging.INFO if verbose else logging.WARNING)
+                ray.init(
+                    address=address,
+                    namespace="relayllm",
+                    log_to_driver=verbose,
+                    logging_level=logging.INFO if verbose else logging.WARNING,
+                )
             except ConnectionError as exc:
                 raise ConfigError(connection_advice(address, exc)) from None
     connect_cluster(address if address != "auto" else None)
@@ -143,14 +157,22 @@ def connection_advice(address: str | None, exc: BaseException) -> str:
     cluster (Ray 2.60 clusters use tokens; a driver sends one only with RAY_AUTH_MODE=token)."""
     text = f"{exc} {exc.__cause__ or ''}".lower()
     auth = type(exc.__cause__).__name__ == "AuthenticationError" or any(
-        word in text for word in ("authentication", "auth token", "unauthenticated"))
-    if auth or (address and os.environ.get("RAY_AUTH_MODE", "").lower() != "token"
-                and _cluster_answers(address)):
-        return (f"the Ray cluster at {address} uses token authentication: set "
-                f"RAY_AUTH_MODE=token (Ray reads the token from ~/.ray/auth_token or "
-                f"RAY_AUTH_TOKEN)")
-    return (f"no Ray cluster to connect to ({exc}). Start one with `ray start --head` and "
-            f"pass --address HOST:PORT or set RAY_ADDRESS.")
+        word in text for word in ("authentication", "auth token", "unauthenticated")
+    )
+    if auth or (
+        address
+        and os.environ.get("RAY_AUTH_MODE", "").lower() != "token"
+        and _cluster_answers(address)
+    ):
+        return (
+            f"the Ray cluster at {address} uses token authentication: set "
+            f"RAY_AUTH_MODE=token (Ray reads the token from ~/.ray/auth_token or "
+            f"RAY_AUTH_TOKEN)"
+        )
+    return (
+        f"no Ray cluster to connect to ({exc}). Start one with `ray start --head` and "
+        f"pass --address HOST:PORT or set RAY_ADDRESS."
+    )
 
 
 def _cluster_answers(address: str) -> bool:
@@ -175,11 +197,15 @@ def check_writable(path: str) -> None:
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], right: Sequence[int] = ()) -> str:
     """A plain text table; columns whose index is in ``right`` are right-aligned."""
-    cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in row] for row in rows]
+    cells = [[str(h) for h in headers]] + [
+        ["" if c is None else str(c) for c in row] for row in rows
+    ]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     lines = []
     for n, row in enumerate(cells):
-        parts = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))]
+        parts = [
+            c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))
+        ]
         lines.append("  ".join(parts).rstrip())
         if n == 0:
             lines.append("  ".join("-" * w for w in widths))

@@ -12,7 +12,9 @@ from relayllm.errors import MissingDependencyError
 
 
 @click.command()
-@click.option("--output", "output_path", metavar="PATH", help="Also write the rows to PATH (.jsonl, .csv...).")
+@click.option(
+    "--output", "output_path", metavar="PATH", help="Also write the rows to PATH (.jsonl, .csv...)."
+)
 @address_option
 @verbose_option
 @handle_errors
@@ -37,8 +39,9 @@ def demo(output_path, address, verbose):
             "run in a clone of the relayllm repository"
         ) from None
     console = Console()
-    with console.phase("preparing the demo model (the first time takes a minute)",
-                       "demo model ready"):
+    with console.phase(
+        "preparing the demo model (the first time takes a minute)", "demo model ready"
+    ):
         ensure_demo_model()  # the pipeline's `model: demo`; done here to report a failure early
     pipeline = parse_pipeline(QUESTIONS_YAML, "questions.yaml (relayllm demo)", Path.cwd())
     rows: list[dict] = []
@@ -54,8 +57,9 @@ def demo(output_path, address, verbose):
             writer(batch)
 
     try:
-        summary = run_pipeline_file(pipeline, None, None, None, False, address, verbose, sink=sink,
-                                    console=console)
+        summary = run_pipeline_file(
+            pipeline, None, None, None, False, address, verbose, sink=sink, console=console
+        )
     finally:
         if writer is not None:
             writer.close()

@@ -13,7 +13,13 @@ from relayllm.cli.common import address_option, connect, handle_errors, table, v
 
 @click.command()
 @click.argument("pipeline_file", metavar="PIPELINE.yaml", type=click.Path(dir_okay=False))
-@click.option("--only", "only", multiple=True, metavar="NAME", help="Deploy only this deployment (repeatable).")
+@click.option(
+    "--only",
+    "only",
+    multiple=True,
+    metavar="NAME",
+    help="Deploy only this deployment (repeatable).",
+)
 @address_option
 @verbose_option
 @handle_errors
@@ -37,7 +43,9 @@ def deploy(pipeline_file, only, address, verbose):
     names = [d.name for d in pipeline.spec.deployments]
     unknown = sorted(set(only) - set(names))
     if unknown:
-        raise ConfigError(f"--only {', '.join(unknown)}: not declared in {pipeline_file} (declared: {', '.join(names)})")
+        raise ConfigError(
+            f"--only {', '.join(unknown)}: not declared in {pipeline_file} (declared: {', '.join(names)})"
+        )
     connect(address, verbose, existing_cluster=True)
     for config in pipeline.spec.deployments:
         if only and config.name not in only:
@@ -60,13 +68,23 @@ def status(as_json, address, verbose):
     connect(address, verbose, existing_cluster=True)
     found = []
     for ref in relayllm.list_deployments(address=address):
-        item = {"name": ref.name, "status": ref.status, "backend": None, "model": None, "replica": None,
-                "rows": None}
+        item = {
+            "name": ref.name,
+            "status": ref.status,
+            "backend": None,
+            "model": None,
+            "replica": None,
+            "rows": None,
+        }
         if ref.status == "RUNNING":
             try:
                 info = ref.handle().info.remote().result(timeout_s=30)
-                item.update(backend=info.get("backend"), model=info.get("model"),
-                            replica=info.get("replica_id"), rows=info.get("rows"))
+                item.update(
+                    backend=info.get("backend"),
+                    model=info.get("model"),
+                    replica=info.get("replica_id"),
+                    rows=info.get("rows"),
+                )
             except Exception as exc:  # a sick deployment is still listed, with the reason
                 item["status"] = f"{ref.status} (info failed: {type(exc).__name__})"
         found.append(item)
@@ -90,4 +108,6 @@ def shutdown(name, address, verbose):
 
     connect(address, verbose, existing_cluster=True)
     stopped = relayllm.shutdown(name, address=address)
-    click.echo(f"stopped: {', '.join(stopped)}" if stopped else "no relayllm deployments were running")
+    click.echo(
+        f"stopped: {', '.join(stopped)}" if stopped else "no relayllm deployments were running"
+    )

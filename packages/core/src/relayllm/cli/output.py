@@ -16,14 +16,18 @@ def output_format(path: str, fmt: str | None) -> str:
         return fmt
     found = EXTENSIONS.get(Path(path).suffix.lower())
     if not found:
-        raise ConfigError(f"cannot tell the output format of {path!r}; use .jsonl, .json, .csv or .parquet")
+        raise ConfigError(
+            f"cannot tell the output format of {path!r}; use .jsonl, .json, .csv or .parquet"
+        )
     return found
 
 
 class RowWriter:
     """Writes blocks of rows to one file, as they arrive (jsonl, json, csv or parquet)."""
 
-    def __init__(self, path: str, fmt: str, columns: list[str] | None = None, append: bool = False) -> None:
+    def __init__(
+        self, path: str, fmt: str, columns: list[str] | None = None, append: bool = False
+    ) -> None:
         """``append`` (jsonl only: the callers check) adds to an existing file, for --resume."""
         self.path, self.fmt, self.columns = path, fmt, columns
         Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -63,8 +67,12 @@ class RowWriter:
             self._csv = csv.DictWriter(self._file, fieldnames=list(rows[0]), extrasaction="ignore")
             self._csv.writeheader()
         for row in rows:
-            self._csv.writerow({k: json.dumps(v, ensure_ascii=False) if isinstance(v, (dict, list)) else v
-                                for k, v in row.items()})
+            self._csv.writerow(
+                {
+                    k: json.dumps(v, ensure_ascii=False) if isinstance(v, (dict, list)) else v
+                    for k, v in row.items()
+                }
+            )
 
     def _write_parquet(self, rows: list[dict[str, Any]]) -> None:
         import pyarrow as pa
@@ -75,8 +83,9 @@ class RowWriter:
         table = pa.Table.from_pylist(rows)
         if self._parquet is None:
             # A column that is all null in the first block ('error' usually) is text later.
-            self._schema = pa.schema([f.with_type(pa.string()) if pa.types.is_null(f.type) else f
-                                      for f in table.schema])
+            self._schema = pa.schema(
+                [f.with_type(pa.string()) if pa.types.is_null(f.type) else f for f in table.schema]
+            )
             table = table.cast(self._schema)
             self._parquet = pq.ParquetWriter(self.path, table.schema)
         else:  # later blocks may type a column differently (e.g. all nulls): use the first's

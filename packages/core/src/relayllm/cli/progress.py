@@ -58,8 +58,9 @@ def _columns() -> int:
 class Console:
     """Status lines and progress for one command, on stderr (stdout may carry rows)."""
 
-    def __init__(self, stream: IO[str] | None = None, tty: bool | None = None,
-                 stall_s: float | None = None) -> None:
+    def __init__(
+        self, stream: IO[str] | None = None, tty: bool | None = None, stall_s: float | None = None
+    ) -> None:
         self._stream = stream
         self.tty = self.stream.isatty() if tty is None else tty
         self.stall_s = stall_s or _env_seconds(STALL_ENV, DEFAULT_STALL_S)
@@ -89,8 +90,14 @@ class Console:
         if self.tty:
             from tqdm import tqdm
 
-            bar = tqdm(total=None, desc=f"relayllm: {doing}", bar_format="{desc} {elapsed}",
-                       file=self.stream, leave=False, ncols=_columns())
+            bar = tqdm(
+                total=None,
+                desc=f"relayllm: {doing}",
+                bar_format="{desc} {elapsed}",
+                file=self.stream,
+                leave=False,
+                ncols=_columns(),
+            )
 
             def tick() -> None:
                 while not stop.wait(0.5):
@@ -116,8 +123,9 @@ class Console:
             self.say(f"{done} in {elapsed(time.monotonic() - start)}")
 
     @contextmanager
-    def steps(self, steps: list[tuple[str, str]], total: int | list[int] | None,
-              sequential: bool = False) -> Iterator[StepProgress]:
+    def steps(
+        self, steps: list[tuple[str, str]], total: int | list[int] | None, sequential: bool = False
+    ) -> Iterator[StepProgress]:
         """Progress of the steps (``(name, deployment)`` pairs) while they run: the stages of
         one dataset, or with ``sequential`` one dataset per step, run one after another
         (``total`` then lists each step's rows)."""
@@ -146,13 +154,19 @@ class StepProgress:
     """The per-step display. Ray Data's executor thread feeds it (the callback below),
     the sink feeds it tokens, a thread of its own draws it."""
 
-    def __init__(self, console: Console, steps: list[tuple[str, str]],
-                 total: int | list[int] | None, sequential: bool = False) -> None:
+    def __init__(
+        self,
+        console: Console,
+        steps: list[tuple[str, str]],
+        total: int | list[int] | None,
+        sequential: bool = False,
+    ) -> None:
         self.console = console
         now = time.monotonic()
         totals = total if isinstance(total, list) else [total] * len(steps)
-        self.states = [_StepState(n, d, total=t, last_change=now)
-                       for (n, d), t in zip(steps, totals)]
+        self.states = [
+            _StepState(n, d, total=t, last_change=now) for (n, d), t in zip(steps, totals)
+        ]
         self.total = total
         self.sequential = sequential
         self._executors: list[int] = []  # sequential: the datasets seen, in order
@@ -165,13 +179,16 @@ class StepProgress:
     # -- fed by Ray Data's executor (its own thread) and by the sink (the main thread) ------
 
     def update_from_executor(self, executor: Any) -> None:
-        stages = [(op, state) for op, state in executor._topology.items()  # Ray 2.60's layout
-                  if "ServeStage" in op.name]
+        stages = [
+            (op, state)
+            for op, state in executor._topology.items()  # Ray 2.60's layout
+            if "ServeStage" in op.name
+        ]
         states = self.states
         if self.sequential:  # the n-th dataset is the n-th step
             if id(executor) not in self._executors:
                 self._executors.append(id(executor))
-            states = states[self._executors.index(id(executor)):][:1]
+            states = states[self._executors.index(id(executor)) :][:1]
         with self._lock:
             for (op, state), step in zip(stages, states):
                 done = op.metrics.row_outputs_taken
@@ -196,8 +213,16 @@ class StepProgress:
 
             width = max(len(s.name) for s in self.states)
             self._bars = [
-                tqdm(total=s.total, desc=f"step {s.name:<{width}}", unit="rows", position=i,
-                     file=self.console.stream, ncols=_columns(), leave=True, smoothing=0.1)
+                tqdm(
+                    total=s.total,
+                    desc=f"step {s.name:<{width}}",
+                    unit="rows",
+                    position=i,
+                    file=self.console.stream,
+                    ncols=_columns(),
+                    leave=True,
+                    smoothing=0.1,
+                )
                 for i, s in enumerate(self.states)
             ]
         self._thread = threading.Thread(target=self._loop, daemon=True, name="relayllm-progress")
@@ -253,25 +278,34 @@ class StepProgress:
     def _check_stalls(self) -> None:
         now = time.monotonic()
         with self._lock:
-            stalled = [s for s in self.states
-                       if (s.total is None or s.done < s.total)
-                       and now - s.last_change >= self.console.stall_s
-                       and now - s.warned_at >= self.console.stall_s]
+            stalled = [
+                s
+                for s in self.states
+                if (s.total is None or s.done < s.total)
+                and now - s.last_change >= self.console.stall_s
+                and now - s.warned_at >= self.console.stall_s
+            ]
             for s in stalled:
                 s.warned_at = now
         for s in stalled:
-            self.console.say(f"warning: step {s.name} has made no progress for "
-                             f"{elapsed(now - s.last_change)}: {waiting_for(s)}")
+            self.console.say(
+                f"warning: step {s.name} has made no progress for "
+                f"{elapsed(now - s.last_change)}: {waiting_for(s)}"
+            )
 
 
 def waiting_for(s: _StepState) -> str:
     """What a stalled step waits for, from what its stage operator holds."""
     if s.active_tasks:
-        return (f"its rows are at deployment {s.deployment!r}, which has not answered; is its "
-                f"engine alive and not overloaded? (`relayllm status`, and the logs)")
+        return (
+            f"its rows are at deployment {s.deployment!r}, which has not answered; is its "
+            f"engine alive and not overloaded? (`relayllm status`, and the logs)"
+        )
     if s.queued_blocks:
-        return ("rows are queued for it but no stage actor runs them: the cluster has no free "
-                "CPU for the step's actors (`ray status` shows what holds the CPUs)")
+        return (
+            "rows are queued for it but no stage actor runs them: the cluster has no free "
+            "CPU for the step's actors (`ray status` shows what holds the CPUs)"
+        )
     return "no rows have reached it yet: it waits for the input or the step before it"
 
 

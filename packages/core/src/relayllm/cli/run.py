@@ -20,25 +20,53 @@ from relayllm.errors import ConfigError
 
 @click.command()
 @click.argument("pipeline_file", metavar="PIPELINE.yaml", type=click.Path(dir_okay=False))
-@click.option("--input", "input_path", metavar="PATH",
-              help="Read rows from PATH instead of the pipeline's input (a file, directory or glob).")
-@click.option("--output", "output_path", metavar="PATH",
-              help="Write rows to PATH instead of the pipeline's output; '-' for stdout.")
-@click.option("--limit", type=click.IntRange(min=1), metavar="N", help="Process only the first N rows.")
-@click.option("--resume", is_flag=True,
-              help="Keep the rows already in the (.jsonl) output and process only the input rows "
-              "missing from it, by the input's id_column; for a run that was stopped or killed.")
-@click.option("--retry-errors", is_flag=True,
-              help="With --resume: also run again the rows the output holds with an error "
-              "(they are removed from it first).")
-@click.option("--keep-deployments", is_flag=True,
-              help="Leave running the deployments this run started (default: stop them at the end; "
-              "deployments that were already running are never stopped).")
+@click.option(
+    "--input",
+    "input_path",
+    metavar="PATH",
+    help="Read rows from PATH instead of the pipeline's input (a file, directory or glob).",
+)
+@click.option(
+    "--output",
+    "output_path",
+    metavar="PATH",
+    help="Write rows to PATH instead of the pipeline's output; '-' for stdout.",
+)
+@click.option(
+    "--limit", type=click.IntRange(min=1), metavar="N", help="Process only the first N rows."
+)
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Keep the rows already in the (.jsonl) output and process only the input rows "
+    "missing from it, by the input's id_column; for a run that was stopped or killed.",
+)
+@click.option(
+    "--retry-errors",
+    is_flag=True,
+    help="With --resume: also run again the rows the output holds with an error "
+    "(they are removed from it first).",
+)
+@click.option(
+    "--keep-deployments",
+    is_flag=True,
+    help="Leave running the deployments this run started (default: stop them at the end; "
+    "deployments that were already running are never stopped).",
+)
 @address_option
 @verbose_option
 @handle_errors
-def run(pipeline_file, input_path, output_path, limit, resume, retry_errors, keep_deployments, address,
-        verbose):
+def run(
+    pipeline_file,
+    input_path,
+    output_path,
+    limit,
+    resume,
+    retry_errors,
+    keep_deployments,
+    address,
+    verbose,
+):
     """Run a pipeline file: its steps, in order, on its deployments.
 
     Deployments already running under the same name and config are reused. Prints a summary
@@ -54,28 +82,55 @@ def run(pipeline_file, input_path, output_path, limit, resume, retry_errors, kee
       relayllm run examples/multiturn.yaml --resume --retry-errors
     """
     if retry_errors and not resume:
-        raise ConfigError("--retry-errors goes with --resume: it re-runs the error rows of an output")
-    summary = run_pipeline_file(pipeline_file, input_path, output_path, limit, keep_deployments, address, verbose,
-                                resume=resume, retry_errors=retry_errors)
+        raise ConfigError(
+            "--retry-errors goes with --resume: it re-runs the error rows of an output"
+        )
+    summary = run_pipeline_file(
+        pipeline_file,
+        input_path,
+        output_path,
+        limit,
+        keep_deployments,
+        address,
+        verbose,
+        resume=resume,
+        retry_errors=retry_errors,
+    )
     click.echo(format_summary(summary), err=True)
 
 
-def run_pipeline_file(pipeline_file, input_path, output_path, limit, keep_deployments, address, verbose,
-                      sink=None, resume=False, console=None, retry_errors=False):
+def run_pipeline_file(
+    pipeline_file,
+    input_path,
+    output_path,
+    limit,
+    keep_deployments,
+    address,
+    verbose,
+    sink=None,
+    resume=False,
+    console=None,
+    retry_errors=False,
+):
     """The whole ``run`` command (``pipeline_file`` may be a parsed Pipeline); ``relayllm
     demo`` calls it with its own ``sink``."""
     from relayllm import pipeline as pl
 
     startup = time.monotonic()
-    pipeline = pipeline_file if isinstance(pipeline_file, pl.Pipeline) else pl.load_pipeline(pipeline_file)
+    pipeline = (
+        pipeline_file if isinstance(pipeline_file, pl.Pipeline) else pl.load_pipeline(pipeline_file)
+    )
     pipeline.check_backends()
     if input_path or pipeline.spec.input.path is not None:  # files exist, columns match
         paths = pipeline.input_paths(input_path)
         columns = pl.peek_columns(paths, pipeline.input_format(paths))
         if columns == []:
             empty = f"{', '.join(paths)} has no rows (an empty file?): nothing to run"
-            raise ConfigError(f"--input: {empty}") if input_path else pipeline.error(
-                ("input", "path"), empty)
+            raise (
+                ConfigError(f"--input: {empty}")
+                if input_path
+                else pipeline.error(("input", "path"), empty)
+            )
         if columns is not None:
             pipeline.check_columns(columns)
     writer, done = None, set()
@@ -98,12 +153,18 @@ def run_pipeline_file(pipeline_file, input_path, output_path, limit, keep_deploy
     started = deploy_with_progress(console, pipeline, address)
     startup_s = time.monotonic() - startup
     steps = [(s.name, s.deployment) for s in pipeline.spec.steps]
-    console.say(f"running {len(steps)} step(s) on {total if total is not None else 'the'} rows"
-                + (f" ({len(done)} already in the output)" if done else ""))
+    console.say(
+        f"running {len(steps)} step(s) on {total if total is not None else 'the'} rows"
+        + (f" ({len(done)} already in the output)" if done else "")
+    )
     try:
         with console.steps(steps, total) as progress:
-            summary = pl.execute(pipeline, dataset, sink, progress=lambda s: progress.add_tokens(
-                [step.output_tokens for step in s.steps]))
+            summary = pl.execute(
+                pipeline,
+                dataset,
+                sink,
+                progress=lambda s: progress.add_tokens([step.output_tokens for step in s.steps]),
+            )
     finally:
         if writer is not None:
             writer.close()
@@ -122,7 +183,6 @@ def deploy_with_progress(console: Console, pipeline, address) -> list[str]:
     """Start (or reuse by name) every deployment of ``pipeline``, saying so as it goes;
     returns the names this call started."""
     import relayllm
-
     from relayllm.pipeline import check_fit
 
     running = {r.name for r in relayllm.list_deployments(address=address)}
@@ -134,8 +194,9 @@ def deploy_with_progress(console: Console, pipeline, address) -> list[str]:
             console.say(f"using the running deployment {what}")
             relayllm.deploy(config, address=address)  # checks that its config is the same
             continue
-        with console.phase(f"deploying {what}: starting its engine",
-                           f"deployment {config.name!r} ready"):
+        with console.phase(
+            f"deploying {what}: starting its engine", f"deployment {config.name!r} ready"
+        ):
             relayllm.deploy(config, address=address)
         started.append(config.name)
     return started
@@ -163,8 +224,10 @@ def _writer(pipeline, output_path, resume=False, retry_errors=False):
     if resume:
         id_column = pipeline.spec.input.id_column
         if not id_column:
-            raise ConfigError("--resume needs input.id_column in the pipeline: the column that "
-                              "identifies a row in the input and in the output")
+            raise ConfigError(
+                "--resume needs input.id_column in the pipeline: the column that "
+                "identifies a row in the input and in the output"
+            )
         if columns and id_column not in columns:
             raise ConfigError(f"--resume needs the id column {id_column!r} in output.columns")
         if retry_errors and columns and "error" not in columns:
@@ -188,19 +251,55 @@ def format_summary(summary) -> str:
     the command's whole time, start-up included, and its rates over that time."""
     rows = []
     for s in summary.steps:
-        rows.append([s.name, s.deployment, s.rows, s.errors, s.input_tokens, s.output_tokens,
-                     f"{s.rate(s.rows):.1f}", f"{s.rate(s.output_tokens):.1f}", f"{s.wall_s:.1f}s"])
+        rows.append(
+            [
+                s.name,
+                s.deployment,
+                s.rows,
+                s.errors,
+                s.input_tokens,
+                s.output_tokens,
+                f"{s.rate(s.rows):.1f}",
+                f"{s.rate(s.output_tokens):.1f}",
+                f"{s.wall_s:.1f}s",
+            ]
+        )
     output_tokens = sum(s.output_tokens for s in summary.steps)
     whole = summary.startup_s + summary.wall_s
     rows.append(["start-up", "", "", "", "", "", "", "", f"{summary.startup_s:.1f}s"])
-    rows.append(["total", "", summary.rows, summary.errors, sum(s.input_tokens for s in summary.steps),
-                 output_tokens, f"{summary.rows / whole if whole else 0:.1f}",
-                 f"{output_tokens / whole if whole else 0:.1f}", f"{whole:.1f}s"])
-    text = table(["step", "deployment", "rows", "errors", "input tokens", "output tokens", "rows/s",
-                  "tokens/s", "wall"], rows, right=range(2, 9))
+    rows.append(
+        [
+            "total",
+            "",
+            summary.rows,
+            summary.errors,
+            sum(s.input_tokens for s in summary.steps),
+            output_tokens,
+            f"{summary.rows / whole if whole else 0:.1f}",
+            f"{output_tokens / whole if whole else 0:.1f}",
+            f"{whole:.1f}s",
+        ]
+    )
+    text = table(
+        [
+            "step",
+            "deployment",
+            "rows",
+            "errors",
+            "input tokens",
+            "output tokens",
+            "rows/s",
+            "tokens/s",
+            "wall",
+        ],
+        rows,
+        right=range(2, 9),
+    )
     where = f"\n{summary.rows} rows written to {summary.output}" if summary.output else ""
     if summary.already_done:
         where += f" ({summary.already_done} rows were already there and were not run again)"
-    return (f"\n{text}{where}\n(tokens/s counts output tokens; a step's wall time runs from its "
-            f"first row to its last; start-up is connecting, deploying and engines starting; "
-            f"total is the whole command)")
+    return (
+        f"\n{text}{where}\n(tokens/s counts output tokens; a step's wall time runs from its "
+        f"first row to its last; start-up is connecting, deploying and engines starting; "
+        f"total is the whole command)"
+    )

@@ -184,9 +184,13 @@ def standard_tests(cls: type) -> list[str]:
     names: dict[str, None] = {}
     for base in cls.__mro__:
         if base.__module__.startswith("relayllm.testing"):
-            names.update(dict.fromkeys(
-                n for n in vars(base) if n.startswith("test_") and n != "test_no_silent_overrides"
-            ))
+            names.update(
+                dict.fromkeys(
+                    n
+                    for n in vars(base)
+                    if n.startswith("test_") and n != "test_no_silent_overrides"
+                )
+            )
     return list(names)
 
 

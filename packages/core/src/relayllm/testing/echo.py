@@ -19,7 +19,6 @@ from relayllm.errors import EngineFailedError
 from relayllm.plugin import hookimpl
 from relayllm.rows import TASKS, Request, Result, Task, error_result, request_text
 
-
 EMBEDDING_SIZE = 8  # echo "embeds" a text as the lengths of its first 8 words
 
 
@@ -38,7 +37,8 @@ class EchoOptions(BackendOptions):
     )
     fail_start: bool = Field(default=False, description="The replica fails in its constructor.")
     engine_dies_after_rows: int | None = Field(
-        default=None, ge=0,
+        default=None,
+        ge=0,
         description="The replica's 'engine' dies (EngineFailedError) once it has computed this "
         "many rows, as a real engine killed mid-job does.",
     )
@@ -48,7 +48,8 @@ class EchoOptions(BackendOptions):
         description="What this deployment serves (EchoBackend.tasks_for), for tests of the check.",
     )
     placement_group_cpus: float | None = Field(
-        default=None, gt=0,
+        default=None,
+        gt=0,
         description="Reserve a placement group (one bundle of this many CPUs) per replica, as "
         "a multi-device engine does: for tests that nothing is left behind.",
     )
@@ -138,8 +139,10 @@ class EchoBackend(Backend):
     def deployment_options(cls, options: EchoOptions) -> dict[str, Any]:
         # No model, so no CPU reserved: the echo replica must never starve the stage actors.
         if options.placement_group_cpus:
-            return {"ray_actor_options": {"num_cpus": 0},
-                    "placement_group_bundles": [{"CPU": options.placement_group_cpus}]}
+            return {
+                "ray_actor_options": {"num_cpus": 0},
+                "placement_group_bundles": [{"CPU": options.placement_group_cpus}],
+            }
         return {"ray_actor_options": {"num_cpus": 0}}
 
 

@@ -116,7 +116,9 @@ class BackendConformanceTests(BackendContractTests):
     @classmethod
     def deployment_config(cls) -> relayllm.DeploymentConfig:
         return relayllm.DeploymentConfig(
-            name=cls.deployment_name(), backend=cls.backend, options=cls.options,
+            name=cls.deployment_name(),
+            backend=cls.backend,
+            options=cls.options,
             **cls.deployment_fields,
         )
 
@@ -149,7 +151,9 @@ class BackendConformanceTests(BackendContractTests):
     def processor(self, task: str = "chat", **fields: Any) -> relayllm.Processor:
         params = {**self.sampling_params, **fields.pop("sampling_params", {})}
         config = relayllm.ProcessorConfig(
-            deployment=self.deployment_name(), task=task, sampling_params=params,
+            deployment=self.deployment_name(),
+            task=task,
+            sampling_params=params,
             **{**self.processor_fields, **fields},
         )
         return relayllm.build_processor(config)
@@ -161,8 +165,10 @@ class BackendConformanceTests(BackendContractTests):
 
     def rows(self, n: int, task: str = "chat") -> list[dict[str, Any]]:
         """Row i asks with i+1 repetitions of a word, so input token counts grow with i."""
-        return [self.text_row(task, "Say hello. " + " ".join(["apple"] * (i + 1)), id=i)
-                for i in range(n)]
+        return [
+            self.text_row(task, "Say hello. " + " ".join(["apple"] * (i + 1)), id=i)
+            for i in range(n)
+        ]
 
     def run(
         self, processor: relayllm.Processor, rows: list[dict[str, Any]]
@@ -182,8 +188,9 @@ class BackendConformanceTests(BackendContractTests):
         for text in texts:
             row = self.text_row(task, text)
             params_of_row = {**self.sampling_params, **params}
-            request = build_request(task, row[INPUT_COLUMN[task]], params_of_row, None, None,
-                                    f"kit-{uuid.uuid4().hex}")
+            request = build_request(
+                task, row[INPUT_COLUMN[task]], params_of_row, None, None, f"kit-{uuid.uuid4().hex}"
+            )
             assert not isinstance(request, str), request
             out.append(request)
         return out
@@ -213,31 +220,41 @@ class BackendConformanceTests(BackendContractTests):
         assert not self.errors(alone + together), self.errors(alone + together)
         answers = [r["generated_text"] for r in alone]
         assert len(set(answers)) >= len(texts) // 2, (
-            f"distinct prompts got too few distinct answers to tell rows apart: {answers}")
+            f"distinct prompts got too few distinct answers to tell rows apart: {answers}"
+        )
         same = sum(a["generated_text"] == b["generated_text"] for a, b in zip(alone, together))
         assert same >= math.ceil(0.75 * len(texts)), (
             "answers in one call differ from the same rows sent alone (on the wrong row?):\n"
-            + "\n".join(f"  {a['generated_text']!r} vs {b['generated_text']!r}"
-                        for a, b in zip(alone, together)))
+            + "\n".join(
+                f"  {a['generated_text']!r} vs {b['generated_text']!r}"
+                for a, b in zip(alone, together)
+            )
+        )
 
-        rows = [self.text_row(task, t, id=i, sampling_params={"max_tokens": b})
-                for i, (t, b) in enumerate(zip(texts, BUDGETS))]
+        rows = [
+            self.text_row(task, t, id=i, sampling_params={"max_tokens": b})
+            for i, (t, b) in enumerate(zip(texts, BUDGETS))
+        ]
         out = self.run(self.processor(task, batch_size=len(rows)), rows)
         assert [r["id"] for r in out] == list(range(len(rows)))
         assert not self.errors(out), self.errors(out)
         for row, budget in zip(out, BUDGETS):
             generated, finish = row["num_generated_tokens"], row["finish_reason"]
             assert isinstance(generated, int) and 0 < generated <= budget, (
-                f"row {row['id']} (max_tokens {budget}) generated {generated} tokens")
+                f"row {row['id']} (max_tokens {budget}) generated {generated} tokens"
+            )
             assert finish in ("stop", "length"), finish
             assert finish != "length" or generated == budget, (
-                f"row {row['id']} stopped for length at {generated} tokens, its budget is {budget}")
+                f"row {row['id']} stopped for length at {generated} tokens, its budget is {budget}"
+            )
         assert any(r["finish_reason"] == "length" for r in out), "no row reached its budget"
 
     def test_max_tokens_honoured(self, deployment):
         task = self.text_task()
-        rows = [self.text_row(task, t + " Answer at length.", id=i)
-                for i, t in enumerate(DISTINCT_PROMPTS)]
+        rows = [
+            self.text_row(task, t + " Answer at length.", id=i)
+            for i, t in enumerate(DISTINCT_PROMPTS)
+        ]
         out = self.run(self.processor(task, sampling_params={"max_tokens": 3}), rows)
         assert not self.errors(out), self.errors(out)
         counts = [r["num_generated_tokens"] for r in out]
@@ -254,7 +271,8 @@ class BackendConformanceTests(BackendContractTests):
         assert by_id["refused"]["error"], "the row the engine should refuse got no error"
         others = [r for r in out if r["id"] != "refused"]
         assert not self.errors(others), (
-            f"a refusal of one row failed others of its call: {self.errors(others)}")
+            f"a refusal of one row failed others of its call: {self.errors(others)}"
+        )
         assert all(isinstance(r["generated_text"], str) and r["generated_text"] for r in others)
 
     def _task_check(self, task: str) -> bool:
@@ -278,16 +296,22 @@ class BackendConformanceTests(BackendContractTests):
 
     def test_completion(self, deployment):
         if self._task_check("completion"):
-            out = self.run(self.processor("completion", sampling_params={"max_tokens": 4}),
-                           self.rows(4, "completion"))
+            out = self.run(
+                self.processor("completion", sampling_params={"max_tokens": 4}),
+                self.rows(4, "completion"),
+            )
             assert not self.errors(out), self.errors(out)
             assert all(r["generated_text"] and r["num_generated_tokens"] > 0 for r in out), out
 
     def test_embedding(self, deployment):
         if not self._task_check("embedding"):
             return
-        texts = ["The cat sat on the mat.", "Stock prices fell sharply today.",
-                 "A recipe for tomato soup.", "The cat sat on the mat."]
+        texts = [
+            "The cat sat on the mat.",
+            "Stock prices fell sharply today.",
+            "A recipe for tomato soup.",
+            "The cat sat on the mat.",
+        ]
         rows = [self.text_row("embedding", t, id=i) for i, t in enumerate(texts)]
         out = self.run(self.processor("embedding"), rows)
         assert not self.errors(out), self.errors(out)
@@ -323,7 +347,8 @@ class BackendConformanceTests(BackendContractTests):
         assert together < 3 * apart + 0.5, (
             f"{len(texts)} rows took {together:.2f}s in one call but {apart:.2f}s as separate "
             f"calls at once: the adapter serves the rows of a call one after another instead of "
-            f"handing them to the engine together")
+            f"handing them to the engine together"
+        )
 
     def test_retried_call_is_not_computed_twice(self, deployment):
         task = self.text_task()
@@ -337,7 +362,8 @@ class BackendConformanceTests(BackendContractTests):
         later = handle.process_batch.remote(requests).result(timeout_s=TIMEOUT_S)
         computed = self.info()["rows"] - before
         assert computed == len(requests), (
-            f"{len(requests)} rows sent three times were computed {computed} times over")
+            f"{len(requests)} rows sent three times were computed {computed} times over"
+        )
         texts = [[r.get("generated_text") for r in a] for a in (*answers, later)]
         assert texts[0] == texts[1] == texts[2], texts
 
@@ -362,8 +388,10 @@ class BackendConformanceTests(BackendContractTests):
 
     def test_health_reports_engine_down(self, deployment):
         if self.stop_engine is None:
-            pytest.xfail(f"{type(self).__name__} defines no stop_engine(ref): the kit cannot "
-                         f"stop this engine to check that health() reports it down")
+            pytest.xfail(
+                f"{type(self).__name__} defines no stop_engine(ref): the kit cannot "
+                f"stop this engine to check that health() reports it down"
+            )
         ref = self.deployed()
         self.stop_engine(ref)
         handle = ref.handle()
@@ -390,8 +418,11 @@ class BackendConformanceTests(BackendContractTests):
 
 def _follow_up(task: str, row: dict[str, Any]) -> dict[str, Any]:
     """The second processor's row: asks about the first one's answer."""
-    return {"id": row["id"], "first_answer": row["generated_text"],
-            **BackendConformanceTests.text_row(task, "Shorter: " + (row["generated_text"] or ""))}
+    return {
+        "id": row["id"],
+        "first_answer": row["generated_text"],
+        **BackendConformanceTests.text_row(task, "Shorter: " + (row["generated_text"] or "")),
+    }
 
 
 def _close(a: list[float], b: list[float]) -> bool:
