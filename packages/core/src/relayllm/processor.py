@@ -75,15 +75,19 @@ class Processor:
     def __call__(self, dataset: Dataset) -> Dataset:
         from ray.data import ActorPoolStrategy
 
-        from relayllm.resources import TASK_NUM_CPUS
         from relayllm.stage import ServeStage
 
         config = self.config
-        if self.preprocess is not None:
-            dataset = dataset.map(self.preprocess, num_cpus=TASK_NUM_CPUS)
-        dataset = dataset.map_batches(
+        # preprocess and postprocess run inside the stage actor (see stage.py): one operator,
+        # rows converted from and to Arrow once per batch instead of once per row function.
+        return dataset.map_batches(
             ServeStage,
-            fn_constructor_kwargs={"config": config, "processor_id": self.processor_id},
+            fn_constructor_kwargs={
+                "config": config,
+                "processor_id": self.processor_id,
+                "preprocess": self.preprocess,
+                "postprocess": self.postprocess,
+            },
             # One Ray Data batch fills every in-flight slot; the stage splits it into calls.
             batch_size=config.batch_size * config.max_in_flight_batches,
             batch_format="pyarrow",
@@ -91,9 +95,6 @@ class Processor:
             compute=ActorPoolStrategy(size=config.concurrency),
             num_cpus=config.num_cpus,
         )
-        if self.postprocess is not None:
-            dataset = dataset.map(self.postprocess, num_cpus=TASK_NUM_CPUS)
-        return dataset
 
     def __repr__(self) -> str:
         return f"Processor(deployment={self.config.deployment!r}, task={self.config.task!r})"

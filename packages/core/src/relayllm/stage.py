@@ -5,6 +5,11 @@ of ``batch_size`` rows, and those calls share the actor's ``max_in_flight_batche
 the calls of other batches Ray Data runs concurrently on this actor. Input columns pass
 through as Arrow columns, untouched; only the output columns are built in Python.
 
+A processor's ``preprocess`` and ``postprocess`` run here, in the stage actor, on the rows of
+the batch it holds: as separate Ray Data ``map`` operators they cost a task and an Arrow
+round trip of every column per row function, which made the README's pattern 0.6x a
+hand-written client (docs/benchmarks.md, "The path users write").
+
 Transport: the cost of moving rows is per call, not per row (docs/benchmarks.md has the
 profile), so the stage calls its deployment the cheapest way Serve offers -- a router on the
 stage's own event loop and Serve's gRPC transport to the replica, which cut the CPU time of a
@@ -44,7 +49,7 @@ from relayllm.rows import (
 )
 
 if TYPE_CHECKING:
-    from relayllm.processor import ProcessorConfig
+    from relayllm.processor import ProcessorConfig, RowFn
 
 logger = logging.getLogger(__name__)
 
@@ -57,10 +62,18 @@ class ServeStage:
     #: Try Serve's gRPC transport first (see the module docstring).
     grpc_transport: bool = os.environ.get(TRANSPORT_ENV, "grpc").lower() != "actor"
 
-    def __init__(self, config: ProcessorConfig, processor_id: str) -> None:
+    def __init__(
+        self,
+        config: ProcessorConfig,
+        processor_id: str,
+        preprocess: RowFn | None = None,
+        postprocess: RowFn | None = None,
+    ) -> None:
         from relayllm.deployments import check_task_served, handle_for
 
         self.config = config
+        self._preprocess = preprocess
+        self._postprocess = postprocess
         handle_for(config.deployment)  # unknown name -> an error that lists the running ones
         # A task the deployment's options do not serve fails here, not on every row.
         check_task_served(config.deployment, config.task)
@@ -75,9 +88,16 @@ class ServeStage:
 
     async def __call__(self, batch: pa.Table) -> pa.Table:
         n = batch.num_rows
-        values = _column(batch, self._input_column, n)
-        row_params = _column(batch, SAMPLING_PARAMS_COLUMN, n)
-        models = _column(batch, MODEL_COLUMN, n)
+        rows: list[dict[str, Any]] | None = None
+        if self._preprocess is not None:
+            rows = [self._preprocess(row) for row in batch.to_pylist()]
+            values = [row.get(self._input_column) for row in rows]
+            row_params = [row.get(SAMPLING_PARAMS_COLUMN) for row in rows]
+            models = [row.get(MODEL_COLUMN) for row in rows]
+        else:
+            values = _column(batch, self._input_column, n)
+            row_params = _column(batch, SAMPLING_PARAMS_COLUMN, n)
+            models = _column(batch, MODEL_COLUMN, n)
         ids = [f"{self._id_prefix}{next(self._ids)}" for _ in range(n)]
         results: list[Result] = [{}] * n
         pending: list[tuple[int, Request]] = []
@@ -107,8 +127,22 @@ class ServeStage:
                 results[i] = result
 
         if self.config.on_error == "raise":
-            row_ids = _column(batch, self.config.id_column, n) if self.config.id_column else None
+            row_ids = None
+            if self.config.id_column and rows is not None:
+                row_ids = [row.get(self.config.id_column) for row in rows]
+            elif self.config.id_column:
+                row_ids = _column(batch, self.config.id_column, n)
             self._raise_first_error(results, ids, values, row_ids)
+        if self._postprocess is not None:
+            return _postprocessed(
+                rows if rows is not None else batch.to_pylist(),
+                results,
+                ids,
+                self.config.task,
+                self._postprocess,
+            )
+        if rows is not None:
+            batch = pa.Table.from_pylist(rows)
         return _with_outputs(batch, results, ids, self.config.task)
 
     async def _send(self, requests: list[Request]) -> list[Result]:
@@ -225,6 +259,19 @@ def _column(batch: pa.Table, name: str, n: int) -> list[Any]:
     if name not in batch.column_names:
         return [None] * n
     return batch.column(name).to_pylist()
+
+
+def _postprocessed(
+    rows: list[dict[str, Any]], results: list[Result], ids: list[str], task: Task, fn: RowFn
+) -> pa.Table:
+    """Each row with the task's output fields set, through the user's ``postprocess``."""
+    fields = [field.name for field in output_fields(task)]
+    out = []
+    for row, result, request_id in zip(rows, results, ids, strict=True):
+        for name in fields:
+            row[name] = request_id if name == REQUEST_ID else result.get(name)
+        out.append(fn(row))
+    return pa.Table.from_pylist(out)
 
 
 def _with_outputs(batch: pa.Table, results: list[Result], ids: list[str], task: Task) -> pa.Table:

@@ -1,0 +1,41 @@
+"""Smoke version of benchmarks/userpath.py for CI: both contenders give the same rows, and the
+README's pattern runs as one Ray Data operator (its row functions inside the stage actor, the
+change that took it from 0.6x the hand-written client to par). No timing is asserted here; the
+figures come from the full benchmark."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import overhead
+import userpath
+
+ROWS = 1000
+
+
+@pytest.fixture(scope="module")
+def echo(ray_session):
+    ray_session.data.DataContext.get_current().enable_progress_bars = False
+    overhead.deploy_echo()
+    yield
+    import relayllm
+
+    relayllm.shutdown(overhead.DEPLOYMENT)
+
+
+def test_readme_pattern_and_hand_written_client_give_the_same_rows(echo):
+    ds = userpath.dataset(ROWS, rows_per_block=250)
+    ours = sorted(userpath.run_readme_pattern(ds).take_all(), key=lambda r: r["id"])
+    theirs = sorted(userpath.run_hand_written(ds).take_all(), key=lambda r: r["id"])
+    assert len(ours) == ROWS
+    assert [set(r) for r in ours[:1]] == [{"id", "question", "answer"}]
+    assert ours == theirs
+
+
+def test_row_functions_run_inside_the_stage_not_as_separate_map_operators(echo):
+    out = userpath.run_readme_pattern(userpath.dataset(ROWS, rows_per_block=250)).materialize()
+    stats = out.stats()
+    assert "ServeStage" in stats
+    assert "Map(ask)" not in stats and "Map(keep_answer)" not in stats, stats
