@@ -42,3 +42,27 @@ def test_only_grpc_transport_errors_trigger_the_fallback():
     assert _is_grpc_error(too_large)
     assert not _is_grpc_error(TimeoutError("no answer"))
     assert not _is_grpc_error(ConnectionError("injected failure of call 1"))
+
+
+def test_the_stage_really_falls_back_and_only_on_the_call_too_large_for_grpc(echo):
+    """In-process stage, so its transport state can be read: a small call keeps gRPC, the
+    5.5 MB call switches to actor calls (the test above would pass on either transport)."""
+    import asyncio
+
+    import pyarrow as pa
+
+    from relayllm.stage import ServeStage
+
+    config = ProcessorConfig(deployment="transport-echo", task="completion", max_retries=0)
+    stage = ServeStage(config, "fallback-test")
+    big = "word " * 1_100_000
+
+    async def run() -> None:
+        small = await stage(pa.table({"prompt": ["a", "b"]}))
+        assert small.column("error").to_pylist() == [None, None]
+        assert stage._use_fast, "a small call must stay on the gRPC transport"
+        out = await stage(pa.table({"prompt": [big]}))
+        assert out.column("error").to_pylist() == [None]
+        assert not stage._use_fast, "the 5.5 MB call did not fall back to actor calls"
+
+    asyncio.run(run())
