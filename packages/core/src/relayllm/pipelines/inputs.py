@@ -98,9 +98,9 @@ def count_rows(pipeline: Pipeline, plan: InputPlan, limit: int | None = None) ->
     count: int | None = None
     if plan.paths is None:
         count = len(pipeline.spec.input.rows or [])
-    else:
+    elif plan.format in ("jsonl", "parquet"):
         files = _local_files(plan.paths, plan.format)
-        if files is not None and plan.format in ("jsonl", "parquet"):
+        if files is not None:
             count = 0
             for path in files:
                 if plan.format == "parquet":
@@ -146,8 +146,9 @@ def open_dataset(
     # Rows come out in input order. Set before the dataset exists: a dataset keeps the context
     # it was created with, and a read of small tasks otherwise finishes blocks out of order.
     DataContext.get_current().execution_options.preserve_order = True
-    if plan.paths is None:
-        dataset = ray.data.from_items(pipeline.spec.input.rows)
+    dataset: Dataset
+    if plan.paths is None or plan.format is None:
+        dataset = ray.data.from_items(pipeline.spec.input.rows or [])
     else:
         reader = {
             "jsonl": ray.data.read_json,

@@ -33,8 +33,11 @@ def output_target(pipeline: Pipeline, output: str | None) -> OutputTarget | None
         return None
     # Relative to the current directory, like --output (input paths are relative to the
     # pipeline file: they are its data; outputs belong to whoever runs it).
-    path = output or spec.path
-    fmt = output_format(path, None if output else spec.format)
+    if output:
+        path, fmt = output, output_format(output, None)
+    else:
+        assert spec is not None  # checked above
+        path, fmt = spec.path, output_format(spec.path, spec.format)
     return OutputTarget(path, fmt, spec.columns if spec else None)
 
 

@@ -60,12 +60,11 @@ def row_ids(pipeline: Pipeline, plan: InputPlan) -> RowIds:
     id_column = pipeline.spec.input.id_column
     if id_column:
         return RowIds(id_column)
+    columns: list[str] | None = plan.columns
     if plan.paths is None:
         from relayllm.pipelines.inputs import columns_of_rows
 
         columns = columns_of_rows(pipeline.spec.input.rows or [])
-    else:
-        columns = plan.columns
     if columns is None:
         raise ConfigError(
             "--resume on remote input files needs input.id_column in the pipeline: the column "

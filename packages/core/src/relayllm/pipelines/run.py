@@ -171,7 +171,7 @@ def run_pipeline(
     pipeline.check_backends()
     plan = check_input(pipeline, input)  # the one input check: files, rows, columns
     target = None if sink is not None and output is None else output_target(pipeline, output)
-    ids, done = None, set()
+    ids, done = resuming.RowIds(None), set[Any]()
     if resume:
         ids, done = resuming.prepare(pipeline, plan, target, retry_errors)
     writer = open_writer(target, append=resume) if target else None
