@@ -359,13 +359,20 @@ def test_run_resume_does_only_the_rows_missing_from_the_output(cluster, tmp_path
     again = cli("run", pipeline, "--resume", env=cluster, cwd=tmp_path, check=0)  # nothing left
     assert jsonl(out) == rows and "0 rows written to" in again.stderr
 
-    # Resuming needs an id column and an appendable output, checked before anything runs.
+    # Without input.id_column a row is known by its input columns (the one id policy of
+    # relayllm.pipelines.resume): the same kept rows are found, the rest run.
     no_id = write(
         tmp_path / "no-id.yaml",
         TWO_STEPS.format(name="resume-echo").replace("  id_column: id\n", ""),
     )
+    by_content = tmp_path / "out" / "by-content.jsonl"
+    write(by_content, "".join(json.dumps(r) + "\n" for r in kept))
+    done = cli("run", no_id, "--resume", "--output", by_content, env=cluster, cwd=tmp_path, check=0)
+    assert [r["id"] for r in jsonl(by_content)] == list(range(30))
+    assert jsonl(by_content)[:10] == kept and "(10 rows were already there" in done.stderr
+
+    # Resuming needs an appendable output, checked before anything runs.
     for args, message in [
-        ((no_id, "--resume"), "--resume needs input.id_column"),
         ((pipeline, "--resume", "--output", "-"), "--resume needs an output file"),
         ((pipeline, "--resume", "--output", "a.csv"), "--resume appends to a .jsonl output"),
     ]:

@@ -9,17 +9,11 @@ import pyarrow.parquet as pq
 import pytest
 
 import relayllm
-from relayllm.cli.output import RowWriter
-from relayllm.pipeline import (
-    PipelineError,
-    deploy_all,
-    execute,
-    load_pipeline,
-    open_dataset,
-    parse_pipeline,
-    render,
-    template_fields,
-)
+from relayllm.pipelines import PipelineError, deployed, load_pipeline, parse_pipeline
+from relayllm.pipelines.inputs import open_dataset
+from relayllm.pipelines.outputs import RowWriter
+from relayllm.pipelines.run import execute
+from relayllm.pipelines.templates import render, template_fields
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -370,7 +364,8 @@ steps:
     pipeline = parse_pipeline(text, "run.yaml", tmp_path)
     pipeline.check_backends()
     before = {r.name for r in relayllm.list_deployments()}
-    started = deploy_all(pipeline)
+    with deployed(pipeline, keep=True) as started:  # shut down below, after its info is read
+        pass
     assert started == ([] if "pipe-echo" in before else ["pipe-echo"])
     out: list[dict] = []
     try:

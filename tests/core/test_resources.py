@@ -12,9 +12,11 @@ import threading
 import pytest
 from ray import serve
 
-import relayllm
 from relayllm import ResourceFitError
-from relayllm.pipeline import check_fit, deploy_all, execute, open_dataset, parse_pipeline
+from relayllm.pipelines import deployed, parse_pipeline
+from relayllm.pipelines.deploy import check_fit
+from relayllm.pipelines.inputs import open_dataset
+from relayllm.pipelines.run import execute
 from relayllm.resources import Demand
 from relayllm.resources import check_fit as check_demands
 
@@ -55,23 +57,20 @@ def test_three_steps_reading_a_file_next_to_an_engine_holding_cpus_finish(ray_se
     """Half a CPU held by the engine (the vLLM replica on the CPU build), three stage actors,
     a file to read: before relayllm sized its tasks this never finished."""
     pipeline = _pipeline(tmp_path, "holds-cpu", 0.5)
-    deploy_all(pipeline)
     out: list[dict] = []
-    try:
+    with deployed(pipeline):  # stops 'holds-cpu', which it started, on the way out
         job = threading.Thread(target=lambda: execute(pipeline, open_dataset(pipeline), out.extend))
         job.start()
         job.join(timeout=240)
         assert not job.is_alive(), "the pipeline is stuck: a task cannot be scheduled"
-    finally:
-        relayllm.shutdown("holds-cpu")
     assert sorted(r["id"] for r in out) == list(range(20))
     assert all(r["error"] is None and r["final"] for r in out)
 
 
 def test_an_engine_bigger_than_the_cluster_fails_before_it_starts(ray_session, tmp_path):
     pipeline = _pipeline(tmp_path, "too-big", 8)
-    with pytest.raises(ResourceFitError) as err:
-        deploy_all(pipeline)
+    with pytest.raises(ResourceFitError) as err, deployed(pipeline):
+        pass
     message = str(err.value)
     assert "CPU: needs" in message and "of 2 in the cluster" in message, message
     assert "deployment 'too-big' (1 replica): 8 CPU" in message, message

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from relayllm import ResourceFitError
-from relayllm.pipeline import load_pipeline
+from relayllm.pipelines import load_pipeline
 from relayllm.plugin.manager import get_registry
 from relayllm.resources import check_fit, engine_demand, stage_demand, task_demand
 

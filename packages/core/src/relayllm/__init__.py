@@ -33,6 +33,18 @@ from relayllm.processor import Processor, ProcessorConfig, build_processor
 
 __version__ = "0.1.0"
 
+# Loaded on first use: the pipelines package brings YAML and the run machinery along.
+_LAZY = {"run_pipeline": "relayllm.pipelines.run", "RunSummary": "relayllm.pipelines.run"}
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'relayllm' has no attribute {name!r}")
+
+
 __all__ = [
     "NAME",
     "Backend",
@@ -53,6 +65,7 @@ __all__ = [
     "RelayLLMError",
     "ResourceFitError",
     "RowError",
+    "RunSummary",
     "UnknownBackendError",
     "build_processor",
     "configure_logging",
@@ -60,5 +73,6 @@ __all__ = [
     "get_deployment",
     "hookimpl",
     "list_deployments",
+    "run_pipeline",
     "shutdown",
 ]

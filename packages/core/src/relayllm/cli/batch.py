@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections import Counter
 from pathlib import Path
@@ -84,7 +85,7 @@ def batch(
 
     pipeline = None
     if config_file:
-        from relayllm.pipeline import load_pipeline
+        from relayllm.pipelines import load_pipeline
 
         pipeline = load_pipeline(config_file)
         pipeline.check_backends()
@@ -101,37 +102,37 @@ def batch(
             raise DeploymentNotFoundError(not_running_advice(deployment, running, address))
         names = [r.name for r in relayllm.list_deployments(address=address)]
         routes = batch_api.route(parsed.requests, names, deployment)
-    started = []
     if pipeline is not None:
-        from relayllm.cli.run import deploy_with_progress
+        from relayllm.cli.run import ConsoleHooks
+        from relayllm.pipelines import deployed
 
-        started = deploy_with_progress(console, pipeline, address)
-
-    try:
-        with (
-            open(output_file, "w", encoding="utf-8") as out,
-            open(errors_file, "w", encoding="utf-8") as err,
-        ):
-            # One processor per (deployment, task) group, run one after another.
-            groups = Counter((routes[r.line], r.task) for r in parsed.requests)  # run_batch's order
-            console.say(
-                f"running {len(parsed.requests)} requests on "
-                f"{', '.join(sorted({d for d, _ in groups}))}"
-            )
-            with console.steps(
-                [(f"{d}/{t}", d) for d, t in groups], list(groups.values()), sequential=True
+        hooks = ConsoleHooks(console, verbose)
+        lifecycle = deployed(pipeline, address=address, on_deploy=hooks.deploying)
+    else:
+        lifecycle = contextlib.nullcontext()
+    with lifecycle:
+        try:
+            with (
+                open(output_file, "w", encoding="utf-8") as out,
+                open(errors_file, "w", encoding="utf-8") as err,
             ):
-                counts = batch_api.run_batch(parsed, routes, out, err, {"batch_size": batch_size})
-    except OSError as exc:
-        raise ConfigError(f"cannot write {exc.filename}: {exc.strerror}") from None
-    finally:
-        if started:
-            import relayllm
-
-            for name in started:
-                relayllm.shutdown(name)
+                # One processor per (deployment, task) group, run one after another.
+                groups = Counter((routes[r.line], r.task) for r in parsed.requests)  # its order
+                console.say(
+                    f"running {len(parsed.requests)} requests on "
+                    f"{', '.join(sorted({d for d, _ in groups}))}"
+                )
+                with console.steps(
+                    [(f"{d}/{t}", d) for d, t in groups], list(groups.values()), sequential=True
+                ):
+                    counts = batch_api.run_batch(
+                        parsed, routes, out, err, {"batch_size": batch_size}
+                    )
+        except OSError as exc:
+            raise ConfigError(f"cannot write {exc.filename}: {exc.strerror}") from None
     click.echo(
-        f"{counts['completed']} completed -> {output_file}; {counts['failed']} failed -> {errors_file}",
+        f"{counts['completed']} completed -> {output_file}; "
+        f"{counts['failed']} failed -> {errors_file}",
         err=True,
     )
     click.echo(json.dumps({"request_counts": counts}))

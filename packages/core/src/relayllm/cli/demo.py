@@ -27,8 +27,8 @@ def demo(output_path, address, verbose):
     examples/questions.yaml, prints the answers and the per-step summary.
     """
     from relayllm.cli.demo_pipeline import QUESTIONS_YAML
-    from relayllm.cli.run import format_summary, run_pipeline_file
-    from relayllm.pipeline import parse_pipeline
+    from relayllm.cli.run import ConsoleHooks, format_summary
+    from relayllm.pipelines import parse_pipeline, run_pipeline
 
     try:
         from relayllm_vllm.demo import ensure_demo_model
@@ -45,24 +45,13 @@ def demo(output_path, address, verbose):
         ensure_demo_model()  # the pipeline's `model: demo`; done here to report a failure early
     pipeline = parse_pipeline(QUESTIONS_YAML, "questions.yaml (relayllm demo)", Path.cwd())
     rows: list[dict] = []
-    writer = None
-    if output_path:
-        from relayllm.cli.run import _writer
-
-        writer, _, _ = _writer(pipeline, output_path)
-
-    def sink(batch: list[dict]) -> None:
-        rows.extend(batch)
-        if writer is not None:
-            writer(batch)
-
-    try:
-        summary = run_pipeline_file(
-            pipeline, None, None, None, False, address, verbose, sink=sink, console=console
-        )
-    finally:
-        if writer is not None:
-            writer.close()
+    summary = run_pipeline(
+        pipeline,
+        output=output_path,  # None: the rows only go to `rows`, printed below
+        address=address,
+        sink=rows.extend,
+        hooks=ConsoleHooks(console, verbose),
+    )
     for row in rows:
         click.echo(f"\nQ: {row['question']}")
         if row.get("error"):

@@ -36,7 +36,7 @@ def deploy(pipeline_file, only, address, verbose):
     """
     import relayllm
     from relayllm.errors import ConfigError
-    from relayllm.pipeline import load_pipeline
+    from relayllm.pipelines import load_pipeline
 
     pipeline = load_pipeline(pipeline_file)
     pipeline.check_backends()
@@ -44,7 +44,8 @@ def deploy(pipeline_file, only, address, verbose):
     unknown = sorted(set(only) - set(names))
     if unknown:
         raise ConfigError(
-            f"--only {', '.join(unknown)}: not declared in {pipeline_file} (declared: {', '.join(names)})"
+            f"--only {', '.join(unknown)}: not declared in {pipeline_file} "
+            f"(declared: {', '.join(names)})"
         )
     connect(address, verbose, existing_cluster=True)
     for config in pipeline.spec.deployments:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import time
+import contextlib
 
 import click
 
@@ -13,9 +13,8 @@ from relayllm.cli.common import (
     table,
     verbose_option,
 )
-from relayllm.cli.output import RowWriter, output_format, stdout_sink
 from relayllm.cli.progress import Console
-from relayllm.errors import ConfigError
+from relayllm.pipelines.run import RunHooks, run_pipeline
 
 
 @click.command()
@@ -39,7 +38,8 @@ from relayllm.errors import ConfigError
     "--resume",
     is_flag=True,
     help="Keep the rows already in the (.jsonl) output and process only the input rows "
-    "missing from it, by the input's id_column; for a run that was stopped or killed.",
+    "missing from it (by input.id_column, else by their input columns); for a run that was "
+    "stopped or killed.",
 )
 @click.option(
     "--retry-errors",
@@ -78,172 +78,55 @@ def run(
     \b
     Example:
       relayllm run examples/questions.yaml --output answers.jsonl
-      relayllm run examples/multiturn.yaml --resume   # needs input.id_column
+      relayllm run examples/multiturn.yaml --resume
       relayllm run examples/multiturn.yaml --resume --retry-errors
     """
-    if retry_errors and not resume:
-        raise ConfigError(
-            "--retry-errors goes with --resume: it re-runs the error rows of an output"
-        )
-    summary = run_pipeline_file(
+    summary = run_pipeline(
         pipeline_file,
-        input_path,
-        output_path,
-        limit,
-        keep_deployments,
-        address,
-        verbose,
+        input=input_path,
+        output=output_path,
+        limit=limit,
         resume=resume,
         retry_errors=retry_errors,
+        keep_deployments=keep_deployments,
+        address=address,
+        hooks=ConsoleHooks(Console(), verbose),
     )
     click.echo(format_summary(summary), err=True)
 
 
-def run_pipeline_file(
-    pipeline_file,
-    input_path,
-    output_path,
-    limit,
-    keep_deployments,
-    address,
-    verbose,
-    sink=None,
-    resume=False,
-    console=None,
-    retry_errors=False,
-):
-    """The whole ``run`` command (``pipeline_file`` may be a parsed Pipeline); ``relayllm
-    demo`` calls it with its own ``sink``."""
-    from relayllm import pipeline as pl
+class ConsoleHooks(RunHooks):
+    """A run's progress on the console: connecting, each engine starting, the steps' bars."""
 
-    startup = time.monotonic()
-    pipeline = (
-        pipeline_file if isinstance(pipeline_file, pl.Pipeline) else pl.load_pipeline(pipeline_file)
-    )
-    pipeline.check_backends()
-    if input_path or pipeline.spec.input.path is not None:  # files exist, columns match
-        paths = pipeline.input_paths(input_path)
-        columns = pl.peek_columns(paths, pipeline.input_format(paths))
-        if columns == []:
-            empty = f"{', '.join(paths)} has no rows (an empty file?): nothing to run"
-            raise (
-                ConfigError(f"--input: {empty}")
-                if input_path
-                else pipeline.error(("input", "path"), empty)
-            )
-        if columns is not None:
-            pipeline.check_columns(columns)
-    writer, done = None, set()
-    if sink is None:
-        writer, where, done = _writer(pipeline, output_path, resume, retry_errors)
-        sink = writer or stdout_sink
-    else:
-        where = None
+    def __init__(self, console: Console, verbose: bool = False) -> None:
+        self.console, self.verbose = console, verbose
 
-    console = console or Console()
-    connect(address, verbose, console=console)
-    dataset = pl.open_dataset(pipeline, input_path, limit)
-    if done:
-        from relayllm.resume import skip_done
+    def connect(self, address):
+        connect(address, self.verbose, console=self.console)
 
-        dataset = skip_done(dataset, pipeline.spec.input.id_column, done)
-    total = pl.count_rows(pipeline, input_path, limit)
-    if total is not None and done:
-        total = max(total - len(done), 0)
-    started = deploy_with_progress(console, pipeline, address)
-    startup_s = time.monotonic() - startup
-    steps = [(s.name, s.deployment) for s in pipeline.spec.steps]
-    console.say(
-        f"running {len(steps)} step(s) on {total if total is not None else 'the'} rows"
-        + (f" ({len(done)} already in the output)" if done else "")
-    )
-    try:
-        with console.steps(steps, total) as progress:
-            summary = pl.execute(
-                pipeline,
-                dataset,
-                sink,
-                progress=lambda s: progress.add_tokens([step.output_tokens for step in s.steps]),
-            )
-    finally:
-        if writer is not None:
-            writer.close()
-        if not keep_deployments and started:
-            import relayllm
-
-            for name in started:
-                relayllm.shutdown(name)
-    summary.output = where
-    summary.already_done = len(done)
-    summary.startup_s = startup_s
-    return summary
-
-
-def deploy_with_progress(console: Console, pipeline, address) -> list[str]:
-    """Start (or reuse by name) every deployment of ``pipeline``, saying so as it goes;
-    returns the names this call started."""
-    import relayllm
-    from relayllm.pipeline import check_fit
-
-    running = {r.name for r in relayllm.list_deployments(address=address)}
-    check_fit(pipeline, running)  # before any engine starts: the whole pipeline fits at once
-    started = []
-    for config in pipeline.spec.deployments:
+    def deploying(self, config, running):
         what = f"{config.name!r} ({config.backend}{_model_of(config)})"
-        if config.name in running:
-            console.say(f"using the running deployment {what}")
-            relayllm.deploy(config, address=address)  # checks that its config is the same
-            continue
-        with console.phase(
+        if running:
+            self.console.say(f"using the running deployment {what}")
+            return contextlib.nullcontext()
+        return self.console.phase(
             f"deploying {what}: starting its engine", f"deployment {config.name!r} ready"
-        ):
-            relayllm.deploy(config, address=address)
-        started.append(config.name)
-    return started
+        )
+
+    @contextlib.contextmanager
+    def running(self, pipeline, total, already_done):
+        steps = [(s.name, s.deployment) for s in pipeline.spec.steps]
+        self.console.say(
+            f"running {len(steps)} step(s) on {total if total is not None else 'the'} rows"
+            + (f" ({already_done} already in the output)" if already_done else "")
+        )
+        with self.console.steps(steps, total) as progress:
+            yield lambda s: progress.add_tokens([step.output_tokens for step in s.steps])
 
 
 def _model_of(config) -> str:
     model = config.options.get("model") or config.options.get("model_path")
     return f", model {model}" if model else ""
-
-
-def _writer(pipeline, output_path, resume=False, retry_errors=False):
-    """The output's writer (None: stdout), its path, and with ``resume`` the ids of the rows a
-    stopped run already wrote there (the writer then appends)."""
-    spec = pipeline.spec.output
-    if output_path == "-" or (output_path is None and spec is None):
-        if resume:
-            raise ConfigError("--resume needs an output file (not stdout) to resume")
-        return None, None, set()
-    # Relative to the current directory, like --output (input paths are relative to the
-    # pipeline file: they are its data; outputs belong to whoever runs it).
-    path = output_path or spec.path
-    fmt = output_format(path, None if output_path else spec.format)
-    columns = spec.columns if spec else None
-    done = set()
-    if resume:
-        id_column = pipeline.spec.input.id_column
-        if not id_column:
-            raise ConfigError(
-                "--resume needs input.id_column in the pipeline: the column that "
-                "identifies a row in the input and in the output"
-            )
-        if columns and id_column not in columns:
-            raise ConfigError(f"--resume needs the id column {id_column!r} in output.columns")
-        if retry_errors and columns and "error" not in columns:
-            raise ConfigError("--retry-errors needs the 'error' column in output.columns")
-        if fmt != "jsonl":
-            raise ConfigError(f"--resume appends to a .jsonl output; {path} is {fmt}")
-        from relayllm.resume import drop_error_rows, jsonl_ids
-
-        done = jsonl_ids(path, id_column)  # first: it also trims a line cut short by a kill
-        if retry_errors:
-            drop_error_rows(path)
-            done = jsonl_ids(path, id_column)
-    try:  # created now, so an unwritable path fails before any engine starts
-        return RowWriter(path, fmt, columns, append=resume), path, done
-    except OSError as exc:
-        raise ConfigError(f"cannot write the output {path}: {exc.strerror or exc}") from None
 
 
 def format_summary(summary) -> str:

@@ -1,14 +1,53 @@
-"""Where ``relayllm run`` writes rows: one file (jsonl, json, csv, parquet) or stdout."""
+"""Where a pipeline run writes rows: one file (jsonl, json, csv, parquet) or stdout."""
 
 from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from relayllm.errors import ConfigError
-from relayllm.pipeline import EXTENSIONS
+from relayllm.pipelines.spec import EXTENSIONS
+
+if TYPE_CHECKING:
+    from relayllm.pipelines.load import Pipeline
+
+
+@dataclass(frozen=True)
+class OutputTarget:
+    """An output file: its path (relative to the current directory), format and the columns
+    it keeps (None: all)."""
+
+    path: str
+    format: str
+    columns: list[str] | None = None
+
+
+def output_target(pipeline: Pipeline, output: str | None) -> OutputTarget | None:
+    """Where rows go: ``output`` (a path; ``-``: stdout), else the pipeline's ``output:``
+    block; None means stdout."""
+    spec = pipeline.spec.output
+    if output == "-" or (output is None and spec is None):
+        return None
+    # Relative to the current directory, like --output (input paths are relative to the
+    # pipeline file: they are its data; outputs belong to whoever runs it).
+    if output:
+        path, fmt = output, output_format(output, None)
+    else:
+        assert spec is not None  # checked above
+        path, fmt = spec.path, output_format(spec.path, spec.format)
+    return OutputTarget(path, fmt, spec.columns if spec else None)
+
+
+def open_writer(target: OutputTarget, append: bool = False) -> RowWriter:
+    """The target's writer, created now so an unwritable path fails before any engine
+    starts; ``append`` (jsonl) keeps what a stopped run wrote there."""
+    try:
+        return RowWriter(target.path, target.format, target.columns, append=append)
+    except OSError as exc:
+        raise ConfigError(f"cannot write the output {target.path}: {exc.strerror or exc}") from None
 
 
 def output_format(path: str, fmt: str | None) -> str:
@@ -32,7 +71,10 @@ class RowWriter:
         self.path, self.fmt, self.columns = path, fmt, columns
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         mode = "a" if append else "w"
-        self._file = None if fmt == "parquet" else open(path, mode, encoding="utf-8", newline="")
+        # Held open across blocks and closed by close(): the run owns the writer's lifetime.
+        self._file = (
+            None if fmt == "parquet" else open(path, mode, encoding="utf-8", newline="")  # noqa: SIM115
+        )
         self._parquet = None
         self._csv = None
         self._count = 0

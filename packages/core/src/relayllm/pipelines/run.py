@@ -1,0 +1,205 @@
+"""Running a pipeline: :func:`run_pipeline`, the one entry point of the library, ``relayllm
+run`` and ``relayllm demo``.
+
+Order of a run: load and check the file, the backends and the input, open the output (and
+with ``resume`` read what is already there), all before the cluster is touched; then connect,
+deploy (:func:`relayllm.pipelines.deploy.deployed`), run the steps and write every finished
+block as it arrives; shut down what the run started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from relayllm.pipelines.transforms import (
+    FIRST_ERROR,
+    build_steps,
+    flush_blocks,
+    step_prefix,
+    visible_row,
+)
+
+if TYPE_CHECKING:
+    from ray.data import Dataset
+
+    from relayllm.deployments import DeploymentConfig
+    from relayllm.pipelines.load import Pipeline
+
+
+@dataclass
+class StepStats:
+    name: str
+    deployment: str
+    rows: int = 0
+    errors: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    first_start: float = float("inf")
+    last_end: float = 0.0
+
+    @property
+    def wall_s(self) -> float:
+        return max(self.last_end - self.first_start, 0.0) if self.rows else 0.0
+
+    def rate(self, amount: int) -> float:
+        return amount / self.wall_s if self.wall_s > 0 else 0.0
+
+
+@dataclass
+class RunSummary:
+    steps: list[StepStats]
+    rows: int = 0
+    errors: int = 0
+    wall_s: float = 0.0
+    output: str | None = None
+    already_done: int = 0  # rows a resumed run found in its output and did not run again
+    started: list[str] = field(default_factory=list)
+    startup_s: float = 0.0  # loading, checking, connecting and deploying: before the first row
+
+
+Sink = Callable[[list[dict[str, Any]]], None]
+
+
+def execute(
+    pipeline: Pipeline,
+    dataset: Dataset,
+    sink: Sink,
+    progress: Callable[[RunSummary], None] | None = None,
+) -> RunSummary:
+    """Run the steps and hand every finished block of rows to ``sink`` (input order);
+    ``progress`` sees the summary so far after each block."""
+    from ray.data import DataContext
+
+    DataContext.get_current().execution_options.preserve_order = True
+    steps = pipeline.spec.steps
+    summary = RunSummary([StepStats(s.name, s.deployment) for s in steps])
+    start = time.time()
+    output = build_steps(pipeline, flush_blocks(pipeline, dataset))
+    # A dataset runs with the copy of the DataContext taken when it was created (open_dataset
+    # ran before this function): input order must be set on that copy.
+    output.context.execution_options.preserve_order = True
+    for batch in output.iter_batches(batch_format="pyarrow", batch_size=None):
+        rows = batch.to_pylist()
+        for row in rows:
+            for i, stats in enumerate(summary.steps):
+                p = step_prefix(i)
+                stats.rows += 1
+                stats.errors += bool(row[f"{p}failed"])
+                stats.input_tokens += row[f"{p}in"]
+                stats.output_tokens += row[f"{p}out"]
+                stats.first_start = min(stats.first_start, row[f"{p}t0"])
+                stats.last_end = max(stats.last_end, row[f"{p}t1"])
+            summary.errors += bool(row.get(FIRST_ERROR))
+        visible = [visible_row(row) for row in rows]
+        sink(visible)
+        summary.rows += len(rows)
+        if progress:
+            progress(summary)
+    summary.wall_s = time.time() - start
+    return summary
+
+
+class RunHooks:
+    """What a run shows as it goes. The default shows nothing and connects with
+    :func:`relayllm.cluster.connect`; the command line's progress display overrides these."""
+
+    def connect(self, address: str | None) -> None:
+        """Called once the file, the backends, the input and the output are checked."""
+        from relayllm.cluster import connect
+
+        connect(address)
+
+    def deploying(self, config: DeploymentConfig, running: bool) -> AbstractContextManager[Any]:
+        """Held while ``config`` is deployed (``running``: reused, already up)."""
+        return contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def running(
+        self, pipeline: Pipeline, total: int | None, already_done: int
+    ) -> Iterator[Callable[[RunSummary], None] | None]:
+        """Held while the steps run; yields a callback that sees the summary after each block."""
+        yield None
+
+
+def run_pipeline(
+    pipeline: Pipeline | str | os.PathLike[str],
+    *,
+    input: str | None = None,
+    output: str | None = None,
+    limit: int | None = None,
+    resume: bool = False,
+    retry_errors: bool = False,
+    keep_deployments: bool = False,
+    address: str | None = None,
+    sink: Sink | None = None,
+    hooks: RunHooks | None = None,
+) -> RunSummary:
+    """Run a pipeline: its steps, in order, on its deployments; returns the per-step summary.
+
+    ``pipeline`` is a pipeline file's path or a loaded :class:`~relayllm.pipelines.Pipeline`.
+    ``input`` reads rows from a path instead of the file's input; ``output`` writes them to a
+    path (``"-"``: stdout) instead of the file's ``output:``. With ``sink`` (a callable given
+    each finished block of rows) and no ``output``, rows go to ``sink`` only; with both, to
+    both. ``limit`` runs the first N rows. ``resume`` keeps the rows already in the (JSONL)
+    output and runs only the others (see :mod:`relayllm.pipelines.resume`); ``retry_errors``
+    with it runs the rows recorded with an error again. Deployments already running under the
+    same name and config are reused; the ones this run starts are shut down at the end unless
+    ``keep_deployments``. ``address``: the Ray cluster (default ``RAY_ADDRESS``, else a
+    local one). ``hooks``: a progress display (:class:`RunHooks`).
+    """
+    from relayllm.errors import ConfigError
+    from relayllm.pipelines import resume as resuming
+    from relayllm.pipelines.deploy import deployed
+    from relayllm.pipelines.inputs import check_input, count_rows, open_dataset
+    from relayllm.pipelines.load import Pipeline, load_pipeline
+    from relayllm.pipelines.outputs import open_writer, output_target, stdout_sink
+
+    startup = time.monotonic()
+    hooks = hooks or RunHooks()
+    if retry_errors and not resume:
+        raise ConfigError(
+            "--retry-errors goes with --resume: it re-runs the error rows of an output"
+        )
+    if not isinstance(pipeline, Pipeline):
+        pipeline = load_pipeline(pipeline)
+    pipeline.check_backends()
+    plan = check_input(pipeline, input)  # the one input check: files, rows, columns
+    target = None if sink is not None and output is None else output_target(pipeline, output)
+    ids, done = resuming.RowIds(None), set[Any]()
+    if resume:
+        ids, done = resuming.prepare(pipeline, plan, target, retry_errors)
+    writer = open_writer(target, append=resume) if target else None
+    sinks = [s for s in (writer, sink) if s is not None] or [stdout_sink]
+
+    def write(rows: list[dict[str, Any]]) -> None:
+        for each in sinks:
+            each(rows)
+
+    try:
+        hooks.connect(address)
+        dataset = open_dataset(pipeline, input, limit, plan=plan)
+        if done:
+            dataset = resuming.skip_done(dataset, ids, done)
+        total = count_rows(pipeline, plan, limit)
+        if total is not None and done:
+            total = max(total - len(done), 0)
+        with deployed(
+            pipeline, address=address, keep=keep_deployments, on_deploy=hooks.deploying
+        ) as started:
+            startup_s = time.monotonic() - startup
+            with hooks.running(pipeline, total, len(done)) as progress:
+                summary = execute(pipeline, dataset, write, progress=progress)
+    finally:
+        if writer is not None:
+            writer.close()
+    summary.output = target.path if target else None
+    summary.already_done = len(done)
+    summary.started = started
+    summary.startup_s = startup_s
+    return summary

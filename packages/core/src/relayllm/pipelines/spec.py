@@ -1,0 +1,122 @@
+"""The pipeline file's model: deployments, input, steps, output (pydantic, strict keys)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+
+from relayllm.deployments import DeploymentConfig
+from relayllm.processor import ProcessorConfig
+from relayllm.rows import INPUT_COLUMN, TASK_OF_INPUT, Task
+
+#: Columns starting with this are the run's own bookkeeping, hidden from the output.
+HIDDEN_PREFIX = "__relayllm_"
+_COLUMN = r"^[^\s{}][^{}]*$"
+Format = Literal["jsonl", "json", "csv", "parquet"]
+#: File extension -> input/output format.
+EXTENSIONS = {
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".json": "json",
+    ".csv": "csv",
+    ".parquet": "parquet",
+}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+
+class InputSpec(_Strict):
+    """Where rows come from: ``path`` (a file, a directory, a glob, or a list of them) or
+    ``rows`` written inline."""
+
+    path: str | list[str] | None = None
+    rows: list[dict[str, Any]] | None = None
+    format: Format | None = Field(default=None, description="Inferred from the extension if unset.")
+    id_column: str | None = Field(default=None, description="A column that identifies each row.")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> InputSpec:
+        if (self.path is None) == (self.rows is None):
+            raise ValueError("give exactly one of 'path' or 'rows'")
+        return self
+
+
+class MessageTemplate(_Strict):
+    role: Literal["system", "user", "assistant", "developer"]
+    content: str
+
+
+class StepSpec(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    deployment: str
+    task: Task | None = None
+    messages: list[MessageTemplate] | None = None
+    prompt: str | None = None
+    input: str | None = None
+    sampling_params: dict[str, Any] = Field(default_factory=dict)
+    response_format: dict[str, Any] | None = None
+    output_column: str = Field(pattern=_COLUMN)
+    output_json_field: str | None = Field(
+        default=None, description="Parse the answer as JSON and keep this field of it."
+    )
+    # How the step's processor talks to the deployment (see ProcessorConfig).
+    batch_size: PositiveInt | None = None
+    concurrency: PositiveInt | None = None
+    max_in_flight_batches: PositiveInt | None = None
+    timeout_s: float | None = Field(default=None, gt=0)
+    max_retries: int | None = Field(default=None, ge=0)
+    on_error: Literal["record", "raise"] | None = None
+
+    @model_validator(mode="after")
+    def _one_template(self) -> StepSpec:
+        given = [k for k in ("messages", "prompt", "input") if getattr(self, k) is not None]
+        if len(given) > 1:
+            raise ValueError(f"give one template, not {' and '.join(given)}")
+        inferred = TASK_OF_INPUT
+        if given and self.task and self.task != inferred[given[0]]:
+            raise ValueError(
+                f"task {self.task!r} reads '{INPUT_COLUMN[self.task]}', not '{given[0]}'"
+            )
+        if self.task is None:
+            self.task = inferred[given[0]] if given else "chat"
+        return self
+
+    @property
+    def template_key(self) -> str:
+        return INPUT_COLUMN[self.task or "chat"]
+
+    def processor_config(self) -> ProcessorConfig:
+        params = dict(self.sampling_params)
+        if self.response_format is not None:
+            params["response_format"] = self.response_format
+        tuning = {
+            k: getattr(self, k)
+            for k in (
+                "batch_size",
+                "concurrency",
+                "max_in_flight_batches",
+                "timeout_s",
+                "max_retries",
+                "on_error",
+            )
+            if getattr(self, k) is not None
+        }
+        return ProcessorConfig(
+            deployment=self.deployment, task=self.task, sampling_params=params, **tuning
+        )
+
+
+class OutputSpec(_Strict):
+    path: str
+    format: Format | None = None
+    columns: list[str] | None = Field(default=None, description="Keep only these columns.")
+
+
+class PipelineSpec(_Strict):
+    deployments: list[DeploymentConfig] = Field(min_length=1)
+    input: InputSpec
+    steps: list[StepSpec] = Field(min_length=1)
+    output: OutputSpec | None = Field(default=None, description="Unset: rows go to stdout.")

@@ -1,0 +1,173 @@
+"""Per-step row transforms: fill a step's template into the column its task reads, and put
+its answer in ``output_column``; the run's own numbers travel in hidden columns."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from relayllm.pipelines.spec import HIDDEN_PREFIX, StepSpec
+from relayllm.pipelines.templates import render
+from relayllm.processor import build_processor
+from relayllm.resources import TASK_NUM_CPUS
+from relayllm.rows import (
+    ANSWER_COLUMN,
+    ERROR,
+    NUM_GENERATED_TOKENS,
+    NUM_INPUT_TOKENS,
+    OUTPUT_COLUMNS,
+)
+
+if TYPE_CHECKING:
+    from relayllm.pipelines.load import Pipeline
+
+ERROR_COLUMN = ERROR
+FIRST_ERROR = f"{HIDDEN_PREFIX}error"  # the first failure of the row, across steps (the
+# stage's own 'error' column is rewritten by every step)
+
+
+def step_prefix(index: int) -> str:
+    """The hidden columns of step ``index``: ``t0``/``t1`` (its start and end), ``in``/``out``
+    (tokens) and ``failed``, read by the run's statistics."""
+    return f"{HIDDEN_PREFIX}{index}_"
+
+
+class _Prepare:
+    """Preprocess of one step: fill the template into the column the task reads."""
+
+    def __init__(self, index: int, step: StepSpec) -> None:
+        self.index, self.step = index, step
+        self.key = step.template_key
+
+    def __call__(self, row: dict[str, Any]) -> dict[str, Any]:
+        row = dict(row)
+        p = step_prefix(self.index)
+        row[f"{p}t0"] = time.time()
+        problem = None
+        if row.get(FIRST_ERROR):
+            problem = "skipped: an earlier step failed"
+        value: Any = row.get(self.key)
+        try:
+            if self.step.messages is not None:
+                value = [
+                    {"role": m.role, "content": render(m.content, row)} for m in self.step.messages
+                ]
+            elif self.step.prompt is not None:
+                value = render(self.step.prompt, row)
+            elif self.step.input is not None:
+                value = render(self.step.input, row)
+        except LookupError as exc:
+            problem = problem or f"step {self.step.name!r}: {exc.args[0]}"
+        if self.key in row and self._has_template():
+            row[f"{p}saved"] = json.dumps(row[self.key])  # an input column of the same name
+        row[self.key] = None if problem else value
+        row[f"{p}skip"] = problem
+        return row
+
+    def _has_template(self) -> bool:
+        return any(getattr(self.step, k) is not None for k in ("messages", "prompt", "input"))
+
+
+class _Finish:
+    """Postprocess of one step: the answer to ``output_column``, numbers to hidden columns."""
+
+    def __init__(self, index: int, step: StepSpec) -> None:
+        self.index, self.step = index, step
+
+    def __call__(self, row: dict[str, Any]) -> dict[str, Any]:
+        row = dict(row)
+        p = step_prefix(self.index)
+        step = self.step
+        out = {name: row.pop(name, None) for name in OUTPUT_COLUMNS}
+        skip = row.pop(f"{p}skip", None)
+        saved = row.pop(f"{p}saved", None)
+        key = step.template_key
+        if saved is not None:
+            row[key] = json.loads(saved)
+        elif step.messages is not None or step.prompt is not None or step.input is not None:
+            row.pop(key, None)
+        error = skip or (f"step {step.name!r}: {out[ERROR]}" if out[ERROR] else None)
+        value = out[ANSWER_COLUMN[step.task]]
+        if not error and step.output_json_field:
+            value, error = _json_field(value, step)
+        row[step.output_column] = None if error else value
+        if error and not row.get(FIRST_ERROR):
+            row[FIRST_ERROR] = error
+        row.setdefault(FIRST_ERROR, None)
+        row[f"{p}in"] = out[NUM_INPUT_TOKENS] or 0
+        row[f"{p}out"] = out[NUM_GENERATED_TOKENS] or 0
+        row[f"{p}failed"] = error is not None
+        row[f"{p}t1"] = time.time()
+        return row
+
+
+def _json_field(text: Any, step: StepSpec) -> tuple[Any, str | None]:
+    field_name = step.output_json_field
+    try:
+        parsed = json.loads(text)
+    except (TypeError, json.JSONDecodeError):
+        return None, f"step {step.name!r}: the answer is not JSON: {str(text)[:80]!r}"
+    if not isinstance(parsed, dict) or field_name not in parsed:
+        return (
+            None,
+            f"step {step.name!r}: the answer has no field {field_name!r}: {str(text)[:80]!r}",
+        )
+    return parsed[field_name], None
+
+
+def build_steps(pipeline: Pipeline, dataset):
+    """Chain the steps' processors on ``dataset`` (lazy)."""
+    for i, step in enumerate(pipeline.spec.steps):
+        prepare = _named(_Prepare(i, step), f"prepare[{step.name}]")
+        finish = _named(_Finish(i, step), f"finish[{step.name}]")
+        processor = build_processor(step.processor_config(), prepare, finish)
+        dataset = processor(dataset)
+    return dataset
+
+
+def _named(
+    fn: Callable[[dict[str, Any]], dict[str, Any]], name: str
+) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """A function wrapper: Ray Data names an operator (and its progress bar) after it."""
+
+    def call(row: dict[str, Any]) -> dict[str, Any]:
+        return fn(row)
+
+    call.__name__ = call.__qualname__ = name
+    return call
+
+
+def task_operators(pipeline: Pipeline) -> int:
+    """Ray Data task operators the pipeline runs at once, after Ray Data fuses neighbouring
+    maps: the read, the first step's template fill, each step's parse with the next step's
+    fill, and the last parse."""
+    return len(pipeline.spec.steps) + 2
+
+
+def flush_blocks(pipeline: Pipeline, dataset):
+    """Cut the input into blocks no larger than one Ray Data batch of the first step.
+
+    A block reaches the output (and the disk) only when every row of it has passed every
+    step, and a reader makes one block of a whole small file: a 400-row file would be written
+    at the very end, and a kill would lose all of it. With blocks of at most one stage batch
+    (``batch_size * max_in_flight_batches`` rows, what one stage actor has in flight anyway)
+    a stop loses at most the rows in flight. Ray Data's streaming repartition; no shuffle.
+    """
+    config = pipeline.spec.steps[0].processor_config()
+    # strict: without it, small blocks are merged and larger ones left whole (a 400-row block).
+    rows = config.batch_size * config.max_in_flight_batches
+    blocks = dataset.repartition(target_num_rows_per_block=rows, strict=True)
+    # Its tasks would ask a whole CPU each, which next to an engine replica on a small machine
+    # may never be scheduled (relayllm.resources); repartition() takes no ray_remote_args in
+    # Ray 2.60, so they are set on the operator it adds.
+    blocks._logical_plan.dag.ray_remote_args["num_cpus"] = TASK_NUM_CPUS
+    return blocks
+
+
+def visible_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A finished row as the output shows it: hidden columns dropped, the first error kept."""
+    out = {k: v for k, v in row.items() if not k.startswith(HIDDEN_PREFIX)}
+    out[ERROR_COLUMN] = row.get(FIRST_ERROR)
+    return out
