@@ -1,13 +1,17 @@
 """The path users write: rows/s of the README's Python pattern (a ``preprocess`` that builds
 ``messages`` from a column, a ``postprocess`` that keeps the answer) against a hand-written
-batched client that produces the same output columns, on the same echo deployment, in one run.
+batched client that produces the same output columns, and of ``relayllm run`` on a YAML
+pipeline with a template against the hand-written client reading and writing the same JSONL
+files, on the same echo deployment, in one run.
 
     python benchmarks/userpath.py                          # 100k and 1M rows, 3 rounds each
     python benchmarks/userpath.py --sizes 20000 --repeats 1   # a quick look
 
-Both contenders start from the same materialized dataset (``id``, ``question``) and end with
-the same columns (``id``, ``question``, ``answer``); output blocks are consumed as they are
-produced (no rows gathered in the driver). Runs alternate order round by round. Measured as in
+The in-memory pair starts from the same materialized dataset (``id``, ``question``) and ends
+with the same columns (``id``, ``question``, ``answer``); output blocks are consumed as they are
+produced (no rows gathered in the driver). The file pair reads the same JSONL file and writes
+JSONL (the pipeline keeps ``id``, ``question``, ``answer``); ``--yaml-sizes`` sets where it
+runs. Runs alternate order round by round. Measured as in
 ``benchmarks/overhead.py``: rows/s from building the transform to the last output block, CPU
 time per row over every process of this run's cluster, the driver's peak RSS. Writes
 benchmarks/results/userpath.json.
@@ -16,8 +20,12 @@ benchmarks/results/userpath.json.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
+import tempfile
+import time
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -27,7 +35,14 @@ from relayllm import ProcessorConfig, build_processor
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from _common import write_results
-from overhead import BATCH_SIZE, DEPLOYMENT, host_facts, measure, start_cluster
+from overhead import (
+    BATCH_SIZE,
+    DEPLOYMENT,
+    RunMonitor,
+    host_facts,
+    measure,
+    start_cluster,
+)
 
 if __name__ != "__main__":
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -108,13 +123,81 @@ def run_hand_written(ds, batch_size: int = BATCH_SIZE):
 CONTENDERS = {"relayllm (README pattern)": run_readme_pattern, "hand-written": run_hand_written}
 
 
-def run_size(rows: int, repeats: int, rows_per_block: int) -> dict[str, list[dict[str, Any]]]:
+# -- files: a YAML pipeline and the hand-written client around the same JSONL ---------------
+
+PIPELINE = """
+deployments:
+  - {{name: {deployment}, backend: echo, max_ongoing_requests: 256}}
+input: {{path: {input}, id_column: id}}
+steps:
+  - name: answer
+    deployment: {deployment}
+    messages: [{{role: user, content: "{{question}}"}}]
+    output_column: answer
+output: {{path: {output}, columns: [id, question, answer]}}
+"""
+
+
+def write_input(rows: int, directory: Path) -> Path:
+    path = directory / f"questions-{rows}.jsonl"
+    with path.open("w") as f:
+        for i in range(rows):
+            f.write(json.dumps({"id": i, "question": f"What is {i} plus one?"}) + "\n")
+    return path
+
+
+def run_yaml_pipeline(source: Path, out: Path) -> int:
+    import relayllm
+
+    spec = out.parent / "pipeline.yaml"
+    spec.write_text(PIPELINE.format(deployment=DEPLOYMENT, input=source, output=out / "out.jsonl"))
+    summary = relayllm.run_pipeline(spec, keep_deployments=True)
+    return summary.rows
+
+
+def run_hand_written_files(source: Path, out: Path) -> int:
+    ds = ray.data.read_json(str(source))
+    run_hand_written(ds).write_json(str(out))
+    return sum(1 for f in out.iterdir() for _ in f.open())
+
+
+FILE_CONTENDERS = {
+    "relayllm run (YAML pipeline)": run_yaml_pipeline,
+    "hand-written (files)": run_hand_written_files,
+}
+
+
+def measure_files(fn, source: Path, expected: int, workdir: Path) -> dict[str, Any]:
+    out = Path(tempfile.mkdtemp(dir=workdir))
+    (out / "data").mkdir()
+    with RunMonitor() as monitor:
+        start = time.perf_counter()
+        rows = fn(source, out / "data")
+        end = time.perf_counter()
+    assert rows == expected, f"{fn.__name__} wrote {rows} rows, expected {expected}"
+    cpu = monitor.cpu_s
+    return {
+        "rows_per_s": expected / (end - start),
+        "seconds": end - start,
+        "cpu_us_per_row": None if cpu is None else cpu / expected * 1e6,
+        "driver_peak_rss_mib": monitor.peak_rss / 2**20,
+        "cpu_s_by_process": {k: round(v, 2) for k, v in monitor.cpu_by_role().items() if v >= 0.01},
+    }
+
+
+def run_size(
+    rows: int, repeats: int, rows_per_block: int, files: bool, workdir: Path
+) -> dict[str, list[dict[str, Any]]]:
     ds = dataset(rows, rows_per_block)
-    samples: dict[str, list[dict[str, Any]]] = {name: [] for name in CONTENDERS}
-    names = list(CONTENDERS)
+    source = write_input(rows, workdir) if files else None
+    names = list(CONTENDERS) + (list(FILE_CONTENDERS) if files else [])
+    samples: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
     for round_ in range(repeats):
         for name in names if round_ % 2 == 0 else names[::-1]:
-            sample = measure(CONTENDERS[name], ds, rows)
+            if name in CONTENDERS:
+                sample = measure(CONTENDERS[name], ds, rows)
+            else:
+                sample = measure_files(FILE_CONTENDERS[name], source, rows, workdir)
             samples[name].append(sample)
             print(
                 f"  {rows:>9,} rows, round {round_}: {name:>26} "
@@ -135,9 +218,17 @@ def summarize(samples: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
             "driver_peak_rss_mib": max(r["driver_peak_rss_mib"] for r in runs),
             "runs": len(runs),
         }
-    ours, theirs = summary["relayllm (README pattern)"], summary["hand-written"]
-    summary["ratio relayllm / hand-written"] = ours["rows_per_s"] / theirs["rows_per_s"]
+    for ours, theirs in BASELINES.items():
+        if ours in summary and theirs in summary:
+            ratio = summary[ours]["rows_per_s"] / summary[theirs]["rows_per_s"]
+            summary[f"ratio {ours} / {theirs}"] = ratio
     return summary
+
+
+BASELINES = {
+    "relayllm (README pattern)": "hand-written",
+    "relayllm run (YAML pipeline)": "hand-written (files)",
+}
 
 
 def main() -> None:
@@ -149,6 +240,12 @@ def main() -> None:
         type=lambda s: [int(float(x)) for x in s.split(",")],
         default=[100_000, 1_000_000],
     )
+    parser.add_argument(
+        "--yaml-sizes",
+        type=lambda s: [int(float(x)) for x in s.split(",") if x],
+        default=[100_000, 1_000_000],
+        help="sizes at which the file pair (YAML pipeline, hand-written with files) runs too",
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--rows-per-block", type=int, default=5000)
     args = parser.parse_args()
@@ -157,12 +254,15 @@ def main() -> None:
     start_cluster()
     measure(run_readme_pattern, dataset(2000, 500), 2000)  # warm-up: workers, imports, handles
     results = []
-    for rows in args.sizes:
-        samples = run_size(rows, args.repeats, args.rows_per_block)
-        summary = summarize(samples)
-        print(f"{rows:,} rows: relayllm / hand-written = "
-              f"{summary['ratio relayllm / hand-written']:.2f}x", flush=True)  # fmt: skip
-        results.append({"rows": rows, "summary": summary, "samples": samples})
+    with tempfile.TemporaryDirectory() as tmp:
+        for rows in args.sizes:
+            files = rows in args.yaml_sizes
+            samples = run_size(rows, args.repeats, args.rows_per_block, files, Path(tmp))
+            summary = summarize(samples)
+            for key, value in summary.items():
+                if key.startswith("ratio"):
+                    print(f"{rows:,} rows: {key} = {value:.2f}x", flush=True)
+            results.append({"rows": rows, "summary": summary, "samples": samples})
     path = write_results("userpath", {"host": host, "sizes": results})
     print(f"wrote {path}")
 

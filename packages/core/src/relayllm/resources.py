@@ -5,7 +5,7 @@ Ray schedules a task or an actor only when its whole request fits on a node, and
 gives every operator a share of the cluster. A Serve replica holds its CPUs for as long as it
 runs, so on a small machine an engine replica, the Serve controller, the stage actors and a
 read task that asks for a whole CPU can leave that task waiting forever, with no error. So
-relayllm sizes its own tasks (read, template fill, result parse) and stage actors in fractions
+relayllm sizes its own tasks (read, repartition) and stage actors in fractions
 of a CPU -- they mostly wait on the engine -- and :func:`check_fit` adds up what a pipeline
 runs at once (new engine replicas, every stage actor, one task per task operator) and compares
 it with what the cluster has free, naming what does not fit and what to change.
@@ -23,7 +23,7 @@ from relayllm.errors import ResourceFitError
 if TYPE_CHECKING:
     from relayllm.deployments import DeploymentConfig
 
-#: CPUs one of relayllm's own Ray Data tasks asks for: a read, a template fill, a parse.
+#: CPUs one of relayllm's own Ray Data tasks asks for: a read, a repartition.
 TASK_NUM_CPUS = 0.1
 #: Serve's own default for a replica that names no ``num_cpus``.
 SERVE_DEFAULT_NUM_CPUS = 1.0
@@ -103,7 +103,7 @@ def stage_demand(step: str, num_cpus: float, concurrency: int) -> Demand:
 
 def task_demand(operators: int) -> Demand:
     return Demand(
-        f"Ray Data tasks (read, templates, parsing: {operators} x {TASK_NUM_CPUS:g} CPU)",
+        f"Ray Data tasks (read, repartition: {operators} x {TASK_NUM_CPUS:g} CPU)",
         ({"CPU": TASK_NUM_CPUS},),
         operators,
         "(relayllm's own tasks; already as small as they go)",

@@ -21,6 +21,8 @@ from relayllm.rows import (
 )
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from relayllm.pipelines.load import Pipeline
 
 ERROR_COLUMN = ERROR
@@ -140,25 +142,31 @@ def _named(
 
 
 def task_operators(pipeline: Pipeline) -> int:
-    """Ray Data task operators the pipeline runs at once, after Ray Data fuses neighbouring
-    maps: the read, the first step's template fill, each step's parse with the next step's
-    fill, and the last parse."""
-    return len(pipeline.spec.steps) + 2
+    """Ray Data task operators the pipeline runs at once: the read, and the repartition that
+    cuts the input into blocks when the reader cannot (:func:`flush_blocks`). The steps'
+    template fills and parses run inside their stage actors."""
+    return 2
 
 
-def flush_blocks(pipeline: Pipeline, dataset):
-    """Cut the input into blocks no larger than one Ray Data batch of the first step.
+def block_rows(pipeline: Pipeline) -> int:
+    """Rows per input block: one Ray Data batch of the first step.
 
     A block reaches the output (and the disk) only when every row of it has passed every
     step, and a reader makes one block of a whole small file: a 400-row file would be written
     at the very end, and a kill would lose all of it. With blocks of at most one stage batch
     (``batch_size * max_in_flight_batches`` rows, what one stage actor has in flight anyway)
-    a stop loses at most the rows in flight. Ray Data's streaming repartition; no shuffle.
+    a stop loses at most the rows in flight.
     """
     config = pipeline.spec.steps[0].processor_config()
+    return config.batch_size * config.max_in_flight_batches
+
+
+def flush_blocks(pipeline: Pipeline, dataset):
+    """Cut the input into blocks of at most :func:`block_rows` rows when the reader could not
+    be asked for them (the number of rows was unknown): Ray Data's streaming repartition, a
+    task per block, which costs about 100 µs of CPU per row (docs/benchmarks.md, 1c)."""
     # strict: without it, small blocks are merged and larger ones left whole (a 400-row block).
-    rows = config.batch_size * config.max_in_flight_batches
-    blocks = dataset.repartition(target_num_rows_per_block=rows, strict=True)
+    blocks = dataset.repartition(target_num_rows_per_block=block_rows(pipeline), strict=True)
     # Its tasks would ask a whole CPU each, which next to an engine replica on a small machine
     # may never be scheduled (relayllm.resources); repartition() takes no ray_remote_args in
     # Ray 2.60, so they are set on the operator it adds.
@@ -166,8 +174,14 @@ def flush_blocks(pipeline: Pipeline, dataset):
     return blocks
 
 
-def visible_row(row: dict[str, Any]) -> dict[str, Any]:
-    """A finished row as the output shows it: hidden columns dropped, the first error kept."""
-    out = {k: v for k, v in row.items() if not k.startswith(HIDDEN_PREFIX)}
-    out[ERROR_COLUMN] = row.get(FIRST_ERROR)
-    return out
+def visible_rows(batch: pa.Table) -> list[dict[str, Any]]:
+    """A finished block's rows as the output shows them: hidden columns dropped, the first
+    error of each row (across steps) in ``error``."""
+    first_error = batch.column(FIRST_ERROR)
+    table = batch.select([n for n in batch.column_names if not n.startswith(HIDDEN_PREFIX)])
+    index = table.schema.get_field_index(ERROR_COLUMN)
+    if index >= 0:
+        table = table.set_column(index, ERROR_COLUMN, first_error)
+    else:
+        table = table.append_column(ERROR_COLUMN, first_error)
+    return table.to_pylist()
