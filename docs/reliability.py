@@ -46,9 +46,9 @@ ROWS = {
         "every row once, 0 errors, < 120 s",
     ),
     "driver_killed": (
-        "Driver killed (SIGKILL) and run again, 3,000 rows",
+        "Driver of run_pipeline killed (SIGKILL) and run again with resume, 3,000 rows",
         "{rows} rows; {saved_at_kill} on disk at the kill; {rows_recomputed} computed twice",
-        "every row once, <= 200 recomputed",
+        "every row once, <= 400 recomputed",
     ),
     "overload": (
         "4 pipelines, 100,000 rows, one echo deployment with max_ongoing_requests=2",

@@ -3,6 +3,8 @@
 import csv
 import difflib
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -404,3 +406,15 @@ steps:
     assert all(s.wall_s > 0 and s.rate(s.rows) > 0 for s in summary.steps)
     # One replica served all three steps; skipped rows were never sent.
     assert info["rows"] == 40 + (40 - len(boom)) + (40 - len(boom | not_json))
+
+
+def test_run_pipeline_is_exported_keyword_only_and_loaded_on_first_use():
+    code = (
+        "import sys, relayllm; early = 'relayllm.pipelines' in sys.modules; "
+        "from relayllm import run_pipeline; import relayllm.pipelines as p; "
+        "print(early, run_pipeline is p.run_pipeline, 'ray' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.stdout.split() == ["False", "True", "False"], done.stderr
+    with pytest.raises(TypeError):
+        relayllm.run_pipeline("p.yaml", "in.jsonl")  # options are keyword-only
