@@ -142,20 +142,15 @@ def open_dataset(
     import ray
     from ray.data import DataContext
 
-    from relayllm.pipelines.transforms import block_rows, flush_blocks
+    from relayllm.pipelines.transforms import flush_blocks
 
     plan = plan or check_input(pipeline, input_override)
-    # Blocks of one stage batch (transforms.block_rows), asked of the reader when the number of
-    # rows is cheap to know: it splits what it reads in the same task, where a repartition
-    # afterwards costs a task per block.
-    total = count_rows(pipeline, plan)
-    blocks = None if total is None else max(1, -(-total // block_rows(pipeline)))
     # Rows come out in input order. Set before the dataset exists: a dataset keeps the context
     # it was created with, and a read of small tasks otherwise finishes blocks out of order.
     DataContext.get_current().execution_options.preserve_order = True
     dataset: Dataset
     if plan.paths is None or plan.format is None:
-        dataset = ray.data.from_items(pipeline.spec.input.rows or [], override_num_blocks=blocks)
+        dataset = ray.data.from_items(pipeline.spec.input.rows or [])
     else:
         reader = {
             "jsonl": ray.data.read_json,
@@ -169,12 +164,11 @@ def open_dataset(
         dataset = reader(
             paths if len(paths) > 1 else paths[0],
             ray_remote_args={"num_cpus": TASK_NUM_CPUS},
-            override_num_blocks=blocks,
         )
         if plan.columns is None:  # remote files: their columns are known now
             pipeline.check_columns(list(dataset.schema().names))
-    if blocks is None:
-        dataset = flush_blocks(pipeline, dataset)
+    # Output is written block by block: blocks of one stage batch (transforms.flush_blocks).
+    dataset = flush_blocks(pipeline, dataset)
     if limit is not None:
         dataset = dataset.limit(limit)
     return dataset

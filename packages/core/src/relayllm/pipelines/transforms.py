@@ -143,8 +143,8 @@ def _named(
 
 def task_operators(pipeline: Pipeline) -> int:
     """Ray Data task operators the pipeline runs at once: the read, and the repartition that
-    cuts the input into blocks when the reader cannot (:func:`flush_blocks`). The steps'
-    template fills and parses run inside their stage actors."""
+    cuts the input into blocks (:func:`flush_blocks`). The steps' template fills and parses
+    run inside their stage actors."""
     return 2
 
 
@@ -162,9 +162,12 @@ def block_rows(pipeline: Pipeline) -> int:
 
 
 def flush_blocks(pipeline: Pipeline, dataset):
-    """Cut the input into blocks of at most :func:`block_rows` rows when the reader could not
-    be asked for them (the number of rows was unknown): Ray Data's streaming repartition, a
-    task per block, which costs about 100 µs of CPU per row (docs/benchmarks.md, 1c)."""
+    """Cut the input into blocks of :func:`block_rows` rows: Ray Data's streaming repartition
+    (no shuffle). It runs a task per block, about 100 µs of CPU per row on the user-path
+    benchmark (docs/benchmarks.md, 1c): the largest cost of a YAML pipeline's path. Blocks
+    split by the reader instead (cheap) come out smaller than a stage batch, and the stage's
+    operator bundles two of them into one task, which then finishes no sooner than its
+    neighbours: output would no longer reach the disk block by block."""
     # strict: without it, small blocks are merged and larger ones left whole (a 400-row block).
     blocks = dataset.repartition(target_num_rows_per_block=block_rows(pipeline), strict=True)
     # Its tasks would ask a whole CPU each, which next to an engine replica on a small machine
