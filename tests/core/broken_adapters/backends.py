@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from relayllm.backend import Backend, BackendOptions
-from relayllm.engine import BatchDeployment
+from relayllm.replica import BatchDeployment
 from relayllm.plugin import hookimpl
 from relayllm.rows import Request, Result, error_result, request_text
 

@@ -7,7 +7,7 @@ import logging
 from typing import Any, ClassVar
 
 from relayllm import Backend
-from relayllm.engine import BatchDeployment
+from relayllm.replica import BatchDeployment
 from relayllm.rows import TEXT_TASKS
 from relayllm_sglang import INSTALL_HINT, SGLANG_VERSION
 from relayllm_sglang.options import SGLangOptions, check_server_arg_names, engine_kwargs

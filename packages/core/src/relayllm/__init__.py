@@ -13,7 +13,7 @@ from relayllm.deployments import (
     list_deployments,
     shutdown,
 )
-from relayllm.engine import BatchDeployment
+from relayllm.replica import BatchDeployment
 from relayllm.errors import (
     ConfigError,
     DeploymentConflictError,

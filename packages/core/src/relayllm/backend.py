@@ -16,10 +16,7 @@ from relayllm.errors import (
 from relayllm.rows import TEXT_TASKS, Task
 
 if TYPE_CHECKING:
-    from ray.serve import Application
-
-    from relayllm.deployments import DeploymentConfig
-    from relayllm.engine import BatchDeployment
+    from relayllm.replica import BatchDeployment
 
 
 class BackendOptions(BaseModel):
@@ -79,7 +76,7 @@ class Backend:
 
     @classmethod
     def deployment_class(cls) -> type[BatchDeployment]:
-        """The class (a :class:`relayllm.engine.BatchDeployment`) the Serve replicas run.
+        """The class (a :class:`relayllm.replica.BatchDeployment`) the Serve replicas run.
         Import the engine package inside this method, not at module level."""
         raise NotImplementedError
 
@@ -88,13 +85,6 @@ class Backend:
         """Extra ``serve.deployment`` options: ``ray_actor_options``,
         ``placement_group_bundles``, ``placement_group_strategy``..."""
         return {}
-
-    @classmethod
-    def build_deployment(cls, config: DeploymentConfig, options: BaseModel) -> Application:
-        """The Serve application for ``config``. Pure: builds, does not run."""
-        from relayllm.engine import build_application
-
-        return build_application(cls, config, options)
 
 
 class BackendRegistry:

@@ -27,6 +27,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
 
+from relayllm import compat
 from relayllm.deployments import DeploymentConfig
 from relayllm.errors import ConfigError, RelayLLMError
 from relayllm.processor import ProcessorConfig, build_processor
@@ -792,11 +793,12 @@ Sink = Callable[[list[dict[str, Any]]], None]
 def open_dataset(pipeline: Pipeline, input_override: str | None = None, limit: int | None = None):
     """The input as a Ray Dataset, columns checked against the templates first."""
     import ray
-    from ray.data import DataContext
+
+    from relayllm.data_context import keep_input_order
 
     # Rows come out in input order. Set before the dataset exists: a dataset keeps the context
     # it was created with, and a read of small tasks otherwise finishes blocks out of order.
-    DataContext.get_current().execution_options.preserve_order = True
+    keep_input_order()
     spec = pipeline.spec.input
     if spec.rows is not None and not input_override:
         dataset = ray.data.from_items(spec.rows)
@@ -874,13 +876,13 @@ def check_fit(pipeline: Pipeline, running: set[str] | None = None) -> None:
 def deploy_all(pipeline: Pipeline, address: str | None = None) -> list[str]:
     """Start (or reuse by name) every deployment; returns the names this call started.
     First checks that the whole pipeline fits on the cluster (:func:`check_fit`)."""
-    import relayllm
+    from relayllm import deployments
 
-    running = {r.name for r in relayllm.list_deployments(address=address)}
+    running = {r.name for r in deployments.list_deployments(address=address)}
     check_fit(pipeline, running)
     started = []
     for config in pipeline.spec.deployments:
-        relayllm.deploy(config, address=address)
+        deployments.deploy(config, address=address)
         if config.name not in running:
             started.append(config.name)
     return started
@@ -891,16 +893,16 @@ def execute(
 ) -> RunSummary:
     """Run the steps and hand every finished block of rows to ``sink`` (input order);
     ``progress`` sees the summary so far after each block."""
-    from ray.data import DataContext
+    from relayllm.data_context import keep_input_order
 
-    DataContext.get_current().execution_options.preserve_order = True
+    keep_input_order()
     steps = pipeline.spec.steps
     summary = RunSummary([StepStats(s.name, s.deployment) for s in steps])
     start = time.time()
     output = build_steps(pipeline, flush_blocks(pipeline, dataset))
     # A dataset runs with the copy of the DataContext taken when it was created (open_dataset
     # ran before this function): input order must be set on that copy.
-    output.context.execution_options.preserve_order = True
+    keep_input_order(output.context)
     for batch in output.iter_batches(batch_format="pyarrow", batch_size=None):
         rows = batch.to_pylist()
         for row in rows:
@@ -938,8 +940,7 @@ def flush_blocks(pipeline: Pipeline, dataset):
     # Its tasks would ask a whole CPU each, which next to an engine replica on a small machine
     # may never be scheduled (relayllm.resources); repartition() takes no ray_remote_args in
     # Ray 2.60, so they are set on the operator it adds.
-    blocks._logical_plan.dag.ray_remote_args["num_cpus"] = TASK_NUM_CPUS
-    return blocks
+    return compat.set_task_num_cpus(blocks, TASK_NUM_CPUS)
 
 
 def _visible(row: dict[str, Any]) -> dict[str, Any]:

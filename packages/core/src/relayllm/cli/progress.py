@@ -207,6 +207,8 @@ class StepProgress:
     # -- drawing -----------------------------------------------------------------------------
 
     def start(self) -> None:
+        from relayllm.cli.progress_hook import ACTIVE
+
         ACTIVE.append(self)
         if self.console.tty:
             from tqdm import tqdm
@@ -229,6 +231,8 @@ class StepProgress:
         self._thread.start()
 
     def stop(self) -> None:
+        from relayllm.cli.progress_hook import ACTIVE
+
         if self in ACTIVE:
             ACTIVE.remove(self)
         self._stop.set()
@@ -309,20 +313,12 @@ def waiting_for(s: _StepState) -> str:
     return "no rows have reached it yet: it waits for the input or the step before it"
 
 
-#: The display the executor callback feeds (at most one at a time).
-ACTIVE: list[StepProgress] = []
-
-
 def install_callback() -> None:
     """Count rows through Ray Data's executor and turn its own console progress off."""
-    from ray.data import DataContext
-
     from relayllm.cli.progress_hook import ProgressCallback
+    from relayllm.data_context import use_progress
 
-    context = DataContext.get_current()
-    context.enable_progress_bars = False
-    if ProgressCallback not in context.custom_execution_callback_classes:
-        context.custom_execution_callback_classes.append(ProgressCallback)
+    use_progress(ProgressCallback, ray_bars=False)
 
 
 __all__ = ["Console", "StepProgress", "install_callback", "elapsed"]

@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from relayllm.backend import Backend, BackendOptions
-from relayllm.engine import BatchDeployment
+from relayllm.replica import BatchDeployment
 from relayllm.errors import EngineFailedError
 from relayllm.plugin import hookimpl
 from relayllm.rows import TASKS, Request, Result, Task, error_result, request_text

@@ -57,6 +57,7 @@ from typing import Any, ClassVar
 import pytest
 
 import relayllm
+from relayllm.data_context import keep_input_order
 from relayllm.rows import INPUT_COLUMN, Request, Result, build_request
 from relayllm.testing.contract import HEAVY_MODULES, BackendContractTests, standard_tests
 
@@ -175,7 +176,7 @@ class BackendConformanceTests(BackendContractTests):
     ) -> list[dict[str, Any]]:
         import ray
 
-        ray.data.DataContext.get_current().execution_options.preserve_order = True
+        keep_input_order()
         return processor(ray.data.from_items(rows, override_num_blocks=1)).take_all()
 
     def call(self, requests: list[Request]) -> list[Result]:
@@ -374,7 +375,7 @@ class BackendConformanceTests(BackendContractTests):
         before = self.info()
         first, second = (self.processor(task, sampling_params={"max_tokens": 4}) for _ in range(2))
 
-        ray.data.DataContext.get_current().execution_options.preserve_order = True
+        keep_input_order()
         # A module-level function: a closure over the test instance would ship the adapter's
         # test module (and its helpers) to the Ray workers.
         ds = first(ray.data.from_items(self.rows(8, task))).map(functools.partial(_follow_up, task))
