@@ -6,9 +6,9 @@ import click
 
 from relayllm.cli.backends import backends
 from relayllm.cli.batch import batch
-from relayllm.cli.demo import demo
 from relayllm.cli.lifecycle import deploy, shutdown, status
 from relayllm.cli.run import run
+from relayllm.plugin.manager import get_manager
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -28,7 +28,10 @@ def main() -> None:
     """
 
 
-for command in (run, batch, deploy, status, shutdown, backends, demo):
+for command in (run, batch, deploy, status, shutdown, backends):
     main.add_command(command)
+
+# Plugins add their own commands (relayllm-vllm adds `relayllm demo`), as simonw/llm's do.
+get_manager().hook.relayllm_register_commands(cli=main)
 
 __all__ = ["main"]

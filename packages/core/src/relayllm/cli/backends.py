@@ -11,6 +11,7 @@ from typing import Any
 import click
 from pydantic_core import PydanticUndefined
 
+from relayllm.backend import BackendOrigin
 from relayllm.cli.common import handle_errors
 
 
@@ -22,16 +23,12 @@ def backends(as_json, names):
     """List installed backends (from the 'relayllm' entry points): the distribution and
     version that provides each, whether its engine package is installed, its tasks, and its
     options with types and defaults. Give NAMEs to show only those."""
-    from relayllm.plugin.manager import MANAGER, get_registry
+    from relayllm.plugin.manager import get_registry
 
     registry = get_registry()
     for name in names:
         registry.get(name)  # unknown name: lists installed ones and the pip command
-    found = [
-        describe(b, MANAGER.distribution_of(b.name))
-        for b in registry
-        if not names or b.name in names
-    ]
+    found = [describe(b, registry.origin(b.name)) for b in registry if not names or b.name in names]
     found.sort(key=lambda b: b["name"])
     if as_json:
         click.echo(json.dumps(found, indent=2, default=str))
@@ -45,7 +42,7 @@ def backends(as_json, names):
         click.echo(_text(item))
 
 
-def describe(backend: Any, dist: tuple[str, str] | None) -> dict[str, Any]:
+def describe(backend: Any, origin: BackendOrigin | None) -> dict[str, Any]:
     missing = backend.missing_requirements()
     options = []
     for key, field in backend.Options.model_fields.items():
@@ -60,9 +57,10 @@ def describe(backend: Any, dist: tuple[str, str] | None) -> dict[str, Any]:
         )
     return {
         "name": backend.name,
-        "distribution": dist[0] if dist else None,
-        "version": dist[1] if dist else None,
-        "origin": None if dist else backend.__module__,
+        "plugin": origin.plugin if origin else None,
+        "distribution": origin.distribution if origin else None,
+        "version": origin.version if origin else None,
+        "origin": None if origin and origin.distribution else backend.__module__,
         "tasks": sorted(backend.tasks),
         "engine_installed": not missing,
         "missing": missing,
