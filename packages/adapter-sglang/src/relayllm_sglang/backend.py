@@ -21,6 +21,7 @@ class SGLangBackend(Backend):
     Options = SGLangOptions
     requires: ClassVar[tuple[str, ...]] = ("sglang",)
     install_hint = INSTALL_HINT
+    supported_versions: ClassVar[dict[str, str]] = {"sglang": SGLANG_VERSION}
     tasks = frozenset({"chat", "completion", "embedding"})
 
     @classmethod

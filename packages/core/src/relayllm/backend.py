@@ -42,6 +42,10 @@ class Backend:
     requires: ClassVar[tuple[str, ...]] = ()
     #: The pip command that installs what ``requires`` names.
     install_hint: ClassVar[str | None] = None
+    #: Distribution -> the versions this backend supports (``*`` matches one release part
+    #: or the rest: ``"0.32.*"``); ``relayllm backends`` and the CLI's up-front check
+    #: (:mod:`relayllm.versions`) compare them with what is installed.
+    supported_versions: ClassVar[dict[str, str]] = {}
     #: Every task some deployment of this backend can serve (``relayllm backends`` lists
     #: them); what one deployment serves is :meth:`tasks_for` its options.
     tasks: ClassVar[frozenset[Task]] = TEXT_TASKS

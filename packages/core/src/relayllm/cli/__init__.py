@@ -6,6 +6,7 @@ import click
 
 from relayllm.cli.backends import backends
 from relayllm.cli.batch import batch
+from relayllm.cli.common import warn_unsupported_versions
 from relayllm.cli.lifecycle import deploy, shutdown, status
 from relayllm.cli.run import run
 from relayllm.plugin.manager import get_manager
@@ -33,5 +34,7 @@ for command in (run, batch, deploy, status, shutdown, backends):
 
 # Plugins add their own commands (relayllm-vllm adds `relayllm demo`), as simonw/llm's do.
 get_manager().hook.relayllm_register_commands(cli=main)
+# Another Ray or engine release than this one supports: say so now, not deep inside a run.
+warn_unsupported_versions()
 
 __all__ = ["main"]

@@ -11,8 +11,9 @@ from typing import Any
 import click
 from pydantic_core import PydanticUndefined
 
+from relayllm import versions
 from relayllm.backend import BackendOrigin
-from relayllm.cli.common import handle_errors
+from relayllm.cli.common import handle_errors, warn_unsupported_versions
 
 
 @click.command()
@@ -26,6 +27,7 @@ def backends(as_json, names):
     from relayllm.plugin.manager import get_registry
 
     registry = get_registry()
+    warn_unsupported_versions()
     for name in names:
         registry.get(name)  # unknown name: lists installed ones and the pip command
     found = [describe(b, registry.origin(b.name)) for b in registry if not names or b.name in names]
@@ -62,6 +64,10 @@ def describe(backend: Any, origin: BackendOrigin | None) -> dict[str, Any]:
         "version": origin.version if origin else None,
         "origin": None if origin and origin.distribution else backend.__module__,
         "tasks": sorted(backend.tasks),
+        "supported_versions": [
+            {"distribution": d, "supported": p, "installed": versions.installed(d)}
+            for d, p in backend.supported_versions.items()
+        ],
         "engine_installed": not missing,
         "missing": missing,
         "install_hint": backend.install_hint if missing else None,
@@ -133,6 +139,11 @@ def _text(item: dict[str, Any]) -> str:
         f"{item['name']}  ({source})",
         f"  tasks: {', '.join(item['tasks'])}",
         f"  engine: {engine}",
+        *(
+            f"  supports: {v['distribution']} {v['supported']}"
+            + (f" (installed {v['installed']})" if v["installed"] else "")
+            for v in item["supported_versions"]
+        ),
         "  options:",
     ]
     if not item["options"]:

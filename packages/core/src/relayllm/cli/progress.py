@@ -313,12 +313,13 @@ def waiting_for(s: _StepState) -> str:
     return "no rows have reached it yet: it waits for the input or the step before it"
 
 
-def install_callback() -> None:
-    """Count rows through Ray Data's executor and turn its own console progress off."""
+def install_callback(*, ray_bars: bool = False) -> None:
+    """Count rows through Ray Data's executor; Ray Data's own console progress only if
+    ``ray_bars``."""
     from relayllm.cli.progress_hook import ProgressCallback
     from relayllm.data_context import use_progress
 
-    use_progress(ProgressCallback, ray_bars=False)
+    use_progress(ProgressCallback, ray_bars=ray_bars)
 
 
 __all__ = ["Console", "StepProgress", "install_callback", "elapsed"]
