@@ -34,7 +34,7 @@ def handle_on_this_loop(deployment_name: str, app_name: str) -> Any:
     on the calling event loop: no hop to Serve's router thread and back per call."""
     from ray.serve.handle import DeploymentHandle
 
-    handle = DeploymentHandle(deployment_name, app_name)
+    handle: Any = DeploymentHandle(deployment_name, app_name)
     handle._init(_run_router_in_separate_loop=False)
     return handle
 
@@ -55,7 +55,7 @@ def execution_callback_class() -> type:
     """Ray Data's ``ExecutionCallback``: a hook called on every turn of the executor loop."""
     from ray.data._internal.execution.execution_callback import ExecutionCallback
 
-    return ExecutionCallback  # type: ignore[no-any-return]
+    return ExecutionCallback
 
 
 __all__ = [

@@ -75,7 +75,7 @@ class DeploymentRef:
     backend: str | None = None
     status: str | None = None
 
-    def handle(self) -> DeploymentHandle:
+    def handle(self) -> DeploymentHandle[Any]:
         from ray import serve
 
         return serve.get_deployment_handle(self.deployment_name, self.app_name)
@@ -116,9 +116,11 @@ def build_application(
     from ray import serve
 
     cls = backend.deployment_class()
-    deployment = serve.deployment(cls).options(**serve_options(backend, config, options))
+    deployment: Any = serve.deployment(cls)  # typed as a decorator factory by Ray's overloads
+    deployment = deployment.options(**serve_options(backend, config, options))
     # The replica gets the validated Options instance itself (typed), not a dict to re-parse.
-    return deployment.bind(options, normalized_config(config, backend, options))
+    app: Application = deployment.bind(options, normalized_config(config, backend, options))
+    return app
 
 
 def serve_options(
@@ -266,7 +268,7 @@ def get_deployment(name: str, *, address: str | None = None) -> DeploymentRef:
     raise DeploymentNotFoundError(not_found_message(name, [r.name for r in list_deployments()]))
 
 
-def handle_for(name: str) -> DeploymentHandle:
+def handle_for(name: str) -> DeploymentHandle[Any]:
     """A handle to the running deployment ``name`` (from inside any Ray worker)."""
     from ray import serve
 

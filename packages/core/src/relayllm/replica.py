@@ -109,9 +109,9 @@ class BatchDeployment:
         batch_future: asyncio.Future[list[Result]] = asyncio.get_running_loop().create_future()
         for request in requests:
             rid = request.get("request_id")
-            if rid in self._finished:
+            if rid is not None and rid in self._finished:
                 sources.append((None, self._finished[rid]))
-            elif rid in self._inflight:
+            elif rid is not None and rid in self._inflight:
                 sources.append(self._inflight[rid])
             else:
                 source = (batch_future, len(fresh))
@@ -239,7 +239,7 @@ class BatchDeployment:
         except EngineFailedError as exc:  # the call fails, not its rows: nothing is cached
             self.engine_failed(str(exc))
             for request in fresh:
-                self._inflight.pop(request.get("request_id"), None)
+                self._inflight.pop(request.get("request_id") or "", None)
             if not future.done():
                 future.set_exception(exc)
             return
@@ -248,7 +248,7 @@ class BatchDeployment:
             results = [error_result(describe_exception(exc)) for _ in fresh]
         self.rows += len(fresh)
         self._last_answer = time.monotonic()
-        for request, result in zip(fresh, results):
+        for request, result in zip(fresh, results, strict=True):
             rid = request.get("request_id")
             if rid is not None:
                 self._inflight.pop(rid, None)

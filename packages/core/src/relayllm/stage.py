@@ -8,11 +8,11 @@ through as Arrow columns, untouched; only the output columns are built in Python
 Transport: the cost of moving rows is per call, not per row (docs/benchmarks.md has the
 profile), so the stage calls its deployment the cheapest way Serve offers -- a router on the
 stage's own event loop and Serve's gRPC transport to the replica, which cut the CPU time of a
-call on both sides (about a quarter in the stage, half in the replica). That transport caps a message at 4 MiB and needs the replica's port to be
-reachable; on any gRPC-level error the stage switches to Serve's ordinary actor-call transport
-for good and re-sends the call there (not counted as a retry). ``ProcessorConfig.transport``
-``"actor"`` (default: ``RELAYLLM_SERVE_TRANSPORT``, else ``"grpc"``) uses the actor transport
-from the start.
+call on both sides (about a quarter in the stage, half in the replica). That transport caps a
+message at 4 MiB and needs the replica's port to be reachable; on any gRPC-level error the
+stage switches to Serve's ordinary actor-call transport for good and re-sends the call there
+(not counted as a retry). ``ProcessorConfig.transport`` ``"actor"`` (default:
+``RELAYLLM_SERVE_TRANSPORT``, else ``"grpc"``) uses the actor transport from the start.
 """
 
 from __future__ import annotations
@@ -98,8 +98,8 @@ class ServeStage:
         size = self.config.batch_size
         calls = [pending[k : k + size] for k in range(0, len(pending), size)]
         answers = await asyncio.gather(*(self._send([r for _, r in call]) for call in calls))
-        for call, answer in zip(calls, answers):
-            for (i, _), result in zip(call, answer):
+        for call, answer in zip(calls, answers, strict=True):
+            for (i, _), result in zip(call, answer, strict=True):
                 results[i] = result
 
         if self.config.on_error == "raise":
@@ -191,8 +191,9 @@ class ServeStage:
                 preview = preview if len(preview) <= 120 else preview[:117] + "..."
                 which = f"{self.config.id_column}={row_ids[i]!r}, " if row_ids else ""
                 raise RowError(
-                    f"row {i} of its batch ({which}request_id {ids[i]}, {self._input_column}={preview}) "
-                    f"failed on deployment {self.config.deployment!r}: {result[ERROR]}"
+                    f"row {i} of its batch ({which}request_id {ids[i]}, "
+                    f"{self._input_column}={preview}) failed on deployment "
+                    f"{self.config.deployment!r}: {result.get(ERROR)}"
                 )
 
 

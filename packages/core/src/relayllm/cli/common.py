@@ -174,7 +174,8 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], right: Sequence
     lines = []
     for n, row in enumerate(cells):
         parts = [
-            c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))
+            c.rjust(w) if i in right else c.ljust(w)
+            for i, (c, w) in enumerate(zip(row, widths, strict=False))
         ]
         lines.append("  ".join(parts).rstrip())
         if n == 0:

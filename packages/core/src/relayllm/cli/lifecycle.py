@@ -51,7 +51,8 @@ def deploy(pipeline_file, only, address, verbose):
     unknown = sorted(set(only) - set(names))
     if unknown:
         raise ConfigError(
-            f"--only {', '.join(unknown)}: not declared in {pipeline_file} (declared: {', '.join(names)})"
+            f"--only {', '.join(unknown)}: not declared in {pipeline_file} "
+            f"(declared: {', '.join(names)})"
         )
     connect(address, verbose, existing_cluster=True)
     for config in pipeline.spec.deployments:

@@ -165,7 +165,8 @@ class StepProgress:
         now = time.monotonic()
         totals = total if isinstance(total, list) else [total] * len(steps)
         self.states = [
-            _StepState(n, d, total=t, last_change=now) for (n, d), t in zip(steps, totals)
+            _StepState(n, d, total=t, last_change=now)
+            for (n, d), t in zip(steps, totals, strict=True)
         ]
         self.total = total
         self.sequential = sequential
@@ -190,7 +191,7 @@ class StepProgress:
                 self._executors.append(id(executor))
             states = states[self._executors.index(id(executor)) :][:1]
         with self._lock:
-            for (op, state), step in zip(stages, states):
+            for (op, state), step in zip(stages, states, strict=False):
                 done = op.metrics.row_outputs_taken
                 if done != step.done:
                     step.done, step.last_change = done, time.monotonic()
@@ -201,7 +202,7 @@ class StepProgress:
 
     def add_tokens(self, per_step: list[int]) -> None:
         with self._lock:
-            for step, tokens in zip(self.states, per_step):
+            for step, tokens in zip(self.states, per_step, strict=False):
                 step.output_tokens = tokens
 
     # -- drawing -----------------------------------------------------------------------------
@@ -253,7 +254,7 @@ class StepProgress:
         with self._lock:
             states = [_StepState(**vars(s)) for s in self.states]
         if self._bars:
-            for bar, s in zip(self._bars, states):
+            for bar, s in zip(self._bars, states, strict=False):
                 if s.total is not None and bar.total != s.total:
                     bar.total = s.total
                 bar.n = s.done

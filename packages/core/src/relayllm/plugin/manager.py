@@ -73,9 +73,9 @@ class PluginManager:
             self._register(plugin, name)
 
     def _register(self, plugin: ModuleType | object, name: str | None) -> None:
-        if name is None or self.manager.get_plugin(name) is None:
-            if not self.manager.is_registered(plugin):
-                self.manager.register(plugin, name=name)
+        fresh_name = name is None or self.manager.get_plugin(name) is None
+        if fresh_name and not self.manager.is_registered(plugin):
+            self.manager.register(plugin, name=name)
         self.manager.check_pending()
         self._registry = None
 
