@@ -18,7 +18,8 @@ def connect(
     one) and make sure Serve runs, without an HTTP proxy -- relayllm talks through handles.
 
     ``quiet`` (default: as :func:`relayllm.configure_logging` chose) keeps the workers' and
-    engines' output in Ray's session logs instead of forwarding it here.
+    engines' output in Ray's session logs instead of forwarding it here; ``quiet=True`` also
+    leaves out Ray's own INFO lines.
     ``existing_cluster``: fail instead of starting a new local cluster. A cluster that cannot
     be reached raises :class:`~relayllm.ConfigError` saying what to do."""
     import ray
@@ -38,7 +39,8 @@ def connect(
                 address=address,
                 namespace="relayllm",
                 log_to_driver=verbose,
-                logging_level=logging.INFO if verbose else logging.WARNING,
+                # Ray's INFO lines go to the log file; quiet=True (the CLI) drops them too.
+                logging_level=logging.WARNING if quiet else logging.INFO,
                 configure_logging=True,
             )
         except ConnectionError as exc:
