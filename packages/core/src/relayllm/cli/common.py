@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import click
 
 from relayllm.cli.progress import Console
-from relayllm.errors import ConfigError, RelayLLMError
+from relayllm.errors import ConfigError, RelayLLMError, describe_exception
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -98,11 +98,10 @@ def unexpected(exc: BaseException, verbose: bool) -> str:
         with open(path, "a", encoding="utf-8") as handle:
             handle.write(details)
         where = f"the traceback is in {path}"
-    lines = [line for line in str(exc).splitlines() if line.strip()]
-    text = lines[0] if lines else ""
+    text = describe_exception(exc).splitlines()[0]  # "Type: the first line"
     if len(text) > 300:
         text = text[:297] + "..."
-    return f"{type(exc).__name__}: {text} ({where})"
+    return f"{text} ({where})"
 
 
 def not_running_advice(name: str, running: list[str], address: str | None) -> str:
