@@ -12,7 +12,7 @@ import click
 from pydantic_core import PydanticUndefined
 
 from relayllm import versions
-from relayllm.backend import BackendOrigin
+from relayllm.backend import KNOWN_ADAPTERS, BackendOrigin
 from relayllm.cli.common import handle_errors, warn_unsupported_versions
 
 
@@ -36,10 +36,8 @@ def backends(as_json, names):
         click.echo(json.dumps(found, indent=2, default=str))
         return
     if not found:
-        click.echo(
-            "no backends installed; e.g. pip install './packages/adapter-vllm[cpu]' "
-            "(run in a clone of the relayllm repository)"
-        )
+        adapters = "; ".join(f"{name}: pip install {hint}" for name, hint in KNOWN_ADAPTERS.items())
+        click.echo(f"no backends installed; install an adapter ({adapters})")
     for item in found:
         click.echo(_text(item))
 
