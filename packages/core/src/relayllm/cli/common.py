@@ -42,7 +42,11 @@ def warn_unsupported_versions() -> list[str]:
     from relayllm import versions
     from relayllm.plugin.manager import get_registry
 
-    problems = versions.unsupported(get_registry())
+    try:
+        backends = list(get_registry())
+    except Exception:  # broken plugins: the command that needs them says so; Ray still counts
+        backends = []
+    problems = versions.unsupported(backends)
     if not _said_versions:
         _said_versions.append(True)
         for problem in problems:
