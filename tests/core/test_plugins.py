@@ -199,3 +199,15 @@ def test_import_relayllm_loads_no_engine_and_not_ray():
         "{'ray', 'vllm', 'sglang', 'torch', 'openai', 'transformers'})))"
     )
     assert _run(code) == []
+
+
+def test_a_plugin_that_fails_to_load_does_not_break_the_cli_help():
+    out = subprocess.run(
+        [sys.executable, "-m", "relayllm.cli", "--help"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "RELAYLLM_EXTRA_PLUGINS": "no_such_module_xyz"},
+    )
+    assert out.returncode == 0 and out.stdout.startswith("Usage: relayllm"), out.stderr
+    assert "relayllm: warning: plugins not loaded" in out.stderr
+    assert "no_such_module_xyz" in out.stderr
