@@ -25,8 +25,7 @@ def test_handle_on_this_loop_over_grpc_answers_a_call():
     from ray.serve._private.handle_options import InitHandleOptions
 
     assert "_run_router_in_separate_loop" in InitHandleOptions.__dataclass_fields__, (
-        "DeploymentHandle._init options changed; relayllm.compat.handle_on_this_loop needs "
-        "updating"
+        "DeploymentHandle._init options changed; relayllm.compat.handle_on_this_loop needs updating"
     )
     relayllm.deploy(relayllm.DeploymentConfig(name="compat-echo", backend="echo"))
     request = build_request("completion", "one two", {}, None, None, "compat-1")
