@@ -90,19 +90,13 @@ def run_relayllm(ds, batch_size: int = BATCH_SIZE):
 
 
 def run_relayllm_actor_transport(ds, batch_size: int = BATCH_SIZE):
-    """relayllm as it was before the transport change: Serve's actor calls, router thread."""
-    from relayllm.stage import ServeStage
-
-    class ActorTransportStage(ServeStage):
-        grpc_transport = False
-
-    config = ProcessorConfig(deployment=DEPLOYMENT, task="completion", batch_size=batch_size)
-    return ds.map_batches(
-        ActorTransportStage,
-        fn_constructor_kwargs={"config": config, "processor_id": "actor-transport"},
-        batch_size=config.batch_size * config.max_in_flight_batches,
-        batch_format="pyarrow", zero_copy_batch=True, compute=ray.data.ActorPoolStrategy(size=1), num_cpus=config.num_cpus,
-    )  # fmt: skip
+    """relayllm as it was before the transport change: Serve's actor calls."""
+    proc = build_processor(
+        ProcessorConfig(
+            deployment=DEPLOYMENT, task="completion", batch_size=batch_size, transport="actor"
+        )
+    )
+    return proc(ds)
 
 
 def run_hand_written(ds, batch_size: int = BATCH_SIZE):

@@ -66,3 +66,25 @@ def test_the_stage_really_falls_back_and_only_on_the_call_too_large_for_grpc(ech
         assert not stage._use_fast, "the 5.5 MB call did not fall back to actor calls"
 
     asyncio.run(run())
+
+
+def test_the_transport_is_a_config_field_whose_default_is_the_environment(echo, monkeypatch):
+    from pydantic import ValidationError
+
+    from relayllm.stage import ServeStage
+
+    config = ProcessorConfig(deployment="transport-echo", task="completion")
+    assert config.transport == "grpc"
+    monkeypatch.setenv("RELAYLLM_SERVE_TRANSPORT", "actor")
+    actor = ProcessorConfig(deployment="transport-echo", task="completion")
+    assert actor.transport == "actor"
+    assert ProcessorConfig(deployment="d", transport="grpc").transport == "grpc"
+    with pytest.raises(ValidationError, match="transport"):
+        ProcessorConfig(deployment="d", transport="http")
+    # The stage follows the config it is given, whatever its own process's environment says.
+    monkeypatch.delenv("RELAYLLM_SERVE_TRANSPORT")
+    assert ServeStage(actor, "p")._use_fast is False
+    assert ServeStage(config, "p")._use_fast is True
+    rows = [{"id": i, "prompt": f"row {i}"} for i in range(6)]
+    out = build_processor(actor)(ray.data.from_items(rows, override_num_blocks=1)).take_all()
+    assert sorted(r["generated_text"] for r in out) == sorted(f"row {i}" for i in range(6))

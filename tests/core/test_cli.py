@@ -159,7 +159,7 @@ def test_help_everywhere():
     from relayllm.cli import main
 
     top = cli("--help", check=0).stdout  # the installed console script
-    commands = ["run", "batch", "deploy", "status", "shutdown", "backends", "demo"]
+    commands = ["run", "batch", "deploy", "status", "shutdown", "backends"]
     assert all(c in top for c in commands)
     for command in commands:  # in-process: a subprocess each would only cost time
         result = CliRunner().invoke(main, [command, "--help"], prog_name="relayllm")

@@ -105,12 +105,6 @@ def test_swapping_the_backend_changes_only_the_deployment_block(other):
     assert a.deployments[0].backend != b.deployments[0].backend
 
 
-def test_the_demo_ships_examples_questions_word_for_word():
-    from relayllm.cli.demo_pipeline import QUESTIONS_YAML
-
-    assert (EXAMPLES / "questions.yaml").read_text() == QUESTIONS_YAML
-
-
 # -- errors name the file, the line and the field -------------------------------------------
 
 

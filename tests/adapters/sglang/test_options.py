@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 import relayllm
+from relayllm.deployments import build_application
 from relayllm.plugin.manager import get_registry
 from relayllm_sglang.backend import SGLangBackend, check_options_against, placement
 from relayllm_sglang.options import FIRST_CLASS_OPTIONS, SGLangOptions, engine_kwargs
@@ -131,7 +132,7 @@ def test_building_the_application_is_pure_and_carries_the_gpus():
         name="tp2", backend="sglang", options={"model_path": "m", "tp_size": 2}
     )
     backend = get_registry().get("sglang")
-    app = backend.build_deployment(config, backend.parse_options(config.options))
+    app = build_application(backend, config, backend.parse_options(config.options))
     deployment = app._bound_deployment  # Ray 2.60: the Deployment an Application binds
     assert deployment.ray_actor_options["num_gpus"] == 2
     assert deployment._replica_config.placement_group_bundles == [{"CPU": 1, "GPU": 2}]

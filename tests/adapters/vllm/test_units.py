@@ -233,3 +233,34 @@ steps:
         assert process.returncode == 2, (name, stderr[-3000:])
         assert cases[name][1] in stderr, (name, stderr)
         assert "Traceback" not in stderr and "connecting" not in stderr  # no cluster, no engine
+
+
+def test_the_demo_ships_examples_questions_word_for_word():
+    from pathlib import Path
+
+    from relayllm_vllm.demo_pipeline import QUESTIONS_YAML
+
+    examples = Path(__file__).resolve().parents[3] / "examples"
+    assert (examples / "questions.yaml").read_text() == QUESTIONS_YAML
+
+
+def test_the_adapter_adds_relayllm_demo_through_the_commands_hook():
+    import click
+
+    from relayllm.plugin.manager import PluginManager
+    from relayllm_vllm import plugin
+
+    group = click.Group("relayllm")
+    manager = PluginManager()
+    manager._loaded = True  # no entry points: the adapter's plugin module alone
+    manager.register(plugin, "vllm")
+    manager.hook.relayllm_register_commands(cli=group)
+    assert "demo" in group.commands
+    assert "bundled demo model" in (group.commands["demo"].help or "")
+
+
+def test_relayllm_demo_is_a_command_of_the_cli():
+    out = subprocess.run(
+        [sys.executable, "-m", "relayllm.cli", "demo", "--help"], capture_output=True, text=True
+    )
+    assert out.returncode == 0 and out.stdout.startswith("Usage: relayllm demo"), out.stderr

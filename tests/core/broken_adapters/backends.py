@@ -13,8 +13,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from relayllm.backend import Backend, BackendOptions
-from relayllm.engine import BatchDeployment
 from relayllm.plugin import hookimpl
+from relayllm.replica import BatchDeployment
 from relayllm.rows import Request, Result, error_result, request_text
 
 ROW_SECONDS = 0.2

@@ -7,7 +7,7 @@ import logging
 from typing import Any, ClassVar
 
 from relayllm import Backend
-from relayllm.engine import BatchDeployment
+from relayllm.replica import BatchDeployment
 from relayllm.rows import TEXT_TASKS
 from relayllm_sglang import INSTALL_HINT, SGLANG_VERSION
 from relayllm_sglang.options import SGLangOptions, check_server_arg_names, engine_kwargs
@@ -21,6 +21,7 @@ class SGLangBackend(Backend):
     Options = SGLangOptions
     requires: ClassVar[tuple[str, ...]] = ("sglang",)
     install_hint = INSTALL_HINT
+    supported_versions: ClassVar[dict[str, str]] = {"sglang": SGLANG_VERSION}
     tasks = frozenset({"chat", "completion", "embedding"})
 
     @classmethod

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from relayllm.adapters import check_sampling_support, parse_response_format
+from relayllm.errors import describe_exception
 from relayllm.rows import Request, Result, error_result
 
 # -- sampling params ---------------------------------------------------------------------------
@@ -214,7 +215,7 @@ async def serve_batch(
         try:
             item = prepare(request)
         except Exception as exc:  # this row cannot be served; the others go on
-            results[i] = error_result(error_text(exc))
+            results[i] = error_result(describe_exception(exc))
             continue
         batches[item.kind].append((i, item))
 
@@ -283,7 +284,7 @@ ABORT = "abort"
 def generation_result(output: Mapping[str, Any] | BaseException) -> Result:
     """A relayllm result for one ``async_generate`` output (or the exception of its call)."""
     if isinstance(output, BaseException):
-        return error_result(error_text(output))
+        return error_result(describe_exception(output))
     meta = output.get("meta_info") or {}
     prompt_tokens = meta.get(PROMPT_TOKENS)
     reason = meta.get(FINISH_REASON)
@@ -310,7 +311,7 @@ def generation_result(output: Mapping[str, Any] | BaseException) -> Result:
 def embedding_result(output: Mapping[str, Any] | BaseException) -> Result:
     """A relayllm result for one ``async_encode`` output."""
     if isinstance(output, BaseException):
-        return error_result(error_text(output))
+        return error_result(describe_exception(output))
     meta = output.get("meta_info") or {}
     reason = meta.get(FINISH_REASON)
     if isinstance(reason, Mapping) and reason.get("type") == ABORT:
@@ -321,11 +322,6 @@ def embedding_result(output: Mapping[str, Any] | BaseException) -> Result:
     if not isinstance(vector, Sequence) or not vector:
         return error_result("sglang returned no embedding")
     return {"embedding": [float(x) for x in vector], "num_input_tokens": meta.get(PROMPT_TOKENS)}
-
-
-def error_text(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 __all__ = [

@@ -14,6 +14,7 @@ from relayllm import ConfigError
 from relayllm.adapters import did_you_mean
 from relayllm.rows import TEXT_TASKS
 from relayllm_vllm.options import VLLMOptions
+from relayllm_vllm.versions import VLLM_DISTRIBUTIONS, VLLM_VERSION
 
 INSTALL_HINT = (
     "pip install './packages/adapter-vllm[gpu]' (vLLM for CUDA GPUs) "
@@ -33,6 +34,10 @@ class VLLMBackend(relayllm.Backend):
     Options = VLLMOptions
     requires: ClassVar[tuple[str, ...]] = ("vllm",)
     install_hint: ClassVar[str | None] = INSTALL_HINT
+    #: Either distribution of the one vLLM release both extras pin.
+    supported_versions: ClassVar[dict[str, str]] = {
+        dist: VLLM_VERSION for dist in VLLM_DISTRIBUTIONS.values()
+    }
     tasks: ClassVar[frozenset[str]] = frozenset({"chat", "completion", "embedding"})
 
     @classmethod

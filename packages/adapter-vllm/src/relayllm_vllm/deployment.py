@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from relayllm import BatchDeployment, EngineFailedError
+from relayllm.errors import describe_exception
 from relayllm.rows import Request, Result, error_result
 from relayllm_vllm.compat import hide_broken_torch_extensions, vllm_distribution, vllm_version
 from relayllm_vllm.demo import DEMO_MODEL, ensure_demo_model
@@ -329,15 +330,7 @@ def _plain(value: Any) -> bool:
 
 def _explain(exc: BaseException) -> str:
     """The message a row gets: the error and, for vLLM's wrapper errors, what caused it."""
-    parts = []
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen and len(parts) < 3:
-        seen.add(id(current))
-        text = str(current).strip()
-        parts.append(f"{type(current).__name__}: {text}" if text else type(current).__name__)
-        current = current.__cause__
-    return " <- ".join(parts)
+    return describe_exception(exc, causes=2)
 
 
 __all__ = ["EnginePlan", "VLLMDeployment"]

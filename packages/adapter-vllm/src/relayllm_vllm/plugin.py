@@ -14,4 +14,12 @@ def relayllm_register_backends(registry) -> None:
     registry.add(VLLMBackend)
 
 
-__all__ = ["relayllm_register_backends"]
+@relayllm.hookimpl
+def relayllm_register_commands(cli) -> None:
+    """``relayllm demo`` ships with this adapter: it runs on the vLLM engine."""
+    from relayllm_vllm.demo_command import demo
+
+    cli.add_command(demo)
+
+
+__all__ = ["relayllm_register_backends", "relayllm_register_commands"]

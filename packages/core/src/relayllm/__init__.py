@@ -13,7 +13,6 @@ from relayllm.deployments import (
     list_deployments,
     shutdown,
 )
-from relayllm.engine import BatchDeployment
 from relayllm.errors import (
     ConfigError,
     DeploymentConflictError,
@@ -30,6 +29,7 @@ from relayllm.errors import (
 from relayllm.logs import configure_logging
 from relayllm.plugin import NAME, hookimpl
 from relayllm.processor import Processor, ProcessorConfig, build_processor
+from relayllm.replica import BatchDeployment
 
 __version__ = "0.1.0"
 

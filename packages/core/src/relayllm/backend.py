@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import importlib.util
+import inspect
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from types import FrameType
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -16,10 +20,7 @@ from relayllm.errors import (
 from relayllm.rows import TEXT_TASKS, Task
 
 if TYPE_CHECKING:
-    from ray.serve import Application
-
-    from relayllm.deployments import DeploymentConfig
-    from relayllm.engine import BatchDeployment
+    from relayllm.replica import BatchDeployment
 
 
 class BackendOptions(BaseModel):
@@ -41,6 +42,10 @@ class Backend:
     requires: ClassVar[tuple[str, ...]] = ()
     #: The pip command that installs what ``requires`` names.
     install_hint: ClassVar[str | None] = None
+    #: Distribution -> the versions this backend supports (``*`` matches one release part
+    #: or the rest: ``"0.32.*"``); ``relayllm backends`` and the CLI's up-front check
+    #: (:mod:`relayllm.versions`) compare them with what is installed.
+    supported_versions: ClassVar[dict[str, str]] = {}
     #: Every task some deployment of this backend can serve (``relayllm backends`` lists
     #: them); what one deployment serves is :meth:`tasks_for` its options.
     tasks: ClassVar[frozenset[Task]] = TEXT_TASKS
@@ -79,7 +84,7 @@ class Backend:
 
     @classmethod
     def deployment_class(cls) -> type[BatchDeployment]:
-        """The class (a :class:`relayllm.engine.BatchDeployment`) the Serve replicas run.
+        """The class (a :class:`relayllm.replica.BatchDeployment`) the Serve replicas run.
         Import the engine package inside this method, not at module level."""
         raise NotImplementedError
 
@@ -89,27 +94,44 @@ class Backend:
         ``placement_group_bundles``, ``placement_group_strategy``..."""
         return {}
 
-    @classmethod
-    def build_deployment(cls, config: DeploymentConfig, options: BaseModel) -> Application:
-        """The Serve application for ``config``. Pure: builds, does not run."""
-        from relayllm.engine import build_application
 
-        return build_application(cls, config, options)
+@dataclass(frozen=True)
+class BackendOrigin:
+    """Where a registered backend came from: the plugin that added it and, for a plugin
+    installed as a package, that distribution and its version."""
+
+    plugin: str
+    distribution: str | None = None
+    version: str | None = None
+
+    def __str__(self) -> str:
+        if self.distribution:
+            return f"{self.plugin} ({self.distribution} {self.version})"
+        return self.plugin
+
+
+#: Finds the origin of a backend being added, from the frame that called ``add`` (the plugin
+#: manager supplies one; hooks are called through pluggy, which does not say which plugin runs).
+Locate = Callable[[FrameType], "BackendOrigin | None"]
 
 
 class BackendRegistry:
     """Backends by name. Filled by the ``relayllm_register_backends`` hook."""
 
-    def __init__(self) -> None:
+    def __init__(self, locate: Locate | None = None) -> None:
         self._backends: dict[str, type[Backend]] = {}
-        self._origins: dict[str, str] = {}
-        self._current_plugin: str | None = None
+        self._origins: dict[str, BackendOrigin] = {}
+        self._locate = locate
 
-    def add(self, backend: type[Backend]) -> None:
+    def add(self, backend: type[Backend], *, origin: BackendOrigin | None = None) -> None:
+        """Register ``backend``; ``origin`` defaults to the plugin whose hook calls this."""
         name = getattr(backend, "name", None)
         if not isinstance(name, str) or not name:
             raise TypeError(f"{backend!r} has no 'name'; a Backend subclass must set one")
-        origin = self._current_plugin or backend.__module__
+        if origin is None and self._locate is not None:
+            caller = inspect.currentframe()
+            origin = self._locate(caller.f_back) if caller and caller.f_back else None
+        origin = origin or BackendOrigin(backend.__module__)
         if name in self._backends:
             raise DuplicateBackendError(
                 f"backend {name!r} is registered twice: by {self._origins[name]} and by {origin}. "
@@ -129,7 +151,7 @@ class BackendRegistry:
                 f"unknown backend {name!r}; installed backends: {installed}.{install}"
             ) from None
 
-    def origin(self, name: str) -> str | None:
+    def origin(self, name: str) -> BackendOrigin | None:
         return self._origins.get(name)
 
     def names(self) -> list[str]:
@@ -138,7 +160,7 @@ class BackendRegistry:
     def __contains__(self, name: object) -> bool:
         return name in self._backends
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[type[Backend]]:
         return iter(self._backends.values())
 
 
@@ -153,4 +175,11 @@ KNOWN_ADAPTERS = {
     "openai": f"./packages/adapter-openai ({FROM_CLONE})",
 }
 
-__all__ = ["FROM_CLONE", "KNOWN_ADAPTERS", "Backend", "BackendOptions", "BackendRegistry"]
+__all__ = [
+    "FROM_CLONE",
+    "KNOWN_ADAPTERS",
+    "Backend",
+    "BackendOptions",
+    "BackendOrigin",
+    "BackendRegistry",
+]

@@ -304,9 +304,10 @@ def run_batch(
     ``errors`` (text files); return OpenAI's ``request_counts``."""
     import ray
 
+    from relayllm.data_context import keep_input_order
     from relayllm.processor import ProcessorConfig, build_processor
 
-    ray.data.DataContext.get_current().execution_options.preserve_order = True
+    keep_input_order()
     failed = 0
     for bad in parsed.bad:
         errors.write(json.dumps(error_line(bad.line, bad.custom_id, bad.code, bad.message)) + "\n")

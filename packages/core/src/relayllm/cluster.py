@@ -2,33 +2,88 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
+
+from relayllm.errors import ConfigError
 
 ADDRESS_ENV = "RAY_ADDRESS"
 
 
-def connect(address: str | None = None) -> None:
+def connect(
+    address: str | None = None, *, quiet: bool | None = None, existing_cluster: bool = False
+) -> None:
     """Connect to Ray (``address`` or ``RAY_ADDRESS``; else a running local cluster or a new
     one) and make sure Serve runs, without an HTTP proxy -- relayllm talks through handles.
-    Logs follow :func:`relayllm.configure_logging` (quiet unless asked)."""
+
+    ``quiet`` (default: as :func:`relayllm.configure_logging` chose) keeps the workers' and
+    engines' output in Ray's session logs instead of forwarding it here; ``quiet=True`` also
+    leaves out Ray's own INFO lines.
+    ``existing_cluster``: fail instead of starting a new local cluster. A cluster that cannot
+    be reached raises :class:`~relayllm.ConfigError` saying what to do."""
     import ray
     from ray import serve
 
     from relayllm.logs import announce, is_verbose, quiet_ray_loggers
 
     if not ray.is_initialized():
-        verbose = is_verbose()
+        verbose = is_verbose() if quiet is None else not quiet
         said = announce()
         if said:  # a library's one line: where its host's console noise went
             print(said, file=sys.stderr, flush=True)
         quiet_ray_loggers()  # before init: Ray logs its token-authentication notice there
-        ray.init(
-            address=address or os.environ.get(ADDRESS_ENV) or None,
-            namespace="relayllm",
-            log_to_driver=verbose,
-            configure_logging=True,
-        )
+        address = address or os.environ.get(ADDRESS_ENV) or ("auto" if existing_cluster else None)
+        try:
+            ray.init(
+                address=address,
+                namespace="relayllm",
+                log_to_driver=verbose,
+                # Ray's INFO lines go to the log file; quiet=True (the CLI) drops them too.
+                logging_level=logging.WARNING if quiet else logging.INFO,
+                configure_logging=True,
+            )
+        except ConnectionError as exc:
+            raise ConfigError(connection_advice(address, exc)) from None
     quiet_ray_loggers()
     serve.start(proxy_location="Disabled")
     quiet_ray_loggers()  # Serve sets its logger up on start
+
+
+def connection_advice(address: str | None, exc: BaseException) -> str:
+    """What to do when ``ray.init`` cannot connect: the token advice for an authenticated
+    cluster (Ray 2.60 clusters use tokens; a driver sends one only with RAY_AUTH_MODE=token)."""
+    text = f"{exc} {exc.__cause__ or ''}".lower()
+    auth = type(exc.__cause__).__name__ == "AuthenticationError" or any(
+        word in text for word in ("authentication", "auth token", "unauthenticated")
+    )
+    if auth or (
+        address
+        and os.environ.get("RAY_AUTH_MODE", "").lower() != "token"
+        and _cluster_answers(address)
+    ):
+        return (
+            f"the Ray cluster at {address} uses token authentication: set "
+            f"RAY_AUTH_MODE=token (Ray reads the token from ~/.ray/auth_token or "
+            f"RAY_AUTH_TOKEN)"
+        )
+    return (
+        f"no Ray cluster to connect to ({exc}). Start one with `ray start --head` and "
+        f"pass --address HOST:PORT or set RAY_ADDRESS."
+    )
+
+
+def _cluster_answers(address: str) -> bool:
+    """Something listens on ``address`` yet refused us: with Ray 2.60's token authentication
+    that is the reason, though Ray's own error does not always say so."""
+    import socket
+
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=2):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+__all__ = ["ADDRESS_ENV", "connect", "connection_advice"]

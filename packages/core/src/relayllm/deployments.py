@@ -1,4 +1,5 @@
-"""Shared deployments by name: the one module that knows how a name maps to a Serve app.
+"""Shared deployments by name: the one module that knows how a name maps to a Serve app, and
+how a backend and a config become that app (:func:`build_application`).
 
 A relayllm deployment named ``NAME`` is the Serve application ``relayllm-NAME`` holding one
 Serve deployment called ``NAME``. Any driver connected to the cluster finds it by name.
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator
 
+from relayllm import compat
 from relayllm.errors import (
     ConfigError,
     DeploymentConflictError,
@@ -24,6 +26,7 @@ from relayllm.errors import (
 )
 
 if TYPE_CHECKING:
+    from ray.serve import Application
     from ray.serve.handle import DeploymentHandle
 
     from relayllm.backend import Backend
@@ -72,7 +75,7 @@ class DeploymentRef:
     backend: str | None = None
     status: str | None = None
 
-    def handle(self) -> DeploymentHandle:
+    def handle(self) -> DeploymentHandle[Any]:
         from ray import serve
 
         return serve.get_deployment_handle(self.deployment_name, self.app_name)
@@ -104,6 +107,45 @@ def normalized_config(
         "options": options.model_dump(mode="json"),
         "tasks": sorted(backend.tasks_for(options)),
     }
+
+
+def build_application(
+    backend: type[Backend], config: DeploymentConfig, options: BaseModel
+) -> Application:
+    """Turn a backend + config into a Serve application (pure: nothing runs yet)."""
+    from ray import serve
+
+    cls = backend.deployment_class()
+    deployment: Any = serve.deployment(cls)  # typed as a decorator factory by Ray's overloads
+    deployment = deployment.options(**serve_options(backend, config, options))
+    # The replica gets the validated Options instance itself (typed), not a dict to re-parse.
+    app: Application = deployment.bind(options, normalized_config(config, backend, options))
+    return app
+
+
+def serve_options(
+    backend: type[Backend], config: DeploymentConfig, options: BaseModel
+) -> dict[str, Any]:
+    """The ``serve.deployment`` options of ``config``: replicas, resources, placement."""
+    serve_options: dict[str, Any] = {
+        "name": config.name,
+        "max_ongoing_requests": config.max_ongoing_requests,
+        "health_check_period_s": config.health_check_period_s,
+        "health_check_timeout_s": config.health_check_timeout_s,
+        # One access-log line per batch drowns the job's own output; errors are still logged.
+        "logging_config": {"enable_access_log": False},
+    }
+    serve_options.update(backend.deployment_options(options))
+    if config.ray_actor_options:
+        serve_options["ray_actor_options"] = {
+            **serve_options.get("ray_actor_options", {}),
+            **config.ray_actor_options,
+        }
+    if config.autoscaling_config:
+        serve_options["autoscaling_config"] = config.autoscaling_config
+    else:
+        serve_options["num_replicas"] = config.num_replicas
+    return serve_options
 
 
 def unserved_task_message(name: str, backend: str, task: str, served: Any) -> str:
@@ -143,19 +185,15 @@ def deploy(config: DeploymentConfig, *, address: str | None = None) -> Deploymen
             + _diff(running, wanted)
         )
     _check_fits(backend, config, options)
-    app = backend.build_deployment(config, options)
-    # serve.run() waits with no time limit; _run(_blocking=False) lets us bound the start-up and
-    # report the replica's own failure message. (Ray is pinned to 2.60.*.)
-    from ray.serve.api import _run
-
-    _run(app, name=ref.app_name, route_prefix=None, _blocking=False)
+    app = build_application(backend, config, options)
+    # Submitted without waiting (serve.run() has no time limit), so the start-up is bounded.
+    compat.run_application(app, ref.app_name)
     _wait_running(ref, config.startup_timeout_s)
     return _with_status(ref)
 
 
 def _check_fits(backend: type[Backend], config: DeploymentConfig, options: BaseModel) -> None:
     """Fail before anything starts when the replicas need more GPUs than the cluster has."""
-    from relayllm.engine import serve_options
     from relayllm.placement import check_fits, cluster_gpus
 
     check_fits(config.name, serve_options(backend, config, options), cluster_gpus())
@@ -230,7 +268,7 @@ def get_deployment(name: str, *, address: str | None = None) -> DeploymentRef:
     raise DeploymentNotFoundError(not_found_message(name, [r.name for r in list_deployments()]))
 
 
-def handle_for(name: str) -> DeploymentHandle:
+def handle_for(name: str) -> DeploymentHandle[Any]:
     """A handle to the running deployment ``name`` (from inside any Ray worker)."""
     from ray import serve
 
@@ -272,11 +310,13 @@ __all__ = [
     "DeploymentConfig",
     "DeploymentRef",
     "app_name",
+    "build_application",
     "deploy",
     "get_deployment",
     "handle_for",
     "list_deployments",
     "not_found_message",
     "resolve",
+    "serve_options",
     "shutdown",
 ]

@@ -47,3 +47,19 @@ class ResourceFitError(ConfigError):
 class EngineFailedError(RelayLLMError):
     """Raised inside a replica when its engine as a whole has failed (died, hung): the call
     fails, not its rows, so the stage retries it on the replica Serve starts instead."""
+
+
+def describe_exception(exc: BaseException, *, causes: int = 0) -> str:
+    """An exception as one line for a row's ``error`` or a message: ``Type: text`` (the type
+    alone when the text is empty), followed by up to ``causes`` of its ``__cause__`` chain as
+    ``" <- Type: text"`` (for wrapper errors whose cause is the useful part). Adapters use it
+    too, so every backend's rows read alike."""
+    parts: list[str] = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen and len(parts) <= causes:
+        seen.add(id(current))
+        text = str(current).strip()
+        parts.append(f"{type(current).__name__}: {text}" if text else type(current).__name__)
+        current = current.__cause__
+    return " <- ".join(parts)

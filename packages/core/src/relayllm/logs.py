@@ -84,13 +84,13 @@ def quiet_ray_loggers() -> None:
 
     stream = _state.get("stream")
     if stream is None or getattr(stream, "name", None) != str(path):
-        stream = _state["stream"] = open(path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115
+        stream = _state["stream"] = open(str(path), "a", encoding="utf-8", buffering=1)  # noqa: SIM115
     for name in _RAY_LOGGERS:
         for handler in logging.getLogger(name).handlers:
             if isinstance(handler, logging.StreamHandler) and not isinstance(
                 handler, logging.FileHandler
             ):
-                handler.setStream(stream)  # type: ignore[arg-type]
+                handler.setStream(stream)
 
 
 def send_stderr_to_log() -> None:

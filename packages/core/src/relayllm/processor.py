@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
@@ -14,6 +15,13 @@ if TYPE_CHECKING:
     from ray.data import Dataset
 
 RowFn = Callable[[dict[str, Any]], dict[str, Any]]
+
+#: The default of ``ProcessorConfig.transport`` (read when a config is made, in the driver).
+TRANSPORT_ENV = "RELAYLLM_SERVE_TRANSPORT"
+
+
+def default_transport() -> Literal["grpc", "actor"]:
+    return "actor" if os.environ.get(TRANSPORT_ENV, "grpc").strip().lower() == "actor" else "grpc"
 
 
 class ProcessorConfig(BaseModel):
@@ -40,6 +48,12 @@ class ProcessorConfig(BaseModel):
     )
     num_cpus: float = Field(
         default=0.25, gt=0, description="CPUs reserved per stage actor; it mostly waits on I/O."
+    )
+    transport: Literal["grpc", "actor"] = Field(
+        default_factory=default_transport,
+        description="How the stage calls the deployment: 'grpc' (Serve's gRPC transport, "
+        "falling back to actor calls on a gRPC error) or 'actor' (actor calls from the start). "
+        f"Default: ${TRANSPORT_ENV}, else 'grpc'.",
     )
     order_by_prefix: bool = Field(
         default=False,
@@ -111,4 +125,4 @@ def build_processor(
     return Processor(config, preprocess, postprocess)
 
 
-__all__ = ["Processor", "ProcessorConfig", "build_processor"]
+__all__ = ["TRANSPORT_ENV", "Processor", "ProcessorConfig", "build_processor", "default_transport"]

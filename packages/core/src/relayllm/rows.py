@@ -112,7 +112,7 @@ class Result(TypedDict, total=False):
 
 def error_result(message: str, **fields: Any) -> Result:
     """A failed row's result: ``message`` is its ``error`` (plus any counts still known)."""
-    return {ERROR: message, **fields}  # type: ignore[typeddict-item]
+    return {ERROR: message, **fields}  # type: ignore[misc]
 
 
 def request_text(request: Request, *, roles: bool = False) -> str:
@@ -234,7 +234,7 @@ def build_request(
     request: Request = {
         "request_id": request_id,
         "task": task,
-        column: value,
+        column: value,  # type: ignore[misc]  # the task's input column
         "sampling_params": params,
     }
     if model is not None:

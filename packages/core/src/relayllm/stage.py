@@ -13,10 +13,11 @@ hand-written client (docs/benchmarks.md, "The path users write").
 Transport: the cost of moving rows is per call, not per row (docs/benchmarks.md has the
 profile), so the stage calls its deployment the cheapest way Serve offers -- a router on the
 stage's own event loop and Serve's gRPC transport to the replica, which cut the CPU time of a
-call on both sides (about a quarter in the stage, half in the replica). That transport caps a message at 4 MiB and needs the replica's port to be
-reachable; on any gRPC-level error the stage switches to Serve's ordinary actor-call transport
-for good and re-sends the call there (not counted as a retry). ``RELAYLLM_SERVE_TRANSPORT=actor``
-uses the actor transport from the start.
+call on both sides (about a quarter in the stage, half in the replica). That transport caps a
+message at 4 MiB and needs the replica's port to be reachable; on any gRPC-level error the
+stage switches to Serve's ordinary actor-call transport for good and re-sends the call there
+(not counted as a retry). ``ProcessorConfig.transport`` ``"actor"`` (default:
+``RELAYLLM_SERVE_TRANSPORT``, else ``"grpc"``) uses the actor transport from the start.
 """
 
 from __future__ import annotations
@@ -24,14 +25,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import os
 import uuid
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from relayllm.engine import _describe
-from relayllm.errors import RowError
+from relayllm import compat
+from relayllm.errors import RowError, describe_exception
 from relayllm.retry import call_with_retries
 from relayllm.rows import (
     ERROR,
@@ -53,14 +53,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-TRANSPORT_ENV = "RELAYLLM_SERVE_TRANSPORT"
-
 
 class ServeStage:
     """``map_batches`` UDF (an actor): looks the deployment up by name once, then batches."""
-
-    #: Try Serve's gRPC transport first (see the module docstring).
-    grpc_transport: bool = os.environ.get(TRANSPORT_ENV, "grpc").lower() != "actor"
 
     def __init__(
         self,
@@ -79,7 +74,8 @@ class ServeStage:
         check_task_served(config.deployment, config.task)
         self._fast: Any = None  # process_batch over gRPC, bound to this actor's event loop
         self._safe: Any = None  # process_batch over actor calls: no size limit
-        self._use_fast = self.grpc_transport
+        # Try Serve's gRPC transport first unless the config says actor calls.
+        self._use_fast = config.transport == "grpc"
         self._id_prefix = f"{processor_id}-{uuid.uuid4().hex[:8]}-"
         self._ids = itertools.count()
         self._slots = asyncio.Semaphore(config.max_in_flight_batches)
@@ -122,8 +118,8 @@ class ServeStage:
         size = self.config.batch_size
         calls = [pending[k : k + size] for k in range(0, len(pending), size)]
         answers = await asyncio.gather(*(self._send([r for _, r in call]) for call in calls))
-        for call, answer in zip(calls, answers):
-            for (i, _), result in zip(call, answer):
+        for call, answer in zip(calls, answers, strict=True):
+            for (i, _), result in zip(call, answer, strict=True):
                 results[i] = result
 
         if self.config.on_error == "raise":
@@ -166,7 +162,7 @@ class ServeStage:
                 else:
                     error = (
                         f"deployment {self.config.deployment!r} failed after "
-                        f"{self.config.max_retries + 1} attempts: {_describe(exc)}"
+                        f"{self.config.max_retries + 1} attempts: {describe_exception(exc)}"
                     )
                 return [error_result(error) for _ in requests]
 
@@ -206,21 +202,19 @@ class ServeStage:
                 logger.warning(
                     "gRPC transport to deployment %r failed (%s); using actor calls from now on",
                     self.config.deployment,
-                    _describe(exc),
+                    describe_exception(exc),
                 )
         return await _answer(self._safe.remote(requests))
 
     def _bind_handles(self) -> None:
         """A handle of our own (not Serve's per-process cached one) whose router runs on the
         event loop Ray Data calls us on: no hop to Serve's router thread and back per call."""
-        from ray.serve.handle import DeploymentHandle
-
         from relayllm.deployments import app_name
 
-        handle = DeploymentHandle(self.config.deployment, app_name(self.config.deployment))
-        handle._init(_run_router_in_separate_loop=False)  # private in Ray 2.60 (pinned 2.60.*)
+        name = self.config.deployment
+        handle = compat.handle_on_this_loop(name, app_name(name))
         self._safe = handle.process_batch
-        self._fast = handle.options(_by_reference=False).process_batch
+        self._fast = compat.grpc_transport(handle).process_batch
 
     def _raise_first_error(
         self, results: list[Result], ids: list[str], values: list[Any], row_ids: list[Any] | None
@@ -231,8 +225,9 @@ class ServeStage:
                 preview = preview if len(preview) <= 120 else preview[:117] + "..."
                 which = f"{self.config.id_column}={row_ids[i]!r}, " if row_ids else ""
                 raise RowError(
-                    f"row {i} of its batch ({which}request_id {ids[i]}, {self._input_column}={preview}) "
-                    f"failed on deployment {self.config.deployment!r}: {result[ERROR]}"
+                    f"row {i} of its batch ({which}request_id {ids[i]}, "
+                    f"{self._input_column}={preview}) failed on deployment "
+                    f"{self.config.deployment!r}: {result.get(ERROR)}"
                 )
 
 

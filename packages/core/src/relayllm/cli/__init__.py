@@ -6,9 +6,11 @@ import click
 
 from relayllm.cli.backends import backends
 from relayllm.cli.batch import batch
-from relayllm.cli.demo import demo
+from relayllm.cli.common import warn_unsupported_versions
 from relayllm.cli.lifecycle import deploy, shutdown, status
 from relayllm.cli.run import run
+from relayllm.errors import describe_exception
+from relayllm.plugin.manager import get_manager
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -28,7 +30,22 @@ def main() -> None:
     """
 
 
-for command in (run, batch, deploy, status, shutdown, backends, demo):
+for command in (run, batch, deploy, status, shutdown, backends):
     main.add_command(command)
+
+
+def _add_plugin_commands() -> None:
+    """Plugins add their own commands (relayllm-vllm adds `relayllm demo`), as simonw/llm's
+    do. A plugin that fails to load must not take `--help` down with it: the commands that
+    need the plugins report the error."""
+    try:
+        get_manager().hook.relayllm_register_commands(cli=main)
+    except Exception as exc:
+        click.echo(f"relayllm: warning: plugins not loaded: {describe_exception(exc)}", err=True)
+
+
+_add_plugin_commands()
+# Another Ray or engine release than this one supports: say so now, not deep inside a run.
+warn_unsupported_versions()
 
 __all__ = ["main"]

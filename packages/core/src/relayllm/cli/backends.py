@@ -11,7 +11,9 @@ from typing import Any
 import click
 from pydantic_core import PydanticUndefined
 
-from relayllm.cli.common import handle_errors
+from relayllm import versions
+from relayllm.backend import KNOWN_ADAPTERS, BackendOrigin
+from relayllm.cli.common import handle_errors, warn_unsupported_versions
 
 
 @click.command()
@@ -22,30 +24,25 @@ def backends(as_json, names):
     """List installed backends (from the 'relayllm' entry points): the distribution and
     version that provides each, whether its engine package is installed, its tasks, and its
     options with types and defaults. Give NAMEs to show only those."""
-    from relayllm.plugin.manager import MANAGER, get_registry
+    from relayllm.plugin.manager import get_registry
 
     registry = get_registry()
+    warn_unsupported_versions()
     for name in names:
         registry.get(name)  # unknown name: lists installed ones and the pip command
-    found = [
-        describe(b, MANAGER.distribution_of(b.name))
-        for b in registry
-        if not names or b.name in names
-    ]
+    found = [describe(b, registry.origin(b.name)) for b in registry if not names or b.name in names]
     found.sort(key=lambda b: b["name"])
     if as_json:
         click.echo(json.dumps(found, indent=2, default=str))
         return
     if not found:
-        click.echo(
-            "no backends installed; e.g. pip install './packages/adapter-vllm[cpu]' "
-            "(run in a clone of the relayllm repository)"
-        )
+        adapters = "; ".join(f"{name}: pip install {hint}" for name, hint in KNOWN_ADAPTERS.items())
+        click.echo(f"no backends installed; install an adapter ({adapters})")
     for item in found:
         click.echo(_text(item))
 
 
-def describe(backend: Any, dist: tuple[str, str] | None) -> dict[str, Any]:
+def describe(backend: Any, origin: BackendOrigin | None) -> dict[str, Any]:
     missing = backend.missing_requirements()
     options = []
     for key, field in backend.Options.model_fields.items():
@@ -60,10 +57,15 @@ def describe(backend: Any, dist: tuple[str, str] | None) -> dict[str, Any]:
         )
     return {
         "name": backend.name,
-        "distribution": dist[0] if dist else None,
-        "version": dist[1] if dist else None,
-        "origin": None if dist else backend.__module__,
+        "plugin": origin.plugin if origin else None,
+        "distribution": origin.distribution if origin else None,
+        "version": origin.version if origin else None,
+        "origin": None if origin and origin.distribution else backend.__module__,
         "tasks": sorted(backend.tasks),
+        "supported_versions": [
+            {"distribution": d, "supported": p, "installed": versions.installed(d)}
+            for d, p in backend.supported_versions.items()
+        ],
         "engine_installed": not missing,
         "missing": missing,
         "install_hint": backend.install_hint if missing else None,
@@ -135,6 +137,11 @@ def _text(item: dict[str, Any]) -> str:
         f"{item['name']}  ({source})",
         f"  tasks: {', '.join(item['tasks'])}",
         f"  engine: {engine}",
+        *(
+            f"  supports: {v['distribution']} {v['supported']}"
+            + (f" (installed {v['installed']})" if v["installed"] else "")
+            for v in item["supported_versions"]
+        ),
         "  options:",
     ]
     if not item["options"]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -12,7 +11,7 @@ from typing import Any, TypeVar
 import click
 
 from relayllm.cli.progress import Console
-from relayllm.errors import ConfigError, RelayLLMError
+from relayllm.errors import ConfigError, RelayLLMError, describe_exception
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -35,6 +34,27 @@ def verbose_option(func: F) -> F:
     return click.option(
         "-v", "--verbose", is_flag=True, help="Show Ray's and the engines' own logs."
     )(func)
+
+
+def warn_unsupported_versions() -> list[str]:
+    """Say (once per process, on stderr) which installed Ray or engine release this relayllm
+    does not support and what to install -- before any engine starts. Returns the problems."""
+    from relayllm import versions
+    from relayllm.plugin.manager import get_registry
+
+    try:
+        backends = list(get_registry())
+    except Exception:  # broken plugins: the command that needs them says so; Ray still counts
+        backends = []
+    problems = versions.unsupported(backends)
+    if not _said_versions:
+        _said_versions.append(True)
+        for problem in problems:
+            click.echo(f"relayllm: warning: {problem}", err=True)
+    return problems
+
+
+_said_versions: list[bool] = []
 
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
@@ -82,11 +102,10 @@ def unexpected(exc: BaseException, verbose: bool) -> str:
         with open(path, "a", encoding="utf-8") as handle:
             handle.write(details)
         where = f"the traceback is in {path}"
-    lines = [line for line in str(exc).splitlines() if line.strip()]
-    text = lines[0] if lines else ""
+    text = describe_exception(exc).splitlines()[0]  # "Type: the first line"
     if len(text) > 300:
         text = text[:297] + "..."
-    return f"{type(exc).__name__}: {text} ({where})"
+    return f"{text} ({where})"
 
 
 def not_running_advice(name: str, running: list[str], address: str | None) -> str:
@@ -109,83 +128,37 @@ def connect(
     existing_cluster: bool = False,
     console: Console | None = None,
 ) -> None:
-    """Connect to Ray and start Serve, saying so. ``existing_cluster``: fail instead of
-    starting a throw-away local cluster (long-lived deployments need one that outlives this
-    command)."""
+    """The CLI's way to :func:`relayllm.cluster.connect`: logs set up for a command (quiet
+    unless ``verbose``), a phase line while connecting, relayllm's progress bars instead of
+    Ray Data's. ``existing_cluster``: fail instead of starting a throw-away local cluster
+    (long-lived deployments need one that outlives this command)."""
     import ray
 
-    from relayllm import logs
-    from relayllm.cluster import connect as connect_cluster
+    from relayllm import cluster, logs
+    from relayllm.cli.progress import install_callback
 
     console = console or Console()
-    address = address or os.environ.get("RAY_ADDRESS") or ("auto" if existing_cluster else None)
+    address = address or os.environ.get(cluster.ADDRESS_ENV)
     logs.configure_logging(verbose=verbose)
     logs.send_stderr_to_log()
     said = logs.announce("--verbose")
     if said:
         console.say(said.removeprefix("relayllm: "))
-    where = f"the Ray cluster at {address}" if address and address != "auto" else "Ray"
-    if address is None:
+    if address:
+        where = f"the Ray cluster at {address}"
+    elif existing_cluster:
+        where = "a running Ray cluster"
+    else:
         where = "Ray (a running local cluster, else a new one)"
-    if not ray.is_initialized():
+    if ray.is_initialized():
+        cluster.connect(address, quiet=not verbose, existing_cluster=existing_cluster)
+    else:
         with console.phase(f"connecting to {where}", "connected"):
-            try:
-                logs.quiet_ray_loggers()
-                # The namespace relayllm.cluster uses; initialised here to choose the log level.
-                ray.init(
-                    address=address,
-                    namespace="relayllm",
-                    log_to_driver=verbose,
-                    logging_level=logging.INFO if verbose else logging.WARNING,
-                )
-            except ConnectionError as exc:
-                raise ConfigError(connection_advice(address, exc)) from None
-    connect_cluster(address if address != "auto" else None)
-    from ray.data import DataContext
-
-    from relayllm.cli.progress import install_callback
-
+            cluster.connect(address, quiet=not verbose, existing_cluster=existing_cluster)
     # relayllm draws one bar per step (cli/progress.py) instead of Ray Data's per-operator
     # ones; with --verbose Ray Data's own progress stays on as well.
-    install_callback()
-    DataContext.get_current().enable_progress_bars = verbose
+    install_callback(ray_bars=verbose)
     logs.quiet_ray_loggers()
-
-
-def connection_advice(address: str | None, exc: BaseException) -> str:
-    """What to do when ``ray.init`` cannot connect: the token advice for an authenticated
-    cluster (Ray 2.60 clusters use tokens; a driver sends one only with RAY_AUTH_MODE=token)."""
-    text = f"{exc} {exc.__cause__ or ''}".lower()
-    auth = type(exc.__cause__).__name__ == "AuthenticationError" or any(
-        word in text for word in ("authentication", "auth token", "unauthenticated")
-    )
-    if auth or (
-        address
-        and os.environ.get("RAY_AUTH_MODE", "").lower() != "token"
-        and _cluster_answers(address)
-    ):
-        return (
-            f"the Ray cluster at {address} uses token authentication: set "
-            f"RAY_AUTH_MODE=token (Ray reads the token from ~/.ray/auth_token or "
-            f"RAY_AUTH_TOKEN)"
-        )
-    return (
-        f"no Ray cluster to connect to ({exc}). Start one with `ray start --head` and "
-        f"pass --address HOST:PORT or set RAY_ADDRESS."
-    )
-
-
-def _cluster_answers(address: str) -> bool:
-    """Something listens on ``address`` yet refused us: with Ray 2.60's token authentication
-    that is the reason, though Ray's own error does not always say so."""
-    import socket
-
-    host, _, port = address.removeprefix("ray://").rpartition(":")
-    try:
-        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=2):
-            return True
-    except (OSError, ValueError):
-        return False
 
 
 def check_writable(path: str) -> None:
@@ -204,7 +177,8 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], right: Sequence
     lines = []
     for n, row in enumerate(cells):
         parts = [
-            c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))
+            c.rjust(w) if i in right else c.ljust(w)
+            for i, (c, w) in enumerate(zip(row, widths, strict=False))
         ]
         lines.append("  ".join(parts).rstrip())
         if n == 0:

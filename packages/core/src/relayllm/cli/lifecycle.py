@@ -8,7 +8,14 @@ from __future__ import annotations
 
 import click
 
-from relayllm.cli.common import address_option, connect, handle_errors, table, verbose_option
+from relayllm.cli.common import (
+    address_option,
+    connect,
+    handle_errors,
+    table,
+    verbose_option,
+    warn_unsupported_versions,
+)
 
 
 @click.command()
@@ -66,6 +73,7 @@ def status(as_json, address, verbose):
 
     import relayllm
 
+    warn_unsupported_versions()
     connect(address, verbose, existing_cluster=True)
     found = []
     for ref in relayllm.list_deployments(address=address):

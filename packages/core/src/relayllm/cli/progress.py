@@ -165,7 +165,8 @@ class StepProgress:
         now = time.monotonic()
         totals = total if isinstance(total, list) else [total] * len(steps)
         self.states = [
-            _StepState(n, d, total=t, last_change=now) for (n, d), t in zip(steps, totals)
+            _StepState(n, d, total=t, last_change=now)
+            for (n, d), t in zip(steps, totals, strict=True)
         ]
         self.total = total
         self.sequential = sequential
@@ -190,7 +191,7 @@ class StepProgress:
                 self._executors.append(id(executor))
             states = states[self._executors.index(id(executor)) :][:1]
         with self._lock:
-            for (op, state), step in zip(stages, states):
+            for (op, state), step in zip(stages, states, strict=False):
                 done = op.metrics.row_outputs_taken
                 if done != step.done:
                     step.done, step.last_change = done, time.monotonic()
@@ -201,12 +202,14 @@ class StepProgress:
 
     def add_tokens(self, per_step: list[int]) -> None:
         with self._lock:
-            for step, tokens in zip(self.states, per_step):
+            for step, tokens in zip(self.states, per_step, strict=False):
                 step.output_tokens = tokens
 
     # -- drawing -----------------------------------------------------------------------------
 
     def start(self) -> None:
+        from relayllm.cli.progress_hook import ACTIVE
+
         ACTIVE.append(self)
         if self.console.tty:
             from tqdm import tqdm
@@ -229,6 +232,8 @@ class StepProgress:
         self._thread.start()
 
     def stop(self) -> None:
+        from relayllm.cli.progress_hook import ACTIVE
+
         if self in ACTIVE:
             ACTIVE.remove(self)
         self._stop.set()
@@ -249,7 +254,7 @@ class StepProgress:
         with self._lock:
             states = [_StepState(**vars(s)) for s in self.states]
         if self._bars:
-            for bar, s in zip(self._bars, states):
+            for bar, s in zip(self._bars, states, strict=False):
                 if s.total is not None and bar.total != s.total:
                     bar.total = s.total
                 bar.n = s.done
@@ -309,20 +314,13 @@ def waiting_for(s: _StepState) -> str:
     return "no rows have reached it yet: it waits for the input or the step before it"
 
 
-#: The display the executor callback feeds (at most one at a time).
-ACTIVE: list[StepProgress] = []
-
-
-def install_callback() -> None:
-    """Count rows through Ray Data's executor and turn its own console progress off."""
-    from ray.data import DataContext
-
+def install_callback(*, ray_bars: bool = False) -> None:
+    """Count rows through Ray Data's executor; Ray Data's own console progress only if
+    ``ray_bars``."""
     from relayllm.cli.progress_hook import ProgressCallback
+    from relayllm.data_context import use_progress
 
-    context = DataContext.get_current()
-    context.enable_progress_bars = False
-    if ProgressCallback not in context.custom_execution_callback_classes:
-        context.custom_execution_callback_classes.append(ProgressCallback)
+    use_progress(ProgressCallback, ray_bars=ray_bars)
 
 
 __all__ = ["Console", "StepProgress", "install_callback", "elapsed"]

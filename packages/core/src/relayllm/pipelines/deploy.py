@@ -53,20 +53,20 @@ def deployed(
     this call started; on exit shut those down unless ``keep`` (deployments that were running
     before are never stopped). First checks that the whole pipeline fits on the cluster
     (:func:`check_fit`), before any engine starts."""
-    import relayllm
+    from relayllm import deployments
 
-    running = {r.name for r in relayllm.list_deployments(address=address)}
+    running = {r.name for r in deployments.list_deployments(address=address)}
     check_fit(pipeline, running)
     started: list[str] = []
     try:
         for config in pipeline.spec.deployments:
             reused = config.name in running
             with on_deploy(config, reused) if on_deploy else contextlib.nullcontext():
-                relayllm.deploy(config, address=address)  # a reused one: checks its config
+                deployments.deploy(config, address=address)  # a reused one: checks its config
             if not reused:
                 started.append(config.name)
         yield started
     finally:
         if not keep:
             for name in started:
-                relayllm.shutdown(name, address=address)
+                deployments.shutdown(name, address=address)

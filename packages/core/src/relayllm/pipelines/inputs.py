@@ -140,14 +140,14 @@ def open_dataset(
 ) -> Dataset:
     """The input as a Ray Dataset; ``plan`` is :func:`check_input`'s (checked here without)."""
     import ray
-    from ray.data import DataContext
 
+    from relayllm.data_context import keep_input_order
     from relayllm.pipelines.transforms import flush_blocks
 
     plan = plan or check_input(pipeline, input_override)
     # Rows come out in input order. Set before the dataset exists: a dataset keeps the context
     # it was created with, and a read of small tasks otherwise finishes blocks out of order.
-    DataContext.get_current().execution_options.preserve_order = True
+    keep_input_order()
     dataset: Dataset
     if plan.paths is None or plan.format is None:
         dataset = ray.data.from_items(pipeline.spec.input.rows or [])

@@ -74,16 +74,16 @@ def execute(
 ) -> RunSummary:
     """Run the steps and hand every finished block of rows to ``sink`` (input order);
     ``progress`` sees the summary so far after each block."""
-    from ray.data import DataContext
+    from relayllm.data_context import keep_input_order
 
-    DataContext.get_current().execution_options.preserve_order = True
+    keep_input_order()
     steps = pipeline.spec.steps
     summary = RunSummary([StepStats(s.name, s.deployment) for s in steps])
     start = time.time()
     output = build_steps(pipeline, dataset)
     # A dataset runs with the copy of the DataContext taken when it was created (open_dataset
     # ran before this function): input order must be set on that copy.
-    output.context.execution_options.preserve_order = True
+    keep_input_order(output.context)
     for batch in output.iter_batches(batch_format="pyarrow", batch_size=None):
         count(batch, summary)
         sink(visible_rows(batch))

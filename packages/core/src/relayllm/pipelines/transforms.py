@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from relayllm import compat
 from relayllm.pipelines.spec import HIDDEN_PREFIX, StepSpec
 from relayllm.pipelines.templates import render
 from relayllm.processor import build_processor
@@ -173,8 +174,7 @@ def flush_blocks(pipeline: Pipeline, dataset):
     # Its tasks would ask a whole CPU each, which next to an engine replica on a small machine
     # may never be scheduled (relayllm.resources); repartition() takes no ray_remote_args in
     # Ray 2.60, so they are set on the operator it adds.
-    blocks._logical_plan.dag.ray_remote_args["num_cpus"] = TASK_NUM_CPUS
-    return blocks
+    return compat.set_task_num_cpus(blocks, TASK_NUM_CPUS)
 
 
 def visible_rows(batch: pa.Table) -> list[dict[str, Any]]:

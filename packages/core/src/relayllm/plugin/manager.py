@@ -1,28 +1,39 @@
 """Loading plugins: entry points of group ``relayllm``, with switches to turn them off.
 
-Environment switches (read each time the manager loads):
+Environment switches (read each time a manager loads):
 
 - ``RELAYLLM_DISABLE_PLUGIN_AUTOLOAD=1`` -- do not load entry points at all (only plugins
-  registered in code, e.g. the echo backend from :mod:`relayllm.testing`).
-- ``RELAYLLM_BLOCK_PLUGINS=name1,name2`` -- skip these entry-point names.
-- ``RELAYLLM_ECHO_BACKEND=1`` -- also register the echo test backend (for subprocesses such as
-  the CLI under test; Python code calls :func:`relayllm.testing.enable_echo_backend`).
+  registered in code or named by the next switch).
+- ``RELAYLLM_BLOCK_PLUGINS=name1,name2`` -- skip these plugin (entry-point) names.
+- ``RELAYLLM_EXTRA_PLUGINS=module,module:attribute,...`` -- also register these plugins, which
+  no package declares as an entry point: test backends for a subprocess such as the CLI under
+  test. Only what is listed is imported.
+- ``RELAYLLM_ECHO_BACKEND=1`` -- shorthand for listing ``relayllm.testing.echo`` there.
+
+Hooks are called through pluggy (``hook.relayllm_register_backends(registry=...)``); the
+registry asks :meth:`PluginManager.origin_of` which plugin's hook is adding a backend.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import threading
-from types import ModuleType
+from types import FrameType, ModuleType
+from typing import Any
 
 import pluggy
 
-from relayllm.backend import BackendRegistry
+from relayllm.backend import BackendOrigin, BackendRegistry
+from relayllm.errors import ConfigError
 from relayllm.plugin import NAME, spec
 
 DISABLE_AUTOLOAD_ENV = "RELAYLLM_DISABLE_PLUGIN_AUTOLOAD"
 BLOCK_PLUGINS_ENV = "RELAYLLM_BLOCK_PLUGINS"
+EXTRA_PLUGINS_ENV = "RELAYLLM_EXTRA_PLUGINS"
 ECHO_BACKEND_ENV = "RELAYLLM_ECHO_BACKEND"
+#: The plugin ``RELAYLLM_ECHO_BACKEND=1`` adds to the extra plugins.
+ECHO_PLUGIN = "relayllm.testing.echo"
 
 _TRUE = {"1", "true", "yes", "on"}
 
@@ -35,20 +46,24 @@ class PluginManager:
         self.manager.add_hookspecs(spec)
         self._registry: BackendRegistry | None = None
         self._loaded = False
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
+
+    @property
+    def hook(self) -> Any:
+        """pluggy's hook caller, with every plugin loaded."""
+        self.load()
+        return self.manager.hook
 
     def load(self) -> None:
         with self._lock:
             if self._loaded:
                 return
-            for name in _blocked():
+            for name in _listed(BLOCK_PLUGINS_ENV):
                 self.manager.set_blocked(name)
             if os.environ.get(DISABLE_AUTOLOAD_ENV, "").lower() not in _TRUE:
                 self.manager.load_setuptools_entrypoints(NAME)
-            if os.environ.get(ECHO_BACKEND_ENV, "").lower() in _TRUE:
-                from relayllm.testing import echo
-
-                self._register(echo, "relayllm.testing.echo")
+            for target in extra_plugins():
+                self._register(_import_plugin(target), target)
             self.manager.check_pending()
             self._loaded = True
 
@@ -58,9 +73,9 @@ class PluginManager:
             self._register(plugin, name)
 
     def _register(self, plugin: ModuleType | object, name: str | None) -> None:
-        if name is None or self.manager.get_plugin(name) is None:
-            if not self.manager.is_registered(plugin):
-                self.manager.register(plugin, name=name)
+        fresh_name = name is None or self.manager.get_plugin(name) is None
+        if fresh_name and not self.manager.is_registered(plugin):
+            self.manager.register(plugin, name=name)
         self.manager.check_pending()
         self._registry = None
 
@@ -68,32 +83,62 @@ class PluginManager:
         self.load()
         with self._lock:
             if self._registry is None:
-                registry = BackendRegistry()
-                for impl in self.manager.hook.relayllm_register_backends.get_hookimpls():
-                    registry._current_plugin = self._plugin_label(impl.plugin_name)
-                    impl.function(registry=registry)
-                registry._current_plugin = None
+                registry = BackendRegistry(locate=self.origin_of)
+                self.manager.hook.relayllm_register_backends(registry=registry)
                 self._registry = registry
             return self._registry
 
-    def _plugin_label(self, plugin_name: str) -> str:
-        for dist_plugin, dist in self.manager.list_plugin_distinfo():
-            if self.manager.get_name(dist_plugin) == plugin_name:
-                return f"{plugin_name} ({dist.project_name} {dist.version})"
-        return plugin_name
+    def origin_of(self, frame: FrameType) -> BackendOrigin | None:
+        """The plugin whose hook runs in ``frame`` (a module plugin's function, or a method
+        of a plugin object), with its distribution if an entry point brought it in."""
+        module = frame.f_globals.get("__name__")
+        instance = frame.f_locals.get("self")
+        for name, plugin in self.manager.list_name_plugin():
+            if plugin is None:  # blocked
+                continue
+            if plugin is instance or (isinstance(plugin, ModuleType) and plugin.__name__ == module):
+                dist = self._distribution(plugin)
+                return BackendOrigin(name, *dist) if dist else BackendOrigin(name)
+        return None
 
-    def distribution_of(self, backend_name: str) -> tuple[str, str] | None:
-        """(distribution, version) that registered ``backend_name``, if it came from one."""
-        registry = self.registry()
-        origin = registry.origin(backend_name)
+    def _distribution(self, plugin: object) -> tuple[str, str] | None:
         for dist_plugin, dist in self.manager.list_plugin_distinfo():
-            if origin and origin.startswith(f"{self.manager.get_name(dist_plugin)} "):
+            if dist_plugin is plugin:
                 return dist.project_name, dist.version
         return None
 
+    def distribution_of(self, backend_name: str) -> tuple[str, str] | None:
+        """(distribution, version) that registered ``backend_name``, if it came from one."""
+        origin = self.registry().origin(backend_name)
+        if origin is None or origin.distribution is None or origin.version is None:
+            return None
+        return origin.distribution, origin.version
 
-def _blocked() -> list[str]:
-    return [n.strip() for n in os.environ.get(BLOCK_PLUGINS_ENV, "").split(",") if n.strip()]
+
+def extra_plugins() -> list[str]:
+    """The plugins ``RELAYLLM_EXTRA_PLUGINS`` (and ``RELAYLLM_ECHO_BACKEND=1``) name."""
+    extra = _listed(EXTRA_PLUGINS_ENV)
+    if os.environ.get(ECHO_BACKEND_ENV, "").lower() in _TRUE and ECHO_PLUGIN not in extra:
+        extra.append(ECHO_PLUGIN)
+    return extra
+
+
+def _import_plugin(target: str) -> object:
+    module_name, _, attribute = target.partition(":")
+    try:
+        plugin: object = importlib.import_module(module_name)
+        for part in filter(None, attribute.split(".")):
+            plugin = getattr(plugin, part)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(
+            f"{EXTRA_PLUGINS_ENV} names {target!r}, which cannot be loaded ({exc}); give "
+            f"'module' or 'module:attribute' of an importable plugin, or unset it"
+        ) from exc
+    return plugin
+
+
+def _listed(env: str) -> list[str]:
+    return [n.strip() for n in os.environ.get(env, "").split(",") if n.strip()]
 
 
 MANAGER = PluginManager()
@@ -102,6 +147,11 @@ MANAGER = PluginManager()
 def get_registry() -> BackendRegistry:
     """The registry of every installed backend (loads entry points on first use)."""
     return MANAGER.registry()
+
+
+def get_manager() -> PluginManager:
+    """The process's plugin manager (the one :func:`reset` replaces)."""
+    return MANAGER
 
 
 def reset() -> None:
@@ -114,8 +164,12 @@ __all__ = [
     "BLOCK_PLUGINS_ENV",
     "DISABLE_AUTOLOAD_ENV",
     "ECHO_BACKEND_ENV",
+    "ECHO_PLUGIN",
+    "EXTRA_PLUGINS_ENV",
     "MANAGER",
     "PluginManager",
+    "extra_plugins",
+    "get_manager",
     "get_registry",
     "reset",
 ]

@@ -1,5 +1,5 @@
 """The hook contract. It fits on one screen on purpose: a hook only registers; behaviour lives
-on the Backend class (the shape of simonw/llm's ``hookspecs.py``)."""
+on the Backend class or the command (the shape of simonw/llm's ``hookspecs.py``)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 from relayllm.plugin import hookspec
 
 if TYPE_CHECKING:
+    import click
+
     from relayllm.backend import BackendRegistry
 
 
@@ -20,4 +22,11 @@ def relayllm_register_backends(registry: BackendRegistry) -> None:
     """
 
 
-__all__ = ["relayllm_register_backends"]
+@hookspec
+def relayllm_register_commands(cli: click.Group) -> None:
+    """Add subcommands to the ``relayllm`` command with ``cli.add_command(command)`` (or the
+    ``@cli.command()`` decorator). Called once, when the CLI is imported; a command's heavy
+    imports belong inside the command, so ``relayllm --help`` stays fast."""
+
+
+__all__ = ["relayllm_register_backends", "relayllm_register_commands"]

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from relayllm.backend import Backend, BackendOptions
-from relayllm.engine import BatchDeployment
 from relayllm.errors import EngineFailedError
 from relayllm.plugin import hookimpl
+from relayllm.replica import BatchDeployment
 from relayllm.rows import TASKS, Request, Result, Task, error_result, request_text
 
 EMBEDDING_SIZE = 8  # echo "embeds" a text as the lengths of its first 8 words
@@ -128,15 +128,16 @@ class EchoBackend(Backend):
     tasks = frozenset(TASKS)
 
     @classmethod
-    def tasks_for(cls, options: EchoOptions) -> frozenset[Task]:
-        return frozenset(options.tasks)
+    def tasks_for(cls, options: BaseModel) -> frozenset[Task]:
+        return frozenset(cast(EchoOptions, options).tasks)
 
     @classmethod
     def deployment_class(cls) -> type[BatchDeployment]:
         return EchoDeployment
 
     @classmethod
-    def deployment_options(cls, options: EchoOptions) -> dict[str, Any]:
+    def deployment_options(cls, options: BaseModel) -> dict[str, Any]:
+        options = cast(EchoOptions, options)
         # No model, so no CPU reserved: the echo replica must never starve the stage actors.
         if options.placement_group_cpus:
             return {

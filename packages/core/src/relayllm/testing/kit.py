@@ -52,12 +52,14 @@ import functools
 import math
 import time
 import uuid
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import pytest
 
 import relayllm
-from relayllm.rows import INPUT_COLUMN, Request, Result, build_request
+from relayllm.data_context import keep_input_order
+from relayllm.rows import INPUT_COLUMN, Request, Result, Task, build_request
 from relayllm.testing.contract import HEAVY_MODULES, BackendContractTests, standard_tests
 
 #: Prompts whose answers differ from one another (so an answer on the wrong row shows).
@@ -93,7 +95,7 @@ class BackendConformanceTests(BackendContractTests):
 
     # -- what an adapter may declare -----------------------------------------------------------
 
-    def refused_row(self, task: str) -> dict[str, Any]:
+    def refused_row(self, task: Task) -> dict[str, Any]:
         """A row this engine refuses (the engine, not relayllm's row checks). Default: a
         prompt of ``context_length + 1`` words (each at least one token)."""
         if self.context_length is None:
@@ -144,11 +146,11 @@ class BackendConformanceTests(BackendContractTests):
         """The kit's deployment, started again if an earlier test shut it down."""
         return relayllm.deploy(self.deployment_config())
 
-    def text_task(self) -> str:
+    def text_task(self) -> Task:
         served = self.served_tasks()
         return "chat" if "chat" in served else "completion"
 
-    def processor(self, task: str = "chat", **fields: Any) -> relayllm.Processor:
+    def processor(self, task: Task = "chat", **fields: Any) -> relayllm.Processor:
         params = {**self.sampling_params, **fields.pop("sampling_params", {})}
         config = relayllm.ProcessorConfig(
             deployment=self.deployment_name(),
@@ -159,11 +161,11 @@ class BackendConformanceTests(BackendContractTests):
         return relayllm.build_processor(config)
 
     @staticmethod
-    def text_row(task: str, text: str, **extra: Any) -> dict[str, Any]:
+    def text_row(task: Task, text: str, **extra: Any) -> dict[str, Any]:
         value: Any = [{"role": "user", "content": text}] if task == "chat" else text
-        return {INPUT_COLUMN[task]: value, **extra}  # type: ignore[index]
+        return {INPUT_COLUMN[task]: value, **extra}
 
-    def rows(self, n: int, task: str = "chat") -> list[dict[str, Any]]:
+    def rows(self, n: int, task: Task = "chat") -> list[dict[str, Any]]:
         """Row i asks with i+1 repetitions of a word, so input token counts grow with i."""
         return [
             self.text_row(task, "Say hello. " + " ".join(["apple"] * (i + 1)), id=i)
@@ -175,7 +177,7 @@ class BackendConformanceTests(BackendContractTests):
     ) -> list[dict[str, Any]]:
         import ray
 
-        ray.data.DataContext.get_current().execution_options.preserve_order = True
+        keep_input_order()
         return processor(ray.data.from_items(rows, override_num_blocks=1)).take_all()
 
     def call(self, requests: list[Request]) -> list[Result]:
@@ -183,7 +185,7 @@ class BackendConformanceTests(BackendContractTests):
         handle = self.deployed().handle()
         return handle.process_batch.remote(requests).result(timeout_s=TIMEOUT_S)
 
-    def requests(self, task: str, texts: list[str], params: dict[str, Any]) -> list[Request]:
+    def requests(self, task: Task, texts: list[str], params: dict[str, Any]) -> list[Request]:
         out = []
         for text in texts:
             row = self.text_row(task, text)
@@ -199,7 +201,7 @@ class BackendConformanceTests(BackendContractTests):
         return self.deployed().handle().info.remote().result(timeout_s=TIMEOUT_S)
 
     @staticmethod
-    def errors(out: list[dict[str, Any]]) -> list[Any]:
+    def errors(out: Sequence[Mapping[str, Any]]) -> list[Any]:
         return [r.get("error") for r in out if r.get("error")]
 
     # -- checks with a running engine ----------------------------------------------------------
@@ -222,23 +224,24 @@ class BackendConformanceTests(BackendContractTests):
         assert len(set(answers)) >= len(texts) // 2, (
             f"distinct prompts got too few distinct answers to tell rows apart: {answers}"
         )
-        same = sum(a["generated_text"] == b["generated_text"] for a, b in zip(alone, together))
+        pairs = list(zip(alone, together, strict=True))
+        same = sum(a["generated_text"] == b["generated_text"] for a, b in pairs)
         assert same >= math.ceil(0.75 * len(texts)), (
             "answers in one call differ from the same rows sent alone (on the wrong row?):\n"
             + "\n".join(
                 f"  {a['generated_text']!r} vs {b['generated_text']!r}"
-                for a, b in zip(alone, together)
+                for a, b in zip(alone, together, strict=True)
             )
         )
 
         rows = [
             self.text_row(task, t, id=i, sampling_params={"max_tokens": b})
-            for i, (t, b) in enumerate(zip(texts, BUDGETS))
+            for i, (t, b) in enumerate(zip(texts, BUDGETS, strict=False))
         ]
         out = self.run(self.processor(task, batch_size=len(rows)), rows)
         assert [r["id"] for r in out] == list(range(len(rows)))
         assert not self.errors(out), self.errors(out)
-        for row, budget in zip(out, BUDGETS):
+        for row, budget in zip(out, BUDGETS, strict=False):
             generated, finish = row["num_generated_tokens"], row["finish_reason"]
             assert isinstance(generated, int) and 0 < generated <= budget, (
                 f"row {row['id']} (max_tokens {budget}) generated {generated} tokens"
@@ -374,7 +377,7 @@ class BackendConformanceTests(BackendContractTests):
         before = self.info()
         first, second = (self.processor(task, sampling_params={"max_tokens": 4}) for _ in range(2))
 
-        ray.data.DataContext.get_current().execution_options.preserve_order = True
+        keep_input_order()
         # A module-level function: a closure over the test instance would ship the adapter's
         # test module (and its helpers) to the Ray workers.
         ds = first(ray.data.from_items(self.rows(8, task))).map(functools.partial(_follow_up, task))
@@ -416,7 +419,7 @@ class BackendConformanceTests(BackendContractTests):
             relayllm.get_deployment(ref.name)
 
 
-def _follow_up(task: str, row: dict[str, Any]) -> dict[str, Any]:
+def _follow_up(task: Task, row: dict[str, Any]) -> dict[str, Any]:
     """The second processor's row: asks about the first one's answer."""
     return {
         "id": row["id"],
@@ -427,7 +430,7 @@ def _follow_up(task: str, row: dict[str, Any]) -> dict[str, Any]:
 
 def _close(a: list[float], b: list[float]) -> bool:
     scale = max(1e-6, max(abs(x) for x in a + b))
-    return len(a) == len(b) and all(abs(x - y) <= 1e-3 * scale for x, y in zip(a, b))
+    return len(a) == len(b) and all(abs(x - y) <= 1e-3 * scale for x, y in zip(a, b, strict=True))
 
 
 STANDARD_TESTS = tuple(standard_tests(BackendConformanceTests))

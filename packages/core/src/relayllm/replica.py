@@ -1,4 +1,4 @@
-"""The deployment interface every backend implements, and how a Backend becomes a Serve app.
+"""The replica: the base class of the Serve deployment every backend builds.
 
 The stage calls exactly three methods on a deployment: ``process_batch(requests)`` (one call,
 many rows, one result per row in order, errors as values), ``health()`` and ``info()``.
@@ -16,15 +16,11 @@ import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from relayllm.errors import EngineFailedError
+from relayllm.errors import EngineFailedError, describe_exception
 from relayllm.rows import Request, Result, error_result
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
-    from ray.serve import Application
-
-    from relayllm.backend import Backend
-    from relayllm.deployments import DeploymentConfig
 
 logger = logging.getLogger(__name__)
 
@@ -113,9 +109,9 @@ class BatchDeployment:
         batch_future: asyncio.Future[list[Result]] = asyncio.get_running_loop().create_future()
         for request in requests:
             rid = request.get("request_id")
-            if rid in self._finished:
+            if rid is not None and rid in self._finished:
                 sources.append((None, self._finished[rid]))
-            elif rid in self._inflight:
+            elif rid is not None and rid in self._inflight:
                 sources.append(self._inflight[rid])
             else:
                 source = (batch_future, len(fresh))
@@ -222,7 +218,7 @@ class BatchDeployment:
         except (asyncio.CancelledError, EngineFailedError):
             raise
         except Exception as exc:  # a row's failure is that row's value
-            return error_result(_describe(exc))
+            return error_result(describe_exception(exc))
 
     async def _retire(self) -> None:
         await asyncio.sleep(RETIRE_DELAY_S)
@@ -243,16 +239,16 @@ class BatchDeployment:
         except EngineFailedError as exc:  # the call fails, not its rows: nothing is cached
             self.engine_failed(str(exc))
             for request in fresh:
-                self._inflight.pop(request.get("request_id"), None)
+                self._inflight.pop(request.get("request_id") or "", None)
             if not future.done():
                 future.set_exception(exc)
             return
         except Exception as exc:
             logger.exception("batch failed in %s", type(self).__name__)
-            results = [error_result(_describe(exc)) for _ in fresh]
+            results = [error_result(describe_exception(exc)) for _ in fresh]
         self.rows += len(fresh)
         self._last_answer = time.monotonic()
-        for request, result in zip(fresh, results):
+        for request, result in zip(fresh, results, strict=True):
             rid = request.get("request_id")
             if rid is not None:
                 self._inflight.pop(rid, None)
@@ -261,11 +257,6 @@ class BatchDeployment:
             self._finished.popitem(last=False)
         if not future.done():
             future.set_result(results)
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _replica_id() -> str | None:
@@ -286,43 +277,4 @@ def _node_id() -> str | None:
         return None
 
 
-def build_application(
-    backend: type[Backend], config: DeploymentConfig, options: BaseModel
-) -> Application:
-    """Turn a backend + config into a Serve application (pure: nothing runs yet)."""
-    from ray import serve
-
-    from relayllm.deployments import normalized_config
-
-    cls = backend.deployment_class()
-    deployment = serve.deployment(cls).options(**serve_options(backend, config, options))
-    # The replica gets the validated Options instance itself (typed), not a dict to re-parse.
-    return deployment.bind(options, normalized_config(config, backend, options))
-
-
-def serve_options(
-    backend: type[Backend], config: DeploymentConfig, options: BaseModel
-) -> dict[str, Any]:
-    """The ``serve.deployment`` options of ``config``: replicas, resources, placement."""
-    serve_options: dict[str, Any] = {
-        "name": config.name,
-        "max_ongoing_requests": config.max_ongoing_requests,
-        "health_check_period_s": config.health_check_period_s,
-        "health_check_timeout_s": config.health_check_timeout_s,
-        # One access-log line per batch drowns the job's own output; errors are still logged.
-        "logging_config": {"enable_access_log": False},
-    }
-    serve_options.update(backend.deployment_options(options))
-    if config.ray_actor_options:
-        serve_options["ray_actor_options"] = {
-            **serve_options.get("ray_actor_options", {}),
-            **config.ray_actor_options,
-        }
-    if config.autoscaling_config:
-        serve_options["autoscaling_config"] = config.autoscaling_config
-    else:
-        serve_options["num_replicas"] = config.num_replicas
-    return serve_options
-
-
-__all__ = ["RESULT_CACHE_SIZE", "BatchDeployment", "build_application", "serve_options"]
+__all__ = ["RESULT_CACHE_SIZE", "BatchDeployment"]

