@@ -285,7 +285,7 @@ class VLLMDeployment(BatchDeployment):
         # that is stopped (SIGSTOP, a debugger) or gone can serve nothing.
         stuck = _stuck_process(self.engine_cores)
         if stuck:
-            raise EngineFailedError(f"the vLLM engine is hung: {stuck}")
+            raise EngineFailedError(f"the vLLM engine cannot serve (hung or dead): {stuck}")
         await self.engine.check_health()
 
     def stop_engine(self) -> None:
