@@ -66,7 +66,7 @@ ROWS = {
         "vLLM engine asked for a KV cache of 4x the node's memory",
         "DeploymentStartError (asked vs available GiB) after {value} s, before any engine "
         "process started; no actor left",
-        "< 180 s, nothing left",
+        "< 300 s, nothing left",
     ),
     "engine_start_failure_s": (
         "Engine fails to start (constructor raises; a placement group reserved)",
