@@ -62,6 +62,12 @@ ROWS = {
         "{job_end_after_shutdown_s} s after the shutdown",
         "< 30 s (92 s before the fail-fast check)",
     ),
+    "vllm_engine_too_big_s": (
+        "vLLM engine asked for a KV cache of 4x the node's memory",
+        "DeploymentStartError (asked vs available GiB) after {value} s, before any engine "
+        "process started; no actor left",
+        "< 300 s, nothing left",
+    ),
     "engine_start_failure_s": (
         "Engine fails to start (constructor raises; a placement group reserved)",
         "DeploymentStartError after {value} s; no actor, no placement group left",

@@ -2,6 +2,7 @@
 
 import os
 import signal
+import time
 
 import relayllm
 from relayllm import DeploymentConfig, ProcessorConfig, build_processor
@@ -64,3 +65,41 @@ def test_an_engine_that_dies_fails_its_calls_not_its_rows(background_job):
     last = ref.handle().info.remote().result(timeout_s=30)
     assert last["pid"] != first["pid"], "the replica retired and Serve started another"
     relayllm.shutdown("engine-dies")
+
+
+def test_an_engine_that_hangs_is_found_by_the_health_check_and_loses_no_row(background_job):
+    """The replica's engine stops answering (calls wait forever, as on a SIGSTOPped vLLM
+    EngineCore): the health check finds it, the calls waiting on it fail at once (they would
+    otherwise wait for timeout_s), the replica retires and the stage retries elsewhere."""
+    ref = relayllm.deploy(
+        DeploymentConfig(
+            name="engine-hangs",
+            backend="echo",
+            options={"delay_s": 0.05, "engine_hangs_after_rows": 400},
+            health_check_period_s=1,
+            health_check_timeout_s=10,
+        )
+    )
+    first = ref.handle().info.remote().result(timeout_s=30)
+    proc = build_processor(
+        ProcessorConfig(
+            # timeout_s far above the bound below: the calls must not be freed by timing out
+            deployment="engine-hangs",
+            task="completion",
+            batch_size=20,
+            max_retries=6,
+            timeout_s=600,
+        )
+    )
+    started = time.monotonic()
+    out = background_job(
+        proc, [{"id": i, "prompt": f"row {i}"} for i in range(1000)], blocks=10
+    ).finish(300)
+    elapsed = time.monotonic() - started
+    ids = [r["id"] for r in out]
+    assert sorted(ids) == list(range(1000)), "every row exactly once"
+    assert [r["error"] for r in out if r["error"]] == [], "no row got the hang as its error"
+    last = ref.handle().info.remote().result(timeout_s=30)
+    assert last["pid"] != first["pid"], "the replica retired and Serve started another"
+    assert elapsed < 300, "the hung calls were freed by the health check, not by timeout_s"
+    relayllm.shutdown("engine-hangs")

