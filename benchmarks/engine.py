@@ -27,11 +27,23 @@ from typing import Any
 from _common import write_results  # the script's folder is on sys.path
 
 TOPICS = [
-    "the capital of France", "how bees make honey", "why the sky is blue", "the water cycle",
-    "photosynthesis", "how a bicycle works", "the moon's phases", "why leaves change color",
-    "how rain forms", "what a volcano is", "how magnets work", "why we need sleep",
-    "how bread rises", "what an atom is", "how birds fly", "why the sea is salty",
-]  # fmt: skip
+    "the capital of France",
+    "how bees make honey",
+    "why the sky is blue",
+    "the water cycle",
+    "photosynthesis",
+    "how a bicycle works",
+    "the moon's phases",
+    "why leaves change color",
+    "how rain forms",
+    "what a volcano is",
+    "how magnets work",
+    "why we need sleep",
+    "how bread rises",
+    "what an atom is",
+    "how birds fly",
+    "why the sea is salty",
+]
 
 
 def prompts(n: int) -> list[list[dict[str, str]]]:
@@ -77,8 +89,14 @@ def run_raw(args: argparse.Namespace) -> dict[str, Any]:
     outputs = llm.chat(prompts(args.rows), params, use_tqdm=False)
     elapsed = time.perf_counter() - started
     tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
-    return {"side": "raw vLLM (LLM.chat)", "engine_start_s": start_s, "seconds": elapsed,
-            "rows": len(outputs), "output_tokens": tokens, "errors": 0}  # fmt: skip
+    return {
+        "side": "raw vLLM (LLM.chat)",
+        "engine_start_s": start_s,
+        "seconds": elapsed,
+        "rows": len(outputs),
+        "output_tokens": tokens,
+        "errors": 0,
+    }
 
 
 def run_relayllm(args: argparse.Namespace) -> dict[str, Any]:
@@ -105,15 +123,33 @@ def run_relayllm(args: argparse.Namespace) -> dict[str, Any]:
     elapsed = time.perf_counter() - started
     relayllm.shutdown("bench-engine")
     ray.shutdown()
-    return {"side": "relayllm + vllm backend", "engine_start_s": start_s, "seconds": elapsed,
-            "rows": len(out), "output_tokens": sum(r["num_generated_tokens"] or 0 for r in out),
-            "errors": sum(1 for r in out if r["error"])}  # fmt: skip
+    return {
+        "side": "relayllm + vllm backend",
+        "engine_start_s": start_s,
+        "seconds": elapsed,
+        "rows": len(out),
+        "output_tokens": sum(r["num_generated_tokens"] or 0 for r in out),
+        "errors": sum(1 for r in out if r["error"]),
+    }
 
 
 def child(side: str, args: argparse.Namespace) -> dict[str, Any]:
-    command = [sys.executable, __file__, "--side", side, "--rows", str(args.rows),
-               "--max-tokens", str(args.max_tokens), "--max-model-len", str(args.max_model_len),
-               "--batch-size", str(args.batch_size), "--model", args.model]  # fmt: skip
+    command = [
+        sys.executable,
+        __file__,
+        "--side",
+        side,
+        "--rows",
+        str(args.rows),
+        "--max-tokens",
+        str(args.max_tokens),
+        "--max-model-len",
+        str(args.max_model_len),
+        "--batch-size",
+        str(args.batch_size),
+        "--model",
+        args.model,
+    ]
     done = subprocess.run(command, capture_output=True, text=True)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode != 0 or not lines:
@@ -163,8 +199,10 @@ def main() -> None:
         f"\n{'side':<26} {'rows':>5} {'out tokens':>10} {'seconds':>8} {'tokens/s':>9} {'errors':>6}"
     )
     for r in results:
-        print(f"{r['side']:<26} {r['rows']:>5} {r['output_tokens']:>10} {r['seconds']:>8.1f} "
-              f"{r['output_tokens_per_s']:>9.1f} {r['errors']:>6}")  # fmt: skip
+        print(
+            f"{r['side']:<26} {r['rows']:>5} {r['output_tokens']:>10} {r['seconds']:>8.1f} "
+            f"{r['output_tokens_per_s']:>9.1f} {r['errors']:>6}"
+        )
     print(
         f"\nrelayllm / raw vLLM = {ratio:.2f}x (target >= 0.85x: {'met' if ratio >= 0.85 else 'NOT met'})"
     )

@@ -33,11 +33,15 @@ from typing import Any
 from _common import Sampler, write_results  # the script's folder is on sys.path
 
 QUESTIONS = [
-    "What is the capital of France?", "How many days are there in a week?",
-    "What color is the sky on a clear day?", "What is the largest planet in our solar system?",
-    "Who wrote Romeo and Juliet?", "What do bees make?",
-    "What is the boiling point of water in Celsius?", "How many legs does a spider have?",
-]  # fmt: skip
+    "What is the capital of France?",
+    "How many days are there in a week?",
+    "What color is the sky on a clear day?",
+    "What is the largest planet in our solar system?",
+    "Who wrote Romeo and Juliet?",
+    "What do bees make?",
+    "What is the boiling point of water in Celsius?",
+    "How many legs does a spider have?",
+]
 
 
 class PeakMemory(Sampler):
@@ -76,8 +80,11 @@ def run_variant(variant: str, args: argparse.Namespace) -> dict[str, Any]:
 
     def shorten(row: dict[str, Any]) -> dict[str, Any]:
         prompt = f"Make this answer shorter, ten words at most: {row['generated_text']}"
-        return {"id": row["id"], "answer": row["generated_text"],
-                "messages": [{"role": "user", "content": prompt}]}  # fmt: skip
+        return {
+            "id": row["id"],
+            "answer": row["generated_text"],
+            "messages": [{"role": "user", "content": prompt}],
+        }
 
     with PeakMemory() as memory:
         started = time.perf_counter()
@@ -89,12 +96,20 @@ def run_variant(variant: str, args: argparse.Namespace) -> dict[str, Any]:
         for config in configs:
             relayllm.deploy(config)
         ready = time.perf_counter()
-        first = relayllm.build_processor(relayllm.ProcessorConfig(
-            deployment=names[0], batch_size=args.batch_size,
-            sampling_params={"temperature": 0.0, "max_tokens": args.max_tokens}))  # fmt: skip
-        second = relayllm.build_processor(relayllm.ProcessorConfig(
-            deployment=names[-1], batch_size=args.batch_size,
-            sampling_params={"temperature": 0.0, "max_tokens": args.max_tokens // 2}))  # fmt: skip
+        first = relayllm.build_processor(
+            relayllm.ProcessorConfig(
+                deployment=names[0],
+                batch_size=args.batch_size,
+                sampling_params={"temperature": 0.0, "max_tokens": args.max_tokens},
+            )
+        )
+        second = relayllm.build_processor(
+            relayllm.ProcessorConfig(
+                deployment=names[-1],
+                batch_size=args.batch_size,
+                sampling_params={"temperature": 0.0, "max_tokens": args.max_tokens // 2},
+            )
+        )
         out = second(first(ray.data.from_items(rows).map(ask)).map(shorten)).take_all()
         finished = time.perf_counter()
         infos = [relayllm.get_deployment(n).handle().info.remote().result() for n in names]
@@ -116,9 +131,22 @@ def run_variant(variant: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def child(variant: str, args: argparse.Namespace) -> dict[str, Any]:
-    command = [sys.executable, __file__, "--variant", variant, "--rows", str(args.rows),
-               "--max-tokens", str(args.max_tokens), "--max-model-len", str(args.max_model_len),
-               "--batch-size", str(args.batch_size), "--model", args.model]  # fmt: skip
+    command = [
+        sys.executable,
+        __file__,
+        "--variant",
+        variant,
+        "--rows",
+        str(args.rows),
+        "--max-tokens",
+        str(args.max_tokens),
+        "--max-model-len",
+        str(args.max_model_len),
+        "--batch-size",
+        str(args.batch_size),
+        "--model",
+        args.model,
+    ]
     done = subprocess.run(command, capture_output=True, text=True)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode != 0 or not lines:
@@ -167,12 +195,16 @@ def main() -> None:
     }
     write_results("multiturn", report)
 
-    print(f"\n{'variant':<9} {'loads':>5} {'rows':>5} {'errors':>6} {'wall s':>7} {'start s':>7} "
-          f"{'run s':>6} {'rows/s':>7} {'peak GiB':>8}")  # fmt: skip
+    print(
+        f"\n{'variant':<9} {'loads':>5} {'rows':>5} {'errors':>6} {'wall s':>7} {'start s':>7} "
+        f"{'run s':>6} {'rows/s':>7} {'peak GiB':>8}"
+    )
     for r in results:
-        print(f"{r['variant']:<9} {r['model_loads']:>5} {r['rows']:>5} {r['errors']:>6} "
-              f"{r['wall_s']:>7.1f} {r['engine_ready_s']:>7.1f} {r['pipeline_s']:>6.1f} "
-              f"{r['rows_per_s']:>7.2f} {r['peak_rss_gib']:>8.2f}")  # fmt: skip
+        print(
+            f"{r['variant']:<9} {r['model_loads']:>5} {r['rows']:>5} {r['errors']:>6} "
+            f"{r['wall_s']:>7.1f} {r['engine_ready_s']:>7.1f} {r['pipeline_s']:>6.1f} "
+            f"{r['rows_per_s']:>7.2f} {r['peak_rss_gib']:>8.2f}"
+        )
     print(
         f"\nshared is {report['speedup_shared_vs_separate']:.2f}x faster end to end; "
         f"target {'met' if report['target_met'] else 'NOT met'}"

@@ -100,8 +100,14 @@ def run_relayllm_actor_transport(ds, batch_size: int = BATCH_SIZE):
 
 
 def run_hand_written(ds, batch_size: int = BATCH_SIZE):
-    return ds.map_batches(HandWrittenClient, batch_size=batch_size, batch_format="pyarrow",
-                          zero_copy_batch=True, compute=ray.data.ActorPoolStrategy(size=1), num_cpus=0.25)  # fmt: skip
+    return ds.map_batches(
+        HandWrittenClient,
+        batch_size=batch_size,
+        batch_format="pyarrow",
+        zero_copy_batch=True,
+        compute=ray.data.ActorPoolStrategy(size=1),
+        num_cpus=0.25,
+    )
 
 
 def run_ray_data_llm(ds, batch_size: int = BATCH_SIZE):
@@ -116,10 +122,17 @@ def run_ray_data_llm(ds, batch_size: int = BATCH_SIZE):
     )
     proc = build_llm(
         config,
-        preprocess=lambda row: {"id": row["id"], "method": "chat_stream",
-                                "request_kwargs": {"task": "completion", "prompt": row["prompt"], "sampling_params": {}}},
+        preprocess=lambda row: {
+            "id": row["id"],
+            "method": "chat_stream",
+            "request_kwargs": {
+                "task": "completion",
+                "prompt": row["prompt"],
+                "sampling_params": {},
+            },
+        },
         postprocess=lambda row: {"id": row["id"], "generated_text": row["generated_text"]},
-    )  # fmt: skip
+    )
     return proc(ds)
 
 
@@ -331,9 +344,12 @@ def run_size(
                 continue
             sample = measure(CONTENDERS[name], ds, rows)
             samples[name].append(sample)
-            print(f"  {rows:>9,} rows, round {round_}: {name:>26} {sample['rows_per_s']:>9,.0f} rows/s "
-                  f"{sample['cpu_us_per_row'] or 0:>7.0f} CPU us/row "
-                  f"{sample['driver_peak_rss_mib']:>6.0f} MiB driver", flush=True)  # fmt: skip
+            print(
+                f"  {rows:>9,} rows, round {round_}: {name:>26} {sample['rows_per_s']:>9,.0f} rows/s "
+                f"{sample['cpu_us_per_row'] or 0:>7.0f} CPU us/row "
+                f"{sample['driver_peak_rss_mib']:>6.0f} MiB driver",
+                flush=True,
+            )
     return samples
 
 
@@ -352,9 +368,11 @@ def summarize(samples: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, f
 def ratios(summary: dict[str, dict[str, float]]) -> dict[str, float]:
     out = {}
     ours = summary["relayllm"]["rows_per_s"]
-    for other, label in [("hand-written", "relayllm / hand-written"),
-                         ("ray.data.llm", "relayllm / ray.data.llm"),
-                         ("relayllm (actor transport)", "relayllm / relayllm (actor transport)")]:  # fmt: skip
+    for other, label in [
+        ("hand-written", "relayllm / hand-written"),
+        ("ray.data.llm", "relayllm / ray.data.llm"),
+        ("relayllm (actor transport)", "relayllm / relayllm (actor transport)"),
+    ]:
         if other in summary:
             out[label] = ours / summary[other]["rows_per_s"]
     return out
@@ -409,8 +427,15 @@ def main() -> None:
 
     from report import overhead_targets  # the one place that judges the targets
 
-    report = {"host": host, "batch_size": BATCH_SIZE, "rows_per_block": args.rows_per_block, "repeats": args.repeats,
-              "llm_repeats": args.llm_repeats, "sizes": results, "targets": overhead_targets(results)}  # fmt: skip
+    report = {
+        "host": host,
+        "batch_size": BATCH_SIZE,
+        "rows_per_block": args.rows_per_block,
+        "repeats": args.repeats,
+        "llm_repeats": args.llm_repeats,
+        "sizes": results,
+        "targets": overhead_targets(results),
+    }
     print_table(report)
     from _common import write_results  # the script's folder is on sys.path
 
@@ -422,8 +447,10 @@ def print_table(report: dict[str, Any]) -> None:
     print(f"\n{'rows':>9} {'contender':>26} {'rows/s':>9} {'CPU us/row':>10} {'driver MiB':>10}")
     for size in report["sizes"]:
         for name, m in size["median"].items():
-            print(f"{size['rows']:>9,} {name:>26} {m['rows_per_s']:>9,.0f} {m['cpu_us_per_row']:>10.0f} "
-                  f"{m['driver_peak_rss_mib']:>10.0f}")  # fmt: skip
+            print(
+                f"{size['rows']:>9,} {name:>26} {m['rows_per_s']:>9,.0f} {m['cpu_us_per_row']:>10.0f} "
+                f"{m['driver_peak_rss_mib']:>10.0f}"
+            )
     for t in report["targets"]:
         print(f"{t['target']}: {t['measured']} ({'met' if t['met'] else 'NOT met'})")
 

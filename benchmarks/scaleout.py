@@ -55,16 +55,28 @@ def autoscaling_config(max_replicas: int, target: int) -> dict[str, Any]:
 def deploy(args: argparse.Namespace, *, replicas: int = 1, autoscale_to: int | None = None) -> None:
     if DEPLOYMENT in {d.name for d in relayllm.list_deployments()}:
         relayllm.shutdown(DEPLOYMENT)  # a new replica count: start afresh
-    relayllm.deploy(DeploymentConfig(
-        name=DEPLOYMENT, backend="echo", options={"delay_s": args.delay_s},
-        max_ongoing_requests=args.slots, num_replicas=replicas,
-        autoscaling_config=autoscaling_config(autoscale_to, args.slots) if autoscale_to else None,
-    ))  # fmt: skip
+    relayllm.deploy(
+        DeploymentConfig(
+            name=DEPLOYMENT,
+            backend="echo",
+            options={"delay_s": args.delay_s},
+            max_ongoing_requests=args.slots,
+            num_replicas=replicas,
+            autoscaling_config=autoscaling_config(autoscale_to, args.slots)
+            if autoscale_to
+            else None,
+        )
+    )
 
 
 def processor(actors: int, in_flight: int = IN_FLIGHT):
-    config = ProcessorConfig(deployment=DEPLOYMENT, task="completion", batch_size=BATCH_SIZE,
-                             concurrency=actors, max_in_flight_batches=in_flight)  # fmt: skip
+    config = ProcessorConfig(
+        deployment=DEPLOYMENT,
+        task="completion",
+        batch_size=BATCH_SIZE,
+        concurrency=actors,
+        max_in_flight_batches=in_flight,
+    )
     proc = build_processor(config)
     return lambda ds, _batch_size: proc(ds)
 
@@ -98,12 +110,22 @@ def grid(args: argparse.Namespace) -> list[dict[str, Any]]:
             runs = [measure(processor(actors), ds, rows) for _ in range(args.repeats)]
             best = max(runs, key=lambda r: r["steady_rows_per_s"] or 0)
             ideal = min(replicas * args.slots, actors * IN_FLIGHT) * BATCH_SIZE / args.delay_s
-            results.append({"replicas": replicas, "stage_actors": actors, "rows": rows,
-                            "steady_rows_per_s": best["steady_rows_per_s"],
-                            "end_to_end_rows_per_s": best["rows_per_s"], "ideal_rows_per_s": ideal,
-                            "runs": runs})  # fmt: skip
-            print(f"  {replicas} replicas, {actors} stage actors: {best['steady_rows_per_s']:>7,.0f} rows/s "
-                  f"(ideal {ideal:,.0f}; end to end {best['rows_per_s']:,.0f})", flush=True)  # fmt: skip
+            results.append(
+                {
+                    "replicas": replicas,
+                    "stage_actors": actors,
+                    "rows": rows,
+                    "steady_rows_per_s": best["steady_rows_per_s"],
+                    "end_to_end_rows_per_s": best["rows_per_s"],
+                    "ideal_rows_per_s": ideal,
+                    "runs": runs,
+                }
+            )
+            print(
+                f"  {replicas} replicas, {actors} stage actors: {best['steady_rows_per_s']:>7,.0f} rows/s "
+                f"(ideal {ideal:,.0f}; end to end {best['rows_per_s']:,.0f})",
+                flush=True,
+            )
     return results
 
 
@@ -116,10 +138,19 @@ def autoscaling(args: argparse.Namespace) -> list[dict[str, Any]]:
         with ReplicaTimeline() as timeline:
             run = measure(processor(1, in_flight), ds, rows)
         peak = max((n for _, n in timeline.samples), default=0)
-        results.append({"stage_actors": 1, "max_in_flight_batches": in_flight, "rows": rows,
-                        "max_replicas": 4, "peak_replicas": peak, "replicas_over_time": timeline.samples,
-                        "steady_rows_per_s": run["steady_rows_per_s"], "end_to_end_rows_per_s": run["rows_per_s"],
-                        "seconds": run["seconds"]})  # fmt: skip
+        results.append(
+            {
+                "stage_actors": 1,
+                "max_in_flight_batches": in_flight,
+                "rows": rows,
+                "max_replicas": 4,
+                "peak_replicas": peak,
+                "replicas_over_time": timeline.samples,
+                "steady_rows_per_s": run["steady_rows_per_s"],
+                "end_to_end_rows_per_s": run["rows_per_s"],
+                "seconds": run["seconds"],
+            }
+        )
         print(
             f"  autoscaling 1..4, max_in_flight_batches={in_flight}: reached {peak} replicas, "
             f"{run['rows_per_s']:,.0f} rows/s end to end over {run['seconds']:.0f}s",
@@ -157,9 +188,15 @@ def main() -> None:
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     ray.data.DataContext.get_current().enable_progress_bars = False
     enable_echo_backend()
-    report = {"host": host, "delay_s": args.delay_s, "batch_size": BATCH_SIZE, "slots": args.slots,
-              "max_in_flight_batches": IN_FLIGHT, "rows_per_block": args.rows_per_block,
-              "grid": grid(args)}  # fmt: skip
+    report = {
+        "host": host,
+        "delay_s": args.delay_s,
+        "batch_size": BATCH_SIZE,
+        "slots": args.slots,
+        "max_in_flight_batches": IN_FLIGHT,
+        "rows_per_block": args.rows_per_block,
+        "grid": grid(args),
+    }
     if not args.skip_autoscaling:
         report["autoscaling_config"] = autoscaling_config(4, args.slots)
         report["autoscaling"] = autoscaling(args)

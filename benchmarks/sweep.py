@@ -25,17 +25,33 @@ from overhead import host_facts  # the script's folder is on sys.path
 DEPLOYMENT = "bench-sweep"
 
 QUESTIONS = [
-    "Why is the sky blue?", "How do bees make honey?", "What is photosynthesis?",
-    "How does a bicycle stay upright?", "Why do leaves change color?", "What is a volcano?",
-    "How do magnets work?", "Why do we need sleep?", "How does bread rise?", "What is an atom?",
-    "How do birds fly?", "Why is the sea salty?", "What causes rain?", "How do tides work?",
-    "What is gravity?", "Why do cats purr?",
-]  # fmt: skip
+    "Why is the sky blue?",
+    "How do bees make honey?",
+    "What is photosynthesis?",
+    "How does a bicycle stay upright?",
+    "Why do leaves change color?",
+    "What is a volcano?",
+    "How do magnets work?",
+    "Why do we need sleep?",
+    "How does bread rise?",
+    "What is an atom?",
+    "How do birds fly?",
+    "Why is the sea salty?",
+    "What causes rain?",
+    "How do tides work?",
+    "What is gravity?",
+    "Why do cats purr?",
+]
 
 
 def rows(n: int) -> list[dict[str, Any]]:
-    return [{"id": i, "messages": [{"role": "user", "content": f"{QUESTIONS[i % len(QUESTIONS)]} ({i})"}]}
-            for i in range(n)]  # fmt: skip
+    return [
+        {
+            "id": i,
+            "messages": [{"role": "user", "content": f"{QUESTIONS[i % len(QUESTIONS)]} ({i})"}],
+        }
+        for i in range(n)
+    ]
 
 
 def run_setting(batch_size: int, in_flight: int, n: int, max_tokens: int) -> dict[str, Any]:
@@ -43,17 +59,28 @@ def run_setting(batch_size: int, in_flight: int, n: int, max_tokens: int) -> dic
 
     from relayllm import ProcessorConfig, build_processor
 
-    config = ProcessorConfig(deployment=DEPLOYMENT, batch_size=batch_size, max_in_flight_batches=in_flight,
-                             sampling_params={"temperature": 0.0, "max_tokens": max_tokens})  # fmt: skip
+    config = ProcessorConfig(
+        deployment=DEPLOYMENT,
+        batch_size=batch_size,
+        max_in_flight_batches=in_flight,
+        sampling_params={"temperature": 0.0, "max_tokens": max_tokens},
+    )
     ds = ray.data.from_items(rows(n), override_num_blocks=1)
     start = time.perf_counter()
     out = build_processor(config)(ds).take_all()
     seconds = time.perf_counter() - start
     tokens = sum(r["num_generated_tokens"] or 0 for r in out)
     errors = sum(1 for r in out if r["error"])
-    return {"batch_size": batch_size, "max_in_flight_batches": in_flight, "rows": len(out),
-            "errors": errors, "output_tokens": tokens, "seconds": seconds,
-            "output_tokens_per_s": tokens / seconds, "rows_per_s": len(out) / seconds}  # fmt: skip
+    return {
+        "batch_size": batch_size,
+        "max_in_flight_batches": in_flight,
+        "rows": len(out),
+        "errors": errors,
+        "output_tokens": tokens,
+        "seconds": seconds,
+        "output_tokens_per_s": tokens / seconds,
+        "rows_per_s": len(out) / seconds,
+    }
 
 
 def _ints(text: str) -> list[int]:
@@ -105,19 +132,27 @@ def main() -> None:
         for batch_size, in_flight in order:
             r = run_setting(batch_size, in_flight, args.rows, args.max_tokens)
             samples[(batch_size, in_flight)].append(r)
-            print(f"  round {round_}: batch_size {batch_size:>4}, max_in_flight_batches {in_flight}: "
-                  f"{r['output_tokens_per_s']:6.1f} output tokens/s ({r['seconds']:.1f}s, {r['errors']} errors)",
-                  flush=True)  # fmt: skip
+            print(
+                f"  round {round_}: batch_size {batch_size:>4}, max_in_flight_batches {in_flight}: "
+                f"{r['output_tokens_per_s']:6.1f} output tokens/s ({r['seconds']:.1f}s, {r['errors']} errors)",
+                flush=True,
+            )
     relayllm.shutdown(DEPLOYMENT)
     runs = []
     for (batch_size, in_flight), rs in samples.items():
-        runs.append({
-            "batch_size": batch_size, "max_in_flight_batches": in_flight, "rows": rs[0]["rows"],
-            "errors": sum(r["errors"] for r in rs),
-            **{key: statistics.median(r[key] for r in rs)
-               for key in ("output_tokens", "seconds", "output_tokens_per_s", "rows_per_s")},
-            "samples": rs,
-        })  # fmt: skip
+        runs.append(
+            {
+                "batch_size": batch_size,
+                "max_in_flight_batches": in_flight,
+                "rows": rs[0]["rows"],
+                "errors": sum(r["errors"] for r in rs),
+                **{
+                    key: statistics.median(r[key] for r in rs)
+                    for key in ("output_tokens", "seconds", "output_tokens_per_s", "rows_per_s")
+                },
+                "samples": rs,
+            }
+        )
 
     best = max(runs, key=lambda r: r["output_tokens_per_s"])
     mine = next(
@@ -126,17 +161,32 @@ def main() -> None:
     share = mine["output_tokens_per_s"] / best["output_tokens_per_s"]
     from _common import write_results
 
-    path = write_results("sweep", {
-        "host": host, "model": args.model, "rows": args.rows, "max_tokens": args.max_tokens,
-        "max_model_len": args.max_model_len, "engine_start_s": engine_start_s, "rounds": args.rounds,
-        "orders": orders,
-        "default": default, "runs": runs,
-        "best": {"batch_size": best["batch_size"], "max_in_flight_batches": best["max_in_flight_batches"]},
-        "default_share_of_best": share, "target": "defaults within 10% of the best setting",
-        "target_met": share >= 0.9,
-    })  # fmt: skip
-    print(f"\ndefaults ({default['batch_size']} x {default['max_in_flight_batches']}) reach {share:.0%} of the "
-          f"best ({best['batch_size']} x {best['max_in_flight_batches']}); results: {path}")  # fmt: skip
+    path = write_results(
+        "sweep",
+        {
+            "host": host,
+            "model": args.model,
+            "rows": args.rows,
+            "max_tokens": args.max_tokens,
+            "max_model_len": args.max_model_len,
+            "engine_start_s": engine_start_s,
+            "rounds": args.rounds,
+            "orders": orders,
+            "default": default,
+            "runs": runs,
+            "best": {
+                "batch_size": best["batch_size"],
+                "max_in_flight_batches": best["max_in_flight_batches"],
+            },
+            "default_share_of_best": share,
+            "target": "defaults within 10% of the best setting",
+            "target_met": share >= 0.9,
+        },
+    )
+    print(
+        f"\ndefaults ({default['batch_size']} x {default['max_in_flight_batches']}) reach {share:.0%} of the "
+        f"best ({best['batch_size']} x {best['max_in_flight_batches']}); results: {path}"
+    )
 
 
 if __name__ == "__main__":

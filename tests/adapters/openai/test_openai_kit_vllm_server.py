@@ -80,11 +80,24 @@ def vllm_server(tmp_path_factory, test_key):
     )
     log_path = tmp_path_factory.mktemp("vllm-server") / "server.log"
     command = [
-        sys.executable, "-c", LAUNCH, "--model", model_dir,
-        "--served-model-name", SERVED_MODEL, EXAMPLE_MODEL,
-        "--host", "127.0.0.1", "--port", str(PORT), "--enforce-eager",
-        "--gpu-memory-utilization", "0.3", "--max-model-len", str(CONTEXT_LENGTH),
-    ]  # fmt: skip
+        sys.executable,
+        "-c",
+        LAUNCH,
+        "--model",
+        model_dir,
+        "--served-model-name",
+        SERVED_MODEL,
+        EXAMPLE_MODEL,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(PORT),
+        "--enforce-eager",
+        "--gpu-memory-utilization",
+        "0.3",
+        "--max-model-len",
+        str(CONTEXT_LENGTH),
+    ]
     # The key goes through the environment, not the command line: argv is world-readable.
     env = {**os.environ, "VLLM_API_KEY": test_key}
     with open(log_path, "wb") as log:

@@ -38,8 +38,12 @@ def run(task: str, rows: list[dict]) -> list[dict]:
 
 
 def test_embeddings_per_row(deployment):
-    texts = ["The cat sat on the mat.", "The cat sat on the mat.", "Stock markets fell sharply.",
-             "word " * 200]  # fmt: skip
+    texts = [
+        "The cat sat on the mat.",
+        "The cat sat on the mat.",
+        "Stock markets fell sharply.",
+        "word " * 200,
+    ]
     out = run("embedding", [{"id": i, "input": t} for i, t in enumerate(texts)])
 
     assert [r["id"] for r in out] == [0, 1, 2, 3]

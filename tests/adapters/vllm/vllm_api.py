@@ -271,7 +271,12 @@ class SourceTree:
             if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
                 if node.name == name:
                     return module, node
-            elif isinstance(node, ast.AnnAssign) and _is_name(node.target, name) or isinstance(node, ast.Assign) and any(_is_name(t, name) for t in node.targets):
+            elif (
+                isinstance(node, ast.AnnAssign)
+                and _is_name(node.target, name)
+                or isinstance(node, ast.Assign)
+                and any(_is_name(t, name) for t in node.targets)
+            ):
                 return module, node
         for node in _module_level(tree):
             if isinstance(node, ast.ImportFrom):

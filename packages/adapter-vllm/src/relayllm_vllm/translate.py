@@ -14,14 +14,34 @@ from relayllm.adapters import UnsupportedParameter, check_sampling_support, pars
 
 #: OpenAI names that vLLM spells the same way.
 OPENAI_SAME_NAME = frozenset(
-    {"temperature", "top_p", "max_tokens", "stop", "seed", "n", "presence_penalty",
-     "frequency_penalty", "logit_bias", "logprobs"}
-)  # fmt: skip
+    {
+        "temperature",
+        "top_p",
+        "max_tokens",
+        "stop",
+        "seed",
+        "n",
+        "presence_penalty",
+        "frequency_penalty",
+        "logit_bias",
+        "logprobs",
+    }
+)
 #: vLLM-only sampling fields a row may set (a subset of ``vllm.SamplingParams`` fields).
 VLLM_EXTRA = frozenset(
-    {"top_k", "min_p", "repetition_penalty", "min_tokens", "stop_token_ids", "ignore_eos",
-     "skip_special_tokens", "include_stop_str_in_output", "bad_words", "allowed_token_ids"}
-)  # fmt: skip
+    {
+        "top_k",
+        "min_p",
+        "repetition_penalty",
+        "min_tokens",
+        "stop_token_ids",
+        "ignore_eos",
+        "skip_special_tokens",
+        "include_stop_str_in_output",
+        "bad_words",
+        "allowed_token_ids",
+    }
+)
 
 
 #: Every sampling_params key a row may set on this backend.

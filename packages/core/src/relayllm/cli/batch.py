@@ -5,7 +5,9 @@ from __future__ import annotations
 import contextlib
 import json
 from collections import Counter
+from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -107,7 +109,9 @@ def batch(
         from relayllm.pipelines import deployed
 
         hooks = ConsoleHooks(console, verbose)
-        lifecycle = deployed(pipeline, address=address, on_deploy=hooks.deploying)
+        lifecycle: AbstractContextManager[Any] = deployed(
+            pipeline, address=address, on_deploy=hooks.deploying
+        )
     else:
         lifecycle = contextlib.nullcontext()
     with lifecycle:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
 from relayllm.deployments import DeploymentConfig
 from relayllm.errors import ConfigError, RelayLLMError
@@ -79,11 +80,13 @@ class Pipeline:
                 continue
             served = backend.tasks_for(options)
             for j, step in enumerate(self.spec.steps):
-                if step.deployment == config.name and step.task not in served:
+                if step.deployment == config.name and step.resolved_task not in served:
                     problems.append(
                         (
                             ("steps", j, "task"),
-                            unserved_task_message(config.name, config.backend, step.task, served),
+                            unserved_task_message(
+                                config.name, config.backend, step.resolved_task, served
+                            ),
                         )
                     )
         if problems:
@@ -246,7 +249,7 @@ def _is_type_label(part: str) -> bool:
     )
 
 
-def _pydantic_message(error: dict[str, Any]) -> str:
+def _pydantic_message(error: ErrorDetails) -> str:
     kind = error["type"]
     if kind == "extra_forbidden":
         return "unknown key"

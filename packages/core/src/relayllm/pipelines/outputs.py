@@ -6,7 +6,7 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from relayllm.errors import ConfigError
 from relayllm.pipelines.spec import EXTENSIONS
@@ -72,14 +72,14 @@ class RowWriter:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         mode = "a" if append else "w"
         # Held open across blocks and closed by close(): the run owns the writer's lifetime.
-        self._file = (
+        self._file: IO[str] | None = (
             None if fmt == "parquet" else open(path, mode, encoding="utf-8", newline="")  # noqa: SIM115
         )
-        self._parquet = None
-        self._csv = None
+        self._parquet: Any = None  # a pyarrow.parquet.ParquetWriter, made by the first block
+        self._csv: Any = None  # a csv.DictWriter, made by the first block
         self._count = 0
         if fmt == "json":
-            self._file.write("[")
+            self._text().write("[")
 
     def __call__(self, rows: list[dict[str, Any]]) -> None:
         if self.columns:
@@ -95,10 +95,14 @@ class RowWriter:
                     text = ("\n" if self._count == 0 else ",\n") + text
                 else:
                     text += "\n"
-                self._file.write(text)
+                self._text().write(text)
                 self._count += 1
             # Each block reaches the disk as it finishes: a killed run keeps what it did.
-            self._file.flush()
+            self._text().flush()
+
+    def _text(self) -> IO[str]:
+        assert self._file is not None, "text formats hold a file open"
+        return self._file
 
     def _write_csv(self, rows: list[dict[str, Any]]) -> None:
         import csv
@@ -106,7 +110,8 @@ class RowWriter:
         if not rows:
             return
         if self._csv is None:
-            self._csv = csv.DictWriter(self._file, fieldnames=list(rows[0]), extrasaction="ignore")
+            fields = list(rows[0])
+            self._csv = csv.DictWriter(self._text(), fieldnames=fields, extrasaction="ignore")
             self._csv.writeheader()
         for row in rows:
             self._csv.writerow(

@@ -86,7 +86,12 @@ class StepSpec(_Strict):
 
     @property
     def template_key(self) -> str:
-        return INPUT_COLUMN[self.task or "chat"]
+        return INPUT_COLUMN[self.resolved_task]
+
+    @property
+    def resolved_task(self) -> Task:
+        """The task, once validation has inferred it (never None after that)."""
+        return self.task or "chat"
 
     def processor_config(self) -> ProcessorConfig:
         params = dict(self.sampling_params)
@@ -105,7 +110,10 @@ class StepSpec(_Strict):
             if getattr(self, k) is not None
         }
         return ProcessorConfig(
-            deployment=self.deployment, task=self.task, sampling_params=params, **tuning
+            deployment=self.deployment,
+            task=self.resolved_task,
+            sampling_params=params,
+            **tuning,
         )
 
 
