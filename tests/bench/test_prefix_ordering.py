@@ -70,10 +70,10 @@ def test_rows_sharing_a_prefix_travel_together_and_keep_their_order(probe):
     out = _run(order_by_prefix=True)
     assert [r["id"] for r in out] == list(range(32))
     assert [r["error"] for r in out] == [None] * 32
-    answered, held = zip(*(r["generated_text"].split(":") for r in out))
+    answered, held = zip(*(r["generated_text"].split(":") for r in out), strict=True)
     assert list(answered) == [f"q{i}" for i in range(32)], "each answer on its own row"
     assert set(held) == {"A", "B", "C", "D"}, "every call held one prefix only"
-    assert all(h == "ABCD"[r["id"] % 4] for h, r in zip(held, out))
+    assert all(h == "ABCD"[r["id"] % 4] for h, r in zip(held, out, strict=True))
 
 
 def test_without_the_option_calls_mix_prefixes(probe):

@@ -44,7 +44,7 @@ def head_node():
         capture_output=True,
         timeout=120,
     )  # writes Ray's token file only if there is none yet
-    log = open(os.path.join(temp, "head.log"), "w")
+    log = open(os.path.join(temp, "head.log"), "w")  # noqa: SIM115 (the head's log, open while it runs)
     head = subprocess.Popen(
         [
             str(BIN / "ray"),
@@ -783,7 +783,8 @@ from relayllm import DeploymentConfig, ProcessorConfig, build_processor
 relayllm.deploy(DeploymentConfig(name="api-echo", backend="echo"))
 answer = build_processor(ProcessorConfig(deployment="api-echo"),
     preprocess=lambda row: {**row, "messages": [{"role": "user", "content": row["question"]}]})
-print([row["generated_text"] for row in answer(ray.data.from_items([{"question": "hi there"}])).take_all()])
+rows = answer(ray.data.from_items([{"question": "hi there"}])).take_all()
+print([row["generated_text"] for row in rows])
 relayllm.shutdown("api-echo")
 """,
     )

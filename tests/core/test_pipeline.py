@@ -328,7 +328,7 @@ def test_three_steps_share_one_deployment_with_exact_counts(tmp_path):
             {
                 "id": i,
                 "question": f"q{i} " + "w " * i + ("BOOM" if i % 10 == 3 else ""),
-                "meta": '{"label": "x%d"}' % i if i % 5 else "not json",
+                "meta": f'{{"label": "x{i}"}}' if i % 5 else "not json",
                 "prompt": "an input column",
             }
         )

@@ -88,7 +88,8 @@ def download_wheel(version: str) -> Path:
 def sglang_version() -> str:
     version = pinned_version()
     assert version == SGLANG_VERSION, (
-        f"the 'engine' extra pins sglang=={version} but relayllm_sglang.SGLANG_VERSION is {SGLANG_VERSION}"
+        f"the 'engine' extra pins sglang=={version} but relayllm_sglang.SGLANG_VERSION is "
+        f"{SGLANG_VERSION}"
     )
     return version
 

@@ -71,7 +71,7 @@ class Shifted(Correct):
         results = await super().run_batch(requests)
         texts = [r.get("generated_text") for r in results]
         texts = texts[-1:] + texts[:-1]
-        return [{**r, "generated_text": t} for r, t in zip(results, texts)]
+        return [{**r, "generated_text": t} for r, t in zip(results, texts, strict=True)]
 
 
 class IgnoresMaxTokens(Correct):

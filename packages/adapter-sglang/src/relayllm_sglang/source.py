@@ -235,7 +235,7 @@ class SourceTree:
         values: set[str] = set()
         for node in ast.walk(self.module(module)):
             if isinstance(node, ast.Dict):
-                for k, v in zip(node.keys, node.values):
+                for k, v in zip(node.keys, node.values, strict=True):
                     if (
                         isinstance(k, ast.Constant)
                         and k.value == key

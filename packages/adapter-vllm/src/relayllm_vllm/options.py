@@ -47,7 +47,8 @@ class VLLMOptions(BackendOptions):
 
     model: str = Field(
         default=DEMO_MODEL,
-        description=f"HF model id or local path; {DEMO_MODEL!r} is the bundled SmolLM2-135M-Instruct.",
+        description=f"HF model id or local path; {DEMO_MODEL!r} is the bundled "
+        "SmolLM2-135M-Instruct.",
     )
     tokenizer: str | None = None
     dtype: str = "auto"
@@ -81,7 +82,8 @@ class VLLMOptions(BackendOptions):
     seed: int | None = None
     engine_kwargs: dict[str, Any] = Field(
         default_factory=dict,
-        description="Any other vllm AsyncEngineArgs field, passed through (names checked at deploy).",
+        description="Any other vllm AsyncEngineArgs field, passed through (names checked at "
+        "deploy).",
     )
 
     @field_validator("engine_kwargs")
