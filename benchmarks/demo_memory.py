@@ -9,7 +9,8 @@ after the other, each in its own fresh process tree: *sized* is ``relayllm demo`
 machine's memory for vLLM). The whole process tree -- driver, Ray, the replica, vLLM's engine
 core -- is sampled every half second. RSS counts a page shared by several processes (torch's
 libraries) once per process, so its sum over-states; PSS splits shared pages among their users
-(and is broken down by kind of process at its peak). Then one more engine start reports ``info()``: ``engine_ready_s`` and ``engine_start_phases``.
+(and is broken down by kind of process at its peak). Then one more engine start reports
+``info()``: ``engine_ready_s`` and ``engine_start_phases``.
 Writes ``results/demo_memory.json``.
 """
 

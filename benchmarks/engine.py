@@ -196,7 +196,8 @@ def main() -> None:
     write_results("engine", report)
 
     print(
-        f"\n{'side':<26} {'rows':>5} {'out tokens':>10} {'seconds':>8} {'tokens/s':>9} {'errors':>6}"
+        f"\n{'side':<26} {'rows':>5} {'out tokens':>10} {'seconds':>8} "
+        f"{'tokens/s':>9} {'errors':>6}"
     )
     for r in results:
         print(
@@ -204,7 +205,8 @@ def main() -> None:
             f"{r['output_tokens_per_s']:>9.1f} {r['errors']:>6}"
         )
     print(
-        f"\nrelayllm / raw vLLM = {ratio:.2f}x (target >= 0.85x: {'met' if ratio >= 0.85 else 'NOT met'})"
+        f"\nrelayllm / raw vLLM = {ratio:.2f}x "
+        f"(target >= 0.85x: {'met' if ratio >= 0.85 else 'NOT met'})"
     )
 
 

@@ -345,7 +345,8 @@ def run_size(
             sample = measure(CONTENDERS[name], ds, rows)
             samples[name].append(sample)
             print(
-                f"  {rows:>9,} rows, round {round_}: {name:>26} {sample['rows_per_s']:>9,.0f} rows/s "
+                f"  {rows:>9,} rows, round {round_}: {name:>26} "
+                f"{sample['rows_per_s']:>9,.0f} rows/s "
                 f"{sample['cpu_us_per_row'] or 0:>7.0f} CPU us/row "
                 f"{sample['driver_peak_rss_mib']:>6.0f} MiB driver",
                 flush=True,
@@ -448,7 +449,8 @@ def print_table(report: dict[str, Any]) -> None:
     for size in report["sizes"]:
         for name, m in size["median"].items():
             print(
-                f"{size['rows']:>9,} {name:>26} {m['rows_per_s']:>9,.0f} {m['cpu_us_per_row']:>10.0f} "
+                f"{size['rows']:>9,} {name:>26} {m['rows_per_s']:>9,.0f} "
+                f"{m['cpu_us_per_row']:>10.0f} "
                 f"{m['driver_peak_rss_mib']:>10.0f}"
             )
     for t in report["targets"]:

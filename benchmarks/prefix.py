@@ -162,8 +162,10 @@ def run_setting(
             samples[flag].append(run_variant(flag, seed, args))
             s = samples[flag][-1]
             print(
-                f"  {label}, order_by_prefix={flag}: {s['prompt_tokens_per_s']:,.0f} prompt tokens/s, "
-                f"{s['output_tokens_per_s']:.1f} output tokens/s ({s['seconds']:.1f}s, {s['errors']} errors)",
+                f"  {label}, order_by_prefix={flag}: "
+                f"{s['prompt_tokens_per_s']:,.0f} prompt tokens/s, "
+                f"{s['output_tokens_per_s']:.1f} output tokens/s "
+                f"({s['seconds']:.1f}s, {s['errors']} errors)",
                 flush=True,
             )
     relayllm.shutdown(DEPLOYMENT)

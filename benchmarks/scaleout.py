@@ -122,7 +122,8 @@ def grid(args: argparse.Namespace) -> list[dict[str, Any]]:
                 }
             )
             print(
-                f"  {replicas} replicas, {actors} stage actors: {best['steady_rows_per_s']:>7,.0f} rows/s "
+                f"  {replicas} replicas, {actors} stage actors: "
+                f"{best['steady_rows_per_s']:>7,.0f} rows/s "
                 f"(ideal {ideal:,.0f}; end to end {best['rows_per_s']:,.0f})",
                 flush=True,
             )

@@ -134,7 +134,8 @@ def main() -> None:
             samples[(batch_size, in_flight)].append(r)
             print(
                 f"  round {round_}: batch_size {batch_size:>4}, max_in_flight_batches {in_flight}: "
-                f"{r['output_tokens_per_s']:6.1f} output tokens/s ({r['seconds']:.1f}s, {r['errors']} errors)",
+                f"{r['output_tokens_per_s']:6.1f} output tokens/s "
+                f"({r['seconds']:.1f}s, {r['errors']} errors)",
                 flush=True,
             )
     relayllm.shutdown(DEPLOYMENT)
@@ -184,7 +185,8 @@ def main() -> None:
         },
     )
     print(
-        f"\ndefaults ({default['batch_size']} x {default['max_in_flight_batches']}) reach {share:.0%} of the "
+        f"\ndefaults ({default['batch_size']} x {default['max_in_flight_batches']}) "
+        f"reach {share:.0%} of the "
         f"best ({best['batch_size']} x {best['max_in_flight_batches']}); results: {path}"
     )
 
