@@ -22,10 +22,14 @@ from relayllm.rows import (
     FINISH_REASON,
     GENERATED_TEXT,
     INPUT_COLUMN,
+    LOGPROBS,
     NUM_GENERATED_TOKENS,
     NUM_INPUT_TOKENS,
+    REASONING_CONTENT,
     REQUEST_ID,
+    SAMPLES,
     SAMPLING_PARAMS_COLUMN,
+    TOOL_CALLS,
     Task,
     check_messages,
     check_sampling_params,
@@ -233,25 +237,19 @@ def response_line(request: BatchRequest, result: dict[str, Any], model: str) -> 
             "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens},
         }
     else:
-        text = result.get(GENERATED_TEXT) or ""
-        finish = result.get(FINISH_REASON) or "stop"
+        # n > 1: one choice per sample; otherwise the row's own columns are the one choice.
+        samples = result.get(SAMPLES) or [result]
+        choices = [_choice(request.task, i, s) for i, s in enumerate(samples)]
         if request.task == "chat":
-            choice = {
-                "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "finish_reason": finish,
-                "logprobs": None,
-            }
             kind, prefix = "chat.completion", "chatcmpl"
         else:
-            choice = {"index": 0, "text": text, "finish_reason": finish, "logprobs": None}
             kind, prefix = "text_completion", "cmpl"
         body = {
             "id": f"{prefix}-{rid}",
             "object": kind,
             "created": now,
             "model": model,
-            "choices": [choice],
+            "choices": choices,
             "usage": {
                 "prompt_tokens": prompt_tokens,
                 "completion_tokens": completion_tokens,
@@ -264,6 +262,66 @@ def response_line(request: BatchRequest, result: dict[str, Any], model: str) -> 
         "response": {"status_code": 200, "request_id": rid, "body": body},
         "error": None,
     }
+
+
+def _choice(task: str, index: int, sample: dict[str, Any]) -> dict[str, Any]:
+    """One of a response's ``choices`` from a row (or one of its ``samples``), in OpenAI's
+    shape: tool calls in ``message.tool_calls``, logprobs in ``logprobs.content`` (chat) or
+    the completions API's parallel lists."""
+    text = sample.get(GENERATED_TEXT)
+    finish = sample.get(FINISH_REASON) or "stop"
+    logprobs = sample.get(LOGPROBS)
+    if task == "chat":
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if sample.get(TOOL_CALLS):
+            message["tool_calls"] = sample[TOOL_CALLS]
+        if sample.get(REASONING_CONTENT) is not None:
+            message["reasoning_content"] = sample[REASONING_CONTENT]
+        if message["content"] is None and "tool_calls" not in message:
+            message["content"] = ""
+        chat_logprobs = None
+        if logprobs is not None:
+            chat_logprobs = {"content": [_token_logprob(t) for t in logprobs], "refusal": None}
+        return {
+            "index": index,
+            "message": message,
+            "finish_reason": finish,
+            "logprobs": chat_logprobs,
+        }
+    completion_logprobs = None
+    if logprobs is not None:
+        offsets, at = [], 0
+        for entry in logprobs:
+            offsets.append(at)
+            at += len(entry.get("token") or "")
+        completion_logprobs = {
+            "tokens": [t.get("token") for t in logprobs],
+            "token_logprobs": [t.get("logprob") for t in logprobs],
+            "top_logprobs": [
+                {a["token"]: a["logprob"] for a in t.get("top_logprobs") or []} for t in logprobs
+            ],
+            "text_offset": offsets,
+        }
+    return {
+        "index": index,
+        "text": text or "",
+        "finish_reason": finish,
+        "logprobs": completion_logprobs,
+    }
+
+
+def _token_logprob(entry: dict[str, Any]) -> dict[str, Any]:
+    """A row's logprob entry in OpenAI's chat shape (with the token's UTF-8 bytes)."""
+
+    def one(token: str | None, logprob: float | None) -> dict[str, Any]:
+        token = token or ""
+        return {"token": token, "logprob": logprob, "bytes": list(token.encode("utf-8"))}
+
+    out = one(entry.get("token"), entry.get("logprob"))
+    out["top_logprobs"] = [
+        one(a.get("token"), a.get("logprob")) for a in entry.get("top_logprobs") or []
+    ]
+    return out
 
 
 def error_line(line: int, custom_id: str | None, code: str, message: str) -> dict[str, Any]:

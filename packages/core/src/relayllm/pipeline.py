@@ -40,6 +40,8 @@ from relayllm.rows import (
     OUTPUT_COLUMNS,
     TASK_OF_INPUT,
     Task,
+    features_of,
+    unsupported_features,
 )
 
 Loc = tuple[str | int, ...]
@@ -321,14 +323,21 @@ class Pipeline:
                 problems.extend(_deployment_problems(exc, i, config))
                 continue
             served = backend.tasks_for(options)
+            supported = backend.features_for(options)
             for j, step in enumerate(self.spec.steps):
-                if step.deployment == config.name and step.task not in served:
+                if step.deployment != config.name:
+                    continue
+                if step.task not in served:
                     problems.append(
                         (
                             ("steps", j, "task"),
                             unserved_task_message(config.name, config.backend, step.task, served),
                         )
                     )
+                params = step.processor_config().sampling_params
+                problem = unsupported_features(config.backend, features_of(params), supported)
+                if problem:
+                    problems.append((("steps", j, "sampling_params"), problem))
         if problems:
             raise self.located.error(problems)
 
@@ -481,7 +490,13 @@ def _data_loc(loc: tuple[Any, ...], data: Any) -> Loc:
     out: list[str | int] = []
     node = data
     for part in loc:
-        if isinstance(node, dict) and part in node or isinstance(node, list) and isinstance(part, int) and part < len(node):
+        if (
+            isinstance(node, dict)
+            and part in node
+            or isinstance(node, list)
+            and isinstance(part, int)
+            and part < len(node)
+        ):
             out.append(part)
             node = node[part]
         elif isinstance(node, dict) and isinstance(part, str) and not _is_type_label(part):
