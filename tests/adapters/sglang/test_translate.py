@@ -400,3 +400,64 @@ def test_a_single_failing_row_is_not_retried():
     got = asyncio.run(call_per_batch(failing, ["a"]))
     assert calls == [["a"]] and isinstance(got[0], RuntimeError)
     assert asyncio.run(call_per_batch(failing, [])) == []
+
+
+# -- the request/response surface: prefill, template kwargs, logprobs, structured forms -------
+
+
+def test_prefill_and_template_kwargs_reach_the_template(tokenizer):
+    prefill = [
+        {"role": "user", "content": "capital of france"},
+        {"role": "assistant", "content": "paris"},
+    ]
+    got = chat_input_ids(tokenizer, prefill, prefill=True)
+    # The assistant's message is continued: no closing </turn>, no new assistant turn.
+    assert got == ids(
+        "<s>", "<|user|>", "capital", "of", "france", "</turn>", "<|assistant|>", "paris"
+    )
+    request = chat_request(sampling_params={"chat_template_kwargs": {"x": 1}, "max_tokens": 2})
+    assert engine_input(request, tokenizer).sampling_params == {"max_new_tokens": 2}
+
+
+def test_logprobs_go_to_generate_arguments_and_come_back_as_rows(tokenizer):
+    chat = engine_input(
+        chat_request(sampling_params={"logprobs": True, "top_logprobs": 2}), tokenizer
+    )
+    cmpl = engine_input(
+        {"task": "completion", "prompt": "say hello", "sampling_params": {"prompt_logprobs": 1}},
+        tokenizer,
+    )
+    plain = engine_input(chat_request(), tokenizer)
+    assert (chat.top_logprobs, chat.prompt_logprobs, cmpl.prompt_logprobs) == (2, None, 1)
+    kwargs = generate_kwargs([chat, cmpl, plain])
+    assert kwargs["return_logprob"] == [True, True, False]
+    assert kwargs["top_logprobs_num"] == [2, 1, 0]
+    assert kwargs["logprob_start_len"] == [-1, 0, -1]
+    meta = output("paris", {"type": "stop"})
+    meta["meta_info"]["output_token_logprobs"] = [(-0.5, 9, None)]
+    meta["meta_info"]["output_top_logprobs"] = [[(-0.5, 9, None), (-1.5, 6, None), (-2.0, 7, None)]]
+    row = generation_result(meta, chat, decode=lambda i: WORDS[i])
+    assert row["logprobs"] == [
+        {
+            "token": "paris",
+            "logprob": -0.5,
+            "top_logprobs": [
+                {"token": "paris", "logprob": -0.5},
+                {"token": "hello", "logprob": -1.5},
+            ],
+        }
+    ]
+    assert "logprobs" not in generation_result(meta, plain)
+
+
+@pytest.mark.parametrize(
+    "form, value, name, sent",
+    [
+        ("choice", ["a.b", "c"], "regex", r"(a\.b|c)"),
+        ("regex", "[0-9]+", "regex", "[0-9]+"),
+        ("grammar", 'root ::= "x"', "ebnf", 'root ::= "x"'),
+        ("json", {"type": "object"}, "json_schema", '{"type": "object"}'),
+    ],
+)
+def test_structured_output_forms(form, value, name, sent):
+    assert sglang_sampling_params({"structured_outputs": {form: value}}) == {name: sent}
