@@ -185,3 +185,20 @@ def test_batch_response_line_puts_fields_where_openai_has_them():
     logprobs = body["response"]["body"]["choices"][0]["logprobs"]
     assert logprobs["tokens"] == ["Paris", "."] and logprobs["text_offset"] == [0, 5]
     assert logprobs["top_logprobs"][0] == {"Paris": -0.5, "Rome": -2.0}
+
+
+def test_a_step_keeps_another_output_with_output_field(tmp_path):
+    from relayllm.pipeline import StepSpec
+
+    step = StepSpec(
+        name="s", deployment="d", prompt="{q}", output_column="o", output_field="logprobs"
+    )
+    assert step.output_field == "logprobs"
+    with pytest.raises(ValueError, match="output_field 'tool_calls' is not an output of task"):
+        StepSpec(
+            name="s", deployment="d", prompt="{q}", output_column="o", output_field="tool_calls"
+        )
+    with pytest.raises(ValueError, match="output_field 'request_id'"):
+        StepSpec(
+            name="s", deployment="d", prompt="{q}", output_column="o", output_field="request_id"
+        )

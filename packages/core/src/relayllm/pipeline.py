@@ -41,6 +41,7 @@ from relayllm.rows import (
     TASK_OF_INPUT,
     Task,
     features_of,
+    output_fields,
     unsupported_features,
 )
 
@@ -179,6 +180,11 @@ class StepSpec(_Strict):
     output_json_field: str | None = Field(
         default=None, description="Parse the answer as JSON and keep this field of it."
     )
+    output_field: str | None = Field(
+        default=None,
+        description="Which of the step's output columns (rows.OUTPUT_SCHEMA) goes to "
+        "output_column: reasoning_content, tool_calls, logprobs, samples... Default: the answer.",
+    )
     # How the step's processor talks to the deployment (see ProcessorConfig).
     batch_size: PositiveInt | None = None
     concurrency: PositiveInt | None = None
@@ -199,6 +205,13 @@ class StepSpec(_Strict):
             )
         if self.task is None:
             self.task = inferred[given[0]] if given else "chat"
+        if self.output_field is not None:
+            written = [f.name for f in output_fields(self.task) if not f.by_stage]
+            if self.output_field not in written:
+                raise ValueError(
+                    f"output_field {self.output_field!r} is not an output of task "
+                    f"{self.task!r}; one of {', '.join(written)}"
+                )
         return self
 
     @property
@@ -742,7 +755,7 @@ class _Finish:
         elif step.messages is not None or step.prompt is not None or step.input is not None:
             row.pop(key, None)
         error = skip or (f"step {step.name!r}: {out[ERROR]}" if out[ERROR] else None)
-        value = out[ANSWER_COLUMN[step.task]]
+        value = out[step.output_field or ANSWER_COLUMN[step.task]]
         if not error and step.output_json_field:
             value, error = _json_field(value, step)
         row[step.output_column] = None if error else value
