@@ -157,8 +157,8 @@ def arrow_types() -> dict[str, Any]:
     }
 
 
-_TEXT = frozenset({"chat", "completion"})
-_CHAT = frozenset({"chat"})
+_TEXT: frozenset[Task] = frozenset({"chat", "completion"})
+_CHAT: frozenset[Task] = frozenset({"chat"})
 
 #: The columns a processor adds to every row, in this order. The optional ones (logprobs,
 #: tool calls, reasoning, samples) are null unless the request asked for them.
