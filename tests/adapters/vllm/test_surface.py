@@ -102,7 +102,9 @@ def run(rows: list[dict], task: str = "chat", **params) -> list[dict]:
     config = relayllm.ProcessorConfig(
         deployment=NAME, task=task, batch_size=8, sampling_params=params
     )
-    out = relayllm.build_processor(config)(ray.data.from_items(rows)).take_all()
+    out = relayllm.build_processor(config)(
+        ray.data.from_items(rows, override_num_blocks=1)
+    ).take_all()
     assert all(r["error"] is None for r in out), [r["error"] for r in out]
     return out
 
@@ -269,7 +271,9 @@ def test_bad_surface_requests_fail_their_row_only(deployment):
     ]
     config = relayllm.ProcessorConfig(deployment=NAME, task="chat", batch_size=8)
     ray.data.DataContext.get_current().execution_options.preserve_order = True
-    out = relayllm.build_processor(config)(ray.data.from_items(rows)).take_all()
+    out = relayllm.build_processor(config)(
+        ray.data.from_items(rows, override_num_blocks=1)
+    ).take_all()
     assert "tool_choice names 'nope'" in out[0]["error"]
     assert "forces the answer's format" in out[1]["error"]
     assert "continue_final_message needs" in out[2]["error"]
