@@ -479,7 +479,7 @@ def _batch_lines() -> tuple[list[str], dict[str, str]]:
                 "custom_id": "n2",
                 "method": "POST",
                 "url": "/v1/chat/completions",
-                "body": {"model": "beta", "n": 2, "messages": [{"role": "user", "content": "x"}]},
+                "body": {"model": "beta", "n": 0, "messages": [{"role": "user", "content": "x"}]},
             }
         ),
     )

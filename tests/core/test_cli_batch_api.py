@@ -71,7 +71,7 @@ def test_a_chat_line_becomes_a_request_with_its_sampling_params():
             "messages[0].role",
         ),
         (
-            line(body={"messages": [{"role": "user", "content": "x"}], "n": 3}),
+            line(body={"messages": [{"role": "user", "content": "x"}], "n": 0}),
             "invalid_request",
             "body.n is invalid",
         ),

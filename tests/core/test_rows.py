@@ -45,7 +45,7 @@ def test_malformed_messages_are_explained(messages, needle):
         ({"top_p": 0}, "top_p"),
         ({"max_tokens": "ten"}, "max_tokens"),
         ({"max_tokens": True}, "max_tokens"),
-        ({"n": 2}, "n"),
+        ({"n": 0}, "n"),
         ({"stop": [1]}, "stop"),
         ("greedy", "object"),
     ],

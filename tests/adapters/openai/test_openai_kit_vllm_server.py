@@ -97,6 +97,10 @@ def vllm_server(tmp_path_factory, test_key):
         "0.3",
         "--max-model-len",
         str(CONTEXT_LENGTH),
+        # The server's hermes parser finds tool calls in tool_choice 'auto' answers.
+        "--enable-auto-tool-choice",
+        "--tool-call-parser",
+        "hermes",
     ]
     # The key goes through the environment, not the command line: argv is world-readable.
     env = {**os.environ, "VLLM_API_KEY": test_key}
@@ -153,9 +157,121 @@ def test_answers_come_from_the_model(vllm_server):
     assert out[0]["num_generated_tokens"] > 0 and out[0]["num_input_tokens"] > 5
 
 
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "enum": ["Paris", "Rome"]}},
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+    },
+}
+
+
+def test_surface_fields_map_to_the_servers_own(vllm_server):
+    """logprobs, prompt_logprobs, n, tools (named, required, and auto read by the server's
+    hermes parser), chat_template_kwargs, prefill and structured_outputs travel as the
+    server's body fields and come back in the row's columns. (Before the kit class.)"""
+    import json
+
+    import relayllm
+    from relayllm.rows import FEATURES
+
+    config = TestOpenAIAgainstVLLMServer.deployment_config()
+    surface = config.model_copy(
+        update={"name": "openai-surface", "options": {**config.options, "features": FEATURES}}
+    )
+    relayllm.deploy(surface)
+    france = [{"role": "user", "content": "What is the capital of France?"}]
+    prefill = [*france, {"role": "assistant", "content": "The capital of France is"}]
+    hermes = (
+        r'<tool_call>\{"name": "get_weather", "arguments": '
+        r'\{"city": "(Paris|Rome)"\}\}</tool_call>'
+    )
+    rows = [
+        {
+            "messages": france,
+            "sampling_params": {"logprobs": True, "top_logprobs": 2, "prompt_logprobs": 1},
+        },
+        {"messages": france, "sampling_params": {"n": 2, "temperature": 1.0, "seed": 3}},
+        {
+            "messages": france,
+            "sampling_params": {
+                "tools": [WEATHER],
+                "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+            },
+        },
+        {"messages": france, "sampling_params": {"tools": [WEATHER], "tool_choice": "required"}},
+        {
+            "messages": france,
+            "sampling_params": {
+                "tools": [WEATHER],
+                "tool_choice": "auto",
+                "structured_outputs": {"regex": hermes},
+            },
+        },
+        {"messages": prefill, "sampling_params": {"continue_final_message": True}},
+        {
+            "messages": france,
+            "sampling_params": {"chat_template_kwargs": {"enable_thinking": False}},
+        },
+        {
+            "messages": france,
+            "sampling_params": {"structured_outputs": {"choice": ["Rome", "Paris"]}},
+        },
+    ]
+    processor = relayllm.build_processor(
+        relayllm.ProcessorConfig(
+            deployment="openai-surface",
+            sampling_params={"max_tokens": 40, "temperature": 0.0},
+        )
+    )
+    ray.data.DataContext.get_current().execution_options.preserve_order = True
+    # One block: the rows' sampling_params differ in shape (see docs/architecture.md).
+    out = processor(ray.data.from_items(rows, override_num_blocks=1)).take_all()
+    relayllm.shutdown("openai-surface")
+    assert [r["error"] for r in out] == [None] * len(rows), [r["error"] for r in out]
+    lp, n, named, required, auto, continued, kwargs, choice = out
+    assert len(lp["logprobs"]) == lp["num_generated_tokens"]
+    assert all(len(e["top_logprobs"]) == 2 and e["logprob"] <= 0 for e in lp["logprobs"])
+    # The tokens spell the answer, then the end-of-turn token the text leaves out.
+    assert "".join(e["token"] for e in lp["logprobs"]).startswith(lp["generated_text"])
+    assert len(lp["prompt_logprobs"]) == lp["num_input_tokens"]
+    assert lp["prompt_logprobs"][0]["logprob"] is None and lp["prompt_logprobs"][1]["logprob"] <= 0
+    assert len(n["samples"]) == 2 and n["generated_text"] == n["samples"][0]["generated_text"]
+    for row in (named, required, auto):
+        (call,) = row["tool_calls"]
+        assert call["function"]["name"] == "get_weather" and call["id"]
+        assert json.loads(call["function"]["arguments"])["city"] in {"Paris", "Rome"}
+    assert auto["finish_reason"] == "tool_calls"
+    assert "Paris" in continued["generated_text"] and kwargs["generated_text"]
+    assert choice["generated_text"] in {"Rome", "Paris"}
+
+
+def test_a_feature_the_endpoint_does_not_declare_is_refused_up_front(vllm_server):
+    import relayllm
+
+    config = TestOpenAIAgainstVLLMServer.deployment_config()
+    relayllm.deploy(config)  # OpenAI's own features only (the default)
+    processor = relayllm.build_processor(
+        relayllm.ProcessorConfig(
+            deployment=config.name, sampling_params={"structured_outputs": {"regex": "a+"}}
+        )
+    )
+    rows = [{"messages": [{"role": "user", "content": "hi"}]}]
+    with pytest.raises(
+        Exception, match="backend 'openai' does not support structured_outputs.regex"
+    ):
+        processor(ray.data.from_items(rows)).take_all()
+
+
 def test_multiturn_openai_example_runs_against_the_server(vllm_server, test_key, tmp_path):
     """examples/multiturn-openai.yaml as a user runs it against a local OpenAI-compatible
-    server (before the kit class, whose health check stops the server): OPENAI_BASE_URL and OPENAI_API_KEY set, the file unchanged, two rows."""
+    server (before the kit class, whose health check stops the server): OPENAI_BASE_URL and
+    OPENAI_API_KEY set, the file unchanged, two rows."""
     import json
 
     relayllm_cli = str(Path(sys.executable).parent / "relayllm")

@@ -23,10 +23,16 @@ from relayllm_sglang.translate import (
     COMPLETION_TOKENS,
     FINISH_REASON,
     FINISH_REASONS,
+    INPUT_LOGPROBS,
+    INPUT_TOP_LOGPROBS,
     JSON_SCHEMA_PARAM,
+    LOGPROB_ARGS,
+    OUTPUT_LOGPROBS,
+    OUTPUT_TOP_LOGPROBS,
     PROMPT_TOKENS,
     RENAMED_SAMPLING_PARAMS,
     SHARED_SAMPLING_PARAMS,
+    STRUCTURED_PARAMS,
     EngineInput,
     encode_kwargs,
     generate_kwargs,
@@ -113,6 +119,32 @@ def test_sampling_param_names_the_adapter_emits_exist(sglang_source):
     assert not missing, f"SamplingParams has no {sorted(missing)}"
 
 
+def test_surface_names_the_adapter_emits_exist(sglang_source):
+    """Logprobs travel as async_generate arguments and come back in meta_info; structured
+    output forms become SamplingParams fields; the features the adapter declares rest on
+    these names (n and tools are refused up front, SGLangBackend.features)."""
+    item = EngineInput("generate", input_ids=[1], sampling_params={}, top_logprobs=2)
+    used = set(generate_kwargs([item, EngineInput("generate", input_ids=[2], prompt_logprobs=1)]))
+    params, _ = sglang_source.method_parameters(ENGINE_MODULE, "Engine", "async_generate")
+    assert set(LOGPROB_ARGS) <= used <= params, sorted(used - params)
+    forms = {"json": {"type": "object"}, "regex": "a+", "choice": ["a"], "grammar": 'root ::= "a"'}
+    assert set(forms) == set(STRUCTURED_PARAMS)
+    for form, value in forms.items():
+        emitted = set(sglang_sampling_params({"structured_outputs": {form: value}}))
+        assert emitted == {STRUCTURED_PARAMS[form]}
+        assert emitted <= sglang_source.sampling_param_fields(), emitted
+    module = sglang_source.module(TOKENIZER_MANAGER[0])
+    subscripts = {
+        node.slice.value
+        for node in ast.walk(module)
+        if isinstance(node, ast.Subscript)
+        and isinstance(node.slice, ast.Constant)
+        and isinstance(node.slice.value, str)
+    }
+    wanted = {OUTPUT_LOGPROBS, OUTPUT_TOP_LOGPROBS, INPUT_LOGPROBS, INPUT_TOP_LOGPROBS}
+    assert wanted <= subscripts, f"meta_info no longer has {sorted(wanted - subscripts)}"
+
+
 def engine_attribute_chains() -> set[tuple[str, ...]]:
     """``self.engine.a.b`` (or ``engine.a.b``) accesses in the deployment module, as ("a", "b")."""
     tree = ast.parse(inspect.getsource(deployment_module))
@@ -175,5 +207,6 @@ def test_the_tokenizer_libraries_here_are_the_engines(sglang_wheel, sglang_versi
         if pin is None:
             pytest.fail(f"sglang {sglang_version} no longer pins {name}; update the test env")
         assert importlib.metadata.version(name) == pin.group(1), (
-            f"tox -e sglang installs {name} {importlib.metadata.version(name)}; sglang pins {pin.group(1)}"
+            f"tox -e sglang installs {name} {importlib.metadata.version(name)}; "
+            f"sglang pins {pin.group(1)}"
         )

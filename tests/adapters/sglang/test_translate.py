@@ -46,7 +46,8 @@ WORDS = [
     "france",
 ]
 TEMPLATE = (
-    "{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|> {{ m['content'] }} </turn> {% endfor %}"
+    "{{ bos_token }}{% for m in messages %}"
+    "<|{{ m['role'] }}|> {{ m['content'] }} </turn> {% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>{% endif %}"
 )
 
@@ -257,7 +258,9 @@ def test_finished_outputs():
 def test_abort_outputs_become_the_row_error():
     too_long = {
         "type": "abort",
-        "message": "The input (9000 tokens) is longer than the model's context length (8192 tokens).",
+        "message": (
+            "The input (9000 tokens) is longer than the model's context length (8192 tokens)."
+        ),
         "status_code": 400,
         "err_type": "BadRequestError",
     }
@@ -308,7 +311,8 @@ class ScriptedGenerate:
         for prompt in input_ids:
             if len(prompt) >= self.context:
                 raise ValueError(
-                    f"The input ({len(prompt)} tokens) is longer than the model's context length ({self.context} tokens)."
+                    f"The input ({len(prompt)} tokens) is longer than the model's context "
+                    f"length ({self.context} tokens)."
                 )
         return [
             output(
@@ -317,7 +321,7 @@ class ScriptedGenerate:
                 prompt_tokens=len(p),
                 completion_tokens=sp.get("max_new_tokens", 1),
             )
-            for p, sp in zip(input_ids, sampling_params)
+            for p, sp in zip(input_ids, sampling_params, strict=True)
         ]
 
 
@@ -400,3 +404,64 @@ def test_a_single_failing_row_is_not_retried():
     got = asyncio.run(call_per_batch(failing, ["a"]))
     assert calls == [["a"]] and isinstance(got[0], RuntimeError)
     assert asyncio.run(call_per_batch(failing, [])) == []
+
+
+# -- the request/response surface: prefill, template kwargs, logprobs, structured forms -------
+
+
+def test_prefill_and_template_kwargs_reach_the_template(tokenizer):
+    prefill = [
+        {"role": "user", "content": "capital of france"},
+        {"role": "assistant", "content": "paris"},
+    ]
+    got = chat_input_ids(tokenizer, prefill, prefill=True)
+    # The assistant's message is continued: no closing </turn>, no new assistant turn.
+    assert got == ids(
+        "<s>", "<|user|>", "capital", "of", "france", "</turn>", "<|assistant|>", "paris"
+    )
+    request = chat_request(sampling_params={"chat_template_kwargs": {"x": 1}, "max_tokens": 2})
+    assert engine_input(request, tokenizer).sampling_params == {"max_new_tokens": 2}
+
+
+def test_logprobs_go_to_generate_arguments_and_come_back_as_rows(tokenizer):
+    chat = engine_input(
+        chat_request(sampling_params={"logprobs": True, "top_logprobs": 2}), tokenizer
+    )
+    cmpl = engine_input(
+        {"task": "completion", "prompt": "say hello", "sampling_params": {"prompt_logprobs": 1}},
+        tokenizer,
+    )
+    plain = engine_input(chat_request(), tokenizer)
+    assert (chat.top_logprobs, chat.prompt_logprobs, cmpl.prompt_logprobs) == (2, None, 1)
+    kwargs = generate_kwargs([chat, cmpl, plain])
+    assert kwargs["return_logprob"] == [True, True, False]
+    assert kwargs["top_logprobs_num"] == [2, 1, 0]
+    assert kwargs["logprob_start_len"] == [-1, 0, -1]
+    meta = output("paris", {"type": "stop"})
+    meta["meta_info"]["output_token_logprobs"] = [(-0.5, 9, None)]
+    meta["meta_info"]["output_top_logprobs"] = [[(-0.5, 9, None), (-1.5, 6, None), (-2.0, 7, None)]]
+    row = generation_result(meta, chat, decode=lambda i: WORDS[i])
+    assert row["logprobs"] == [
+        {
+            "token": "paris",
+            "logprob": -0.5,
+            "top_logprobs": [
+                {"token": "paris", "logprob": -0.5},
+                {"token": "hello", "logprob": -1.5},
+            ],
+        }
+    ]
+    assert "logprobs" not in generation_result(meta, plain)
+
+
+@pytest.mark.parametrize(
+    "form, value, name, sent",
+    [
+        ("choice", ["a.b", "c"], "regex", r"(a\.b|c)"),
+        ("regex", "[0-9]+", "regex", "[0-9]+"),
+        ("grammar", 'root ::= "x"', "ebnf", 'root ::= "x"'),
+        ("json", {"type": "object"}, "json_schema", '{"type": "object"}'),
+    ],
+)
+def test_structured_output_forms(form, value, name, sent):
+    assert sglang_sampling_params({"structured_outputs": {form: value}}) == {name: sent}

@@ -173,6 +173,30 @@ def test_prompts_from_a_csv_on_the_same_engine(env, engine, tmp_path):
     assert replica(env)["replica"] == engine["replica"]
 
 
+def test_capitals_example_keeps_choice_logprobs_and_tool_calls(env, engine, tmp_path):
+    """examples/capitals.yaml on the same engine: a structured choice, a step keeping its
+    logprobs, and one keeping its (forced, named) tool call."""
+    out = tmp_path / "capitals.jsonl"
+    done = cli("run", EXAMPLES / "capitals.yaml", "--output", out, env=env)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["country"] for r in rows] == ["France", "Italy", "Spain"], done.stderr[-2000:]
+    assert all(r["error"] is None for r in rows), rows
+    assert {r["capital"] for r in rows} <= {"Paris", "Rome", "Madrid", "Berlin"}
+    for row in rows:
+        tokens = row["confidence"]  # the answer's tokens, then the end-of-turn token
+        assert "".join(t["token"] for t in tokens).startswith(("yes", "no")), tokens
+        assert all(t["logprob"] <= 0 and len(t["top_logprobs"]) == 2 for t in tokens)
+        (call,) = row["weather_call"]
+        assert call["function"]["name"] == "get_weather"
+        assert json.loads(call["function"]["arguments"])["city"] in {
+            "Paris",
+            "Rome",
+            "Madrid",
+            "Berlin",
+        }
+    assert replica(env)["replica"] == engine["replica"]
+
+
 def test_multiturn_example_runs_to_the_end(env, engine, tmp_path):
     """The README's three-step example reads a file next to its own engine: the pipeline that
     once waited forever on 2 CPUs (a read task asking a whole CPU). It declares its own

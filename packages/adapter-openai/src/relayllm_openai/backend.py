@@ -13,7 +13,7 @@ from pydantic import BaseModel, ValidationError
 
 import relayllm
 from relayllm.errors import ConfigError
-from relayllm.rows import TASKS
+from relayllm.rows import FEATURES, TASKS
 from relayllm_openai.options import OpenAIOptions
 
 
@@ -31,6 +31,13 @@ class OpenAIBackend(relayllm.Backend):
     @classmethod
     def tasks_for(cls, options: OpenAIOptions) -> frozenset[str]:
         return frozenset(options.tasks)
+
+    features = frozenset(FEATURES)
+
+    @classmethod
+    def features_for(cls, options: OpenAIOptions) -> frozenset[str]:
+        """What the endpoint supports, as ``options.features`` declares it."""
+        return frozenset(options.features)
 
     @classmethod
     def parse_options(cls, options: dict[str, Any]) -> BaseModel:

@@ -18,7 +18,7 @@ import relayllm
 from relayllm.adapters import UnsupportedParameter, check_sampling_support
 from relayllm.rows import Request, Result, error_result
 from relayllm_openai.admission import Admission, estimate_tokens, replicas_of
-from relayllm_openai.options import OPENAI_SAMPLING_PARAMS, OpenAIOptions
+from relayllm_openai.options import FEATURE_FIELDS, OPENAI_SAMPLING_PARAMS, OpenAIOptions
 from relayllm_openai.retrying import (
     BackoffHonouringRetryAfter,
     MalformedResponse,
@@ -26,7 +26,7 @@ from relayllm_openai.retrying import (
     is_retryable,
     retry_after_s,
 )
-from relayllm_openai.translate import embedding_result, first_choice, generation_result
+from relayllm_openai.translate import embedding_result, generation_result
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +86,9 @@ class OpenAIDeployment(relayllm.BatchDeployment):
             check_sampling_support(
                 "openai",
                 request.get("sampling_params") or {},
-                OPENAI_SAMPLING_PARAMS | set(self.options.extra_sampling_params),
+                OPENAI_SAMPLING_PARAMS
+                | set(self.options.extra_sampling_params)
+                | {FEATURE_FIELDS[f] for f in self.options.features if f in FEATURE_FIELDS},
             )
         except UnsupportedParameter as exc:
             return error_result(f"{exc} (or list it in options.extra_sampling_params)")
@@ -137,19 +139,17 @@ class OpenAIDeployment(relayllm.BatchDeployment):
         # Sampling params go in the JSON body as they are (OpenAI names, plus the extras
         # options.extra_sampling_params allows, such as vLLM's top_k).
         params = dict(request.get("sampling_params") or {})
+        if params.get("continue_final_message"):  # a vLLM server wants both said
+            params["add_generation_prompt"] = False
         try:
             if task == "chat":
                 response = await self._client.chat.completions.create(
                     model=model, messages=request["messages"], extra_body=params
                 )
-                choice = first_choice(response)
-                text = choice.message.content
             elif task == "completion":
                 response = await self._client.completions.create(
                     model=model, prompt=request["prompt"], extra_body=params
                 )
-                choice = first_choice(response)
-                text = choice.text
             else:
                 response = await self._client.embeddings.create(
                     model=model, input=request["input"], encoding_format="float"
@@ -157,7 +157,7 @@ class OpenAIDeployment(relayllm.BatchDeployment):
                 return embedding_result(response)
         except json.JSONDecodeError as exc:
             raise MalformedResponse(f"the endpoint answered with malformed JSON: {exc}") from None
-        return generation_result(response, choice, text)
+        return generation_result(response, task)
 
     # -- health and info ----------------------------------------------------------------------
 

@@ -54,11 +54,28 @@ class OpenAIOptions(relayllm.BackendOptions):
         description="What the endpoint serves (a vLLM server with a generate model: chat and "
         "completion); a processor with another task is refused before any row is sent.",
     )
+    features: list[str] = Field(
+        default_factory=lambda: sorted(OPENAI_FEATURES),
+        description="Optional request features the endpoint supports (relayllm.rows.FEATURES). "
+        "Default: OpenAI's own (logprobs, n, tools, JSON schema output). A vLLM server also "
+        "does prompt_logprobs, chat_template_kwargs, continue_final_message and "
+        "structured_outputs.choice/regex/grammar: list them to send those fields.",
+    )
     extra_sampling_params: list[str] = Field(
         default_factory=list,
         description="Sampling names this endpoint accepts beyond OpenAI's own (vLLM's top_k, "
         "min_p...); a row setting any other name fails with an error naming it.",
     )
+
+    @field_validator("features")
+    @classmethod
+    def _known_features(cls, value: list[str]) -> list[str]:
+        from relayllm.rows import FEATURES
+
+        unknown = sorted(set(value) - set(FEATURES))
+        if unknown:
+            raise ValueError(f"unknown features {unknown}; known: {', '.join(FEATURES)}")
+        return value
 
     @field_validator("base_url")
     @classmethod
@@ -98,26 +115,22 @@ class OpenAIOptions(relayllm.BackendOptions):
 
 #: OpenAI's own request parameters a row's ``sampling_params`` may set.
 OPENAI_SAMPLING_PARAMS = frozenset(
-    {
-        "temperature",
-        "top_p",
-        "max_tokens",
-        "max_completion_tokens",
-        "stop",
-        "seed",
-        "n",
-        "presence_penalty",
-        "frequency_penalty",
-        "logit_bias",
-        "logprobs",
-        "top_logprobs",
-        "response_format",
-        "reasoning_effort",
-        "best_of",
-        "suffix",
-        "echo",
-    }
-)
+    {"temperature", "top_p", "max_tokens", "max_completion_tokens", "stop", "seed", "n",
+     "presence_penalty", "frequency_penalty", "logit_bias", "logprobs", "top_logprobs",
+     "response_format", "reasoning_effort", "best_of", "suffix", "echo", "tools",
+     "tool_choice", "parallel_tool_calls"}
+)  # fmt: skip
+#: The optional features OpenAI's own API has.
+OPENAI_FEATURES = frozenset({"logprobs", "n", "tools", "structured_outputs.json"})
+#: Body fields a feature beyond OpenAI's adds (vLLM server names), sent when it is declared.
+FEATURE_FIELDS = {
+    "prompt_logprobs": "prompt_logprobs",
+    "chat_template_kwargs": "chat_template_kwargs",
+    "continue_final_message": "continue_final_message",
+    "structured_outputs.choice": "structured_outputs",
+    "structured_outputs.regex": "structured_outputs",
+    "structured_outputs.grammar": "structured_outputs",
+}
 
 
-__all__ = ["OPENAI_SAMPLING_PARAMS", "OpenAIOptions"]
+__all__ = ["FEATURE_FIELDS", "OPENAI_FEATURES", "OPENAI_SAMPLING_PARAMS", "OpenAIOptions"]

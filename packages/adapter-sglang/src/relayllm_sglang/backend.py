@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 from relayllm import Backend
 from relayllm.replica import BatchDeployment
-from relayllm.rows import TEXT_TASKS
+from relayllm.rows import FEATURES, TEXT_TASKS
 from relayllm_sglang import INSTALL_HINT, SGLANG_VERSION
 from relayllm_sglang.options import SGLangOptions, check_server_arg_names, engine_kwargs
 from relayllm_sglang.source import SourceLayoutError, SourceTree
@@ -28,6 +28,15 @@ class SGLangBackend(Backend):
     def tasks_for(cls, options: SGLangOptions) -> frozenset[str]:
         """An embedding model (``is_embedding``) serves embeddings only; others serve text."""
         return frozenset({"embedding"}) if options.embedding_model else TEXT_TASKS
+
+    #: What the adapter translates to the engine's API (relayllm_sglang.translate). Refused up
+    #: front: n > 1 (one output per prompt in a batched call) and tools (SGLang parses tool
+    #: calls in its HTTP server, not in the Engine this adapter drives).
+    features = frozenset(FEATURES) - {"n", "tools"}
+
+    @classmethod
+    def features_for(cls, options: SGLangOptions) -> frozenset[str]:
+        return frozenset() if options.embedding_model else cls.features
 
     @classmethod
     def check_options(cls, options: SGLangOptions) -> None:

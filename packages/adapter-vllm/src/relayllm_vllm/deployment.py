@@ -23,7 +23,15 @@ from relayllm_vllm.compat import hide_broken_torch_extensions, vllm_distribution
 from relayllm_vllm.demo import DEMO_MODEL, ensure_demo_model
 from relayllm_vllm.memory import memory_shortfall, weights_bytes
 from relayllm_vllm.options import VLLMOptions, engine_args
-from relayllm_vllm.translate import to_vllm_kwargs
+from relayllm_vllm.translate import (
+    ToolPlan,
+    chat_template_kwargs,
+    forced_tool_calls,
+    to_vllm_kwargs,
+    token_logprobs,
+    tool_call,
+    tool_plan,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -191,14 +199,22 @@ class VLLMDeployment(BatchDeployment):
 
         from vllm.sampling_params import RequestOutputKind, SamplingParams, StructuredOutputsParams
 
-        kwargs, structured = to_vllm_kwargs(request.get("sampling_params") or {})
+        row_params = request.get("sampling_params") or {}
+        kwargs, structured = to_vllm_kwargs(row_params)
         if structured is not None:
             kwargs["structured_outputs"] = StructuredOutputsParams(**structured)
         kwargs.setdefault("max_tokens", None)  # OpenAI semantics: up to the context length
+        plan = tool_plan(row_params) if task == "chat" else None
+        if plan is not None and plan.mode == "auto" and not self.options.tool_call_parser:
+            raise ValueError(
+                "tool_choice 'auto' needs a tool parser to find the calls in the text: set the "
+                "deployment's options.tool_call_parser (e.g. hermes), or ask for "
+                "tool_choice 'required' or a named tool (forced with structured output)"
+            )
         # Only the final output crosses back from the engine: no per-token messages.
         params = SamplingParams.from_optional(output_kind=RequestOutputKind.FINAL_ONLY, **kwargs)
         if task == "chat":
-            prompt = await self._render_chat(request["messages"])
+            prompt = await self._render_chat(request["messages"], row_params)
         else:
             prompt = await self._render_completion(request["prompt"])
 
@@ -207,26 +223,102 @@ class VLLMDeployment(BatchDeployment):
             final = output
         if final is None or not final.outputs:
             raise RuntimeError("the engine finished the request without an output")
-        choice = final.outputs[0]
-        if choice.finish_reason in _FAILED:
-            raise RuntimeError(
-                f"the engine ended the request with finish_reason={choice.finish_reason!r}"
-            )
-        return {
+        for choice in final.outputs:
+            if choice.finish_reason in _FAILED:
+                raise RuntimeError(
+                    f"the engine ended the request with finish_reason={choice.finish_reason!r}"
+                )
+        top = kwargs.get("logprobs") or 0
+        samples = [self._sample(c, top, request, plan) for c in final.outputs]
+        result: Result = {
+            **samples[0],  # type: ignore[typeddict-item]
+            "num_input_tokens": len(final.prompt_token_ids or ()),
+            "num_generated_tokens": sum(s["num_generated_tokens"] for s in samples),
+        }
+        if len(samples) > 1:
+            result["samples"] = samples
+        if final.prompt_logprobs is not None:
+            result["prompt_logprobs"] = self._prompt_logprobs(final, kwargs["prompt_logprobs"])
+        return result
+
+    def _sample(
+        self, choice: Any, top: int, request: Request, plan: ToolPlan | None
+    ) -> dict[str, Any]:
+        """One of the engine's outputs as the row protocol's answer: text, finish reason,
+        logprobs, and -- chats -- reasoning and tool calls parsed out of the text."""
+        sample: dict[str, Any] = {
             "generated_text": choice.text,
             "finish_reason": choice.finish_reason,
-            "num_input_tokens": len(final.prompt_token_ids or ()),
             "num_generated_tokens": len(choice.token_ids),
+            "logprobs": token_logprobs(choice.token_ids, choice.logprobs, top),
         }
+        if request["task"] != "chat":
+            return sample
+        text = choice.text
+        if self.options.reasoning_parser:
+            reasoning, text = self._parser("reasoning", request).extract_reasoning(
+                text, self._openai_request(request)
+            )
+            sample["reasoning_content"] = reasoning
+        calls = None
+        if plan is not None and plan.forced is not None:
+            calls = forced_tool_calls(text or "", plan)
+            if calls is not None:
+                text = None
+        elif plan is not None:  # "auto": the deployment's tool parser reads the text
+            found = self._parser("tool", request).extract_tool_calls(
+                text or "", self._openai_request(request)
+            )
+            if found.tools_called:
+                calls = [tool_call(c.function.name, c.function.arguments) for c in found.tool_calls]
+                text = found.content
+        if calls:
+            sample["tool_calls"] = calls
+            if choice.finish_reason == "stop" and plan is not None and plan.mode != "named":
+                sample["finish_reason"] = "tool_calls"  # as OpenAI reports it
+        sample["generated_text"] = text
+        return sample
 
-    async def _render_chat(self, messages: list[dict[str, Any]]) -> Any:
-        """Messages -> engine input through the chat template (the model's or the option's)."""
+    def _prompt_logprobs(self, final: Any, top: int) -> list[dict[str, Any]] | None:
+        entries = token_logprobs(final.prompt_token_ids or [], final.prompt_logprobs, top)
+        if entries and entries[0]["token"] is None:  # the first token has no logprob
+            entries[0]["token"] = self.engine.tokenizer.decode([final.prompt_token_ids[0]])
+        return entries
+
+    def _parser(self, kind: str, request: Request) -> Any:
+        """vLLM's reasoning or tool parser named in the options, for one row (they keep
+        per-request state)."""
+        tokenizer = self.engine.tokenizer
+        if kind == "reasoning":
+            from vllm.reasoning import ReasoningParserManager
+
+            parser = ReasoningParserManager.get_reasoning_parser(self.options.reasoning_parser)
+            return parser(tokenizer)
+        from vllm.tool_parsers import ToolParserManager
+
+        parser = ToolParserManager.get_tool_parser(self.options.tool_call_parser)
+        return parser(tokenizer, self._openai_request(request).tools)
+
+    def _openai_request(self, request: Request) -> Any:
+        """The server's request object, which vLLM's parsers read (tools, tool_choice)."""
+        from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+
+        params = request.get("sampling_params") or {}
+        body = {"model": self.options.model, "messages": request.get("messages") or []}
+        for key in ("tools", "tool_choice"):
+            if params.get(key) is not None:
+                body[key] = params[key]
+        return ChatCompletionRequest.model_validate(body)
+
+    async def _render_chat(self, messages: list[dict[str, Any]], params: dict[str, Any]) -> Any:
+        """Messages -> engine input through the chat template (the model's or the option's),
+        with the row's template kwargs, tools and prefill."""
         from vllm.renderers import ChatParams
 
         renderer = self.engine.renderer
         chat_params = ChatParams(
             chat_template=self.options.chat_template,
-            chat_template_kwargs={"add_generation_prompt": True, "continue_final_message": False},
+            chat_template_kwargs=chat_template_kwargs(params),
         )
         # The template writes BOS/EOS itself; the tokenizer must not add them again.
         tok_params = renderer.default_chat_tok_params.with_kwargs(add_special_tokens=False)

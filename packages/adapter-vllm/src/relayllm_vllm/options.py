@@ -77,6 +77,17 @@ class VLLMOptions(BackendOptions):
     chat_template: str | None = Field(
         default=None, description="A Jinja chat template (text); default: the model's own."
     )
+    tool_call_parser: str | None = Field(
+        default=None,
+        description="vLLM tool parser (as the server's --tool-call-parser: hermes, "
+        "llama3_json, ...) that turns the text of tool_choice 'auto' rows into tool_calls. "
+        "'required' and named tool_choice need none (structured output forces the calls).",
+    )
+    reasoning_parser: str | None = Field(
+        default=None,
+        description="vLLM reasoning parser (as the server's --reasoning-parser: deepseek_r1, "
+        "qwen3, granite, ...) that splits chat answers into reasoning_content and the answer.",
+    )
     lora: LoRAOptions | None = None
     task: Literal["generate", "embed"] = "generate"
     seed: int | None = None

@@ -17,7 +17,7 @@ from relayllm.errors import (
     MissingDependencyError,
     UnknownBackendError,
 )
-from relayllm.rows import TEXT_TASKS, Task
+from relayllm.rows import BASIC_FEATURES, TEXT_TASKS, Task
 
 if TYPE_CHECKING:
     from relayllm.replica import BatchDeployment
@@ -56,6 +56,19 @@ class Backend:
         option decides it (vLLM's ``task: embed`` serves embeddings and no text). Processors
         and pipelines are checked against it before any row is sent."""
         return cls.tasks
+
+    #: Optional request features (``relayllm.rows.FEATURES``: logprobs, n, tools, structured
+    #: output forms...) some deployment of this backend supports; one deployment's are
+    #: :meth:`features_for` its options.
+    features: ClassVar[frozenset[str]] = BASIC_FEATURES
+
+    @classmethod
+    def features_for(cls, options: BaseModel) -> frozenset[str]:
+        """The request features a deployment with these options supports. Checked, like
+        :meth:`tasks_for`, before any engine starts: a processor or a pipeline step whose
+        ``sampling_params`` ask for another one is refused ("backend X does not support Y");
+        a row asking for one gets that error as its ``error``."""
+        return cls.features
 
     @classmethod
     def parse_options(cls, options: dict[str, Any]) -> BaseModel:

@@ -22,10 +22,14 @@ from relayllm.rows import (
     FINISH_REASON,
     GENERATED_TEXT,
     INPUT_COLUMN,
+    LOGPROBS,
     NUM_GENERATED_TOKENS,
     NUM_INPUT_TOKENS,
+    REASONING_CONTENT,
     REQUEST_ID,
+    SAMPLES,
     SAMPLING_PARAMS_COLUMN,
+    TOOL_CALLS,
     Task,
     check_messages,
     check_sampling_params,
@@ -57,7 +61,7 @@ _NOT_SAMPLING = {
 class BatchRequest:
     line: int
     custom_id: str
-    task: str
+    task: Task
     value: Any  # messages (chat), prompt (completion) or input (embedding)
     sampling_params: dict[str, Any]
     model: str | None = None
@@ -90,13 +94,17 @@ def read_batch_file(path: str) -> BatchFile:
                 if not text.strip():
                     continue
                 item = parse_line(text, number)
-                (parsed.bad if isinstance(item, BadLine) else parsed.requests).append(item)
+                if isinstance(item, BadLine):
+                    parsed.bad.append(item)
+                else:
+                    parsed.requests.append(item)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the batch file: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     lines_of: dict[str, list[int]] = {}
-    for item in [*parsed.requests, *parsed.bad]:
+    items: list[BatchRequest | BadLine] = [*parsed.requests, *parsed.bad]
+    for item in items:
         if item.custom_id is not None:
             lines_of.setdefault(item.custom_id, []).append(item.line)
     duplicates = {cid: sorted(lines) for cid, lines in lines_of.items() if len(lines) > 1}
@@ -196,8 +204,8 @@ def route(
     named = [m for m in models if m is not None]
     if len(named) > 1 and unrouted:
         raise ConfigError(
-            f"the file mixes model values {sorted(named)}; each must name a deployment to route to, "
-            f"and {unrouted} do not (deployments: {', '.join(deployments) or 'none'})"
+            f"the file mixes model values {sorted(named)}; each must name a deployment to route "
+            f"to, and {unrouted} do not (deployments: {', '.join(deployments) or 'none'})"
         )
     out: dict[int, str] = {}
     for request in requests:
@@ -233,25 +241,19 @@ def response_line(request: BatchRequest, result: dict[str, Any], model: str) -> 
             "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens},
         }
     else:
-        text = result.get(GENERATED_TEXT) or ""
-        finish = result.get(FINISH_REASON) or "stop"
+        # n > 1: one choice per sample; otherwise the row's own columns are the one choice.
+        samples = result.get(SAMPLES) or [result]
+        choices = [_choice(request.task, i, s) for i, s in enumerate(samples)]
         if request.task == "chat":
-            choice = {
-                "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "finish_reason": finish,
-                "logprobs": None,
-            }
             kind, prefix = "chat.completion", "chatcmpl"
         else:
-            choice = {"index": 0, "text": text, "finish_reason": finish, "logprobs": None}
             kind, prefix = "text_completion", "cmpl"
         body = {
             "id": f"{prefix}-{rid}",
             "object": kind,
             "created": now,
             "model": model,
-            "choices": [choice],
+            "choices": choices,
             "usage": {
                 "prompt_tokens": prompt_tokens,
                 "completion_tokens": completion_tokens,
@@ -264,6 +266,66 @@ def response_line(request: BatchRequest, result: dict[str, Any], model: str) -> 
         "response": {"status_code": 200, "request_id": rid, "body": body},
         "error": None,
     }
+
+
+def _choice(task: str, index: int, sample: dict[str, Any]) -> dict[str, Any]:
+    """One of a response's ``choices`` from a row (or one of its ``samples``), in OpenAI's
+    shape: tool calls in ``message.tool_calls``, logprobs in ``logprobs.content`` (chat) or
+    the completions API's parallel lists."""
+    text = sample.get(GENERATED_TEXT)
+    finish = sample.get(FINISH_REASON) or "stop"
+    logprobs = sample.get(LOGPROBS)
+    if task == "chat":
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if sample.get(TOOL_CALLS):
+            message["tool_calls"] = sample[TOOL_CALLS]
+        if sample.get(REASONING_CONTENT) is not None:
+            message["reasoning_content"] = sample[REASONING_CONTENT]
+        if message["content"] is None and "tool_calls" not in message:
+            message["content"] = ""
+        chat_logprobs = None
+        if logprobs is not None:
+            chat_logprobs = {"content": [_token_logprob(t) for t in logprobs], "refusal": None}
+        return {
+            "index": index,
+            "message": message,
+            "finish_reason": finish,
+            "logprobs": chat_logprobs,
+        }
+    completion_logprobs = None
+    if logprobs is not None:
+        offsets, at = [], 0
+        for entry in logprobs:
+            offsets.append(at)
+            at += len(entry.get("token") or "")
+        completion_logprobs = {
+            "tokens": [t.get("token") for t in logprobs],
+            "token_logprobs": [t.get("logprob") for t in logprobs],
+            "top_logprobs": [
+                {a["token"]: a["logprob"] for a in t.get("top_logprobs") or []} for t in logprobs
+            ],
+            "text_offset": offsets,
+        }
+    return {
+        "index": index,
+        "text": text or "",
+        "finish_reason": finish,
+        "logprobs": completion_logprobs,
+    }
+
+
+def _token_logprob(entry: dict[str, Any]) -> dict[str, Any]:
+    """A row's logprob entry in OpenAI's chat shape (with the token's UTF-8 bytes)."""
+
+    def one(token: str | None, logprob: float | None) -> dict[str, Any]:
+        token = token or ""
+        return {"token": token, "logprob": logprob, "bytes": list(token.encode("utf-8"))}
+
+    out = one(entry.get("token"), entry.get("logprob"))
+    out["top_logprobs"] = [
+        one(a.get("token"), a.get("logprob")) for a in entry.get("top_logprobs") or []
+    ]
+    return out
 
 
 def error_line(line: int, custom_id: str | None, code: str, message: str) -> dict[str, Any]:
@@ -312,7 +374,7 @@ def run_batch(
     for bad in parsed.bad:
         errors.write(json.dumps(error_line(bad.line, bad.custom_id, bad.code, bad.message)) + "\n")
         failed += 1
-    groups: dict[tuple[str, str], list[BatchRequest]] = {}
+    groups: dict[tuple[str, Task], list[BatchRequest]] = {}
     for request in parsed.requests:
         groups.setdefault((routes[request.line], request.task), []).append(request)
     completed = 0
@@ -334,7 +396,7 @@ def run_batch(
         # params), which Arrow can hold in one block but not concatenate across blocks.
         dataset = build_processor(config)(ray.data.from_items(rows, override_num_blocks=1))
         for batch in dataset.iter_batches(batch_format="pyarrow", batch_size=None):
-            for row in batch.to_pylist():
+            for row in batch.to_pylist():  # type: ignore[union-attr]
                 request = by_line[row["line"]]
                 if row.get(ERROR):
                     failed += 1

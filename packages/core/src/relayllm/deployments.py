@@ -106,6 +106,7 @@ def normalized_config(
         **config.model_dump(mode="json"),
         "options": options.model_dump(mode="json"),
         "tasks": sorted(backend.tasks_for(options)),
+        "features": sorted(backend.features_for(options)),
     }
 
 
@@ -156,12 +157,25 @@ def unserved_task_message(name: str, backend: str, task: str, served: Any) -> st
     )
 
 
-def check_task_served(name: str, task: str, timeout_s: float = 60.0) -> None:
-    """Raise ConfigError if the running deployment ``name`` does not serve ``task``."""
+def check_task_served(
+    name: str, task: str, timeout_s: float = 60.0, features: frozenset[str] = frozenset()
+) -> tuple[str, frozenset[str]] | None:
+    """Raise ConfigError if the running deployment ``name`` does not serve ``task`` or lacks
+    one of ``features`` (rows.FEATURES). Returns (backend, the features it supports), None
+    when the replica does not say."""
+    from relayllm.rows import unsupported_features
+
     described = handle_for(name).describe.remote().result(timeout_s=timeout_s)
     served = described.get("tasks")
     if served is not None and task not in served:
         raise ConfigError(unserved_task_message(name, described.get("backend"), task, served))
+    supported = described.get("features")
+    if supported is None:
+        return None
+    problem = unsupported_features(described.get("backend"), features, supported)
+    if problem:
+        raise ConfigError(f"deployment {name!r}: {problem}")
+    return described.get("backend"), frozenset(supported)
 
 
 def deploy(config: DeploymentConfig, *, address: str | None = None) -> DeploymentRef:

@@ -25,8 +25,73 @@ FINISH_REASON = "finish_reason"
 NUM_INPUT_TOKENS = "num_input_tokens"
 NUM_GENERATED_TOKENS = "num_generated_tokens"
 EMBEDDING = "embedding"
+LOGPROBS = "logprobs"
+PROMPT_LOGPROBS = "prompt_logprobs"
+TOOL_CALLS = "tool_calls"
+REASONING_CONTENT = "reasoning_content"
+SAMPLES = "samples"
 REQUEST_ID = "request_id"
 ERROR = "error"
+
+# -- features: what a request may ask beyond text in, text out ----------------------------
+# A backend declares the ones it can do (``Backend.features_for(options)``); a processor or a
+# pipeline step asking for one it cannot do is refused before any engine starts.
+LOGPROBS_FEATURE = "logprobs"  # logprobs / top_logprobs
+PROMPT_LOGPROBS_FEATURE = "prompt_logprobs"
+N_FEATURE = "n"  # n > 1 samples per row
+TOOLS_FEATURE = "tools"  # tools / tool_choice in, tool_calls out
+CHAT_TEMPLATE_KWARGS_FEATURE = "chat_template_kwargs"
+CONTINUE_FEATURE = "continue_final_message"  # assistant prefill
+#: Structured output forms: ``response_format`` (json) and ``structured_outputs`` (the rest).
+STRUCTURED_FORMS = ("json", "choice", "regex", "grammar")
+FEATURES: tuple[str, ...] = (
+    LOGPROBS_FEATURE,
+    PROMPT_LOGPROBS_FEATURE,
+    N_FEATURE,
+    TOOLS_FEATURE,
+    CHAT_TEMPLATE_KWARGS_FEATURE,
+    CONTINUE_FEATURE,
+    *(f"structured_outputs.{form}" for form in STRUCTURED_FORMS),
+)
+#: What a backend that declares nothing supports (the protocol before features existed).
+BASIC_FEATURES: frozenset[str] = frozenset({"structured_outputs.json"})
+
+
+def features_of(params: Any) -> frozenset[str]:
+    """The features a request's ``sampling_params`` ask for (see :data:`FEATURES`)."""
+    if not isinstance(params, dict):
+        return frozenset()
+    wanted: set[str] = set()
+    if params.get("logprobs") or params.get("top_logprobs"):
+        wanted.add(LOGPROBS_FEATURE)
+    if params.get("prompt_logprobs") is not None:
+        wanted.add(PROMPT_LOGPROBS_FEATURE)
+    if isinstance(params.get("n"), int) and params["n"] > 1:
+        wanted.add(N_FEATURE)
+    if params.get("tools") or params.get("tool_choice") not in (None, "none"):
+        wanted.add(TOOLS_FEATURE)
+    if params.get("chat_template_kwargs"):
+        wanted.add(CHAT_TEMPLATE_KWARGS_FEATURE)
+    if params.get("continue_final_message"):
+        wanted.add(CONTINUE_FEATURE)
+    response_format = params.get("response_format")
+    if isinstance(response_format, dict) and response_format.get("type") not in (None, "text"):
+        wanted.add("structured_outputs.json")
+    structured = params.get("structured_outputs")
+    if isinstance(structured, dict):
+        wanted.update(f"structured_outputs.{k}" for k, v in structured.items() if v is not None)
+    return frozenset(wanted)
+
+
+def unsupported_features(backend: str, wanted: Any, supported: Any) -> str | None:
+    """The error for the first feature of ``wanted`` not in ``supported``, or None."""
+    missing = sorted(set(wanted) - set(supported))
+    if not missing:
+        return None
+    return (
+        f"backend {backend!r} does not support {', '.join(missing)}; it supports "
+        f"{', '.join(sorted(supported)) or 'none of the optional features'}"
+    )
 
 
 @dataclass(frozen=True)
@@ -38,7 +103,7 @@ class OutputField:
     """
 
     name: str
-    #: ``"string"``, ``"int64"`` or ``"list<float32>"`` (see :meth:`arrow_type`).
+    #: ``"string"``, ``"int64"``, ``"list<float32>"`` or a nested kind (see :func:`arrow_types`).
     kind: str
     #: Tasks whose rows get this column (None: every task).
     tasks: frozenset[Task] | None = None
@@ -46,25 +111,68 @@ class OutputField:
     by_stage: bool = False
 
     def arrow_type(self) -> Any:
-        import pyarrow as pa  # here, not at import: ``import relayllm`` stays light
 
-        return {
-            "string": pa.string(),
-            "int64": pa.int64(),
-            "list<float32>": pa.list_(pa.float32()),
-        }[self.kind]
+        return arrow_types()[self.kind]
 
     def written_for(self, task: Task) -> bool:
         return self.tasks is None or task in self.tasks
 
 
-#: The columns a processor adds to every row, in this order.
+def arrow_types() -> dict[str, Any]:
+    """Arrow type of each output kind. The nested ones keep OpenAI's shapes, so a row's
+    ``logprobs`` or ``tool_calls`` read back from Parquet or JSON lines is what OpenAI's chat
+    response has under ``choices[i].logprobs.content`` / ``choices[i].message.tool_calls``."""
+    import pyarrow as pa  # here, not at import: ``import relayllm`` stays light
+
+    top = pa.struct([("token", pa.string()), ("logprob", pa.float64())])
+    # One entry per token: the chosen token, its logprob (null for a prompt's first token)
+    # and the most likely alternatives when top_logprobs / prompt_logprobs asked for them.
+    logprobs = pa.list_(
+        pa.struct(
+            [("token", pa.string()), ("logprob", pa.float64()), ("top_logprobs", pa.list_(top))]
+        )
+    )
+    function = pa.struct([("name", pa.string()), ("arguments", pa.string())])
+    tool_calls = pa.list_(
+        pa.struct([("id", pa.string()), ("type", pa.string()), ("function", function)])
+    )
+    # n > 1: every sample, the first one also in the row's own columns.
+    sample = pa.struct(
+        [
+            (GENERATED_TEXT, pa.string()),
+            (FINISH_REASON, pa.string()),
+            (NUM_GENERATED_TOKENS, pa.int64()),
+            (LOGPROBS, logprobs),
+            (TOOL_CALLS, tool_calls),
+            (REASONING_CONTENT, pa.string()),
+        ]
+    )
+    return {
+        "string": pa.string(),
+        "int64": pa.int64(),
+        "list<float32>": pa.list_(pa.float32()),
+        "logprobs": logprobs,
+        "tool_calls": tool_calls,
+        "samples": pa.list_(sample),
+    }
+
+
+_TEXT: frozenset[Task] = frozenset({"chat", "completion"})
+_CHAT: frozenset[Task] = frozenset({"chat"})
+
+#: The columns a processor adds to every row, in this order. The optional ones (logprobs,
+#: tool calls, reasoning, samples) are null unless the request asked for them.
 OUTPUT_SCHEMA: tuple[OutputField, ...] = (
     OutputField(GENERATED_TEXT, "string"),
     OutputField(FINISH_REASON, "string"),
     OutputField(NUM_INPUT_TOKENS, "int64"),
     OutputField(NUM_GENERATED_TOKENS, "int64"),
     OutputField(EMBEDDING, "list<float32>", tasks=frozenset({"embedding"})),
+    OutputField(LOGPROBS, "logprobs", tasks=_TEXT),
+    OutputField(PROMPT_LOGPROBS, "logprobs", tasks=_TEXT),
+    OutputField(TOOL_CALLS, "tool_calls", tasks=_CHAT),
+    OutputField(REASONING_CONTENT, "string", tasks=_CHAT),
+    OutputField(SAMPLES, "samples", tasks=_TEXT),
     OutputField(REQUEST_ID, "string", by_stage=True),
     OutputField(ERROR, "string"),
 )
@@ -107,6 +215,11 @@ class Result(TypedDict, total=False):
     num_input_tokens: int | None
     num_generated_tokens: int | None
     embedding: list[float] | None
+    logprobs: list[dict[str, Any]] | None
+    prompt_logprobs: list[dict[str, Any]] | None
+    tool_calls: list[dict[str, Any]] | None
+    reasoning_content: str | None
+    samples: list[dict[str, Any]] | None
     error: str | None
 
 
@@ -189,16 +302,58 @@ def check_sampling_params(params: Any) -> str | None:
         "top_p": lambda v: _num(v) and 0 < v <= 1,
         "max_tokens": lambda v: _int(v) and v > 0,
         "seed": _int,
-        "n": lambda v: v == 1,
+        "n": lambda v: _int(v) and v > 0,
         "stop": lambda v: (
             isinstance(v, str) or (isinstance(v, list) and all(isinstance(s, str) for s in v))
         ),
         "response_format": lambda v: isinstance(v, dict) and isinstance(v.get("type"), str),
+        # OpenAI's chat ``logprobs`` is a boolean, its completions ``logprobs`` a count.
+        "logprobs": lambda v: isinstance(v, bool) or (_int(v) and 0 <= v <= 20),
+        "top_logprobs": lambda v: _int(v) and 0 <= v <= 20,
+        "prompt_logprobs": lambda v: _int(v) and 0 <= v <= 20,
+        "tools": lambda v: isinstance(v, list) and all(_tool(t) for t in v),
+        "tool_choice": lambda v: v in ("none", "auto", "required") or _named_tool(v),
+        "chat_template_kwargs": lambda v: isinstance(v, dict),
+        "continue_final_message": lambda v: isinstance(v, bool),
+        "structured_outputs": _structured,
     }
     for key, ok in checks.items():
         if key in params and not ok(params[key]):
             return f"sampling_params.{key} is invalid: {_short(params[key])}"
     return None
+
+
+def _tool(v: Any) -> bool:
+    """An OpenAI tool: ``{"type": "function", "function": {"name": ..., ...}}``."""
+    if not isinstance(v, dict):
+        return False
+    function = v.get("function")
+    return (
+        v.get("type") == "function"
+        and isinstance(function, dict)
+        and isinstance(function.get("name"), str)
+    )
+
+
+def _named_tool(v: Any) -> bool:
+    """``{"type": "function", "function": {"name": ...}}``: this tool must be called."""
+    return _tool(v)
+
+
+def _structured(v: Any) -> bool:
+    """``structured_outputs``: exactly one of ``json`` (a schema), ``choice`` (strings),
+    ``regex`` or ``grammar`` (an EBNF/Lark grammar string)."""
+    if not isinstance(v, dict):
+        return False
+    given = {k: x for k, x in v.items() if x is not None}
+    if len(given) != 1 or not set(given) <= set(STRUCTURED_FORMS):
+        return False
+    ((form, value),) = given.items()
+    if form == "choice":
+        return isinstance(value, list) and bool(value) and all(isinstance(c, str) for c in value)
+    if form == "json":
+        return isinstance(value, (dict, str))
+    return isinstance(value, str) and bool(value)
 
 
 def build_request(
@@ -231,6 +386,13 @@ def build_request(
         if problem:
             return problem
         params = {**sampling_params, **row_params}
+    if params.get("continue_final_message") and (
+        task != "chat" or value[-1].get("role") != "assistant"
+    ):
+        return (
+            "sampling_params.continue_final_message needs a chat whose last message is the "
+            "assistant's start of an answer (role 'assistant') to continue"
+        )
     request: Request = {
         "request_id": request_id,
         "task": task,
@@ -259,6 +421,17 @@ def _short(value: Any, limit: int = 80) -> str:
 
 __all__ = [
     "ANSWER_COLUMN",
+    "BASIC_FEATURES",
+    "FEATURES",
+    "LOGPROBS",
+    "PROMPT_LOGPROBS",
+    "REASONING_CONTENT",
+    "SAMPLES",
+    "STRUCTURED_FORMS",
+    "TOOL_CALLS",
+    "arrow_types",
+    "features_of",
+    "unsupported_features",
     "EMBEDDING",
     "EMBEDDING_COLUMN",
     "ERROR",

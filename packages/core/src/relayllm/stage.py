@@ -44,8 +44,10 @@ from relayllm.rows import (
     Task,
     build_request,
     error_result,
+    features_of,
     output_fields,
     request_text,
+    unsupported_features,
 )
 
 if TYPE_CHECKING:
@@ -71,7 +73,10 @@ class ServeStage:
         self._postprocess = postprocess
         handle_for(config.deployment)  # unknown name -> an error that lists the running ones
         # A task the deployment's options do not serve fails here, not on every row.
-        check_task_served(config.deployment, config.task)
+        # So does a feature (logprobs, tools...) its sampling_params ask the backend can't do.
+        self._features = check_task_served(
+            config.deployment, config.task, features=features_of(config.sampling_params)
+        )
         self._fast: Any = None  # process_batch over gRPC, bound to this actor's event loop
         self._safe: Any = None  # process_batch over actor calls: no size limit
         # Try Serve's gRPC transport first unless the config says actor calls.
@@ -108,6 +113,18 @@ class ServeStage:
             )
             if isinstance(request, str):
                 results[i] = error_result(request)
+            elif (
+                self._features is not None
+                and row_params[i] is not None
+                and (
+                    problem := unsupported_features(
+                        self._features[0],
+                        features_of(request["sampling_params"]),
+                        self._features[1],
+                    )
+                )
+            ):
+                results[i] = error_result(problem)  # a row's own params: that row fails
             else:
                 pending.append((i, request))
 

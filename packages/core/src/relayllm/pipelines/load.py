@@ -24,7 +24,7 @@ from relayllm.pipelines.inputs import columns_of_rows
 from relayllm.pipelines.located import Loc, Located, PipelineError, not_utf8, parse_yaml
 from relayllm.pipelines.spec import EXTENSIONS, HIDDEN_PREFIX, PipelineSpec
 from relayllm.pipelines.templates import step_templates, template_fields
-from relayllm.rows import OUTPUT_COLUMNS
+from relayllm.rows import OUTPUT_COLUMNS, features_of, unsupported_features
 
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
@@ -79,8 +79,11 @@ class Pipeline:
                 problems.extend(_deployment_problems(exc, i, config))
                 continue
             served = backend.tasks_for(options)
+            supported = backend.features_for(options)
             for j, step in enumerate(self.spec.steps):
-                if step.deployment == config.name and step.resolved_task not in served:
+                if step.deployment != config.name:
+                    continue
+                if step.resolved_task not in served:
                     problems.append(
                         (
                             ("steps", j, "task"),
@@ -89,6 +92,10 @@ class Pipeline:
                             ),
                         )
                     )
+                params = step.processor_config().sampling_params
+                problem = unsupported_features(config.backend, features_of(params), supported)
+                if problem:
+                    problems.append((("steps", j, "sampling_params"), problem))
         if problems:
             raise self.located.error(problems)
 

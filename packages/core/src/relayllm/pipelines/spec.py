@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
 from relayllm.deployments import DeploymentConfig
 from relayllm.processor import ProcessorConfig
-from relayllm.rows import INPUT_COLUMN, TASK_OF_INPUT, Task
+from relayllm.rows import INPUT_COLUMN, TASK_OF_INPUT, Task, output_fields
 
 #: Columns starting with this are the run's own bookkeeping, hidden from the output.
 HIDDEN_PREFIX = "__relayllm_"
@@ -62,6 +62,11 @@ class StepSpec(_Strict):
     output_json_field: str | None = Field(
         default=None, description="Parse the answer as JSON and keep this field of it."
     )
+    output_field: str | None = Field(
+        default=None,
+        description="Which of the step's output columns (rows.OUTPUT_SCHEMA) goes to "
+        "output_column: reasoning_content, tool_calls, logprobs, samples... Default: the answer.",
+    )
     # How the step's processor talks to the deployment (see ProcessorConfig).
     batch_size: PositiveInt | None = None
     concurrency: PositiveInt | None = None
@@ -82,6 +87,13 @@ class StepSpec(_Strict):
             )
         if self.task is None:
             self.task = inferred[given[0]] if given else "chat"
+        if self.output_field is not None:
+            written = [f.name for f in output_fields(self.resolved_task) if not f.by_stage]
+            if self.output_field not in written:
+                raise ValueError(
+                    f"output_field {self.output_field!r} is not an output of task "
+                    f"{self.task!r}; one of {', '.join(written)}"
+                )
         return self
 
     @property

@@ -92,7 +92,7 @@ class _Finish:
         elif step.messages is not None or step.prompt is not None or step.input is not None:
             row.pop(key, None)
         error = skip or (f"step {step.name!r}: {out[ERROR]}" if out[ERROR] else None)
-        value = out[ANSWER_COLUMN[step.resolved_task]]
+        value = out[step.output_field or ANSWER_COLUMN[step.resolved_task]]
         if not error and step.output_json_field:
             value, error = _json_field(value, step)
         row[step.output_column] = None if error else value
