@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import importlib
 
+__version__ = "0.1.0"
+
 # Resolved on first use, so ``python -m relayllm_vllm.demo`` runs its module exactly once.
 _EXPORTS = {
     "DEMO_MODEL": "relayllm_vllm.demo",
