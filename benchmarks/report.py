@@ -492,9 +492,11 @@ replica during a 150k-row run, plus the CPU time of each process of the cluster:
   is measured by the benchmark itself: the *relayllm (actor transport)* contender is the stage
   before the change, and the paragraph under this list compares the two from the same run.
   gRPC caps a message at 4 MiB (Serve's `RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH`) and
-  needs the replica's port reachable from the stage: on any gRPC-level error the stage
-  switches to the actor-call transport for good and re-sends that call there (not counted as
-  a retry; a replica that already computed it answers from its result cache).
+  needs the replica's port reachable from the stage: on a gRPC status error (a call over
+  4 MiB) the stage switches to the actor-call transport for good and re-sends that call there
+  (not counted as a retry; a replica that already computed it answers from its result cache).
+  An unreachable replica port does not fall back: Ray's router retries it as
+  `ActorUnavailableError` and the stage sees a timeout; use the actor transport there.
   `RELAYLLM_SERVE_TRANSPORT=actor` picks the actor transport from the start. Tests:
   `tests/bench/test_transport_fallback.py` (a 5.5 MB call), and the whole core and
   reliability suites (replica killed mid-job, resume, overload, multi-node) pass on it."""

@@ -14,9 +14,12 @@ Transport: the cost of moving rows is per call, not per row (docs/benchmarks.md 
 profile), so the stage calls its deployment the cheapest way Serve offers -- a router on the
 stage's own event loop and Serve's gRPC transport to the replica, which cut the CPU time of a
 call on both sides (about a quarter in the stage, half in the replica). That transport caps a
-message at 4 MiB and needs the replica's port to be reachable; on any gRPC-level error the
-stage switches to Serve's ordinary actor-call transport for good and re-sends the call there
-(not counted as a retry). ``ProcessorConfig.transport`` ``"actor"`` (default:
+message at 4 MiB: on a gRPC status error (a call over 4 MiB is the case tested) the stage
+switches to Serve's ordinary actor-call transport for good and re-sends the call there (not
+counted as a retry). It also needs the replica's port to be reachable from the stage; when it
+is not, Ray 2.60's router turns the failure into ``ActorUnavailableError`` and keeps retrying
+the scheduling, which the stage sees as ``timeout_s``, not as a gRPC error -- no fallback.
+On such clusters use the actor transport. ``ProcessorConfig.transport`` ``"actor"`` (default:
 ``RELAYLLM_SERVE_TRANSPORT``, else ``"grpc"``) uses the actor transport from the start.
 """
 
