@@ -126,14 +126,15 @@ def check_parsers(options: VLLMOptions) -> None:
     from vllm.reasoning import ReasoningParserManager
     from vllm.tool_parsers import ToolParserManager
 
-    known = {
-        "tool_call_parser": (options.tool_call_parser, set(ToolParserManager.lazy_parsers)),
-        "reasoning_parser": (
+    wanted = [
+        ("tool_call_parser", options.tool_call_parser, set(ToolParserManager.lazy_parsers)),
+        (
+            "reasoning_parser",
             options.reasoning_parser,
             set(ReasoningParserManager.list_registered()),
         ),
-    }
-    for field, (name, names) in known.items():
+    ]
+    for field, name, names in wanted:
         if name is not None and name not in names:
             raise ConfigError(
                 f"invalid options for backend 'vllm': {field} {name!r} is not one of vLLM's"

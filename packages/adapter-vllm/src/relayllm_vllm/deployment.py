@@ -308,7 +308,7 @@ class VLLMDeployment(BatchDeployment):
         for key in ("tools", "tool_choice"):
             if params.get(key) is not None:
                 body[key] = params[key]
-        return ChatCompletionRequest.model_validate(body)
+        return ChatCompletionRequest(**body)  # pydantic: validated like model_validate
 
     async def _render_chat(self, messages: list[dict[str, Any]], params: dict[str, Any]) -> Any:
         """Messages -> engine input through the chat template (the model's or the option's),
