@@ -57,7 +57,6 @@ def test_response_format_becomes_structured_output():
 @pytest.mark.parametrize(
     ("params", "fragment"),
     [
-        ({"n": 2}, "n must be 1"),
         ({"best_of": 2}, "best_of is not supported"),
         ({"response_format": {"type": "json_schema", "json_schema": {}}}, "json_schema.schema"),
         ({"response_format": {"type": "yaml"}}, "'yaml'"),
@@ -66,6 +65,11 @@ def test_response_format_becomes_structured_output():
 def test_untranslatable_sampling_params_name_the_problem(params, fragment):
     with pytest.raises(SamplingParamsError, match=fragment):
         to_vllm_kwargs(params)
+
+
+def test_n_samples_travel_to_vllm():
+    """n > 1 is a feature now (the row's `samples` column); rows.py refuses n < 1."""
+    assert to_vllm_kwargs({"n": 2})[0] == {"n": 2}
 
 
 def test_cpu_build_gets_cpu_defaults_and_explicit_values_win():
