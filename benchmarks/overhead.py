@@ -344,14 +344,18 @@ def run_size(
                 continue
             sample = measure(CONTENDERS[name], ds, rows)
             samples[name].append(sample)
-            print(
-                f"  {rows:>9,} rows, round {round_}: {name:>26} "
-                f"{sample['rows_per_s']:>9,.0f} rows/s "
-                f"{sample['cpu_us_per_row'] or 0:>7.0f} CPU us/row "
-                f"{sample['driver_peak_rss_mib']:>6.0f} MiB driver",
-                flush=True,
-            )
+            print_sample(rows, round_, name, sample)
     return samples
+
+
+def print_sample(rows: int, round_: int, name: str, sample: dict[str, Any]) -> None:
+    print(
+        f"  {rows:>9,} rows, round {round_}: {name:>26} "
+        f"{sample['rows_per_s']:>9,.0f} rows/s "
+        f"{sample['cpu_us_per_row'] or 0:>7.0f} CPU us/row "
+        f"{sample['driver_peak_rss_mib']:>6.0f} MiB driver",
+        flush=True,
+    )
 
 
 def summarize(samples: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, float]]:

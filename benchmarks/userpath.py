@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import tempfile
 import time
@@ -41,7 +40,9 @@ from overhead import (
     RunMonitor,
     host_facts,
     measure,
+    print_sample,
     start_cluster,
+    summarize,
 )
 
 if __name__ != "__main__":
@@ -199,25 +200,12 @@ def run_size(
             else:
                 sample = measure_files(FILE_CONTENDERS[name], source, rows, workdir)
             samples[name].append(sample)
-            print(
-                f"  {rows:>9,} rows, round {round_}: {name:>26} "
-                f"{sample['rows_per_s']:>9,.0f} rows/s "
-                f"{sample['cpu_us_per_row'] or 0:>7.0f} CPU us/row "
-                f"{sample['driver_peak_rss_mib']:>6.0f} MiB driver",
-                flush=True,
-            )
+            print_sample(rows, round_, name, sample)
     return samples
 
 
-def summarize(samples: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
-    summary: dict[str, Any] = {}
-    for name, runs in samples.items():
-        summary[name] = {
-            "rows_per_s": statistics.median(r["rows_per_s"] for r in runs),
-            "cpu_us_per_row": statistics.median(r["cpu_us_per_row"] or 0 for r in runs),
-            "driver_peak_rss_mib": max(r["driver_peak_rss_mib"] for r in runs),
-            "runs": len(runs),
-        }
+def with_ratios(summary: dict[str, Any]) -> dict[str, Any]:
+    """overhead.summarize's medians, plus each relayllm contender over its baseline."""
     for ours, theirs in BASELINES.items():
         if ours in summary and theirs in summary:
             ratio = summary[ours]["rows_per_s"] / summary[theirs]["rows_per_s"]
@@ -258,7 +246,7 @@ def main() -> None:
         for rows in args.sizes:
             files = rows in args.yaml_sizes
             samples = run_size(rows, args.repeats, args.rows_per_block, files, Path(tmp))
-            summary = summarize(samples)
+            summary = with_ratios(summarize(samples))
             for key, value in summary.items():
                 if key.startswith("ratio"):
                     print(f"{rows:,} rows: {key} = {value:.2f}x", flush=True)

@@ -5,22 +5,10 @@ stage on the same echo deployment (the real figures come from the full benchmark
 import sys
 from pathlib import Path
 
-import pytest
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import overhead
 
 ROWS = 2000
-
-
-@pytest.fixture(scope="module")
-def echo(ray_session):
-    ray_session.data.DataContext.get_current().enable_progress_bars = False
-    overhead.deploy_echo()
-    yield
-    import relayllm
-
-    relayllm.shutdown(overhead.DEPLOYMENT)
 
 
 def test_relayllm_stage_is_faster_than_ray_data_llm_on_the_same_deployment(echo):

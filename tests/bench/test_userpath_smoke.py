@@ -6,23 +6,10 @@ figures come from the full benchmark."""
 import sys
 from pathlib import Path
 
-import pytest
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import overhead
 import userpath
 
 ROWS = 1000
-
-
-@pytest.fixture(scope="module")
-def echo(ray_session):
-    ray_session.data.DataContext.get_current().enable_progress_bars = False
-    overhead.deploy_echo()
-    yield
-    import relayllm
-
-    relayllm.shutdown(overhead.DEPLOYMENT)
 
 
 def test_readme_pattern_and_hand_written_client_give_the_same_rows(echo):
