@@ -164,8 +164,8 @@ def block_rows(pipeline: Pipeline) -> int:
 
 def flush_blocks(pipeline: Pipeline, dataset):
     """Cut the input into blocks of :func:`block_rows` rows: Ray Data's streaming repartition
-    (no shuffle). It runs a task per block, about 100 µs of CPU per row on the user-path
-    benchmark (docs/benchmarks.md, 1c): the largest cost of a YAML pipeline's path. Blocks
+    (no shuffle). It runs a task per block: the largest cost of a YAML pipeline's path on the
+    user-path benchmark (docs/benchmarks.md, 1c, has the figure). Blocks
     split by the reader instead (cheap) come out smaller than a stage batch, and the stage's
     operator bundles two of them into one task, which then finishes no sooner than its
     neighbours: output would no longer reach the disk block by block."""
