@@ -32,6 +32,12 @@ class ProcessorConfig(BaseModel):
     deployment: str = Field(description="Name of a running relayllm deployment.")
     task: Task = "chat"
     batch_size: PositiveInt = Field(default=64, description="Rows per call to the deployment.")
+    token_budget: PositiveInt | None = Field(
+        default=None,
+        description="Also close a call when its rows' estimated tokens (prompt characters / 4, "
+        "plus each row's max_tokens) would pass this: long rows travel in small calls. "
+        "None: calls of batch_size rows.",
+    )
     concurrency: PositiveInt = Field(default=1, description="Stage actors (Ray Data workers).")
     max_in_flight_batches: PositiveInt = Field(
         default=4, description="Calls one stage actor keeps outstanding."

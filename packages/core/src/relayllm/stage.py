@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from relayllm import compat
+from relayllm.calls import split_into_calls
 from relayllm.errors import RowError, describe_exception
 from relayllm.retry import call_with_retries
 from relayllm.rows import (
@@ -135,8 +136,7 @@ class ServeStage:
             # Lexicographic order puts rows that share a prefix next to each other, however
             # long the prefix; results go back by row index, so the output order is unchanged.
             pending.sort(key=lambda item: request_text(item[1], roles=True))
-        size = self.config.batch_size
-        calls = [pending[k : k + size] for k in range(0, len(pending), size)]
+        calls = split_into_calls(pending, self.config.batch_size, self.config.token_budget)
         answers = await asyncio.gather(*(self._send([r for _, r in call]) for call in calls))
         for call, answer in zip(calls, answers, strict=True):
             for (i, _), result in zip(call, answer, strict=True):

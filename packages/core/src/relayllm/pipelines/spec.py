@@ -74,6 +74,8 @@ class StepSpec(_Strict):
     timeout_s: float | None = Field(default=None, gt=0)
     max_retries: int | None = Field(default=None, ge=0)
     on_error: Literal["record", "raise"] | None = None
+    token_budget: PositiveInt | None = None
+    order_by_prefix: bool | None = None
 
     @model_validator(mode="after")
     def _one_template(self) -> StepSpec:
@@ -118,6 +120,8 @@ class StepSpec(_Strict):
                 "timeout_s",
                 "max_retries",
                 "on_error",
+                "token_budget",
+                "order_by_prefix",
             )
             if getattr(self, k) is not None
         }
