@@ -186,6 +186,8 @@ def measure(variant: str, command: list[str]) -> dict:
         "peak_cgroup_anon_gib": round(group.peak_anon / GIB, 2) if group.path else None,
         "pss_gib_at_peak_by_process": memory.breakdown,
         "seconds": round(time.monotonic() - started, 1),
+        # What the command told its user while starting ("... ready in N s").
+        "start_lines": [line.strip() for line in output.splitlines() if " ready in " in line],
     }
 
 

@@ -119,11 +119,21 @@ class ConsoleHooks(RunHooks):
         if said:
             self.console.say(said)
 
+    @contextlib.contextmanager
+    def running(self, pipeline, total, already_done):
+        steps = [(s.name, s.deployment) for s in pipeline.spec.steps]
+        self.console.say(
+            f"running {len(steps)} step(s) on {total if total is not None else 'the'} rows"
+            + (f" ({already_done} already in the output)" if already_done else "")
+        )
+        with self.console.steps(steps, total) as progress:
+            yield lambda s: progress.add_tokens([step.output_tokens for step in s.steps])
+
 
 def engine_ready_line(name: str) -> str | None:
-    """ "engine ready in N s (phase N s, ...)" from the deployment's ``info()``, for backends
-    that report ``engine_ready_s`` (the time from the replica's start to a serving engine);
-    None for the others, or when the replica does not answer at once."""
+    """The line "'NAME': engine ready in N s (phase N s, ...)" from the deployment's
+    ``info()``, for backends that report ``engine_ready_s`` (the time from the replica's start
+    to a serving engine); None for the others, or when the replica does not answer at once."""
     import relayllm
 
     try:
@@ -140,16 +150,6 @@ def engine_ready_line(name: str) -> str | None:
         if isinstance(value, (int, float))
     )
     return f"{name!r}: engine ready in {ready:.1f} s" + (f" ({detail})" if detail else "")
-
-    @contextlib.contextmanager
-    def running(self, pipeline, total, already_done):
-        steps = [(s.name, s.deployment) for s in pipeline.spec.steps]
-        self.console.say(
-            f"running {len(steps)} step(s) on {total if total is not None else 'the'} rows"
-            + (f" ({already_done} already in the output)" if already_done else "")
-        )
-        with self.console.steps(steps, total) as progress:
-            yield lambda s: progress.add_tokens([step.output_tokens for step in s.steps])
 
 
 def _model_of(config) -> str:
