@@ -214,6 +214,7 @@ def main() -> None:
         "fraction": [python, "-m", "relayllm.cli", "run", f.name, "--output", str(rows)],
     }
     previous = _previous_variants()
+    load_at_start = os.getloadavg()[0]
     variants = []
     try:
         for name, command in commands.items():
@@ -239,6 +240,9 @@ def main() -> None:
         "engine_start": start,
         "target": f"demo pipeline under {TARGET_GIB:g} GiB peak",
         "target_met": peak < TARGET_GIB,
+        # The machine is shared: the 1-minute load average says how busy it was (memory
+        # hardly depends on it; the engine's start time does).
+        "host": {"load_average_at_start": load_at_start, "load_average_at_end": os.getloadavg()[0]},
     }
     print(json.dumps(result, indent=2))
     write_results("demo_memory", result)
