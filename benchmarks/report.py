@@ -912,20 +912,28 @@ def engine_section(data: dict[str, Any]) -> list[str]:
     lines = [
         "## 3a. Engine efficiency: relayllm + vLLM vs raw vLLM",
         "",
-        f"{data['runs']} alternating runs (raw vLLM first, then relayllm; then the other way "
-        "round), each side in its own subprocess with its own engine, same engine arguments "
+        (
+            f"{data['runs']} alternating runs (raw vLLM first, then relayllm; then the other way "
+            "round)"
+            if data["runs"] > 1
+            else "One run (raw vLLM, then relayllm: too few to be more than an indication; "
+            "`--runs 3` alternates the order)"
+        )
+        + ", each side in its own subprocess with its own engine, same engine arguments "
         "(the vllm backend's CPU defaults), same prompts and sampling params "
         f"({data['sampling_params']}); each side times one pass per row count on one warm "
         "engine. Figures are medians over the runs, with their spread (min-max); a run's "
         "ratio pairs its two sides. *CPU outside the engine*: CPU time of every process of "
         "the run except vLLM's own (EngineCore and its worker) during the pass, per row -- "
         "for raw vLLM the driver (chat template, detokenizing); for relayllm also Ray Data, "
-        "the stage actor, the Serve replica feeding the engine, and Ray's processes.",
+        "the stage actor, the Serve replica feeding the engine, and Ray's processes. The "
+        "1-minute load average when the benchmark started: "
+        f"{data['host']['load_average_at_start']:.1f} on 2 cores.",
         "",
         f"![engine]({png})",
         "",
-        "| rows | raw vLLM tokens/s | relayllm tokens/s | relayllm / raw | CPU µs/row outside "
-        "the engine: raw | relayllm | errors |",
+        "| rows | raw vLLM tokens/s | relayllm tokens/s | relayllm / raw | raw: CPU µs/row "
+        "outside the engine | relayllm: CPU µs/row outside the engine | errors |",
         "|---:|---:|---:|---:|---:|---:|---:|",
     ]
 
