@@ -57,6 +57,9 @@ def env(ray_session):
 def engine(env):
     deployed = cli("deploy", EXAMPLES / "questions.yaml", env=env)
     assert f"{NAME}: RUNNING (backend vllm)" in deployed.stdout
+    # The engine's start, from the replica's info() (#20): "'smollm': engine ready in N s (...)"
+    assert f"{NAME!r}: engine ready in " in deployed.stdout, deployed.stdout
+    assert "engine core" in deployed.stdout, deployed.stdout
     first = replica(env)
     assert first["backend"] == "vllm" and first["rows"] == 0
     yield first

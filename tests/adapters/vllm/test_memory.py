@@ -8,9 +8,9 @@ import relayllm
 from relayllm_vllm.demo import ensure_demo_model
 from relayllm_vllm.memory import (
     CPU_KVCACHE_ENV,
+    CPU_OFFLINE_MAX_NUM_SEQS,
     CPU_TOKENS_PER_SEQUENCE,
     GIB,
-    VLLM_DEFAULT_MAX_NUM_SEQS,
     cpu_kv_cache_bytes,
     model_shape,
 )
@@ -37,11 +37,11 @@ def test_the_demo_models_shape_comes_from_its_config(demo):
 def test_cpu_default_is_derived_from_context_sequences_and_shape(demo):
     per_token = model_shape(demo).bytes_per_token()
     default = engine_args(VLLMOptions(), cpu=True, model_path=demo)["kv_cache_memory_bytes"]
-    tokens = max(8192, VLLM_DEFAULT_MAX_NUM_SEQS * CPU_TOKENS_PER_SEQUENCE)
+    tokens = max(8192, CPU_OFFLINE_MAX_NUM_SEQS * CPU_TOKENS_PER_SEQUENCE)
     assert default == -(-tokens * per_token // MIB) * MIB
     assert default < GIB, "the demo model's KV cache, not 30% of the machine"
     # A shorter context and fewer sequences take less; one full-length sequence always fits.
-    small = engine_args(VLLMOptions(max_model_len=512, max_num_seqs=4), cpu=True, model_path=demo)
+    small = engine_args(VLLMOptions(max_model_len=512, max_num_seqs=8), cpu=True, model_path=demo)
     assert small["kv_cache_memory_bytes"] == -(-1024 * per_token // MIB) * MIB
     long = cpu_kv_cache_bytes(model_shape(demo), max_model_len=8192, max_num_seqs=1)
     assert long >= 8192 * per_token

@@ -138,7 +138,10 @@ class VLLMDeployment(BatchDeployment):
         from vllm.v1.engine.async_llm import AsyncLLM
 
         began = time.monotonic()
-        config = AsyncEngineArgs(**plan.args).create_engine_config(UsageContext.ENGINE_CONTEXT)
+        # relayllm is vLLM's offline batch use: the offline API's (``LLM``) scheduler defaults
+        # (max_num_seqs, max_num_batched_tokens), not the bare engine's, which on the CPU build
+        # are half of them and cost throughput next to raw ``LLM.chat`` (benchmarks/engine.py).
+        config = AsyncEngineArgs(**plan.args).create_engine_config(UsageContext.LLM_CLASS)
         if plan.placement_group is not None:
             config.parallel_config.placement_group = plan.placement_group
         configured = time.monotonic()

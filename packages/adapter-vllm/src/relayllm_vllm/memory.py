@@ -28,12 +28,15 @@ GIB = 1024**3
 #: vLLM's ``CacheConfig.gpu_memory_utilization`` default, used as is on GPU (the contract
 #: test checks the pinned release still declares it).
 GPU_MEMORY_UTILIZATION_DEFAULT = 0.92
-#: vLLM's ``SchedulerConfig.DEFAULT_MAX_NUM_SEQS``: ``max_num_seqs`` of an ``AsyncLLM``
-#: engine that does not set it (checked by the contract test too).
+#: vLLM's ``SchedulerConfig.DEFAULT_MAX_NUM_SEQS``: ``max_num_seqs`` of an engine whose
+#: usage context has no default of its own (checked by the contract test too).
 VLLM_DEFAULT_MAX_NUM_SEQS = 128
-#: KV tokens budgeted per running sequence on the CPU build: prompt plus answer of a typical
-#: batch row. Longer rows still run, fewer at a time.
-CPU_TOKENS_PER_SEQUENCE = 256
+#: ``max_num_seqs`` of vLLM's offline API (``LLM``, usage context ``LLM_CLASS``) on the CPU
+#: build, which the replica's engine takes too (see :mod:`relayllm_vllm.deployment`).
+CPU_OFFLINE_MAX_NUM_SEQS = 256
+#: KV tokens budgeted per running sequence on the CPU build: one KV block of the CPU build
+#: (128 tokens), a short batch row's prompt plus answer. Longer rows still run, fewer at a time.
+CPU_TOKENS_PER_SEQUENCE = 128
 #: vLLM's own setting of the CPU KV-cache size (GiB); when set, it wins and nothing is derived.
 CPU_KVCACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"
 _DTYPE_BYTES = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2}
@@ -99,7 +102,7 @@ def cpu_kv_cache_bytes(
     length = max_model_len or shape.max_position_embeddings
     if not length:
         return None
-    sequences = max_num_seqs or VLLM_DEFAULT_MAX_NUM_SEQS
+    sequences = max_num_seqs or CPU_OFFLINE_MAX_NUM_SEQS
     tokens = max(length, sequences * min(length, CPU_TOKENS_PER_SEQUENCE))
     raw = tokens * shape.bytes_per_token(tensor_parallel_size)
     return math.ceil(raw / 2**20) * 2**20
@@ -136,6 +139,7 @@ def cpu_kvcache_env_set() -> bool:
 
 __all__ = [
     "CPU_KVCACHE_ENV",
+    "CPU_OFFLINE_MAX_NUM_SEQS",
     "CPU_TOKENS_PER_SEQUENCE",
     "GIB",
     "GPU_MEMORY_UTILIZATION_DEFAULT",

@@ -42,6 +42,10 @@ def connect(
                 # Ray's INFO lines go to the log file; quiet=True (the CLI) drops them too.
                 logging_level=logging.WARNING if quiet else logging.INFO,
                 configure_logging=True,
+                # A local cluster started here has no dashboard: nothing in relayllm reads it,
+                # and its processes hold ~0.4 GiB (measured: benchmarks/demo_memory.py). A
+                # cluster started with `ray start` keeps its own (ignored when connecting).
+                include_dashboard=False,
             )
         except ConnectionError as exc:
             raise ConfigError(connection_advice(address, exc)) from None

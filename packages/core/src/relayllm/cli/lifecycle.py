@@ -42,6 +42,7 @@ def deploy(pipeline_file, only, address, verbose):
       relayllm deploy examples/questions.yaml --address 127.0.0.1:6379
     """
     import relayllm
+    from relayllm.cli.run import engine_ready_line
     from relayllm.errors import ConfigError
     from relayllm.pipelines import load_pipeline
 
@@ -60,6 +61,9 @@ def deploy(pipeline_file, only, address, verbose):
             continue
         ref = relayllm.deploy(config, address=address)
         click.echo(f"{ref.name}: {ref.status or 'RUNNING'} (backend {config.backend})")
+        said = engine_ready_line(ref.name)
+        if said:
+            click.echo(said)
 
 
 @click.command()

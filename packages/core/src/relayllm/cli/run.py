@@ -104,14 +104,20 @@ class ConsoleHooks(RunHooks):
     def connect(self, address):
         connect(address, self.verbose, console=self.console)
 
+    @contextlib.contextmanager
     def deploying(self, config, running):
         what = f"{config.name!r} ({config.backend}{_model_of(config)})"
         if running:
             self.console.say(f"using the running deployment {what}")
-            return contextlib.nullcontext()
-        return self.console.phase(
+            yield
+            return
+        with self.console.phase(
             f"deploying {what}: starting its engine", f"deployment {config.name!r} ready"
-        )
+        ):
+            yield
+        said = engine_ready_line(config.name)
+        if said:
+            self.console.say(said)
 
     @contextlib.contextmanager
     def running(self, pipeline, total, already_done):
@@ -122,6 +128,28 @@ class ConsoleHooks(RunHooks):
         )
         with self.console.steps(steps, total) as progress:
             yield lambda s: progress.add_tokens([step.output_tokens for step in s.steps])
+
+
+def engine_ready_line(name: str) -> str | None:
+    """The line "'NAME': engine ready in N s (phase N s, ...)" from the deployment's
+    ``info()``, for backends that report ``engine_ready_s`` (the time from the replica's start
+    to a serving engine); None for the others, or when the replica does not answer at once."""
+    import relayllm
+
+    try:
+        info = relayllm.get_deployment(name).handle().info.remote().result(timeout_s=30)
+    except Exception:  # a line of progress is not worth failing the run for
+        return None
+    ready = info.get("engine_ready_s")
+    if ready is None:
+        return None
+    phases = info.get("engine_start_phases") or {}
+    detail = ", ".join(
+        f"{key.removesuffix('_s').replace('_', ' ')} {value:.1f} s"
+        for key, value in phases.items()
+        if isinstance(value, (int, float))
+    )
+    return f"{name!r}: engine ready in {ready:.1f} s" + (f" ({detail})" if detail else "")
 
 
 def _model_of(config) -> str:
