@@ -30,6 +30,9 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+PORT = _free_port()  # Serve's one proxy: every deployment here shares it
+
+
 @pytest.fixture(scope="module")
 def front():
     relayllm.shutdown()  # Serve gets its HTTP proxy only while no application runs
@@ -37,7 +40,7 @@ def front():
         name=NAME,
         backend="echo",
         options={"fail_marker": "POISON"},
-        http={"route_prefix": "/echo", "port": _free_port(), "api_key_env": KEY_ENV},
+        http={"route_prefix": "/echo", "port": PORT, "api_key_env": KEY_ENV},
     )
     ref = relayllm.deploy(config)
     info = ref.handle().info.remote().result(timeout_s=60)
@@ -172,3 +175,74 @@ def test_http_config_from_yaml_and_its_checks():
         DeploymentConfig(name="d", backend="echo", http={"api_key_env": "sk-abc def"})
     with pytest.raises(ValueError, match="trailing"):
         DeploymentConfig(name="d", backend="echo", http={"route_prefix": "chat/"})
+
+
+def test_priority_http_interactive_rows_batch_overridable_per_processor_and_row():
+    from relayllm.rows import build_request
+    from relayllm.traffic import BATCH_PRIORITY, INTERACTIVE_PRIORITY
+
+    assert INTERACTIVE_PRIORITY < BATCH_PRIORITY  # vLLM's order: lower runs first
+    assert ProcessorConfig(deployment="d").priority == BATCH_PRIORITY
+    row = build_request("completion", "hi", {"priority": 3}, {"priority": 7}, None, "r1")
+    assert row["priority"] == 7 and "priority" not in row["sampling_params"]
+    assert "priority is invalid" in build_request(
+        "completion", "hi", {}, {"priority": "x"}, None, "r2"
+    )
+
+
+def test_admission_backs_batch_rows_off_while_interactive_is_slow_and_refills_after(front):
+    import time
+
+    import ray
+
+    # The echo 'engine' answers slower the more rows it holds (10 ms per row), so interactive
+    # requests are slower than the 0.1 s target while many batch rows are in: the controller
+    # must cut the batch rows, and raise them back to the maximum once interactive stops.
+    config = DeploymentConfig(
+        name="httpadmit",
+        backend="echo",
+        options={"delay_s": 0.01, "delay_per_busy_row_s": 0.01},
+        http={"route_prefix": "/admit", "port": PORT},
+        admission={
+            "target_ttft_s": 0.1,
+            "max_batch_rows": 64,
+            "increase_rows": 16,
+            "interval_s": 0.2,
+        },
+    )
+    ref = relayllm.deploy(config)
+    info = ref.handle().info.remote().result(timeout_s=60)
+    client = openai.OpenAI(base_url=info["http"]["url"], api_key="unused", max_retries=0)
+    done = threading.Event()
+    answered = []
+
+    def interactive():
+        while not done.is_set():
+            reply = client.completions.create(model="httpadmit", prompt="quick question")
+            answered.append(reply.choices[0].text)
+
+    thread = threading.Thread(target=interactive)
+    thread.start()
+    try:
+        processor = build_processor(
+            ProcessorConfig(
+                deployment="httpadmit", task="completion", batch_size=16, max_in_flight_batches=8
+            )
+        )
+        items = [{"prompt": f"row {i}"} for i in range(600)]
+        rows = processor(ray.data.from_items(items)).take_all()
+    finally:
+        done.set()
+        thread.join(timeout=60)
+    during = ref.handle().info.remote().result(timeout_s=30)["admission"]
+    assert all(r["error"] is None for r in rows) and len(rows) == 600  # nothing lost
+    assert answered and set(answered) == {"quick question"}
+    assert during["cuts"] >= 1 and during["lowest_limit"] < 64, during
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # no interactive traffic: the limit climbs back
+        after = ref.handle().info.remote().result(timeout_s=30)["admission"]
+        if after["limit"] == 64:
+            break
+        time.sleep(0.5)
+    assert after["limit"] == 64 and after["raises"] >= 1, after
+    relayllm.shutdown("httpadmit")

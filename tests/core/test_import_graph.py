@@ -21,7 +21,7 @@ SOURCE = Path(relayllm.__file__).parent
 LAYERS: list[tuple[str, ...]] = [
     # the foundation: errors, the row protocol, policies with no relayllm dependency
     ("relayllm.errors", "relayllm.rows", "relayllm.retry", "relayllm.logs", "relayllm.compat"),
-    ("relayllm.http_config",),
+    ("relayllm.http_config", "relayllm.admission", "relayllm.traffic"),
     ("relayllm.plugin", "relayllm.versions", "relayllm.data_context", "relayllm.placement"),
     # the HTTP front a replica serves (on the row protocol)
     ("relayllm.http_front",),

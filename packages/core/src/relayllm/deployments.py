@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator
 
 from relayllm import compat
+from relayllm.admission import AdmissionConfig
 from relayllm.errors import (
     ConfigError,
     DeploymentConflictError,
@@ -59,6 +60,11 @@ class DeploymentConfig(BaseModel):
         default=None,
         description="Serve an OpenAI-compatible HTTP API from these replicas too "
         "(interactive traffic on the engine the batch processors share).",
+    )
+    admission: AdmissionConfig = Field(
+        default_factory=AdmissionConfig,
+        description="How batch rows yield to interactive requests (deployments with http): "
+        "the interactive TTFT target and the limits of the batch rows in the engine.",
     )
 
     @field_validator("name")

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from relayllm.errors import ConfigError, EngineFailedError, MissingDependencyError
 from relayllm.http_config import HttpConfig
 from relayllm.rows import Request, Result, Task, build_request
+from relayllm.traffic import INTERACTIVE_PRIORITY
 
 if TYPE_CHECKING:
     from starlette.requests import Request as HttpRequest
@@ -186,9 +187,12 @@ class HttpFront:
             params.pop("logprobs", None)
         model = body.get("model")
         adapter = model if model not in (None, self.model, self._engine_model()) else None
+        if body.get("priority") is not None:  # vLLM's server takes it in the body too
+            params["priority"] = body["priority"]
         row = build_request(task, value, {}, params, adapter, f"http-{uuid.uuid4().hex}")
         if isinstance(row, str):
             raise HttpError(400, row, "invalid_request_error")
+        row.setdefault("priority", INTERACTIVE_PRIORITY)
         return row
 
     def _engine_model(self) -> str | None:

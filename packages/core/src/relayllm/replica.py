@@ -17,6 +17,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from relayllm.admission import Admission, AdmissionConfig
 from relayllm.errors import EngineFailedError, describe_exception
 from relayllm.rows import Request, Result, error_result
 
@@ -62,14 +63,19 @@ class BatchDeployment:
         # engine's client (vLLM's) answers only on the loop it serves from, so the probe is
         # sent there.
         self.serving_loop: asyncio.AbstractEventLoop | None = None
-        self.http_rows = 0  # rows that came through the HTTP front
+        self.http_rows = 0  # rows that came through the HTTP front (interactive traffic)
         self.http_front: Any = None
+        # Batch rows pass the admission gate only where interactive traffic can arrive: the
+        # batch-only path stays as it was.
+        self.admission: Admission | None = None
         if deployment.get("http") is not None:  # built at start: a bad key setup fails deploy
             from relayllm.http_config import HttpConfig
             from relayllm.http_front import HttpFront
 
             config = HttpConfig.model_validate(deployment["http"])
             self.http_front = HttpFront(self, config, str(deployment.get("name")))
+            admission = AdmissionConfig.model_validate(deployment.get("admission") or {})
+            self.admission = Admission(admission)
 
     # -- what adapters implement -------------------------------------------------------------
 
@@ -171,12 +177,22 @@ class BatchDeployment:
     async def serve_http_row(self, request: Request) -> Result:
         self._check_serving()
         self.http_rows += 1
-        return await self._serve_one(request)
+        began = time.monotonic()
+        try:
+            return await self._serve_one(request)
+        finally:
+            if self.admission is not None:  # the whole answer's time: TTFT's upper bound
+                self.admission.observe(time.monotonic() - began)
 
     async def stream_http_row(self, request: Request) -> AsyncIterator[Result]:
         self._check_serving()
         self.http_rows += 1
+        began = time.monotonic()
+        first = True
         async for part in self.stream_request(request):
+            if first and self.admission is not None:
+                self.admission.observe(time.monotonic() - began)
+            first = False
             yield part
         self._last_answer = time.monotonic()
 
@@ -202,7 +218,9 @@ class BatchDeployment:
             "peak_ongoing": self.peak_ongoing,
             "tasks": self.deployment.get("tasks"),
             **self.engine_info(),
+            "rows_by_class": {"batch": self.rows, "interactive": self.http_rows},
             **({"http": self._http_info()} if self.http_front is not None else {}),
+            **({"admission": self.admission.describe()} if self.admission is not None else {}),
         }
 
     def _http_info(self) -> dict[str, Any]:
@@ -316,7 +334,10 @@ class BatchDeployment:
 
     async def _compute(self, fresh: list[Request], future: asyncio.Future[list[Result]]) -> None:
         try:
-            results = await self.run_batch(fresh)
+            if self.admission is not None:
+                results = await self.admission.run(fresh, self.run_batch)
+            else:
+                results = await self.run_batch(fresh)
             if len(results) != len(fresh):
                 raise RuntimeError(
                     f"{type(self).__name__}.run_batch returned {len(results)} results "
