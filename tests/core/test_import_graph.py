@@ -21,7 +21,10 @@ SOURCE = Path(relayllm.__file__).parent
 LAYERS: list[tuple[str, ...]] = [
     # the foundation: errors, the row protocol, policies with no relayllm dependency
     ("relayllm.errors", "relayllm.rows", "relayllm.retry", "relayllm.logs", "relayllm.compat"),
+    ("relayllm.http_config", "relayllm.admission", "relayllm.traffic"),
     ("relayllm.plugin", "relayllm.versions", "relayllm.data_context", "relayllm.placement"),
+    # the HTTP front a replica serves (on the row protocol)
+    ("relayllm.http_front",),
     # what an adapter provides, and what adapters share
     ("relayllm.backend", "relayllm.adapters", "relayllm.replica", "relayllm.cluster"),
     ("relayllm.plugin.spec", "relayllm.plugin.manager"),

@@ -169,3 +169,17 @@ def test_tokens_the_estimate_missed_are_charged_later():
         return loop.time() - start
 
     assert asyncio.run(scenario()) >= 0.9
+
+
+def test_interactive_requests_get_a_budget_of_their_own_only_with_an_http_front():
+    from relayllm_openai.admission import class_budgets
+    from relayllm_openai.options import OpenAIOptions
+
+    options = OpenAIOptions(
+        model="m", max_concurrency=40, requests_per_minute=1000, tokens_per_minute=None
+    )
+    (alone,) = class_budgets(options, 0.0)  # no HTTP front: batch rows get everything
+    assert alone == {"max_concurrency": 40, "requests_per_minute": 1000, "tokens_per_minute": None}
+    batch, interactive = class_budgets(options, options.interactive_share)
+    assert (batch["max_concurrency"], interactive["max_concurrency"]) == (30, 10)
+    assert (batch["requests_per_minute"], interactive["requests_per_minute"]) == (750, 250)

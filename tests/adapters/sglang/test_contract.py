@@ -90,10 +90,10 @@ def test_server_args_the_adapter_reads_are_serverargs_fields(sglang_source):
 
 
 def test_async_generate_keywords_exist(sglang_source):
-    rows = [EngineInput("generate", input_ids=[1], sampling_params={}, lora="a")]
+    rows = [EngineInput("generate", input_ids=[1], sampling_params={}, lora="a", priority=10)]
     used = set(generate_kwargs(rows))
     params, _ = sglang_source.method_parameters(ENGINE_MODULE, "Engine", "async_generate")
-    assert {"input_ids", "sampling_params", "lora_path"} <= used
+    assert {"input_ids", "sampling_params", "lora_path", "priority"} <= used
     assert used <= params, f"Engine.async_generate has no {sorted(used - params)}"
 
 

@@ -226,6 +226,16 @@ def test_one_call_carries_the_whole_batch_as_lists():
     }
 
 
+def test_the_priority_travels_as_sglangs_one_per_call_higher_first():
+    rows = [
+        EngineInput("generate", input_ids=[1], sampling_params={}, priority=10),
+        EngineInput("generate", input_ids=[2], sampling_params={}, priority=0),
+    ]
+    assert generate_kwargs(rows)["priority"] == 0  # the most urgent row of the call
+    assert generate_kwargs(rows[:1])["priority"] == -10  # batch below interactive's 0
+    assert "priority" not in generate_kwargs([EngineInput("generate", input_ids=[1])])
+
+
 # -- SGLang outputs -> rows --------------------------------------------------------------------
 
 

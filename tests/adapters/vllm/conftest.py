@@ -21,6 +21,12 @@ def ray_session():
 
     if not ray.is_initialized():
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    from ray import serve
+    from vllm_support import HTTP_PORT
+
+    # With its HTTP proxy from the start: the shared deployment has an HTTP front, and Serve
+    # takes a proxy only when it starts.
+    serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": HTTP_PORT})
     yield ray
     from ray import serve
 

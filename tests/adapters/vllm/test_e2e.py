@@ -212,6 +212,35 @@ def test_completion_and_info(deployment):
     assert tokens >= 512, "at least one full-length sequence fits"
 
 
+def test_http_front_streams_real_tokens_from_the_batch_engine(deployment):
+    """The OpenAI client on the deployment's HTTP front: the same engine (one model load) that
+    answers the processors above, real token deltas in the stream, priority scheduling on."""
+    openai = pytest.importorskip("openai")
+    before = deployment.handle().info.remote().result(timeout_s=120)
+    client = openai.OpenAI(base_url=before["http"]["url"], api_key="unused", max_retries=0)
+    ask = {
+        "model": DEPLOYMENT_NAME,
+        "messages": [{"role": "user", "content": QUESTIONS[0]}],
+        "temperature": 0.0,
+        "max_tokens": 12,
+    }
+    reply = client.chat.completions.create(**ask)
+    assert "Paris" in reply.choices[0].message.content, reply
+    chunks = list(
+        client.chat.completions.create(**ask, stream=True, stream_options={"include_usage": True})
+    )
+    deltas = [
+        c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content
+    ]
+    assert len(deltas) > 1, "a real stream: the text arrives in several parts"
+    assert "".join(deltas) == reply.choices[0].message.content  # greedy: the same answer
+    assert chunks[-1].usage.completion_tokens == reply.usage.completion_tokens
+    after = deployment.handle().info.remote().result(timeout_s=120)
+    assert after["replica_id"] == before["replica_id"] and after["engine_starts"] == 1
+    assert after["rows_by_class"]["interactive"] == before["rows_by_class"]["interactive"] + 2
+    assert after["engine_args"]["scheduling_policy"] == "priority"
+
+
 def test_engine_kwargs_typo_fails_before_any_engine_starts():
     from ray import serve
 

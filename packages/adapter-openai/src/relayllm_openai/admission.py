@@ -22,6 +22,25 @@ from relayllm.rows import Request, request_text
 CHARS_PER_TOKEN = 4
 
 
+def class_budgets(options: Any, interactive_share: float) -> tuple[dict[str, Any], ...]:
+    """The Admission arguments of the batch and of the interactive class: the options'
+    budgets split by ``interactive_share`` (0: one budget, all batch; then only one)."""
+
+    def part(share: float) -> dict[str, Any]:
+        def scaled(value: int | None) -> int | None:
+            return max(1, int(value * share)) if value else None
+
+        return {
+            "max_concurrency": max(1, int(options.max_concurrency * share)),
+            "requests_per_minute": scaled(options.requests_per_minute),
+            "tokens_per_minute": scaled(options.tokens_per_minute),
+        }
+
+    if not interactive_share:
+        return (part(1.0),)
+    return part(1.0 - interactive_share), part(interactive_share)
+
+
 class Admission:
     """The gate every request to the endpoint passes, retries included."""
 
@@ -118,4 +137,4 @@ def replicas_of(deployment: dict[str, Any]) -> int:
     return max(1, int(deployment.get("num_replicas") or 1))
 
 
-__all__ = ["CHARS_PER_TOKEN", "Admission", "estimate_tokens", "replicas_of"]
+__all__ = ["class_budgets", "CHARS_PER_TOKEN", "Admission", "estimate_tokens", "replicas_of"]

@@ -17,7 +17,8 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 import relayllm
 from relayllm.adapters import UnsupportedParameter, check_sampling_support
 from relayllm.rows import Request, Result, error_result
-from relayllm_openai.admission import Admission, estimate_tokens, replicas_of
+from relayllm.traffic import BATCH_PRIORITY, INTERACTIVE_PRIORITY
+from relayllm_openai.admission import Admission, class_budgets, estimate_tokens, replicas_of
 from relayllm_openai.options import FEATURE_FIELDS, OPENAI_SAMPLING_PARAMS, OpenAIOptions
 from relayllm_openai.retrying import (
     BackoffHonouringRetryAfter,
@@ -58,12 +59,14 @@ class OpenAIDeployment(relayllm.BatchDeployment):
             timeout=options.timeout_s,
             max_retries=0,  # retries are ours (retrying.py): one policy, one place
         )
-        self._admission = Admission(
-            max_concurrency=options.max_concurrency,
-            requests_per_minute=options.requests_per_minute,
-            tokens_per_minute=options.tokens_per_minute,
-            replicas=replicas_of(deployment),
-        )
+        # Batch rows and interactive (HTTP front) requests each have a budget of their own.
+        share = options.interactive_share if deployment.get("http") else 0.0
+        gates = [
+            Admission(**budget, replicas=replicas_of(deployment))
+            for budget in class_budgets(options, share)
+        ]
+        self._admission = gates[0]
+        self._interactive_admission = gates[-1]
         self.attempts = 0  # HTTP requests sent for rows, retries included
         self.retries = 0
         self._models: list[str] = []  # what the endpoint listed at the last health()
@@ -94,12 +97,14 @@ class OpenAIDeployment(relayllm.BatchDeployment):
             return error_result(f"{exc} (or list it in options.extra_sampling_params)")
         estimate = estimate_tokens(request)
         attempts = 0
+        interactive = request.get("priority", BATCH_PRIORITY) <= INTERACTIVE_PRIORITY
+        gate = self._interactive_admission if interactive else self._admission
 
         async def attempt() -> Result:
             nonlocal attempts
             attempts += 1
             self.attempts += 1
-            async with self._admission.slot(estimate):
+            async with gate.slot(estimate):
                 return await self._send(request)
 
         try:
@@ -117,7 +122,7 @@ class OpenAIDeployment(relayllm.BatchDeployment):
                 self._redact(describe_failure(exc, attempts, self.options.timeout_s))
             )
         used = (result.get("num_input_tokens") or 0) + (result.get("num_generated_tokens") or 0)
-        self._admission.settle(estimate, used or None)
+        gate.settle(estimate, used or None)
         return result
 
     def _before_retry(self, state: RetryCallState) -> None:
@@ -125,7 +130,8 @@ class OpenAIDeployment(relayllm.BatchDeployment):
         exc = state.outcome.exception() if state.outcome else None
         asked = retry_after_s(exc)
         if isinstance(exc, openai.RateLimitError) and asked:
-            self._admission.pause(asked)
+            self._admission.pause(asked)  # the endpoint's limit covers both classes
+            self._interactive_admission.pause(asked)
         logger.warning(
             "retrying a request to %s in %.2fs: %s",
             self.base_url,
@@ -190,6 +196,7 @@ class OpenAIDeployment(relayllm.BatchDeployment):
             "model": self.options.model,
             "base_url": self.base_url,
             "limits": self._admission.describe(),
+            "interactive_limits": self._interactive_admission.describe(),
             "attempts": self.attempts,
             "retries": self.retries,
         }

@@ -44,6 +44,15 @@ class OpenAIOptions(relayllm.BackendOptions):
     tokens_per_minute: PositiveInt | None = Field(
         default=None, description="Token budget for the whole deployment (None: no limit)."
     )
+    interactive_share: float = Field(
+        default=0.25,
+        ge=0,
+        lt=1,
+        description="On a deployment with an HTTP front: the part of each budget (concurrency, "
+        "requests and tokens per minute) kept for interactive requests, the rest for batch "
+        "rows, so a batch job cannot use up what interactive users need. Without an HTTP "
+        "front batch rows get the whole budget.",
+    )
     max_retries: NonNegativeInt = Field(
         default=5,
         description="Retries of one request on 429/408/409/5xx/timeouts/connection errors.",

@@ -171,6 +171,7 @@ class EngineInput:
     lora: str | None = None
     top_logprobs: int | None = None  # logprobs of the answer, with k alternatives
     prompt_logprobs: int | None = None  # logprobs of the prompt, with k alternatives
+    priority: int | None = None  # relayllm's (lower runs first); see generate_kwargs
 
 
 def engine_input(
@@ -224,6 +225,7 @@ def engine_input(
         lora=lora,
         top_logprobs=k,
         prompt_logprobs=extra.get("prompt_logprobs"),
+        priority=request.get("priority"),
     )
 
 
@@ -261,6 +263,12 @@ def generate_kwargs(inputs: Sequence[EngineInput]) -> dict[str, Any]:
         ]
         # 0: from the prompt's first token; -1: the answer only.
         kwargs["logprob_start_len"] = [0 if i.prompt_logprobs is not None else -1 for i in inputs]
+    priorities = [i.priority for i in inputs if i.priority is not None]
+    if priorities:
+        # SGLang takes one priority per call and, by default, runs higher values first
+        # (server_args enable_priority_scheduling turns its priority scheduling on): the
+        # call's most urgent row, negated.
+        kwargs["priority"] = -min(priorities)
     return kwargs
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,6 +56,7 @@ class VLLMDeployment(BatchDeployment):
         self.engine_processes: list[Any] = []
         self.engine_cores: list[Any] = []  # the ones vLLM titled VLLM::*, watched for hangs
         self.kv_cache_blocks = self.kv_cache_block_size = None
+        self.priority_scheduling = False  # set from the engine's config once it runs
         self.engine = self._start_engine()
 
     # -- engine ------------------------------------------------------------------------------
@@ -89,6 +91,7 @@ class VLLMDeployment(BatchDeployment):
         self.loras = self._lora_requests()
         cache = engine.vllm_config.cache_config
         self.kv_cache_blocks, self.kv_cache_block_size = cache.num_gpu_blocks, cache.block_size
+        self.priority_scheduling = engine.vllm_config.scheduler_config.policy == "priority"
         logger.info(
             "vLLM engine for %s ready in %.1fs (%s)",
             self.options.model,
@@ -200,29 +203,15 @@ class VLLMDeployment(BatchDeployment):
         if task == "embedding":
             return await self._embed(request["input"], request_id, lora)
 
-        from vllm.sampling_params import RequestOutputKind, SamplingParams, StructuredOutputsParams
+        from vllm.sampling_params import RequestOutputKind
 
-        row_params = request.get("sampling_params") or {}
-        kwargs, structured = to_vllm_kwargs(row_params)
-        if structured is not None:
-            kwargs["structured_outputs"] = StructuredOutputsParams(**structured)
-        kwargs.setdefault("max_tokens", None)  # OpenAI semantics: up to the context length
-        plan = tool_plan(row_params) if task == "chat" else None
-        if plan is not None and plan.mode == "auto" and not self.options.tool_call_parser:
-            raise ValueError(
-                "tool_choice 'auto' needs a tool parser to find the calls in the text: set the "
-                "deployment's options.tool_call_parser (e.g. hermes), or ask for "
-                "tool_choice 'required' or a named tool (forced with structured output)"
-            )
         # Only the final output crosses back from the engine: no per-token messages.
-        params = SamplingParams.from_optional(output_kind=RequestOutputKind.FINAL_ONLY, **kwargs)
-        if task == "chat":
-            prompt = await self._render_chat(request["messages"], row_params)
-        else:
-            prompt = await self._render_completion(request["prompt"])
-
+        prompt, params, kwargs, plan = await self._generation(request, RequestOutputKind.FINAL_ONLY)
         final = None
-        async for output in self.engine.generate(prompt, params, request_id, lora_request=lora):
+        generate = self.engine.generate(
+            prompt, params, request_id, lora_request=lora, **self._priority(request)
+        )
+        async for output in generate:
             final = output
         if final is None or not final.outputs:
             raise RuntimeError("the engine finished the request without an output")
@@ -243,6 +232,87 @@ class VLLMDeployment(BatchDeployment):
         if final.prompt_logprobs is not None:
             result["prompt_logprobs"] = self._prompt_logprobs(final, kwargs["prompt_logprobs"])
         return result
+
+    async def _generation(
+        self, request: Request, kind: Any
+    ) -> tuple[Any, Any, dict[str, Any], Any]:
+        """The engine's prompt and sampling params for a text row; ``kind``: vLLM's
+        ``RequestOutputKind`` (whole answer, or deltas for a stream)."""
+        from vllm.sampling_params import SamplingParams, StructuredOutputsParams
+
+        task = request["task"]
+
+        row_params = request.get("sampling_params") or {}
+        kwargs, structured = to_vllm_kwargs(row_params)
+        if structured is not None:
+            kwargs["structured_outputs"] = StructuredOutputsParams(**structured)
+        kwargs.setdefault("max_tokens", None)  # OpenAI semantics: up to the context length
+        plan = tool_plan(row_params) if task == "chat" else None
+        if plan is not None and plan.mode == "auto" and not self.options.tool_call_parser:
+            raise ValueError(
+                "tool_choice 'auto' needs a tool parser to find the calls in the text: set the "
+                "deployment's options.tool_call_parser (e.g. hermes), or ask for "
+                "tool_choice 'required' or a named tool (forced with structured output)"
+            )
+        params = SamplingParams.from_optional(output_kind=kind, **kwargs)
+        if task == "chat":
+            prompt = await self._render_chat(request["messages"], row_params)
+        else:
+            prompt = await self._render_completion(request["prompt"])
+        return prompt, params, kwargs, plan
+
+    def _priority(self, request: Request) -> dict[str, Any]:
+        """vLLM's ``priority`` (lower runs first) when the engine schedules by priority:
+        interactive requests ahead of batch rows waiting in its queue."""
+        if not self.priority_scheduling or request.get("priority") is None:
+            return {}
+        return {"priority": int(request["priority"])}
+
+    async def stream_request(self, request: Request) -> AsyncIterator[Result]:
+        """Real tokens as the engine makes them (vLLM's delta outputs), for the HTTP front's
+        streams. Rows asking for what only a whole answer carries (n > 1, tools, logprobs)
+        come as one part."""
+        row_params = request.get("sampling_params") or {}
+        whole = ("tools", "logprobs", "top_logprobs", "prompt_logprobs")
+        if (
+            request["task"] == "embedding"
+            or (row_params.get("n") or 1) > 1
+            or any(row_params.get(k) for k in whole)
+            or self.options.reasoning_parser
+        ):
+            yield await self.run_request(request)
+            return
+        from vllm.sampling_params import RequestOutputKind
+
+        request_id = f"{request.get('request_id') or uuid.uuid4().hex}-{uuid.uuid4().hex[:6]}"
+        try:
+            prompt, params, _, _ = await self._generation(request, RequestOutputKind.DELTA)
+            lora = self._lora_for(request.get("model"))
+            generated = 0
+            prompt_tokens = None
+            generate = self.engine.generate(
+                prompt, params, request_id, lora_request=lora, **self._priority(request)
+            )
+            async for output in generate:
+                prompt_tokens = len(output.prompt_token_ids or ()) or prompt_tokens
+                choice = output.outputs[0]
+                generated += len(choice.token_ids)
+                if choice.finish_reason in _FAILED:
+                    raise RuntimeError(
+                        f"the engine ended the request with finish_reason={choice.finish_reason!r}"
+                    )
+                part: Result = {"generated_text": choice.text}
+                if output.finished:
+                    part.update(
+                        finish_reason=choice.finish_reason,
+                        num_input_tokens=prompt_tokens,
+                        num_generated_tokens=generated,
+                    )
+                yield part
+        except Exception as exc:
+            if self._engine_dead(exc):
+                raise EngineFailedError(f"the vLLM engine is dead: {_explain(exc)}") from exc
+            yield error_result(_explain(exc))
 
     def _sample(
         self, choice: Any, top: int, request: Request, plan: ToolPlan | None

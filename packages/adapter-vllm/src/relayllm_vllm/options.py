@@ -185,6 +185,9 @@ def engine_args(options: VLLMOptions, *, cpu: bool, model_path: str) -> dict[str
     args.update(options.engine_kwargs)
     # The engine logs one line per request otherwise; relayllm sends thousands.
     args.setdefault("enable_log_requests", False)
+    # Interactive (HTTP) requests go ahead of batch rows waiting in the engine's queue; with
+    # every row at one priority this is first come, first served, as vLLM's default.
+    args.setdefault("scheduling_policy", "priority")
     return args
 
 

@@ -54,6 +54,44 @@ def connect(
     quiet_ray_loggers()  # Serve sets its logger up on start
 
 
+def ensure_http_proxy(host: str, port: int) -> None:
+    """Make sure Serve's HTTP proxy listens on ``host:port`` (a deployment's HTTP front).
+
+    Serve fixes its proxy when it starts, for the whole cluster, and :func:`connect` starts it
+    without one. While no Serve application runs, Serve is restarted with a proxy (nothing is
+    lost); otherwise a missing or differently bound proxy is an error that says what to do."""
+    from ray import serve
+
+    from relayllm import compat
+
+    running, bound_host, bound_port = compat.serve_proxy()
+    if running and (bound_host, bound_port) == (host, port):
+        return
+    apps = sorted(serve.status().applications)
+    if running:
+        raise ConfigError(
+            f"Serve's HTTP proxy on this cluster listens on {bound_host}:{bound_port} (one "
+            f"proxy per cluster); set the deployment's http.host/http.port to those instead "
+            f"of {host}:{port}"
+        )
+    if apps:
+        raise ConfigError(
+            "Serve runs on this cluster without an HTTP proxy and applications are running "
+            f"({', '.join(apps)}), so it cannot be restarted with one. Deploy the deployments "
+            "with an http section first, or shut the others down (relayllm shutdown), or "
+            f"start Serve with its proxy: serve start --proxy-location HeadOnly "
+            f"--http-host {host} --http-port {port}"
+        )
+    serve.shutdown()
+    try:
+        serve.start(proxy_location="HeadOnly", http_options={"host": host, "port": port})
+    except Exception as exc:
+        raise ConfigError(
+            f"Serve's HTTP proxy could not start on {host}:{port} ({exc}); is the port in use? "
+            "Pick another http.port"
+        ) from exc
+
+
 def connection_advice(address: str | None, exc: BaseException) -> str:
     """What to do when ``ray.init`` cannot connect: the token advice for an authenticated
     cluster (Ray 2.60 clusters use tokens; a driver sends one only with RAY_AUTH_MODE=token)."""

@@ -15,18 +15,35 @@ PRIVATE_APIS = (
     "ray.serve.api._run(app, name=, route_prefix=, _blocking=)",
     "ray.serve.handle.DeploymentHandle._init(_run_router_in_separate_loop=)",
     "DeploymentHandle.options(_by_reference=)",
+    "ray.serve.context._get_global_client()._controller.get_proxy_location()",
     "ray.data.Dataset._logical_plan.dag.ray_remote_args",
     "ray.data._internal.execution.execution_callback.ExecutionCallback",
 )
 
 
-def run_application(app: Any, name: str) -> None:
+def run_application(app: Any, name: str, route_prefix: str | None = None) -> None:
     """Submit a Serve application and return at once. ``serve.run()`` waits with no time
     limit; submitting without blocking lets ``deploy()`` bound the start-up and report the
-    replica's own failure message."""
+    replica's own failure message. ``route_prefix``: the path Serve's HTTP proxy routes to
+    the application (None: reached through handles only)."""
     from ray.serve.api import _run
 
-    _run(app, name=name, route_prefix=None, _blocking=False)
+    _run(app, name=name, route_prefix=route_prefix, _blocking=False)
+
+
+def serve_proxy() -> tuple[bool, str, int]:
+    """Whether the running Serve has an HTTP proxy, and the host and port it binds."""
+    import ray
+    from ray.serve.context import _get_global_client
+
+    client: Any = _get_global_client()
+    location = ray.get(client._controller.get_proxy_location.remote())
+    config = client.http_config
+    disabled = location is None or str(getattr(location, "value", location)) in (
+        "Disabled",
+        "NoServer",
+    )
+    return not disabled, str(config.host), int(config.port)
 
 
 def handle_on_this_loop(deployment_name: str, app_name: str) -> Any:
@@ -64,5 +81,6 @@ __all__ = [
     "grpc_transport",
     "handle_on_this_loop",
     "run_application",
+    "serve_proxy",
     "set_task_num_cpus",
 ]

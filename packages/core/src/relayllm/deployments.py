@@ -18,12 +18,14 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator
 
 from relayllm import compat
+from relayllm.admission import AdmissionConfig
 from relayllm.errors import (
     ConfigError,
     DeploymentConflictError,
     DeploymentNotFoundError,
     DeploymentStartError,
 )
+from relayllm.http_config import HttpConfig
 
 if TYPE_CHECKING:
     from ray.serve import Application
@@ -54,6 +56,16 @@ class DeploymentConfig(BaseModel):
     startup_timeout_s: float = Field(default=900.0, gt=0)
     health_check_period_s: float = Field(default=10.0, gt=0)
     health_check_timeout_s: float = Field(default=30.0, gt=0)
+    http: HttpConfig | None = Field(
+        default=None,
+        description="Serve an OpenAI-compatible HTTP API from these replicas too "
+        "(interactive traffic on the engine the batch processors share).",
+    )
+    admission: AdmissionConfig = Field(
+        default_factory=AdmissionConfig,
+        description="How batch rows yield to interactive requests (deployments with http): "
+        "the interactive TTFT target and the limits of the batch rows in the engine.",
+    )
 
     @field_validator("name")
     @classmethod
@@ -128,9 +140,12 @@ def serve_options(
     backend: type[Backend], config: DeploymentConfig, options: BaseModel
 ) -> dict[str, Any]:
     """The ``serve.deployment`` options of ``config``: replicas, resources, placement."""
+    ongoing = config.max_ongoing_requests
+    if config.http is not None:  # HTTP requests count in Serve's limit: never behind batches
+        ongoing += config.http.max_concurrent_requests
     serve_options: dict[str, Any] = {
         "name": config.name,
-        "max_ongoing_requests": config.max_ongoing_requests,
+        "max_ongoing_requests": ongoing,
         "health_check_period_s": config.health_check_period_s,
         "health_check_timeout_s": config.health_check_timeout_s,
         # One access-log line per batch drowns the job's own output; errors are still logged.
@@ -199,9 +214,15 @@ def deploy(config: DeploymentConfig, *, address: str | None = None) -> Deploymen
             + _diff(running, wanted)
         )
     _check_fits(backend, config, options)
+    route_prefix = None
+    if config.http is not None:
+        from relayllm.cluster import ensure_http_proxy
+
+        ensure_http_proxy(config.http.host, config.http.port)
+        route_prefix = config.http.prefix_for(config.name)
     app = build_application(backend, config, options)
     # Submitted without waiting (serve.run() has no time limit), so the start-up is bounded.
-    compat.run_application(app, ref.app_name)
+    compat.run_application(app, ref.app_name, route_prefix=route_prefix)
     _wait_running(ref, config.startup_timeout_s)
     return _with_status(ref)
 
@@ -323,6 +344,7 @@ __all__ = [
     "APP_PREFIX",
     "DeploymentConfig",
     "DeploymentRef",
+    "HttpConfig",
     "app_name",
     "build_application",
     "deploy",

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, field_validator
 
 from relayllm.rows import Task, check_sampling_params
+from relayllm.traffic import BATCH_PRIORITY, INTERACTIVE_PRIORITY
 
 if TYPE_CHECKING:
     from ray.data import Dataset
@@ -60,6 +61,12 @@ class ProcessorConfig(BaseModel):
         description="How the stage calls the deployment: 'grpc' (Serve's gRPC transport, "
         "falling back to actor calls on a gRPC error) or 'actor' (actor calls from the start). "
         f"Default: ${TRANSPORT_ENV}, else 'grpc'.",
+    )
+    priority: int = Field(
+        default=BATCH_PRIORITY,
+        description="Scheduling priority of this processor's rows in engines that schedule by "
+        f"priority (lower runs first; HTTP requests get {INTERACTIVE_PRIORITY}). A row's "
+        "sampling_params.priority overrides it.",
     )
     order_by_prefix: bool = Field(
         default=False,

@@ -14,13 +14,17 @@ import logging
 import os
 import time
 from collections import OrderedDict
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from relayllm.admission import Admission, AdmissionConfig
 from relayllm.errors import EngineFailedError, describe_exception
 from relayllm.rows import Request, Result, error_result
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
+    from starlette.requests import Request as HttpRequest
+    from starlette.responses import Response
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +63,19 @@ class BatchDeployment:
         # engine's client (vLLM's) answers only on the loop it serves from, so the probe is
         # sent there.
         self.serving_loop: asyncio.AbstractEventLoop | None = None
+        self.http_rows = 0  # rows that came through the HTTP front (interactive traffic)
+        self.http_front: Any = None
+        # Batch rows pass the admission gate only where interactive traffic can arrive: the
+        # batch-only path stays as it was.
+        self.admission: Admission | None = None
+        if deployment.get("http") is not None:  # built at start: a bad key setup fails deploy
+            from relayllm.http_config import HttpConfig
+            from relayllm.http_front import HttpFront
+
+            config = HttpConfig.model_validate(deployment["http"])
+            self.http_front = HttpFront(self, config, str(deployment.get("name")))
+            admission = AdmissionConfig.model_validate(deployment.get("admission") or {})
+            self.admission = Admission(admission)
 
     # -- what adapters implement -------------------------------------------------------------
 
@@ -72,6 +89,13 @@ class BatchDeployment:
         """Serve many rows; by default one :meth:`run_request` per row, run concurrently so the
         engine's continuous batching sees them all at once."""
         return list(await asyncio.gather(*(self._guarded(r) for r in requests)))
+
+    async def stream_request(self, request: Request) -> AsyncIterator[Result]:
+        """Serve one row, yielding its answer in parts as the engine makes them: each part's
+        ``generated_text`` is the text new since the last part, the last part carries
+        ``finish_reason`` and the token counts. Raise or yield a part with ``error`` to fail.
+        By default the whole answer is one part (backends that cannot stream)."""
+        yield await self._serve_one(request)
 
     def engine_info(self) -> dict[str, Any]:
         """Backend-specific facts for :meth:`info` (model, engine version, device)."""
@@ -139,6 +163,44 @@ class BatchDeployment:
             out.append(answers[key][item])  # type: ignore[index]
         return out
 
+    # -- what the HTTP front calls (interactive traffic, one row per request) ------------------
+
+    async def __call__(self, request: HttpRequest) -> Response:
+        """Serve's HTTP ingress: requests to the deployment's route prefix arrive here."""
+        if self.http_front is None:  # no route is published without an http section
+            from starlette.responses import PlainTextResponse
+
+            return PlainTextResponse("this deployment has no HTTP front", status_code=404)
+        response: Response = await self.http_front(request)
+        return response
+
+    async def serve_http_row(self, request: Request) -> Result:
+        self._check_serving()
+        self.http_rows += 1
+        began = time.monotonic()
+        try:
+            return await self._serve_one(request)
+        finally:
+            if self.admission is not None:  # the whole answer's time: TTFT's upper bound
+                self.admission.observe(time.monotonic() - began)
+
+    async def stream_http_row(self, request: Request) -> AsyncIterator[Result]:
+        self._check_serving()
+        self.http_rows += 1
+        began = time.monotonic()
+        first = True
+        async for part in self.stream_request(request):
+            if first and self.admission is not None:
+                self.admission.observe(time.monotonic() - began)
+            first = False
+            yield part
+        self._last_answer = time.monotonic()
+
+    def _check_serving(self) -> None:
+        if self.failure:
+            raise EngineFailedError(self.failure)
+        self.serving_loop = asyncio.get_running_loop()
+
     async def health(self) -> dict[str, Any]:
         await self.engine_health()
         return {"ok": True, "backend": self.backend_name, "deployment": self.deployment.get("name")}
@@ -156,6 +218,19 @@ class BatchDeployment:
             "peak_ongoing": self.peak_ongoing,
             "tasks": self.deployment.get("tasks"),
             **self.engine_info(),
+            "rows_by_class": {"batch": self.rows, "interactive": self.http_rows},
+            **({"http": self._http_info()} if self.http_front is not None else {}),
+            **({"admission": self.admission.describe()} if self.admission is not None else {}),
+        }
+
+    def _http_info(self) -> dict[str, Any]:
+        front = self.http_front
+        return {
+            "url": front.config.url_for(str(self.deployment.get("name"))),
+            "model": front.model,
+            "api_key_required": front.config.api_key_env is not None,
+            "rows": self.http_rows,
+            "requests": dict(front.requests),
         }
 
     async def describe(self) -> dict[str, Any]:
@@ -234,6 +309,21 @@ class BatchDeployment:
         except Exception as exc:  # a row's failure is that row's value
             return error_result(describe_exception(exc))
 
+    async def _serve_one(self, request: Request) -> Result:
+        """One row outside a batch call (the HTTP front), through whichever of
+        :meth:`run_request` / :meth:`run_batch` the adapter wrote."""
+        if type(self).run_request is not BatchDeployment.run_request:
+            return await self._guarded(request)
+        try:
+            (result,) = await self.run_batch([request])
+        except EngineFailedError as exc:
+            self.engine_failed(str(exc))
+            raise
+        except Exception as exc:  # asyncio.CancelledError is not an Exception: it travels on
+            return error_result(describe_exception(exc))
+        self._last_answer = time.monotonic()
+        return result
+
     async def _retire(self) -> None:
         await asyncio.sleep(RETIRE_DELAY_S)
         try:
@@ -244,7 +334,10 @@ class BatchDeployment:
 
     async def _compute(self, fresh: list[Request], future: asyncio.Future[list[Result]]) -> None:
         try:
-            results = await self.run_batch(fresh)
+            if self.admission is not None:
+                results = await self.admission.run(fresh, self.run_batch)
+            else:
+                results = await self.run_batch(fresh)
             if len(results) != len(fresh):
                 raise RuntimeError(
                     f"{type(self).__name__}.run_batch returned {len(results)} results "

@@ -205,6 +205,7 @@ class Request(TypedDict, total=False):
     input: str  # embedding
     sampling_params: dict[str, Any]
     model: str | None  # LoRA adapter name, where the backend has one
+    priority: int  # lower runs first (vLLM's convention); see relayllm.traffic
 
 
 class Result(TypedDict, total=False):
@@ -316,6 +317,7 @@ def check_sampling_params(params: Any) -> str | None:
         "chat_template_kwargs": lambda v: isinstance(v, dict),
         "continue_final_message": lambda v: isinstance(v, bool),
         "structured_outputs": _structured,
+        "priority": _int,  # not a sampling param: moved to the request (build_request)
     }
     for key, ok in checks.items():
         if key in params and not ok(params[key]):
@@ -399,6 +401,10 @@ def build_request(
         column: value,  # type: ignore[misc]  # the task's input column
         "sampling_params": params,
     }
+    if "priority" in params:  # the row's (or the processor's) scheduling priority
+        params = dict(params)
+        request["priority"] = params.pop("priority")
+        request["sampling_params"] = params
     if model is not None:
         if not isinstance(model, str):
             return f"'model' must be a string (a LoRA adapter name), got {_short(model)}"

@@ -130,6 +130,7 @@ class ServeStage:
             ):
                 results[i] = error_result(problem)  # a row's own params: that row fails
             else:
+                request.setdefault("priority", self.config.priority)  # batch, unless said
                 pending.append((i, request))
 
         if self.config.order_by_prefix:

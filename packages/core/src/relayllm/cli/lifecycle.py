@@ -72,7 +72,8 @@ def deploy(pipeline_file, only, address, verbose):
 @verbose_option
 @handle_errors
 def status(as_json, address, verbose):
-    """List the relayllm deployments running on the cluster, with their engine's facts."""
+    """List the relayllm deployments running on the cluster, with their engine's facts and
+    the URL of their OpenAI-compatible HTTP front (deployments with an http section)."""
     import json
 
     import relayllm
@@ -88,6 +89,7 @@ def status(as_json, address, verbose):
             "model": None,
             "replica": None,
             "rows": None,
+            "url": None,
         }
         if ref.status == "RUNNING":
             try:
@@ -97,6 +99,7 @@ def status(as_json, address, verbose):
                     model=info.get("model"),
                     replica=info.get("replica_id"),
                     rows=info.get("rows"),
+                    url=(info.get("http") or {}).get("url"),
                 )
             except Exception as exc:  # a sick deployment is still listed, with the reason
                 item["status"] = f"{ref.status} (info failed: {type(exc).__name__})"
@@ -106,7 +109,7 @@ def status(as_json, address, verbose):
     elif not found:
         click.echo("no relayllm deployments are running")
     else:
-        keys = ["name", "status", "backend", "model", "replica", "rows"]
+        keys = ["name", "status", "backend", "model", "replica", "rows", "url"]
         click.echo(table(keys, [[f[k] for k in keys] for f in found], right=[5]))
 
 

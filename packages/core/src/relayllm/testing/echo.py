@@ -25,6 +25,12 @@ EMBEDDING_SIZE = 8  # echo "embeds" a text as the lengths of its first 8 words
 class EchoOptions(BackendOptions):
     mode: Literal["echo", "reverse"] = "echo"
     delay_s: float = Field(default=0.0, ge=0, description="Sleep per call: models engine time.")
+    delay_per_busy_row_s: float = Field(
+        default=0.0,
+        ge=0,
+        description="Extra sleep per call for every row in the 'engine' at the call's start: "
+        "models a busy engine answering slower (tests of the admission controller).",
+    )
     fail_marker: str | None = Field(
         default=None, description="Rows whose text contains this fail with an engine error."
     )
@@ -73,6 +79,7 @@ class EchoDeployment(BatchDeployment):
         if options.fail_start:
             raise RuntimeError("echo engine failed to start (fail_start=True)")
         self.stopped = False
+        self.busy_rows = 0  # rows inside run_batch now (the echo 'engine' load)
 
     def stop_engine(self) -> None:
         """What the conformance kit calls to check that health() reports a stopped engine
@@ -96,8 +103,13 @@ class EchoDeployment(BatchDeployment):
         return await super().process_batch(requests)
 
     async def run_batch(self, requests: list[Request]) -> list[Result]:
-        if self.options.delay_s:
-            await asyncio.sleep(self.options.delay_s)
+        delay = self.options.delay_s + self.options.delay_per_busy_row_s * self.busy_rows
+        self.busy_rows += len(requests)
+        try:
+            if delay:
+                await asyncio.sleep(delay)
+        finally:
+            self.busy_rows -= len(requests)
         if self._hung():
             await asyncio.Event().wait()  # never answers: only the health check gets it out
         dies_after = self.options.engine_dies_after_rows

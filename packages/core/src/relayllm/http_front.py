@@ -1,0 +1,415 @@
+"""The OpenAI-compatible HTTP front of a deployment, served by its own replicas.
+
+Ray Serve's HTTP proxy hands each request to the replica's ``__call__`` (a starlette
+``Request``); :class:`HttpFront` turns it into one row of the row protocol, runs it on the
+same engine the batch processors reach by name, and answers with the ``openai`` package's own
+response models. Request bodies are checked against the ``openai`` package's request types
+(``CompletionCreateParams`` and friends): the schema is that library's, not written here.
+
+Loaded only inside a replica whose deployment has an ``http`` section (it imports openai and
+starlette), never by ``import relayllm``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hmac
+import json
+import logging
+import os
+import struct
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+from relayllm.errors import ConfigError, EngineFailedError, MissingDependencyError
+from relayllm.http_config import HttpConfig
+from relayllm.rows import Request, Result, Task, build_request
+from relayllm.traffic import INTERACTIVE_PRIORITY
+
+if TYPE_CHECKING:
+    from starlette.requests import Request as HttpRequest
+    from starlette.responses import Response
+
+    from relayllm.replica import BatchDeployment
+
+logger = logging.getLogger(__name__)
+
+#: The request body fields that travel to the engine as the row's sampling params (the row
+#: protocol's OpenAI names); other OpenAI fields (user, metadata, ...) are accepted, unused.
+SAMPLING_KEYS = (
+    "temperature",
+    "top_p",
+    "max_tokens",
+    "stop",
+    "seed",
+    "n",
+    "response_format",
+    "logprobs",
+    "top_logprobs",
+    "tools",
+    "tool_choice",
+    "presence_penalty",
+    "frequency_penalty",
+    # vLLM's extensions of the OpenAI body, sent by clients as extra_body
+    "chat_template_kwargs",
+    "structured_outputs",
+)
+_FINISH = {"stop", "length", "tool_calls", "content_filter", "function_call"}
+ROUTES: dict[str, tuple[str, str]] = {
+    "/v1/chat/completions": ("POST", "chat"),
+    "/v1/completions": ("POST", "completion"),
+    "/v1/embeddings": ("POST", "embedding"),
+    "/v1/models": ("GET", "models"),
+}
+
+
+class HttpError(Exception):
+    """An answer other than 200, with OpenAI's error body."""
+
+    def __init__(self, status: int, message: str, kind: str, code: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.kind, self.code = status, message, kind, code
+
+
+class HttpFront:
+    """One replica's HTTP front. Built when the replica starts, so a missing key variable or
+    a missing ``openai`` package fails the deploy, not the first request."""
+
+    def __init__(self, replica: BatchDeployment, config: HttpConfig, deployment: str) -> None:
+        try:
+            from openai.types import completion_create_params, embedding_create_params
+            from openai.types.chat import completion_create_params as chat_params
+            from pydantic import TypeAdapter
+        except ImportError as exc:
+            raise MissingDependencyError(
+                "the HTTP front needs the openai package: pip install 'relayllm[http]'"
+            ) from exc
+        self.replica = replica
+        self.config = config
+        self.model = config.model_name or deployment
+        self._key: bytes | None = None
+        if config.api_key_env:
+            key = os.environ.get(config.api_key_env)
+            if not key:
+                raise ConfigError(
+                    f"http.api_key_env is {config.api_key_env!r}, but that environment variable "
+                    "is not set where the replica runs; set it in the environment the Ray "
+                    "cluster was started with (or remove api_key_env to ask for no key)"
+                )
+            self._key = key.encode()
+        self._validators: dict[str, Any] = {
+            "chat": TypeAdapter(chat_params.CompletionCreateParamsBase),
+            "completion": TypeAdapter(completion_create_params.CompletionCreateParamsBase),
+            "embedding": TypeAdapter(embedding_create_params.EmbeddingCreateParams),
+        }
+        self.requests: dict[str, int] = {"ok": 0, "failed": 0, "unauthorized": 0}
+
+    # -- entry point ---------------------------------------------------------------------------
+
+    async def __call__(self, request: HttpRequest) -> Response:
+        try:
+            route = self._route(request)
+            self._authorize(request)
+            if route == "models":
+                return _json(self._models())
+            body = await self._body(request, route)
+            if route == "embedding":
+                answer = await self._embeddings(body)
+            elif body.get("stream"):
+                answer = self._stream(route, body)
+            else:
+                answer = await self._complete(route, body)
+            self.requests["ok"] += 1
+            return answer
+        except HttpError as exc:
+            key = "unauthorized" if exc.status == 401 else "failed"
+            self.requests[key] += 1
+            return _error(exc)
+
+    def _route(self, request: HttpRequest) -> str:
+        path = request.url.path
+        root = request.scope.get("root_path") or ""
+        if root and path.startswith(root):
+            path = path[len(root) :]
+        found = ROUTES.get(path.rstrip("/") or "/")
+        if found is None:
+            known = ", ".join(ROUTES)
+            raise HttpError(404, f"no route {path!r}; this server has {known}", "not_found")
+        method, route = found
+        if request.method != method:
+            raise HttpError(405, f"{path} takes {method}", "invalid_request_error")
+        return route
+
+    def _authorize(self, request: HttpRequest) -> None:
+        if self._key is None:
+            return
+        header = request.headers.get("authorization", "")
+        scheme, _, given = header.partition(" ")
+        # compare_digest: the time taken does not tell how much of a guess was right.
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), self._key):
+            raise HttpError(
+                401,
+                "missing or wrong API key: send it as 'Authorization: Bearer KEY'",
+                "invalid_request_error",
+                "invalid_api_key",
+            )
+
+    async def _body(self, request: HttpRequest, route: str) -> dict[str, Any]:
+        from pydantic import ValidationError
+
+        try:
+            body = await request.json()
+        except ValueError:
+            raise HttpError(400, "the body is not JSON", "invalid_request_error") from None
+        if not isinstance(body, dict):
+            raise HttpError(400, "the body must be a JSON object", "invalid_request_error")
+        try:
+            checked = self._validators[route].validate_python(body)
+            for value in checked.values():  # pydantic checks list items lazily: force it
+                if not isinstance(value, (str, bytes, dict)) and hasattr(value, "__iter__"):
+                    list(value)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+            )
+            raise HttpError(400, f"invalid request: {problems}", "invalid_request_error") from None
+        return body
+
+    # -- rows ----------------------------------------------------------------------------------
+
+    def _row(self, task: Task, value: Any, body: dict[str, Any]) -> Request:
+        params = {k: body[k] for k in SAMPLING_KEYS if body.get(k) is not None}
+        if body.get("max_completion_tokens") is not None:
+            params.setdefault("max_tokens", body["max_completion_tokens"])
+        if task == "chat" and body.get("logprobs") is False:
+            params.pop("logprobs", None)
+        model = body.get("model")
+        adapter = model if model not in (None, self.model, self._engine_model()) else None
+        if body.get("priority") is not None:  # vLLM's server takes it in the body too
+            params["priority"] = body["priority"]
+        row = build_request(task, value, {}, params, adapter, f"http-{uuid.uuid4().hex}")
+        if isinstance(row, str):
+            raise HttpError(400, row, "invalid_request_error")
+        row.setdefault("priority", INTERACTIVE_PRIORITY)
+        return row
+
+    def _engine_model(self) -> str | None:
+        model = self.replica.engine_info().get("model")
+        return model if isinstance(model, str) else None
+
+    async def _run(self, row: Request) -> Result:
+        result = await self._guard(self.replica.serve_http_row(row))
+        if result.get("error"):
+            # The engine refused this request (too long, bad parameter): the client's to fix,
+            # and a 400 is not retried by OpenAI's clients, which retry 5xx answers.
+            raise HttpError(400, str(result["error"]), "invalid_request_error")
+        return result
+
+    async def _guard(self, awaitable: Any) -> Any:
+        try:
+            return await awaitable
+        except EngineFailedError as exc:
+            raise HttpError(503, f"the engine failed: {exc}; retry", "server_error") from None
+
+    # -- endpoints -----------------------------------------------------------------------------
+
+    def _models(self) -> dict[str, Any]:
+        from openai.types import Model
+
+        model = Model(id=self.model, object="model", created=0, owned_by="relayllm")
+        return {"object": "list", "data": [model.model_dump()]}
+
+    async def _complete(self, route: str, body: dict[str, Any]) -> Response:
+        task: Task = "chat" if route == "chat" else "completion"
+        value = body["messages"] if task == "chat" else body["prompt"]
+        if task == "completion" and not isinstance(value, str):
+            raise HttpError(400, "prompt must be one string here", "invalid_request_error")
+        result = await self._run(self._row(task, value, body))
+        samples: list[Any] = list(result.get("samples") or ()) or [result]
+        usage = _usage(result)
+        if task == "chat":
+            from openai.types.chat import ChatCompletion
+
+            chat = ChatCompletion.model_validate(
+                {
+                    "id": f"chatcmpl-{uuid.uuid4().hex}",
+                    "object": "chat.completion",
+                    "created": int(time.time()),
+                    "model": self.model,
+                    "choices": [_chat_choice(i, s) for i, s in enumerate(samples)],
+                    "usage": usage,
+                }
+            )
+            return _json(chat.model_dump(exclude_none=True))
+        from openai.types import Completion
+
+        completion = Completion.model_validate(
+            {
+                "id": f"cmpl-{uuid.uuid4().hex}",
+                "object": "text_completion",
+                "created": int(time.time()),
+                "model": self.model,
+                "choices": [
+                    {
+                        "index": i,
+                        "text": s.get("generated_text") or "",
+                        "finish_reason": _finish(s.get("finish_reason")),
+                    }
+                    for i, s in enumerate(samples)
+                ],
+                "usage": usage,
+            }
+        )
+        return _json(completion.model_dump(exclude_none=True))
+
+    async def _embeddings(self, body: dict[str, Any]) -> Response:
+        import asyncio
+
+        from openai.types import CreateEmbeddingResponse
+
+        inputs = body["input"]
+        texts = [inputs] if isinstance(inputs, str) else inputs
+        if not texts or not all(isinstance(t, str) for t in texts):
+            raise HttpError(
+                400, "input must be a string or a list of strings here", "invalid_request_error"
+            )
+        rows = [self._row("embedding", text, body) for text in texts]
+        results = await asyncio.gather(*(self._run(row) for row in rows))
+        as_base64 = body.get("encoding_format") == "base64"
+        response = CreateEmbeddingResponse.model_validate(
+            {
+                "object": "list",
+                "model": self.model,
+                "data": [
+                    {"object": "embedding", "index": i, "embedding": r.get("embedding") or []}
+                    for i, r in enumerate(results)
+                ],
+                "usage": {
+                    "prompt_tokens": sum(r.get("num_input_tokens") or 0 for r in results),
+                    "total_tokens": sum(r.get("num_input_tokens") or 0 for r in results),
+                },
+            }
+        )
+        data = response.model_dump()
+        if as_base64:  # what the openai client asks for by default: float32, little-endian
+            for item in data["data"]:
+                vector = item["embedding"]
+                item["embedding"] = base64.b64encode(
+                    struct.pack(f"<{len(vector)}f", *vector)
+                ).decode()
+        return _json(data)
+
+    # -- streaming -----------------------------------------------------------------------------
+
+    def _stream(self, route: str, body: dict[str, Any]) -> Response:
+        from starlette.responses import StreamingResponse
+
+        task: Task = "chat" if route == "chat" else "completion"
+        value = body["messages"] if task == "chat" else body["prompt"]
+        if task == "completion" and not isinstance(value, str):
+            raise HttpError(400, "prompt must be one string here", "invalid_request_error")
+        row = self._row(task, value, body)
+        if (row.get("sampling_params") or {}).get("n", 1) != 1:
+            raise HttpError(400, "streaming serves n=1 only", "invalid_request_error")
+        usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        events = self._events(task, row, usage)
+        return StreamingResponse(events, media_type="text/event-stream")
+
+    async def _events(self, task: Task, row: Request, include_usage: bool) -> AsyncIterator[str]:
+        from openai.types import Completion
+        from openai.types.chat import ChatCompletionChunk
+
+        ident = f"{'chatcmpl' if task == 'chat' else 'cmpl'}-{uuid.uuid4().hex}"
+        created = int(time.time())
+
+        def event(choices: list[dict[str, Any]], usage: dict[str, Any] | None = None) -> str:
+            fields = {"id": ident, "created": created, "model": self.model, "choices": choices}
+            if usage is not None:
+                fields["usage"] = usage
+            if task == "chat":
+                chunk: Any = ChatCompletionChunk.model_validate(
+                    {**fields, "object": "chat.completion.chunk"}
+                )
+            else:
+                chunk = Completion.model_validate({**fields, "object": "text_completion"})
+            return f"data: {json.dumps(chunk.model_dump(exclude_none=True))}\n\n"
+
+        if task == "chat":
+            yield event([{"index": 0, "delta": {"role": "assistant", "content": ""}}])
+        last: Result = {}
+        try:
+            async for part in self.replica.stream_http_row(row):
+                if part.get("error"):
+                    raise HttpError(400, str(part["error"]), "invalid_request_error")
+                last = part
+                text = part.get("generated_text") or ""
+                finish = _finish(part["finish_reason"]) if part.get("finish_reason") else None
+                if not text and finish is None:
+                    continue
+                if task == "chat":
+                    choice: dict[str, Any] = {"index": 0, "delta": {"content": text}}
+                else:
+                    choice = {"index": 0, "text": text}
+                choice["finish_reason"] = finish
+                yield event([choice])
+        except (HttpError, EngineFailedError) as exc:
+            # The status line is sent already: the error travels as an event, as OpenAI's does.
+            failure = (
+                exc if isinstance(exc, HttpError) else HttpError(503, str(exc), "server_error")
+            )
+            self.requests["failed"] += 1
+            yield f"data: {json.dumps(_error_body(failure))}\n\n"
+            return
+        if include_usage:
+            yield event([], _usage(last))
+        yield "data: [DONE]\n\n"
+
+
+def _usage(result: Result) -> dict[str, int]:
+    prompt = result.get("num_input_tokens") or 0
+    generated = result.get("num_generated_tokens") or 0
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": generated,
+        "total_tokens": prompt + generated,
+    }
+
+
+def _finish(reason: Any) -> str:
+    # OpenAI's types allow five reasons; an engine's own (abort, ...) reads as a plain stop.
+    return reason if reason in _FINISH else "stop"
+
+
+def _chat_choice(index: int, sample: Any) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": sample.get("generated_text")}
+    if sample.get("tool_calls"):
+        message["tool_calls"] = sample["tool_calls"]
+    if sample.get("reasoning_content"):
+        message["reasoning_content"] = sample["reasoning_content"]  # vLLM's extension
+    return {
+        "index": index,
+        "message": message,
+        "finish_reason": _finish(sample.get("finish_reason")),
+    }
+
+
+def _error_body(exc: HttpError) -> dict[str, Any]:
+    from openai.types.shared import ErrorObject
+
+    error = ErrorObject(message=exc.message, type=exc.kind, code=exc.code, param=None)
+    return {"error": error.model_dump()}
+
+
+def _error(exc: HttpError) -> Response:
+    return _json(_error_body(exc), exc.status)
+
+
+def _json(body: Any, status: int = 200) -> Response:
+    from starlette.responses import JSONResponse
+
+    return JSONResponse(body, status_code=status)
+
+
+__all__ = ["HttpError", "HttpFront"]

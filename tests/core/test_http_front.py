@@ -1,0 +1,248 @@
+"""The OpenAI-compatible HTTP front of a deployment, answered through Serve's real HTTP proxy
+on loopback and called with the real ``openai`` client, on the same echo replica a batch
+processor uses at the same time."""
+
+import json
+import os
+import secrets
+import socket
+import threading
+import urllib.request
+
+import pytest
+
+import relayllm
+from relayllm import DeploymentConfig, ProcessorConfig, build_processor
+
+openai = pytest.importorskip("openai")
+
+KEY_ENV = "RELAYLLM_TEST_HTTP_KEY"
+# Set while the test modules are collected, before the session's Ray cluster starts: Ray's
+# workers (the replica) inherit the environment the cluster was started with, and the key
+# must not travel in the deployment's config (which info() and describe() show).
+KEY = os.environ.setdefault(KEY_ENV, secrets.token_hex(16))
+NAME = "httpfront"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+PORT = _free_port()  # Serve's one proxy: every deployment here shares it
+
+
+@pytest.fixture(scope="module")
+def front():
+    relayllm.shutdown()  # Serve gets its HTTP proxy only while no application runs
+    config = DeploymentConfig(
+        name=NAME,
+        backend="echo",
+        options={"fail_marker": "POISON"},
+        http={"route_prefix": "/echo", "port": PORT, "api_key_env": KEY_ENV},
+    )
+    ref = relayllm.deploy(config)
+    info = ref.handle().info.remote().result(timeout_s=60)
+    client = openai.OpenAI(base_url=info["http"]["url"], api_key=KEY, max_retries=0)
+    yield ref, info, client
+    relayllm.shutdown(NAME)
+
+
+def test_chat_answers_with_openai_types_and_usage(front):
+    _, _, client = front
+    reply = client.chat.completions.create(
+        model=NAME, messages=[{"role": "user", "content": "one two three"}], max_tokens=2
+    )
+    assert reply.choices[0].message.content == "one two"
+    assert reply.choices[0].finish_reason == "length"
+    assert (reply.usage.prompt_tokens, reply.usage.completion_tokens) == (3, 2)
+    assert reply.model == NAME and reply.object == "chat.completion"
+
+
+def test_chat_streams_chunks_the_client_parses(front):
+    _, _, client = front
+    stream = client.chat.completions.create(
+        model=NAME,
+        messages=[{"role": "user", "content": "stream me please"}],
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == "stream me please"
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices]
+    assert finishes[-1] == "stop"
+    assert chunks[-1].usage.completion_tokens == 3
+
+
+def test_completion_and_its_stream(front):
+    _, _, client = front
+    done = client.completions.create(model=NAME, prompt="a b c")
+    assert done.choices[0].text == "a b c" and done.object == "text_completion"
+    parts = list(client.completions.create(model=NAME, prompt="x y", stream=True))
+    assert "".join(p.choices[0].text for p in parts) == "x y"
+
+
+def test_embeddings_in_base64_and_floats(front):
+    _, _, client = front
+    # The client asks for base64 by default and decodes it itself.
+    got = client.embeddings.create(model=NAME, input=["aa bbb", "c"])
+    assert got.data[0].embedding[:3] == [2.0, 3.0, 0.0]
+    assert got.data[1].embedding[0] == 1.0 and got.usage.prompt_tokens == 3
+    floats = client.embeddings.create(model=NAME, input="dddd", encoding_format="float")
+    assert floats.data[0].embedding[0] == 4.0
+
+
+def test_models_lists_the_served_name(front):
+    _, _, client = front
+    assert [m.id for m in client.models.list()] == [NAME]
+
+
+def test_missing_or_wrong_key_is_401_and_the_key_is_never_shown(front):
+    ref, info, _ = front
+    url = info["http"]["url"]
+    for key in ("wrong-key", None):
+        headers = {"Content-Type": "application/json"}
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        request = urllib.request.Request(f"{url}/models", headers=headers)
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(request, timeout=30)
+        assert err.value.code == 401
+        body = json.loads(err.value.read())
+        assert body["error"]["code"] == "invalid_api_key"
+        assert KEY not in json.dumps(body)
+    bad = openai.OpenAI(base_url=url, api_key="nope", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        bad.models.list()
+    described = ref.handle().describe.remote().result(timeout_s=30)
+    shown = json.dumps([described, ref.handle().info.remote().result(timeout_s=30)])
+    assert KEY not in shown and KEY_ENV in shown  # the variable's name, never its value
+
+
+def test_bad_requests_get_openai_error_bodies(front):
+    _, _, client = front
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model=NAME, messages=[{"role": "nobody", "content": "x"}])
+    assert err.value.body["type"] == "invalid_request_error"
+    with pytest.raises(openai.BadRequestError) as err:  # the engine's refusal of the row
+        client.chat.completions.create(model=NAME, messages=[{"role": "user", "content": "POISON"}])
+    assert "POISON" in err.value.body["message"]
+    with pytest.raises(openai.NotFoundError):
+        client.post("/nowhere", cast_to=object, body={})
+
+
+def test_batch_rows_and_http_requests_share_one_replica_at_once(front):
+    import ray
+
+    ref, info, client = front
+    answers: list[str] = []
+
+    def interactive():
+        for i in range(20):
+            reply = client.chat.completions.create(
+                model=NAME, messages=[{"role": "user", "content": f"hello {i}"}]
+            )
+            answers.append(reply.choices[0].message.content)
+
+    thread = threading.Thread(target=interactive)
+    thread.start()
+    processor = build_processor(ProcessorConfig(deployment=NAME, task="completion", batch_size=8))
+    rows = processor(ray.data.from_items([{"prompt": f"row {i}"} for i in range(200)])).take_all()
+    thread.join(timeout=120)
+    assert sorted(answers) == sorted(f"hello {i}" for i in range(20))
+    assert sorted(r["generated_text"] for r in rows) == sorted(f"row {i}" for i in range(200))
+    assert all(r["error"] is None for r in rows)
+    after = ref.handle().info.remote().result(timeout_s=30)
+    assert after["replica_id"] == info["replica_id"]  # one engine served both
+    assert after["http"]["rows"] >= info["http"]["rows"] + 20
+    assert after["rows"] >= 200
+
+
+def test_http_config_from_yaml_and_its_checks():
+    import yaml
+
+    config = DeploymentConfig.model_validate(
+        yaml.safe_load(
+            "name: chat\nbackend: echo\nhttp: {route_prefix: /chat, port: 8123, "
+            "api_key_env: CHAT_KEY}\n"
+        )
+    )
+    assert config.http.url_for("chat") == "http://127.0.0.1:8123/chat/v1"
+    assert DeploymentConfig(name="d", backend="echo", http={}).http.prefix_for("d") == "/d"
+    with pytest.raises(ValueError, match="NAME of an environment variable"):
+        DeploymentConfig(name="d", backend="echo", http={"api_key_env": "sk-abc def"})
+    with pytest.raises(ValueError, match="trailing"):
+        DeploymentConfig(name="d", backend="echo", http={"route_prefix": "chat/"})
+
+
+def test_priority_http_interactive_rows_batch_overridable_per_processor_and_row():
+    from relayllm.rows import build_request
+    from relayllm.traffic import BATCH_PRIORITY, INTERACTIVE_PRIORITY
+
+    assert INTERACTIVE_PRIORITY < BATCH_PRIORITY  # vLLM's order: lower runs first
+    assert ProcessorConfig(deployment="d").priority == BATCH_PRIORITY
+    row = build_request("completion", "hi", {"priority": 3}, {"priority": 7}, None, "r1")
+    assert row["priority"] == 7 and "priority" not in row["sampling_params"]
+    assert "priority is invalid" in build_request(
+        "completion", "hi", {}, {"priority": "x"}, None, "r2"
+    )
+
+
+def test_admission_backs_batch_rows_off_while_interactive_is_slow_and_refills_after(front):
+    import time
+
+    import ray
+
+    # The echo 'engine' answers slower the more rows it holds (10 ms per row), so interactive
+    # requests are slower than the 0.1 s target while many batch rows are in: the controller
+    # must cut the batch rows, and raise them back to the maximum once interactive stops.
+    config = DeploymentConfig(
+        name="httpadmit",
+        backend="echo",
+        options={"delay_s": 0.01, "delay_per_busy_row_s": 0.01},
+        http={"route_prefix": "/admit", "port": PORT},
+        admission={
+            "target_ttft_s": 0.1,
+            "max_batch_rows": 64,
+            "increase_rows": 16,
+            "interval_s": 0.2,
+        },
+    )
+    ref = relayllm.deploy(config)
+    info = ref.handle().info.remote().result(timeout_s=60)
+    client = openai.OpenAI(base_url=info["http"]["url"], api_key="unused", max_retries=0)
+    done = threading.Event()
+    answered = []
+
+    def interactive():
+        while not done.is_set():
+            reply = client.completions.create(model="httpadmit", prompt="quick question")
+            answered.append(reply.choices[0].text)
+
+    thread = threading.Thread(target=interactive)
+    thread.start()
+    try:
+        processor = build_processor(
+            ProcessorConfig(
+                deployment="httpadmit", task="completion", batch_size=16, max_in_flight_batches=8
+            )
+        )
+        items = [{"prompt": f"row {i}"} for i in range(600)]
+        rows = processor(ray.data.from_items(items)).take_all()
+    finally:
+        done.set()
+        thread.join(timeout=60)
+    during = ref.handle().info.remote().result(timeout_s=30)["admission"]
+    assert all(r["error"] is None for r in rows) and len(rows) == 600  # nothing lost
+    assert answered and set(answered) == {"quick question"}
+    assert during["cuts"] >= 1 and during["lowest_limit"] < 64, during
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # no interactive traffic: the limit climbs back
+        after = ref.handle().info.remote().result(timeout_s=30)["admission"]
+        if after["limit"] == 64:
+            break
+        time.sleep(0.5)
+    assert after["limit"] == 64 and after["raises"] >= 1, after
+    relayllm.shutdown("httpadmit")
