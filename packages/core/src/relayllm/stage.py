@@ -38,6 +38,7 @@ from relayllm.errors import RowError, describe_exception
 from relayllm.retry import call_with_retries
 from relayllm.rows import (
     ERROR,
+    EXTRA_INPUT_COLUMNS,
     INPUT_COLUMN,
     MODEL_COLUMN,
     REQUEST_ID,
@@ -88,6 +89,7 @@ class ServeStage:
         self._ids = itertools.count()
         self._slots = asyncio.Semaphore(config.max_in_flight_batches)
         self._input_column = INPUT_COLUMN[config.task]
+        self._extra_columns = EXTRA_INPUT_COLUMNS.get(config.task, ())
         self._gone = False  # the deployment was shut down: fail fast instead of retrying
 
     async def __call__(self, batch: pa.Table) -> pa.Table:
@@ -96,10 +98,12 @@ class ServeStage:
         if self._preprocess is not None:
             rows = [self._preprocess(row) for row in batch.to_pylist()]
             values = [row.get(self._input_column) for row in rows]
+            extras = {c: [row.get(c) for row in rows] for c in self._extra_columns}
             row_params = [row.get(SAMPLING_PARAMS_COLUMN) for row in rows]
             models = [row.get(MODEL_COLUMN) for row in rows]
         else:
             values = _column(batch, self._input_column, n)
+            extras = {c: _column(batch, c, n) for c in self._extra_columns}
             row_params = _column(batch, SAMPLING_PARAMS_COLUMN, n)
             models = _column(batch, MODEL_COLUMN, n)
         ids = [f"{self._id_prefix}{next(self._ids)}" for _ in range(n)]
@@ -113,6 +117,7 @@ class ServeStage:
                 row_params[i],
                 models[i],
                 ids[i],
+                {c: column[i] for c, column in extras.items()},
             )
             if isinstance(request, str):
                 results[i] = error_result(request)
