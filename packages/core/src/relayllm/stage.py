@@ -135,6 +135,7 @@ class ServeStage:
                 results[i] = error_result(problem)  # a row's own params: that row fails
             else:
                 pending.append((i, request))
+        pending = await _prepare_images(pending, results)
 
         if self.config.order_by_prefix:
             # Lexicographic order puts rows that share a prefix next to each other, however
@@ -273,6 +274,31 @@ def _is_grpc_error(exc: BaseException) -> bool:
     import grpc  # a dependency of Ray Serve, already loaded by the handle
 
     return isinstance(exc, grpc.RpcError)
+
+
+async def _prepare_images(
+    pending: list[tuple[int, Request]], results: list[Result]
+) -> list[tuple[int, Request]]:
+    """Chats with ``image_url`` parts get their images fetched, decoded and inlined here, on
+    the CPU worker (relayllm.images), in threads; a row whose image cannot be used gets the
+    reason as its error and is not sent."""
+    from relayllm.images import has_images, prepare_images
+
+    with_images = [k for k, (_, r) in enumerate(pending) if has_images(r.get("messages"))]
+    if not with_images:
+        return pending
+    prepared = await asyncio.gather(
+        *(asyncio.to_thread(prepare_images, pending[k][1]["messages"]) for k in with_images)
+    )
+    dropped = set()
+    for k, messages in zip(with_images, prepared, strict=True):
+        i, request = pending[k]
+        if isinstance(messages, str):
+            results[i] = error_result(messages)
+            dropped.add(k)
+        else:
+            pending[k] = (i, {**request, "messages": messages})
+    return [item for k, item in enumerate(pending) if k not in dropped]
 
 
 def _column(batch: pa.Table, name: str, n: int) -> list[Any]:

@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field
 
 from relayllm.backend import Backend, BackendOptions
 from relayllm.errors import EngineFailedError
+from relayllm.images import has_images, image_sizes
 from relayllm.plugin import hookimpl
 from relayllm.replica import BatchDeployment
 from relayllm.rows import TASKS, Request, Result, Task, error_result, request_text
@@ -127,6 +128,11 @@ class EchoDeployment(BatchDeployment):
             document = request.get("document", "").split()
             share = sum(w in query for w in document) / len(document) if document else 0.0
             return {"score": share, "num_input_tokens": len(query) + len(document)}
+        if request["task"] == "chat" and has_images(request.get("messages")):
+            try:  # what reached the engine: each image's size, as words of the answer
+                words += [f"<image:{w}x{h}>" for w, h in image_sizes(request["messages"])]
+            except ValueError as exc:
+                return error_result(f"echo engine cannot read an image: {exc}")
         out = list(reversed(words)) if self.options.mode == "reverse" else words
         params = request.get("sampling_params", {})
         limit = params.get("max_tokens") or self.options.max_tokens_default
