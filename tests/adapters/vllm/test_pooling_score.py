@@ -90,3 +90,12 @@ def test_batch_file_score_and_rerank_lines(deployment, tmp_path):
     assert [r["index"] for r in ranked] == best  # the same pairs, the same engine: same order
     assert [r["relevance_score"] for r in ranked] == pytest.approx([scores[i] for i in best])
     assert ranked[0]["document"]["text"] == docs[best[0]]
+    # The bodies are what vLLM's own server answers on these endpoints: its response types
+    # read them.
+    from relayllm_vllm.compat import hide_broken_torch_extensions
+
+    hide_broken_torch_extensions(for_subprocesses=False)
+    from vllm.entrypoints.pooling.scoring.protocol import RerankResponse, ScoreResponse
+
+    assert len(ScoreResponse.model_validate(bodies["s"]).data) == 3
+    assert RerankResponse.model_validate(bodies["r"]).results[0].index == best[0]
