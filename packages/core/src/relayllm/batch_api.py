@@ -180,7 +180,7 @@ def parse_line(text: str, line: int) -> BatchRequest | BadLine:
         return bad("invalid_request", f"'model' must be a string, got {model!r}")
 
     if task == "score":
-        return _score_line(line, custom_id, url, body, model, bad)
+        return _score_line(line, custom_id, str(url), body, model, bad)
     key = INPUT_COLUMN[task]
     value = body.get(key)
     if task == "chat":

@@ -439,7 +439,7 @@ def build_request(
         "request_id": request_id,
         "task": task,
         column: value,  # type: ignore[misc]  # the task's input column
-        **extra_values,  # type: ignore[typeddict-item]
+        **extra_values,
         "sampling_params": params,
     }
     if model is not None:
