@@ -123,8 +123,9 @@ def test_images_reach_the_deployment_and_bad_ones_fail_their_row(echo, server, t
     rows = [{"id": i, "messages": chat(u)} for i, u in enumerate(urls)]
     rows.append({"id": 5, "messages": [{"role": "user", "content": "plain text"}]})
     ray.data.DataContext.get_current().execution_options.preserve_order = True
+    # One block: string and list contents differ in shape (see docs/architecture.md).
     out = build_processor(ProcessorConfig(deployment="image-echo"))(
-        ray.data.from_items(rows)
+        ray.data.from_items(rows, override_num_blocks=1)
     ).take_all()
     assert [r["id"] for r in out] == [0, 1, 2, 3, 4, 5]
     answers = [r["generated_text"] for r in out]

@@ -21,6 +21,7 @@ SOURCE = Path(relayllm.__file__).parent
 LAYERS: list[tuple[str, ...]] = [
     # the foundation: errors, the row protocol, policies with no relayllm dependency
     ("relayllm.errors", "relayllm.rows", "relayllm.retry", "relayllm.logs", "relayllm.compat"),
+    ("relayllm.images",),  # image_url parts: the stage's (and the echo backend's) helper
     ("relayllm.plugin", "relayllm.versions", "relayllm.data_context", "relayllm.placement"),
     # what an adapter provides, and what adapters share
     ("relayllm.backend", "relayllm.adapters", "relayllm.replica", "relayllm.cluster"),
