@@ -19,7 +19,7 @@ from relayllm.rows import (
     EXTRA_INPUT_COLUMNS,
     NUM_GENERATED_TOKENS,
     NUM_INPUT_TOKENS,
-    OUTPUT_COLUMNS,
+    output_fields,
 )
 
 if TYPE_CHECKING:
@@ -102,7 +102,7 @@ class _Finish:
         row = dict(row)
         p = step_prefix(self.index)
         step = self.step
-        out = {name: row.pop(name, None) for name in OUTPUT_COLUMNS}
+        out = {f.name: row.pop(f.name, None) for f in output_fields(step.resolved_task)}
         skip = row.pop(f"{p}skip", None)
         saved = row.pop(f"{p}saved", None)
         key = step.template_key
