@@ -122,7 +122,7 @@ def test_bad_options_fail_with_the_field_name():
     with pytest.raises(relayllm.ConfigError, match="max_model_len set in engine_kwargs"):
         VLLMBackend.parse_options({"engine_kwargs": {"max_model_len": 10}})
     with pytest.raises(relayllm.ConfigError, match="task"):
-        VLLMBackend.parse_options({"task": "classify"})
+        VLLMBackend.parse_options({"task": "rerank"})
 
 
 def test_missing_vllm_names_both_extras():
@@ -185,10 +185,16 @@ def test_broken_torch_extensions_are_hidden_here_and_in_subprocesses():
 
 
 def test_tasks_follow_the_task_option():
-    from relayllm_vllm.options import VLLMOptions
+    from relayllm_vllm.options import VLLMOptions, engine_args
 
     assert VLLMBackend.tasks_for(VLLMOptions(task="generate")) == {"chat", "completion"}
     assert VLLMBackend.tasks_for(VLLMOptions(task="embed")) == {"embedding"}
+    assert VLLMBackend.tasks_for(VLLMOptions(task="classify")) == {"classify"}
+    assert VLLMBackend.tasks_for(VLLMOptions(task="score")) == {"score"}
+    # A pooling engine takes no sampling: none of the request features.
+    assert VLLMBackend.features_for(VLLMOptions(task="score")) == frozenset()
+    args = engine_args(VLLMOptions(task="classify"), cpu=True, model_path="m")
+    assert args["runner"] == "pooling" and "convert" not in args  # vLLM's auto convert
 
 
 def test_a_model_that_is_not_there_fails_before_any_engine_starts(tmp_path):

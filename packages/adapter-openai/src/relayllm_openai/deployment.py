@@ -27,7 +27,12 @@ from relayllm_openai.retrying import (
     is_retryable,
     retry_after_s,
 )
-from relayllm_openai.translate import embedding_result, generation_result
+from relayllm_openai.translate import (
+    classify_result,
+    embedding_result,
+    generation_result,
+    score_result,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -156,14 +161,26 @@ class OpenAIDeployment(relayllm.BatchDeployment):
                 response = await self._client.completions.create(
                     model=model, prompt=request["prompt"], extra_body=params
                 )
-            else:
+            elif task == "embedding":
                 response = await self._client.embeddings.create(
                     model=model, input=request["input"], encoding_format="float"
                 )
                 return embedding_result(response)
+            elif task == "classify":  # vLLM's server: POST /classify, next to /v1
+                body = {"model": model, "input": request["text"]}
+                return classify_result(await self._post_root("classify", body))
+            else:  # score, vLLM's server: POST /score
+                body = {"model": model, "text_1": request["query"], "text_2": request["document"]}
+                return score_result(await self._post_root("score", body))
         except json.JSONDecodeError as exc:
             raise MalformedResponse(f"the endpoint answered with malformed JSON: {exc}") from None
         return generation_result(response, task)
+
+    async def _post_root(self, endpoint: str, body: dict[str, Any]) -> Any:
+        """POST to one of vLLM's pooling endpoints, served at the server's root (beside
+        ``/v1``), through the client (so retries, the key and the timeout apply)."""
+        root = str(self._client.base_url).rstrip("/").removesuffix("/v1")
+        return await self._client.post(f"{root}/{endpoint}", body=body, cast_to=object)
 
     # -- health and info ----------------------------------------------------------------------
 

@@ -8,11 +8,15 @@ from urllib.parse import urlsplit
 from pydantic import Field, NonNegativeInt, PositiveInt, field_validator
 
 import relayllm
-from relayllm.rows import TASKS, Task
+from relayllm.rows import Task
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: Headers that carry credentials: those belong in the variable ``api_key_env`` names.
 _CREDENTIAL_HEADERS = {"authorization", "api-key", "proxy-authorization", "x-api-key"}
+
+
+#: The tasks OpenAI's own API has (``classify`` and ``score`` are vLLM server endpoints).
+OPENAI_TASKS: tuple[Task, ...] = ("chat", "completion", "embedding")
 
 
 class OpenAIOptions(relayllm.BackendOptions):
@@ -58,10 +62,12 @@ class OpenAIOptions(relayllm.BackendOptions):
         description="Retries of one request on 429/408/409/5xx/timeouts/connection errors.",
     )
     tasks: list[Task] = Field(
-        default_factory=lambda: list(TASKS),
+        default_factory=lambda: list(OPENAI_TASKS),
         min_length=1,
-        description="What the endpoint serves (a vLLM server with a generate model: chat and "
-        "completion); a processor with another task is refused before any row is sent.",
+        description="What the endpoint serves (default: OpenAI's chat, completion, embedding; "
+        "a vLLM server with a generate model: chat and completion; with a classifier: "
+        "classify, through its /classify endpoint; with a cross-encoder: score, through "
+        "/score); a processor with another task is refused before any row is sent.",
     )
     features: list[str] = Field(
         default_factory=lambda: sorted(OPENAI_FEATURES),

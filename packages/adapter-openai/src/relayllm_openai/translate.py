@@ -137,9 +137,43 @@ def embedding_result(response: Any) -> Result:
     }
 
 
+def classify_result(body: Any) -> Result:
+    """vLLM's ``/classify`` response (``data[0]``: ``label``, ``probs``) -> the row's columns."""
+    data = body.get("data") if isinstance(body, dict) else None
+    first = data[0] if isinstance(data, list) and data else None
+    if not isinstance(first, dict) or not isinstance(first.get("probs"), list):
+        raise MalformedResponse(
+            f"the endpoint answered without class probabilities: {_preview(body)}"
+        )
+    return {
+        "label": first.get("label"),
+        "probs": [float(p) for p in first["probs"]],
+        "num_input_tokens": (body.get("usage") or {}).get("prompt_tokens"),
+    }
+
+
+def score_result(body: Any) -> Result:
+    """vLLM's ``/score`` response (``data[0].score``) -> the row's ``score``."""
+    data = body.get("data") if isinstance(body, dict) else None
+    first = data[0] if isinstance(data, list) and data else None
+    score = first.get("score") if isinstance(first, dict) else None
+    if not isinstance(score, (int, float)) or isinstance(score, bool):
+        raise MalformedResponse(f"the endpoint answered without a score: {_preview(body)}")
+    return {
+        "score": float(score),
+        "num_input_tokens": (body.get("usage") or {}).get("prompt_tokens"),
+    }
+
+
 def _preview(value: Any, limit: int = 200) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-__all__ = ["embedding_result", "first_choice", "generation_result"]
+__all__ = [
+    "classify_result",
+    "embedding_result",
+    "first_choice",
+    "generation_result",
+    "score_result",
+]

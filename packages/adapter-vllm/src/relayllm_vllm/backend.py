@@ -38,19 +38,28 @@ class VLLMBackend(relayllm.Backend):
     supported_versions: ClassVar[dict[str, str]] = {
         dist: VLLM_VERSION for dist in VLLM_DISTRIBUTIONS.values()
     }
-    tasks: ClassVar[frozenset[str]] = frozenset({"chat", "completion", "embedding"})
+    tasks: ClassVar[frozenset[str]] = frozenset(
+        {"chat", "completion", "embedding", "classify", "score"}
+    )
 
     @classmethod
     def tasks_for(cls, options: VLLMOptions) -> frozenset[str]:
-        """``task: embed`` serves embeddings only; ``task: generate`` serves text only."""
-        return frozenset({"embedding"}) if options.task == "embed" else TEXT_TASKS
+        """One engine runs one kind of model: ``task: generate`` serves text (chat,
+        completion), ``embed`` embeddings, ``classify`` class probabilities, ``score``
+        relevance scores of (query, document) pairs."""
+        return {
+            "generate": TEXT_TASKS,
+            "embed": frozenset({"embedding"}),
+            "classify": frozenset({"classify"}),
+            "score": frozenset({"score"}),
+        }[options.task]
 
     features: ClassVar[frozenset[str]] = frozenset(FEATURES)
 
     @classmethod
     def features_for(cls, options: VLLMOptions) -> frozenset[str]:
-        """Every request feature on a text deployment; none on an embedding one."""
-        return frozenset() if options.task == "embed" else cls.features
+        """Every request feature on a text deployment; none on a pooling one."""
+        return cls.features if options.task == "generate" else frozenset()
 
     @classmethod
     def check_options(cls, options: VLLMOptions) -> None:

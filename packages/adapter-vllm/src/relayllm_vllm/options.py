@@ -89,7 +89,12 @@ class VLLMOptions(BackendOptions):
         "qwen3, granite, ...) that splits chat answers into reasoning_content and the answer.",
     )
     lora: LoRAOptions | None = None
-    task: Literal["generate", "embed"] = "generate"
+    task: Literal["generate", "embed", "classify", "score"] = Field(
+        default="generate",
+        description="generate: chat/completion; embed: embedding; classify: label/probs of a "
+        "sequence-classification model; score: a cross-encoder's relevance score of a "
+        "(query, document) pair.",
+    )
     seed: int | None = None
     engine_kwargs: dict[str, Any] = Field(
         default_factory=dict,
@@ -179,6 +184,10 @@ def engine_args(options: VLLMOptions, *, cpu: bool, model_path: str) -> dict[str
         )
     if options.task == "embed":
         args.update(runner="pooling", convert="embed")
+    elif options.task in ("classify", "score"):
+        # A *ForSequenceClassification checkpoint: vLLM's "auto" convert keeps a native
+        # pooling model (BERT...) and adapts a decoder one (Llama, Qwen...) with a classify head.
+        args.update(runner="pooling")
     if options.world_size > 1:
         # Workers are Ray actors placed in the replica's placement group (see plugin).
         args["distributed_executor_backend"] = "ray"

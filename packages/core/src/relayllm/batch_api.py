@@ -4,6 +4,11 @@ A request line is ``{"custom_id", "method": "POST", "url", "body"}`` with ``url`
 :data:`URL_TASKS`. An output line is ``{"id", "custom_id", "response": {"status_code",
 "request_id", "body"}, "error": null}``; an error line has ``"response": null`` and ``"error":
 {"code", "message", "line"}``. Every input line ends up in exactly one of the two files.
+
+``/v1/score`` and ``/v1/rerank`` (vLLM's server's scoring endpoints, which the OpenAI Batch
+API does not have) take one query and several documents per line: each (query, document)
+pair is one row of the ``score`` task, and the line's response gathers them (a pair that
+fails sends the whole line to the error file, naming the document).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from relayllm.rows import (
     REQUEST_ID,
     SAMPLES,
     SAMPLING_PARAMS_COLUMN,
+    SCORE,
     TOOL_CALLS,
     Task,
     check_messages,
@@ -39,7 +45,11 @@ URL_TASKS: dict[str, Task] = {
     "/v1/chat/completions": "chat",
     "/v1/completions": "completion",
     "/v1/embeddings": "embedding",
+    "/v1/score": "score",
+    "/v1/rerank": "score",
 }
+#: Body keys of a scoring line: (queries, documents) as vLLM's server names them.
+_SCORE_KEYS = (("text_1", "text_2"), ("queries", "documents"), ("query", "documents"))
 
 #: Body keys that are not sampling parameters (the rest are passed to the backend as such).
 _NOT_SAMPLING = {
@@ -65,6 +75,10 @@ class BatchRequest:
     value: Any  # messages (chat), prompt (completion) or input (embedding)
     sampling_params: dict[str, Any]
     model: str | None = None
+    #: score / rerank: the (query, document) pairs of the line, one row each.
+    pairs: list[tuple[str, str]] = field(default_factory=list)
+    rerank: bool = False
+    top_n: int = 0
 
 
 @dataclass
@@ -165,6 +179,8 @@ def parse_line(text: str, line: int) -> BatchRequest | BadLine:
     if model is not None and not isinstance(model, str):
         return bad("invalid_request", f"'model' must be a string, got {model!r}")
 
+    if task == "score":
+        return _score_line(line, custom_id, str(url), body, model, bad)
     key = INPUT_COLUMN[task]
     value = body.get(key)
     if task == "chat":
@@ -188,6 +204,44 @@ def parse_line(text: str, line: int) -> BatchRequest | BadLine:
     if problem:
         return bad("invalid_request", problem.replace("sampling_params.", "body."))
     return BatchRequest(line, custom_id, task, value, params, model)
+
+
+def _score_line(
+    line: int, custom_id: str, url: str, body: dict[str, Any], model: str | None, bad: Any
+) -> BatchRequest | BadLine:
+    """A ``/v1/score`` line (``text_1``/``text_2`` or ``queries``/``documents``: one query and
+    N documents, or N of each, paired in order) or a ``/v1/rerank`` line (``query``,
+    ``documents``, optional ``top_n``)."""
+    rerank = url.endswith("rerank")
+    keys = [_SCORE_KEYS[2]] if rerank else list(_SCORE_KEYS[:2])
+    found = next(((q, d) for q, d in keys if q in body and d in body), None)
+    if found is None:
+        names = " or ".join(f"'{q}' and '{d}'" for q, d in keys)
+        return bad("invalid_request", f"a {url} body needs {names}")
+    queries, documents = (body[k] for k in found)
+    queries = [queries] if isinstance(queries, str) else queries
+    documents = [documents] if isinstance(documents, str) else documents
+    for name, values in zip(found, (queries, documents), strict=True):
+        if not isinstance(values, list) or not values:
+            return bad("invalid_request", f"'{name}' must be a string or a non-empty list")
+        if not all(isinstance(v, str) and v for v in values):
+            return bad("invalid_request", f"'{name}' must hold non-empty strings (text only)")
+    if len(queries) == 1:
+        queries = queries * len(documents)
+    if len(queries) != len(documents):
+        return bad(
+            "invalid_request",
+            f"'{found[0]}' has {len(queries)} texts and '{found[1]}' {len(documents)}: give one "
+            f"query, or as many as documents",
+        )
+    top_n = body.get("top_n", 0) if rerank else 0
+    if not isinstance(top_n, int) or isinstance(top_n, bool) or top_n < 0:
+        return bad("invalid_request", f"'top_n' must be a non-negative integer, got {top_n!r}")
+    unknown = sorted(set(body) - {*found, "model", "top_n", "user"})
+    if unknown:
+        return bad("invalid_request", f"unknown keys {unknown} in a {url} body")
+    pairs = list(zip(queries, documents, strict=True))
+    return BatchRequest(line, custom_id, "score", None, {}, model, pairs, rerank, top_n)
 
 
 def route(
@@ -231,6 +285,8 @@ def response_line(request: BatchRequest, result: dict[str, Any], model: str) -> 
     rid = result.get(REQUEST_ID) or uuid.uuid4().hex
     prompt_tokens = result.get(NUM_INPUT_TOKENS) or 0
     completion_tokens = result.get(NUM_GENERATED_TOKENS) or 0
+    if request.task == "score":
+        return _score_response(request, result, model, rid)
     if request.task == "embedding":
         body: dict[str, Any] = {
             "object": "list",
@@ -259,6 +315,49 @@ def response_line(request: BatchRequest, result: dict[str, Any], model: str) -> 
                 "completion_tokens": completion_tokens,
                 "total_tokens": prompt_tokens + completion_tokens,
             },
+        }
+    return {
+        "id": batch_request_id(),
+        "custom_id": request.custom_id,
+        "response": {"status_code": 200, "request_id": rid, "body": body},
+        "error": None,
+    }
+
+
+def _score_response(
+    request: BatchRequest, result: dict[str, Any], model: str, rid: str
+) -> dict[str, Any]:
+    """vLLM's score / rerank response body for a line whose pairs all succeeded
+    (``result["pairs"]``: each pair's row)."""
+    rows = result["pairs"]
+    tokens = sum(r.get(NUM_INPUT_TOKENS) or 0 for r in rows)
+    usage = {"prompt_tokens": tokens, "total_tokens": tokens}
+    if request.rerank:
+        ranked = sorted(range(len(rows)), key=lambda i: rows[i][SCORE], reverse=True)
+        ranked = ranked[: request.top_n] if request.top_n else ranked
+        body: dict[str, Any] = {
+            "id": f"rerank-{rid}",
+            "model": model,
+            "usage": usage,
+            "results": [
+                {
+                    "index": i,
+                    "document": {"text": request.pairs[i][1]},
+                    "relevance_score": rows[i][SCORE],
+                }
+                for i in ranked
+            ],
+        }
+    else:
+        body = {
+            "id": f"score-{rid}",
+            "object": "list",
+            "created": int(time.time()),
+            "model": model,
+            "data": [
+                {"index": i, "object": "score", "score": r[SCORE]} for i, r in enumerate(rows)
+            ],
+            "usage": usage,
         }
     return {
         "id": batch_request_id(),
@@ -328,6 +427,30 @@ def _token_logprob(entry: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _rows_of(request: BatchRequest) -> list[dict[str, Any]]:
+    """The stage rows of one request line: one, or one per (query, document) pair."""
+    if request.task == "score":
+        return [
+            {"line": request.line, "pair": i, "query": q, "document": d}
+            for i, (q, d) in enumerate(request.pairs)
+        ]
+    row = {
+        "line": request.line,
+        INPUT_COLUMN[request.task]: request.value,
+        SAMPLING_PARAMS_COLUMN: request.sampling_params or None,
+    }
+    return [row]
+
+
+def _gathered(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """A scoring line's pair rows as one result: the first pair error, or every pair."""
+    failed = [(i, r) for i, r in enumerate(rows) if r.get(ERROR)]
+    if failed:
+        i, r = failed[0]
+        return {ERROR: f"documents[{i}]: {r[ERROR]}", REQUEST_ID: r.get(REQUEST_ID)}
+    return {"pairs": rows, REQUEST_ID: rows[0].get(REQUEST_ID)}
+
+
 def error_line(line: int, custom_id: str | None, code: str, message: str) -> dict[str, Any]:
     """The error-file line for a request that did not run or failed."""
     return {
@@ -383,21 +506,20 @@ def run_batch(
         if deployment not in served:
             served[deployment] = served_model(deployment)
         by_line = {r.line: r for r in requests}
-        rows = [
-            {
-                "line": r.line,
-                INPUT_COLUMN[task]: r.value,
-                SAMPLING_PARAMS_COLUMN: r.sampling_params or None,
-            }
-            for r in requests
-        ]
+        rows = [row for r in requests for row in _rows_of(r)]
         config = ProcessorConfig(deployment=deployment, task=task, **(processor_fields or {}))
         # One block: request bodies differ in shape (string vs list content, different
         # params), which Arrow can hold in one block but not concatenate across blocks.
         dataset = build_processor(config)(ray.data.from_items(rows, override_num_blocks=1))
+        pending: dict[int, list[dict[str, Any]]] = {}  # a scoring line's pairs so far
         for batch in dataset.iter_batches(batch_format="pyarrow", batch_size=None):
             for row in batch.to_pylist():  # type: ignore[union-attr]
                 request = by_line[row["line"]]
+                if task == "score":
+                    pending.setdefault(request.line, []).append(row)
+                    if len(pending[request.line]) < len(request.pairs):
+                        continue
+                    row = _gathered(sorted(pending.pop(request.line), key=lambda r: r["pair"]))
                 if row.get(ERROR):
                     failed += 1
                     line = error_line(

@@ -6,14 +6,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, TypedDict, get_args
 
-Task = Literal["chat", "completion", "embedding"]
+Task = Literal["chat", "completion", "embedding", "classify", "score"]
 #: Every task, in the order the docs list them.
 TASKS: tuple[Task, ...] = get_args(Task)
 #: What a text-generating deployment serves (an embedding deployment serves ``embedding``).
 TEXT_TASKS: frozenset[Task] = frozenset({"chat", "completion"})
+#: Tasks a pooling model serves: one vector, class probabilities, or a relevance score.
+POOLING_TASKS: frozenset[Task] = frozenset({"embedding", "classify", "score"})
 
-#: The column each task reads its input from.
-INPUT_COLUMN: dict[Task, str] = {"chat": "messages", "completion": "prompt", "embedding": "input"}
+#: The column each task reads its input from. ``score`` reads a (query, document) pair: the
+#: query here, the document from :data:`EXTRA_INPUT_COLUMNS` (one row per pair, so a rerank
+#: of N documents is N rows sharing a query).
+INPUT_COLUMN: dict[Task, str] = {
+    "chat": "messages",
+    "completion": "prompt",
+    "embedding": "input",
+    "classify": "text",
+    "score": "query",
+}
+#: Further input columns a task reads (each a non-empty string, sent under its own name).
+EXTRA_INPUT_COLUMNS: dict[Task, tuple[str, ...]] = {"score": ("document",)}
 #: The task a given input column implies (a pipeline step's template key, say).
 TASK_OF_INPUT: dict[str, Task] = {column: task for task, column in INPUT_COLUMN.items()}
 SAMPLING_PARAMS_COLUMN = "sampling_params"
@@ -25,6 +37,9 @@ FINISH_REASON = "finish_reason"
 NUM_INPUT_TOKENS = "num_input_tokens"
 NUM_GENERATED_TOKENS = "num_generated_tokens"
 EMBEDDING = "embedding"
+LABEL = "label"  # classify: the most likely class's name
+PROBS = "probs"  # classify: every class's probability, in the model's label order
+SCORE = "score"  # score: the relevance of the document to the query
 LOGPROBS = "logprobs"
 PROMPT_LOGPROBS = "prompt_logprobs"
 TOOL_CALLS = "tool_calls"
@@ -150,6 +165,7 @@ def arrow_types() -> dict[str, Any]:
     return {
         "string": pa.string(),
         "int64": pa.int64(),
+        "float64": pa.float64(),
         "list<float32>": pa.list_(pa.float32()),
         "logprobs": logprobs,
         "tool_calls": tool_calls,
@@ -168,6 +184,9 @@ OUTPUT_SCHEMA: tuple[OutputField, ...] = (
     OutputField(NUM_INPUT_TOKENS, "int64"),
     OutputField(NUM_GENERATED_TOKENS, "int64"),
     OutputField(EMBEDDING, "list<float32>", tasks=frozenset({"embedding"})),
+    OutputField(LABEL, "string", tasks=frozenset({"classify"})),
+    OutputField(PROBS, "list<float32>", tasks=frozenset({"classify"})),
+    OutputField(SCORE, "float64", tasks=frozenset({"score"})),
     OutputField(LOGPROBS, "logprobs", tasks=_TEXT),
     OutputField(PROMPT_LOGPROBS, "logprobs", tasks=_TEXT),
     OutputField(TOOL_CALLS, "tool_calls", tasks=_CHAT),
@@ -183,6 +202,8 @@ ANSWER_COLUMN: dict[Task, str] = {
     "chat": GENERATED_TEXT,
     "completion": GENERATED_TEXT,
     "embedding": EMBEDDING,
+    "classify": LABEL,
+    "score": SCORE,
 }
 EMBEDDING_COLUMN = EMBEDDING  # older name, kept for adapters that import it
 
@@ -203,6 +224,9 @@ class Request(TypedDict, total=False):
     messages: list[dict[str, Any]]  # chat
     prompt: str  # completion
     input: str  # embedding
+    text: str  # classify
+    query: str  # score, with document
+    document: str
     sampling_params: dict[str, Any]
     model: str | None  # LoRA adapter name, where the backend has one
     priority: int  # lower runs first (vLLM's convention); see relayllm.traffic
@@ -216,6 +240,9 @@ class Result(TypedDict, total=False):
     num_input_tokens: int | None
     num_generated_tokens: int | None
     embedding: list[float] | None
+    label: str | None
+    probs: list[float] | None
+    score: float | None
     logprobs: list[dict[str, Any]] | None
     prompt_logprobs: list[dict[str, Any]] | None
     tool_calls: list[dict[str, Any]] | None
@@ -245,7 +272,9 @@ def request_text(request: Request, *, roles: bool = False) -> str:
             text = content if isinstance(content, str) else ""
             parts.append(f"{message.get('role')}\x01{text}" if roles else text)
         return ("\x00" if roles else " ").join(parts)
-    return request.get("prompt") or request.get("input") or ""
+    if "query" in request:  # score: the shared query first, so a rerank's rows sort together
+        return f"{request['query']} {request.get('document') or ''}"
+    return request.get("prompt") or request.get("input") or request.get("text") or ""
 
 
 def _drop_none(value: Any) -> Any:
@@ -365,8 +394,10 @@ def build_request(
     row_sampling_params: Any,
     model: Any,
     request_id: str,
+    extras: dict[str, Any] | None = None,
 ) -> Request | str:
-    """One row's request, or the reason the row cannot be sent (becomes its ``error``)."""
+    """One row's request, or the reason the row cannot be sent (becomes its ``error``).
+    ``extras``: the row's values of the task's :data:`EXTRA_INPUT_COLUMNS`."""
     column = INPUT_COLUMN[task]
     if value is None:
         return f"row has no '{column}' column value (required for task '{task}')"
@@ -381,7 +412,18 @@ def build_request(
         problem = check_text(value)
         if problem:
             return f"'{column}' {problem}"
+    extra_values: dict[str, str] = {}
+    for name in EXTRA_INPUT_COLUMNS.get(task, ()):
+        extra = (extras or {}).get(name)
+        if not isinstance(extra, str) or not extra:
+            return f"'{name}' must be a non-empty string (task '{task}'), got {_short(extra)}"
+        problem = check_text(extra)
+        if problem:
+            return f"'{name}' {problem}"
+        extra_values[name] = extra
     params = sampling_params
+    if task in POOLING_TASKS - {"embedding"} and (params or row_sampling_params):
+        return f"task '{task}' takes no sampling_params (it samples nothing)"
     if row_sampling_params is not None:
         row_params = _drop_none(row_sampling_params)
         problem = check_sampling_params(row_params)
@@ -399,6 +441,7 @@ def build_request(
         "request_id": request_id,
         "task": task,
         column: value,  # type: ignore[misc]  # the task's input column
+        **extra_values,
         "sampling_params": params,
     }
     if "priority" in params:  # the row's (or the processor's) scheduling priority
@@ -440,6 +483,11 @@ __all__ = [
     "unsupported_features",
     "EMBEDDING",
     "EMBEDDING_COLUMN",
+    "EXTRA_INPUT_COLUMNS",
+    "LABEL",
+    "POOLING_TASKS",
+    "PROBS",
+    "SCORE",
     "ERROR",
     "FINISH_REASON",
     "GENERATED_TEXT",

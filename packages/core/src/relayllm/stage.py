@@ -39,6 +39,7 @@ from relayllm.errors import RowError, describe_exception
 from relayllm.retry import call_with_retries
 from relayllm.rows import (
     ERROR,
+    EXTRA_INPUT_COLUMNS,
     INPUT_COLUMN,
     MODEL_COLUMN,
     REQUEST_ID,
@@ -89,6 +90,7 @@ class ServeStage:
         self._ids = itertools.count()
         self._slots = asyncio.Semaphore(config.max_in_flight_batches)
         self._input_column = INPUT_COLUMN[config.task]
+        self._extra_columns = EXTRA_INPUT_COLUMNS.get(config.task, ())
         self._gone = False  # the deployment was shut down: fail fast instead of retrying
 
     async def __call__(self, batch: pa.Table) -> pa.Table:
@@ -97,10 +99,12 @@ class ServeStage:
         if self._preprocess is not None:
             rows = [self._preprocess(row) for row in batch.to_pylist()]
             values = [row.get(self._input_column) for row in rows]
+            extras = {c: [row.get(c) for row in rows] for c in self._extra_columns}
             row_params = [row.get(SAMPLING_PARAMS_COLUMN) for row in rows]
             models = [row.get(MODEL_COLUMN) for row in rows]
         else:
             values = _column(batch, self._input_column, n)
+            extras = {c: _column(batch, c, n) for c in self._extra_columns}
             row_params = _column(batch, SAMPLING_PARAMS_COLUMN, n)
             models = _column(batch, MODEL_COLUMN, n)
         ids = [f"{self._id_prefix}{next(self._ids)}" for _ in range(n)]
@@ -114,6 +118,7 @@ class ServeStage:
                 row_params[i],
                 models[i],
                 ids[i],
+                {c: column[i] for c, column in extras.items()},
             )
             if isinstance(request, str):
                 results[i] = error_result(request)
@@ -132,6 +137,7 @@ class ServeStage:
             else:
                 request.setdefault("priority", self.config.priority)  # batch, unless said
                 pending.append((i, request))
+        pending = await _prepare_images(pending, results)
 
         if self.config.order_by_prefix:
             # Lexicographic order puts rows that share a prefix next to each other, however
@@ -269,6 +275,31 @@ def _is_grpc_error(exc: BaseException) -> bool:
     import grpc  # a dependency of Ray Serve, already loaded by the handle
 
     return isinstance(exc, grpc.RpcError)
+
+
+async def _prepare_images(
+    pending: list[tuple[int, Request]], results: list[Result]
+) -> list[tuple[int, Request]]:
+    """Chats with ``image_url`` parts get their images fetched, decoded and inlined here, on
+    the CPU worker (relayllm.images), in threads; a row whose image cannot be used gets the
+    reason as its error and is not sent."""
+    from relayllm.images import has_images, prepare_images
+
+    with_images = [k for k, (_, r) in enumerate(pending) if has_images(r.get("messages"))]
+    if not with_images:
+        return pending
+    prepared = await asyncio.gather(
+        *(asyncio.to_thread(prepare_images, pending[k][1]["messages"]) for k in with_images)
+    )
+    dropped = set()
+    for k, messages in zip(with_images, prepared, strict=True):
+        i, request = pending[k]
+        if isinstance(messages, str):
+            results[i] = error_result(messages)
+            dropped.add(k)
+        else:
+            pending[k] = (i, {**request, "messages": messages})
+    return [item for k, item in enumerate(pending) if k not in dropped]
 
 
 def _column(batch: pa.Table, name: str, n: int) -> list[Any]:

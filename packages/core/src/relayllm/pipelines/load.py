@@ -24,7 +24,7 @@ from relayllm.pipelines.inputs import columns_of_rows
 from relayllm.pipelines.located import Loc, Located, PipelineError, not_utf8, parse_yaml
 from relayllm.pipelines.spec import EXTENSIONS, HIDDEN_PREFIX, PipelineSpec
 from relayllm.pipelines.templates import step_templates, template_fields
-from relayllm.rows import OUTPUT_COLUMNS, features_of, unsupported_features
+from relayllm.rows import features_of, output_fields, unsupported_features
 
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
@@ -274,6 +274,9 @@ def _check_references(pipeline: Pipeline) -> None:
         if names.index(name) != i:
             problems.append((("deployments", i, "name"), f"deployment {name!r} is declared twice"))
     steps = [s.name for s in spec.steps]
+    # The columns the pipeline's steps write (a classify step's `label`, say): no step may
+    # name its output after one, or a later step would overwrite it.
+    reserved = {f.name for s in spec.steps for f in output_fields(s.resolved_task)}
     for i, step in enumerate(spec.steps):
         loc: Loc = ("steps", i)
         if steps.index(step.name) != i:
@@ -286,7 +289,7 @@ def _check_references(pipeline: Pipeline) -> None:
                     f"declared deployments: {', '.join(names)}",
                 )
             )
-        if step.output_column in OUTPUT_COLUMNS or step.output_column.startswith(HIDDEN_PREFIX):
+        if step.output_column in reserved or step.output_column.startswith(HIDDEN_PREFIX):
             problems.append(
                 ((*loc, "output_column"), f"{step.output_column!r} is reserved; pick another name")
             )

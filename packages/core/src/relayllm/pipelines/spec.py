@@ -8,7 +8,19 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
 from relayllm.deployments import DeploymentConfig
 from relayllm.processor import ProcessorConfig
-from relayllm.rows import INPUT_COLUMN, TASK_OF_INPUT, Task, output_fields
+from relayllm.rows import (
+    EXTRA_INPUT_COLUMNS,
+    INPUT_COLUMN,
+    TASK_OF_INPUT,
+    Task,
+    output_fields,
+)
+
+#: A step's template keys, one per task (the input column it fills).
+TEMPLATE_KEYS = ("messages", "prompt", "input", "text", "query")
+#: Templates of a single string (the rest: ``messages``); ``document`` fills score's second
+#: input column.
+STRING_TEMPLATES = ("prompt", "input", "text", "query", "document")
 
 #: Columns starting with this are the run's own bookkeeping, hidden from the output.
 HIDDEN_PREFIX = "__relayllm_"
@@ -56,6 +68,9 @@ class StepSpec(_Strict):
     messages: list[MessageTemplate] | None = None
     prompt: str | None = None
     input: str | None = None
+    text: str | None = None  # classify
+    query: str | None = None  # score, with document
+    document: str | None = None
     sampling_params: dict[str, Any] = Field(default_factory=dict)
     response_format: dict[str, Any] | None = None
     output_column: str = Field(pattern=_COLUMN)
@@ -79,7 +94,7 @@ class StepSpec(_Strict):
 
     @model_validator(mode="after")
     def _one_template(self) -> StepSpec:
-        given = [k for k in ("messages", "prompt", "input") if getattr(self, k) is not None]
+        given = [k for k in TEMPLATE_KEYS if getattr(self, k) is not None]
         if len(given) > 1:
             raise ValueError(f"give one template, not {' and '.join(given)}")
         inferred = TASK_OF_INPUT
@@ -89,6 +104,11 @@ class StepSpec(_Strict):
             )
         if self.task is None:
             self.task = inferred[given[0]] if given else "chat"
+        for extra in ("document",):
+            if getattr(self, extra) is not None and extra not in EXTRA_INPUT_COLUMNS.get(
+                self.task, ()
+            ):
+                raise ValueError(f"task {self.task!r} reads no '{extra}' (task 'score' does)")
         if self.output_field is not None:
             written = [f.name for f in output_fields(self.resolved_task) if not f.by_stage]
             if self.output_field not in written:

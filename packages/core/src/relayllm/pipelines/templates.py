@@ -42,7 +42,9 @@ def step_templates(step: StepSpec, loc: Loc) -> Iterator[tuple[Loc, str]]:
     if step.messages is not None:
         for k, message in enumerate(step.messages):
             yield (*loc, "messages", k, "content"), message.content
-    for key in ("prompt", "input"):
+    from relayllm.pipelines.spec import STRING_TEMPLATES
+
+    for key in STRING_TEMPLATES:
         value = getattr(step, key)
         if value is not None:
             yield (*loc, key), value

