@@ -26,16 +26,18 @@ VLLM_FAULT_BOUND = (
 #: key -> (fault, how a result reads, the bound its test asserts)
 ROWS = {
     "vllm_engine_killed": (
-        "vLLM EngineCore killed (SIGKILL) 48 engine rows into a 2-step job of 96 rows "
-        "(192 engine rows)",
-        "{rows} rows, {error_rows} error rows, {rows_recomputed} rows computed twice; new "
+        "vLLM EngineCore killed (SIGKILL) once 48 of the 192 engine rows of a 2-step job of "
+        "96 rows are done",
+        "killed after {rows_before_fault} engine rows; {rows} rows, {error_rows} error rows, "
+        "{rows_recomputed} rows computed twice; new "
         "replica started {replica_replaced_s} s and its engine ready {new_engine_ready_s} s "
         "after the kill; job done {job_end_after_fault_s} s after it (bound {job_end_bound_s} s)",
         VLLM_FAULT_BOUND,
     ),
     "vllm_engine_hung": (
         "vLLM EngineCore stopped (SIGSTOP) the same way",
-        "{rows} rows, {error_rows} error rows, {rows_recomputed} rows computed twice; new "
+        "stopped after {rows_before_fault} engine rows; {rows} rows, {error_rows} error rows, "
+        "{rows_recomputed} rows computed twice; new "
         "replica started {replica_replaced_s} s and its engine ready {new_engine_ready_s} s "
         "after the stop; job done {job_end_after_fault_s} s after it (bound {job_end_bound_s} s)",
         VLLM_FAULT_BOUND,

