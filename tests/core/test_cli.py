@@ -744,6 +744,43 @@ def test_run_on_a_terminal_draws_a_bar_per_step_and_warns_when_a_step_stalls(clu
     assert len(jsonl(tmp_path / "out" / "answers.jsonl")) == 20
 
 
+def test_status_shows_a_deployment_whose_calls_get_no_answer_as_stalled(cluster, tmp_path):
+    """A run waits on a deployment that does not answer (a 60 s call): ``relayllm status``,
+    from another driver, says which deployment is stuck and for how long."""
+    questions(tmp_path, 1)
+    # Not SLOW's max_ongoing_requests=1: info(), which status asks, would wait behind the call.
+    slow = SLOW.format(name="stuck-echo", delay=60).replace("max_ongoing_requests: 1", "")
+    pipeline = write(tmp_path / "p.yaml", slow)
+    cli("deploy", pipeline, env=cluster, check=0)
+    run = subprocess.Popen(
+        [RELAYLLM, "run", str(pipeline)],
+        env=cluster,
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    env = {**cluster, "RELAYLLM_STALL_WARNING_S": "2"}
+    try:
+        deadline = time.monotonic() + 120
+        while True:  # until the run's call has reached the replica
+            (entry,) = json.loads(cli("status", "--json", env=env, check=0).stdout)
+            if entry.get("ongoing"):
+                break
+            if "ongoing" in entry:  # info() answered: an idle replica is not stalled
+                assert entry["activity"] == "idle" and entry["seconds_without_answer"] == 0
+            assert run.poll() is None and time.monotonic() < deadline, entry
+            time.sleep(0.5)
+        time.sleep(max(0.0, 2.5 - entry["seconds_without_answer"]))
+        shown = cli("status", env=env, check=0)
+        row = next(line.split() for line in shown.stdout.splitlines() if "stuck-echo" in line)
+        assert row[:5] == ["stuck-echo", "RUNNING", "echo", "echo-echo", "STALLED"], shown.stdout
+        assert "warning: stuck-echo: 1 call(s) in progress and no answer for" in shown.stderr
+    finally:
+        run.kill()
+        run.wait(timeout=60)
+        cli("shutdown", "stuck-echo", env=cluster, check=0)
+
+
 def test_batch_with_an_unknown_deployment_gives_cli_advice(cluster, tmp_path):
     line = {"custom_id": "a", "method": "POST", "url": "/v1/completions", "body": {"prompt": "hi"}}
     requests = write(tmp_path / "r.jsonl", json.dumps(line) + "\n")

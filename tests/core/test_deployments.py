@@ -72,6 +72,35 @@ def test_list_and_shutdown():
     assert "two" in stopped and relayllm.list_deployments() == []
 
 
+def test_info_counts_the_time_a_busy_replica_has_gone_without_an_answer():
+    """What ``relayllm status`` reads to call a deployment STALLED: 0 while idle (however long),
+    growing while a call waits on the engine, 0 again once it answered."""
+    from relayllm.cli.lifecycle import activity
+
+    ref = relayllm.deploy(_echo("silent", delay_s=4))
+    handle = ref.handle()
+    time.sleep(1.5)  # idle a while: that is not a stall
+    idle = handle.info.remote().result(timeout_s=60)
+    assert idle["ongoing"] == 0 and idle["seconds_without_answer"] == 0
+    assert activity(idle, stall_s=1) == "idle"
+    request = {"task": "completion", "prompt": "a b", "request_id": "silent-1"}
+    call = handle.process_batch.remote([request])
+    deadline = time.monotonic() + 60
+    while (busy := handle.info.remote().result(timeout_s=60))["ongoing"] == 0:
+        assert time.monotonic() < deadline, "the call never reached the replica"
+        time.sleep(0.1)
+    assert busy["seconds_without_answer"] < 1.5, "counted from the call, not the idle time"
+    assert activity(busy, stall_s=100) == "busy"
+    time.sleep(2)
+    waiting = handle.info.remote().result(timeout_s=60)
+    assert waiting["ongoing"] == 1 and waiting["seconds_without_answer"] >= 2
+    assert activity(waiting, stall_s=2) == "STALLED"
+    assert call.result(timeout_s=60)[0]["generated_text"] == "a b"
+    done = handle.info.remote().result(timeout_s=60)
+    assert done["ongoing"] == 0 and done["seconds_without_answer"] == 0
+    relayllm.shutdown("silent")
+
+
 def test_engine_that_fails_to_start_is_reported_and_removed():
     start = time.monotonic()
     with pytest.raises(relayllm.DeploymentStartError, match="fail_start"):

@@ -59,6 +59,7 @@ class BatchDeployment:
         self._tasks: set[asyncio.Task[None]] = set()
         self.failure: str | None = None  # why the engine as a whole failed (then: retiring)
         self._last_answer = time.monotonic()  # when the engine last finished a row
+        self._busy_since = self._last_answer  # when the replica last went from idle to busy
         # The event loop the calls run on. Serve runs the health check on another loop; an
         # engine's client (vLLM's) answers only on the loop it serves from, so the probe is
         # sent there.
@@ -117,6 +118,8 @@ class BatchDeployment:
             raise EngineFailedError(self.failure)
         self.serving_loop = asyncio.get_running_loop()
         self.calls += 1
+        if not self.ongoing:
+            self._busy_since = time.monotonic()
         self.ongoing += 1
         self.peak_ongoing = max(self.peak_ongoing, self.ongoing)
         try:
@@ -216,6 +219,13 @@ class BatchDeployment:
             "rows": self.rows,
             "ongoing": self.ongoing,
             "peak_ongoing": self.peak_ongoing,
+            # How long calls have been waiting with no row answered: a stall when long
+            # (``relayllm status`` shows it); 0 when idle.
+            "seconds_without_answer": (
+                round(time.monotonic() - max(self._last_answer, self._busy_since), 1)
+                if self.ongoing
+                else 0.0
+            ),
             "tasks": self.deployment.get("tasks"),
             **self.engine_info(),
             "rows_by_class": {"batch": self.rows, "interactive": self.http_rows},

@@ -73,13 +73,18 @@ def deploy(pipeline_file, only, address, verbose):
 @handle_errors
 def status(as_json, address, verbose):
     """List the relayllm deployments running on the cluster, with their engine's facts and
-    the URL of their OpenAI-compatible HTTP front (deployments with an http section)."""
+    the URL of their OpenAI-compatible HTTP front (deployments with an http section).
+
+    A deployment with calls in progress and no answer for ``RELAYLLM_STALL_WARNING_S``
+    seconds (default 300) is shown as STALLED, with how long it has been silent."""
     import json
 
     import relayllm
+    from relayllm.cli.progress import DEFAULT_STALL_S, STALL_ENV, _env_seconds, elapsed
 
     warn_unsupported_versions()
     connect(address, verbose, existing_cluster=True)
+    stall_s = _env_seconds(STALL_ENV, DEFAULT_STALL_S)
     found = []
     for ref in relayllm.list_deployments(address=address):
         item = {
@@ -87,6 +92,7 @@ def status(as_json, address, verbose):
             "status": ref.status,
             "backend": None,
             "model": None,
+            "activity": None,
             "replica": None,
             "rows": None,
             "url": None,
@@ -97,9 +103,12 @@ def status(as_json, address, verbose):
                 item.update(
                     backend=info.get("backend"),
                     model=info.get("model"),
+                    activity=activity(info, stall_s),
                     replica=info.get("replica_id"),
                     rows=info.get("rows"),
                     url=(info.get("http") or {}).get("url"),
+                    ongoing=info.get("ongoing"),
+                    seconds_without_answer=info.get("seconds_without_answer"),
                 )
             except Exception as exc:  # a sick deployment is still listed, with the reason
                 item["status"] = f"{ref.status} (info failed: {type(exc).__name__})"
@@ -109,8 +118,26 @@ def status(as_json, address, verbose):
     elif not found:
         click.echo("no relayllm deployments are running")
     else:
-        keys = ["name", "status", "backend", "model", "replica", "rows", "url"]
-        click.echo(table(keys, [[f[k] for k in keys] for f in found], right=[5]))
+        keys = ["name", "status", "backend", "model", "activity", "replica", "rows", "url"]
+        click.echo(table(keys, [[f.get(k) for k in keys] for f in found], right=[6]))
+        for f in found:
+            if f["activity"] == "STALLED":
+                click.echo(
+                    f"warning: {f['name']}: {f['ongoing']} call(s) in progress and no answer "
+                    f"for {elapsed(f['seconds_without_answer'])}; its engine may be hung or "
+                    f"overloaded (see the replica's log; `relayllm shutdown {f['name']}` and "
+                    f"deploy again to restart it)",
+                    err=True,
+                )
+
+
+def activity(info: dict, stall_s: float) -> str:
+    """idle (no calls), busy (calls, answers coming) or STALLED (calls, no answer for
+    ``stall_s``) -- from a replica's ``info()``."""
+    if not info.get("ongoing"):
+        return "idle"
+    silent = info.get("seconds_without_answer")
+    return "STALLED" if silent is not None and silent >= stall_s else "busy"
 
 
 @click.command()
