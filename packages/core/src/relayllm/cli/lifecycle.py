@@ -6,6 +6,8 @@ They need a cluster that outlives the command (``ray start --head``, then ``--ad
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from relayllm.cli.common import (
@@ -87,7 +89,7 @@ def status(as_json, address, verbose):
     stall_s = _env_seconds(STALL_ENV, DEFAULT_STALL_S)
     found = []
     for ref in relayllm.list_deployments(address=address):
-        item = {
+        item: dict[str, Any] = {
             "name": ref.name,
             "status": ref.status,
             "backend": None,
