@@ -181,7 +181,10 @@ def test_backends_lists_installed_backends_with_options():
         options["fail_marker"]["type"] == "str | None"
         and "fail" in options["fail_marker"]["description"]
     )
-    assert echo["tasks"] == ["chat", "completion", "embedding"] and echo["engine_installed"] is True
+    assert (
+        echo["tasks"] == ["chat", "classify", "completion", "embedding", "score"]
+        and echo["engine_installed"] is True
+    )
     for item in listed:  # adapters installed from entry points name their distribution
         if item["distribution"]:
             assert item["version"] == importlib.metadata.version(item["distribution"])
