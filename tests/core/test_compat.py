@@ -43,6 +43,19 @@ def test_handle_on_this_loop_over_grpc_answers_a_call():
     assert result["generated_text"] == "one two" and not result.get("error")
 
 
+def test_serve_proxy_reports_whether_serve_has_an_http_proxy():
+    relayllm.deploy(relayllm.DeploymentConfig(name="compat-proxy", backend="echo"))
+    try:
+        running, host, port = compat.serve_proxy()
+    finally:
+        relayllm.shutdown("compat-proxy")
+    assert isinstance(running, bool) and isinstance(host, str) and host
+    assert isinstance(port, int) and port > 0, (
+        "Serve's controller proxy location or http_config changed; "
+        "relayllm.compat.serve_proxy needs updating"
+    )
+
+
 def test_task_cpus_can_be_set_on_a_repartition(ray_session):
     dataset = ray_session.data.range(8).repartition(target_num_rows_per_block=2, strict=True)
     compat.set_task_num_cpus(dataset, 0.25)
@@ -58,7 +71,7 @@ def test_execution_callback_hook_exists():
 
 
 def test_every_private_api_is_listed_and_ray_is_a_supported_release():
-    assert len(compat.PRIVATE_APIS) == 5
+    assert len(compat.PRIVATE_APIS) == 6
     installed = versions.installed("ray")
     assert installed and versions.matches(installed, versions.RAY_VERSIONS), (
         f"Ray {installed} is not the release relayllm.compat is written for "
