@@ -151,7 +151,9 @@ def open_dataset(
     # Output is written block by block (transforms.block_rows): an input whose size is known
     # is split into blocks by its reader; any other is cut by a repartition.
     total = count_rows(pipeline, plan, None)
-    blocks = None if total is None else max(1, -(-total // block_rows(pipeline, total)))
+    # Rounded down: a block smaller than the stage's Ray Data batch would be bundled with its
+    # neighbours into one task, and their rows would reach the output together.
+    blocks = None if total is None else max(1, total // block_rows(pipeline, total))
     dataset: Dataset
     if plan.paths is None or plan.format is None:
         dataset = ray.data.from_items(pipeline.spec.input.rows or [], override_num_blocks=blocks)
