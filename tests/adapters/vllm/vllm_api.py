@@ -41,6 +41,7 @@ ATTRIBUTE_TYPES: dict[tuple[str, str], tuple[str, str] | None] = {
     ("AsyncLLM", "vllm_config"): OBJECT_TYPES["config"],
     ("VllmConfig", "parallel_config"): ("vllm.config.parallel", "ParallelConfig"),
     ("VllmConfig", "cache_config"): OBJECT_TYPES["cache"],
+    ("VllmConfig", "scheduler_config"): ("vllm.config.scheduler", "SchedulerConfig"),
     ("BaseRenderer", "default_chat_tok_params"): ("vllm.renderers.params", "TokenizeParams"),
     ("BaseRenderer", "default_cmpl_tok_params"): ("vllm.renderers.params", "TokenizeParams"),
     ("PoolingRequestOutput", "outputs"): ("vllm.outputs", "PoolingOutput"),
@@ -48,6 +49,10 @@ ATTRIBUTE_TYPES: dict[tuple[str, str], tuple[str, str] | None] = {
     # Not vLLM's: the check stops here.
     ("PoolingOutput", "data"): None,  # a torch.Tensor
 }
+#: Local names computed from a vLLM object that hold plain values, not vLLM objects: the
+#: sampling keywords (a dict), a classifier's probabilities (floats) and the model's
+#: ``id2label`` (transformers' config).
+PLAIN_VALUES = frozenset({"kwargs", "probs", "id2label"})
 
 
 class SourceLayoutError(LookupError):
@@ -183,7 +188,7 @@ class _Walker:
                     for target in targets:
                         elements = target.elts if isinstance(target, ast.Tuple) else [target]
                         bound |= {e.id for e in elements if isinstance(e, ast.Name)}
-        return bound - set(OBJECT_TYPES) - {"self"}
+        return bound - set(OBJECT_TYPES) - {"self"} - PLAIN_VALUES
 
     def _site(self, node: ast.AST) -> str:
         return f"{self.filename}:{getattr(node, 'lineno', '?')}"
