@@ -100,8 +100,10 @@ def test_killed_driver_resumes_where_it_stopped(ray_session, tmp_path, record_re
     # The rows between the engine and the file when the driver died: the input block the
     # stage actor holds, finished blocks on their way to the driver, and up to 4 Ray Data
     # batches (batch_size * max_in_flight_batches rows) inside the stage actor
-    # (docs/reliability.md; a block is 1/16 of this input: 188 rows).
-    block = block_rows(load_pipeline(pipeline), N)
+    # (docs/reliability.md). A block is 1/16 of this input (188 rows), and the reader's block
+    # count rounds down: 15 blocks of 200 rows.
+    blocks = max(1, N // block_rows(load_pipeline(pipeline), N))
+    block = -(-N // blocks)
     bound = 2 * block + 4 * BATCH_SIZE * IN_FLIGHT
     assert lost <= bound, f"{lost} rows recomputed"
     print(f"\nresume: {done_at_kill} rows saved at the kill, {lost} rows recomputed")
