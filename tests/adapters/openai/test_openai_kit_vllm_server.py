@@ -56,9 +56,10 @@ PORT = _free_port()
 BASE_URL = f"http://127.0.0.1:{PORT}/v1"
 
 
-def _ready(key: str) -> bool:
+def _ready(key: str, base_url: str = BASE_URL) -> bool:
+    """The server at ``base_url`` answers /models with ``key``."""
     request = urllib.request.Request(
-        f"{BASE_URL}/models", headers={"Authorization": f"Bearer {key}"}
+        f"{base_url}/models", headers={"Authorization": f"Bearer {key}"}
     )
     try:
         with urllib.request.urlopen(request, timeout=5) as response:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import ray
-from test_openai_kit_vllm_server import LAUNCH, _free_port, _skip_reason, _stop
+from test_openai_kit_vllm_server import LAUNCH, _free_port, _ready, _skip_reason, _stop
 
 import relayllm
 
@@ -32,19 +32,6 @@ PORT = _free_port()
 BASE_URL = f"http://127.0.0.1:{PORT}/v1"
 SERVED = "tiny-scorer"
 NAME = "openai-pooling"
-
-
-def _ready(key: str) -> bool:
-    import urllib.request
-
-    request = urllib.request.Request(
-        f"{BASE_URL}/models", headers={"Authorization": f"Bearer {key}"}
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=5) as response:
-            return response.status == 200
-    except OSError:
-        return False
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +57,7 @@ def server(tmp_path_factory, test_key):
         )
     try:
         deadline = time.monotonic() + 600
-        while not _ready(test_key):
+        while not _ready(test_key, BASE_URL):
             if process.poll() is not None or time.monotonic() > deadline:
                 tail = "\n".join(Path(log_path).read_text(errors="replace").splitlines()[-40:])
                 raise RuntimeError(f"vLLM's server did not start (exit {process.poll()}):\n{tail}")
