@@ -1,0 +1,310 @@
+"""One engine for online and batch traffic: interactive latency with a batch job beside it.
+
+Question: when a batch job runs on the deployment that also answers interactive requests
+(its OpenAI-compatible HTTP front), how much does the interactive user's time to first token
+(TTFT) grow, with and without relayllm's traffic management (batch rows at a lower priority in
+the engine's scheduler, and the admission controller that shrinks how many batch rows are in
+the engine while interactive requests are slow)? And does the batch job get the engine back
+when the interactive user goes quiet?
+
+The interactive user is the real ``openai`` client, streaming chat completions one after the
+other with ``--think-s`` between them. The batch job is a processor written as the README
+shows (``preprocess`` building ``messages``). Each variant has its own deployment (one engine
+start each), run one after the other:
+
+- ``managed``: the defaults: batch rows at priority 10, HTTP requests at 0, vLLM's priority
+  scheduling, admission control (``target_ttft_s`` = ``--target-ttft-s``).
+- ``unmanaged``: the same engine with the processor's rows at the interactive priority and the
+  admission limit pinned at its maximum: what sharing a deployment gives without the two.
+
+Phases on each deployment: ``interactive alone``; ``batch alone``; ``batch + interactive``
+(the interactive user for the whole job); on ``managed`` also ``bursts`` (the interactive user
+on for ``--burst-s``, off for ``--idle-s``, for the whole job: batch rows/s is measured in the
+idle windows and compared with batch alone).
+
+    python benchmarks/online_batch.py        # needs relayllm-vllm and openai
+
+Writes benchmarks/results/online_batch.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import threading
+import time
+from typing import Any
+
+from _common import write_results  # the script's folder is on sys.path
+
+QUESTIONS = [
+    "What is the capital of France?",
+    "Name a primary colour.",
+    "How many days are in a week?",
+    "What do bees make?",
+    "Which planet is the largest?",
+]
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+class InteractiveUser:
+    """Streams chat completions one after another on a thread until stopped; ``on()`` decides,
+    before each request, whether the user is active now (bursts)."""
+
+    def __init__(self, url: str, model: str, args: argparse.Namespace, on=None) -> None:
+        import openai
+
+        self.client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0, timeout=600)
+        self.model, self.args, self.on = model, args, on or (lambda: True)
+        self.samples: list[dict[str, Any]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def ask(self, i: int) -> dict[str, Any]:
+        start = time.perf_counter()
+        first = None
+        tokens = 0
+        error = None
+        try:
+            stream = self.client.chat.completions.create(
+                model=self.model,
+                messages=[{"role": "user", "content": QUESTIONS[i % len(QUESTIONS)]}],
+                temperature=0.0,
+                max_tokens=self.args.interactive_max_tokens,
+                stream=True,
+            )
+            for chunk in stream:
+                if chunk.choices and chunk.choices[0].delta.content:
+                    if first is None:
+                        first = time.perf_counter()
+                    tokens += 1
+        except Exception as exc:  # a failed request is a result here
+            error = f"{type(exc).__name__}: {exc}"
+        end = time.perf_counter()
+        return {
+            "at": start,
+            "ttft_s": (first - start) if first is not None else None,
+            "e2e_s": end - start,
+            "chunks": tokens,
+            "error": error,
+        }
+
+    def _run(self) -> None:
+        i = 0
+        while not self._stop.is_set():
+            if self.on():
+                self.samples.append(self.ask(i))
+                i += 1
+            self._stop.wait(self.args.think_s)
+
+    def run_for(self, count: int) -> None:
+        for i in range(count):
+            self.samples.append(self.ask(i))
+            time.sleep(self.args.think_s)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def latency_summary(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    ttft = [s["ttft_s"] for s in samples if s["ttft_s"] is not None]
+    e2e = [s["e2e_s"] for s in samples if s["error"] is None]
+    return {
+        "requests": len(samples),
+        "errors": sum(1 for s in samples if s["error"]),
+        "ttft_p50_s": percentile(ttft, 50),
+        "ttft_p99_s": percentile(ttft, 99),
+        "e2e_p50_s": percentile(e2e, 50),
+        "e2e_p99_s": percentile(e2e, 99),
+    }
+
+
+def batch_job(name: str, args: argparse.Namespace, priority: int | None) -> dict[str, Any]:
+    """The README's pattern; returns rows/s and when each output block reached the driver."""
+    import ray
+
+    import relayllm
+
+    fields: dict[str, Any] = {"priority": priority} if priority is not None else {}
+    processor = relayllm.build_processor(
+        relayllm.ProcessorConfig(
+            deployment=name,
+            batch_size=args.batch_size,
+            sampling_params={"temperature": 0.0, "max_tokens": args.batch_max_tokens},
+            **fields,
+        ),
+        preprocess=lambda row: {"messages": [{"role": "user", "content": row["question"]}]},
+        postprocess=lambda row: {"answer": row["generated_text"], "error": row["error"]},
+    )
+    rows = [{"question": f"Write one sentence about the number {i}."} for i in range(args.rows)]
+    ds = ray.data.from_items(rows, override_num_blocks=max(1, args.rows // args.batch_size))
+    start = time.perf_counter()
+    arrivals: list[tuple[float, int]] = []
+    errors = 0
+    for batch in processor(ds).iter_batches(batch_size=None, batch_format="pandas"):
+        arrivals.append((time.perf_counter(), len(batch)))
+        errors += int(batch["error"].notna().sum())
+    seconds = time.perf_counter() - start
+    total = sum(n for _, n in arrivals)
+    return {
+        "start": start,
+        "seconds": seconds,
+        "rows": total,
+        "errors": errors,
+        "rows_per_s": total / seconds,
+        "arrivals": arrivals,
+    }
+
+
+def rows_per_s_in(arrivals: list[tuple[float, int]], windows: list[tuple[float, float]]) -> float:
+    """Rows that reached the driver inside ``windows`` per second of those windows."""
+    rows = sum(n for at, n in arrivals for lo, hi in windows if lo <= at < hi)
+    seconds = sum(hi - lo for lo, hi in windows)
+    return rows / seconds if seconds else 0.0
+
+
+def with_user(name, args, url, priority, on=None) -> tuple[dict[str, Any], InteractiveUser]:
+    user = InteractiveUser(url, name, args, on=on)
+    with user:
+        job = batch_job(name, args, priority)
+    return job, user
+
+
+def run_variant(variant: str, args: argparse.Namespace) -> dict[str, Any]:
+    import relayllm
+
+    name = f"bench-online-{variant}"
+    admission: dict[str, Any] = {"target_ttft_s": args.target_ttft_s}
+    if variant == "unmanaged":
+        admission = {"min_batch_rows": 256, "max_batch_rows": 256}
+    ref = relayllm.deploy(
+        relayllm.DeploymentConfig(
+            name=name,
+            backend="vllm",
+            options={"model": args.model, "max_model_len": args.max_model_len},
+            http={"route_prefix": f"/{name}", "port": args.port},
+            admission=admission,
+            startup_timeout_s=1200,
+        )
+    )
+    url = ref.handle().info.remote().result(timeout_s=600)["http"]["url"]
+    # The unmanaged variant's rows run at the interactive priority: no ordering by class.
+    priority = 0 if variant == "unmanaged" else None
+    InteractiveUser(url, name, args).run_for(3)  # warm-up
+    batch_job(name, argparse.Namespace(**{**vars(args), "rows": args.batch_size}), priority)
+    out: dict[str, Any] = {"variant": variant}
+
+    alone = InteractiveUser(url, name, args)
+    alone.run_for(args.interactive_requests)
+    out["interactive_alone"] = latency_summary(alone.samples)
+    print(f"[{variant}] interactive alone: {out['interactive_alone']}", flush=True)
+
+    job = batch_job(name, args, priority)
+    out["batch_alone"] = {k: v for k, v in job.items() if k != "arrivals"}
+    print(f"[{variant}] batch alone: {job['rows_per_s']:.2f} rows/s", flush=True)
+
+    job, user = with_user(name, args, url, priority)
+    out["batch_with_interactive"] = {
+        "batch": {k: v for k, v in job.items() if k != "arrivals"},
+        "interactive": latency_summary(user.samples),
+    }
+    print(f"[{variant}] together: {out['batch_with_interactive']}", flush=True)
+
+    if variant == "managed":
+        began = time.perf_counter()
+        period = args.burst_s + args.idle_s
+
+        def active() -> bool:
+            return (time.perf_counter() - began) % period < args.burst_s
+
+        job, user = with_user(name, args, url, priority, on=active)
+        end = job["start"] + job["seconds"]
+        idle = []
+        t = began + args.burst_s
+        while t < end:
+            idle.append((t, min(t + args.idle_s, end)))
+            t += period
+        out["bursts"] = {
+            "batch": {k: v for k, v in job.items() if k != "arrivals"},
+            "interactive": latency_summary(user.samples),
+            "idle_windows": len(idle),
+            "batch_rows_per_s_idle": rows_per_s_in(job["arrivals"], idle),
+        }
+        print(f"[{variant}] bursts: {out['bursts']}", flush=True)
+    out["admission"] = ref.handle().info.remote().result(timeout_s=120).get("admission")
+    relayllm.shutdown(name)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rows", type=int, default=768, help="batch job rows")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--batch-max-tokens", type=int, default=32)
+    parser.add_argument("--interactive-requests", type=int, default=30)
+    parser.add_argument("--interactive-max-tokens", type=int, default=16)
+    parser.add_argument("--think-s", type=float, default=0.5, help="pause between requests")
+    parser.add_argument("--burst-s", type=float, default=8.0)
+    parser.add_argument("--idle-s", type=float, default=12.0)
+    parser.add_argument("--target-ttft-s", type=float, default=0.5)
+    parser.add_argument("--port", type=int, default=8123)
+    parser.add_argument("--model", default="demo")
+    parser.add_argument("--max-model-len", type=int, default=1024)
+    parser.add_argument(
+        "--variants", nargs="*", default=["managed", "unmanaged"], choices=["managed", "unmanaged"]
+    )
+    args = parser.parse_args()
+
+    import ray
+
+    ray.init(include_dashboard=False, log_to_driver=False)
+    ray.data.DataContext.get_current().enable_progress_bars = False
+    variants = [run_variant(v, args) for v in args.variants]
+    ray.shutdown()
+
+    by = {v["variant"]: v for v in variants}
+    summary: dict[str, Any] = {}
+    for name, v in by.items():
+        alone, together = v["interactive_alone"], v["batch_with_interactive"]["interactive"]
+        summary[name] = {
+            "ttft_p99_ratio_with_batch": _ratio(together["ttft_p99_s"], alone["ttft_p99_s"]),
+            "ttft_p50_ratio_with_batch": _ratio(together["ttft_p50_s"], alone["ttft_p50_s"]),
+            "batch_rows_per_s_ratio_with_interactive": _ratio(
+                v["batch_with_interactive"]["batch"]["rows_per_s"], v["batch_alone"]["rows_per_s"]
+            ),
+            "batch_errors": v["batch_alone"]["errors"]
+            + v["batch_with_interactive"]["batch"]["errors"]
+            + (v["bursts"]["batch"]["errors"] if "bursts" in v else 0),
+        }
+        if "bursts" in v:
+            summary[name]["idle_batch_rows_per_s_ratio"] = _ratio(
+                v["bursts"]["batch_rows_per_s_idle"], v["batch_alone"]["rows_per_s"]
+            )
+    path = write_results(
+        "online_batch",
+        {"settings": vars(args), "summary": summary, "variants": variants},
+    )
+    for name, s in summary.items():
+        print(f"{name}: {s}")
+    print(f"wrote {path}")
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,137 @@
+"""Traffic classes reach the vLLM engine's scheduler, not only relayllm's code.
+
+The engine here runs one sequence at a time (``max_num_seqs: 1``), so every other request waits
+in the engine's queue and the order rows finish in is the order the engine's scheduler picked
+them. With ``scheduling_policy="priority"`` (the vllm backend's default) a request sent last at
+a lower priority number runs before batch rows that were already waiting; at equal priority it
+runs last. One engine for the module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import pytest
+from vllm_support import HTTP_PORT
+
+import relayllm
+
+NAME = "priority-vllm"
+PROMPT = "List the numbers from one to forty, in words, separated by commas."
+MAX_TOKENS = 24
+
+
+@pytest.fixture(scope="module")
+def deployment():
+    config = relayllm.DeploymentConfig(
+        name=NAME,
+        backend="vllm",
+        options={"model": "demo", "max_model_len": 512, "engine_kwargs": {"max_num_seqs": 1}},
+        startup_timeout_s=1200,
+        http={"route_prefix": f"/{NAME}", "port": HTTP_PORT},
+    )
+    ref = relayllm.deploy(config)
+    yield ref
+    relayllm.shutdown(NAME)
+
+
+def row(request_id: str, priority: int) -> dict[str, Any]:
+    return {
+        "request_id": request_id,
+        "task": "chat",
+        "messages": [{"role": "user", "content": PROMPT}],
+        "sampling_params": {"temperature": 0.0, "max_tokens": MAX_TOKENS},
+        "priority": priority,
+    }
+
+
+def finishing_order(handle, priorities: list[int]) -> list[str]:
+    """Send one single-row call per priority, in list order, 50 ms apart (so the engine sees
+    them arrive in that order); return the request ids in the order their answers came back."""
+
+    async def send() -> list[str]:
+        done: list[str] = []
+
+        async def one(request_id: str, priority: int) -> None:
+            [result] = await handle.process_batch.remote([row(request_id, priority)])
+            assert result.get("error") is None, result
+            assert result["num_generated_tokens"] > 0, result
+            done.append(request_id)
+
+        tasks = []
+        for i, priority in enumerate(priorities):
+            tasks.append(asyncio.ensure_future(one(f"r{i}-p{priority}-{time.time_ns()}", priority)))
+            await asyncio.sleep(0.05)
+        await asyncio.gather(*tasks)
+        return [request_id.rsplit("-", 1)[0] for request_id in done]
+
+    return asyncio.run(send())
+
+
+def test_engine_runs_a_lower_priority_number_first(deployment):
+    handle = deployment.handle()
+    info = handle.info.remote().result(timeout_s=120)
+    assert info["engine_args"]["scheduling_policy"] == "priority"
+    # Control: equal priorities finish in the order they arrived (first come, first served).
+    fair = finishing_order(handle, [10, 10, 10, 10])
+    assert fair == ["r0-p10", "r1-p10", "r2-p10", "r3-p10"], fair
+    # The same timing with the last row at interactive priority: it overtakes the two batch
+    # rows still waiting (r0 was already running; the engine does not preempt it).
+    urgent = finishing_order(handle, [10, 10, 10, 0])
+    assert urgent.index("r3-p0") < urgent.index("r2-p10"), urgent
+    assert urgent.index("r3-p0") < urgent.index("r1-p10"), urgent
+
+
+def test_http_request_overtakes_a_running_batch_job_on_the_same_engine(deployment):
+    """A processor job (batch priority by default) and an OpenAI-client request on the HTTP
+    front at once: the interactive answer comes back while the batch job is still running
+    (first come, first served would put it behind all of the job's waiting rows), no batch row
+    fails, and it is all one engine (one model load)."""
+    openai = pytest.importorskip("openai")
+    handle = deployment.handle()
+    before = handle.info.remote().result(timeout_s=120)
+    rows = [{"q": f"{PROMPT} ({i})"} for i in range(6)]
+    processor = relayllm.build_processor(
+        relayllm.ProcessorConfig(
+            deployment=NAME,
+            batch_size=len(rows),  # one call: the engine queues five rows behind the first
+            sampling_params={"temperature": 0.0, "max_tokens": MAX_TOKENS},
+        ),
+        preprocess=lambda r: {"messages": [{"role": "user", "content": r["q"]}]},
+    )
+    finished: dict[str, float] = {}
+    outputs: list[dict[str, Any]] = []
+
+    def batch_job() -> None:
+        import ray
+
+        outputs.extend(processor(ray.data.from_items(rows)).take_all())
+        finished["batch"] = time.monotonic()
+
+    job = threading.Thread(target=batch_job)
+    job.start()
+    deadline = time.monotonic() + 300
+    while handle.info.remote().result(timeout_s=60)["ongoing"] == 0:  # the job reached it
+        assert job.is_alive() and time.monotonic() < deadline, "the batch job never started"
+        time.sleep(0.05)
+    client = openai.OpenAI(base_url=before["http"]["url"], api_key="unused", max_retries=0)
+    reply = client.chat.completions.create(
+        model=NAME,
+        messages=[{"role": "user", "content": "What is the capital of France?"}],
+        temperature=0.0,
+        max_tokens=8,
+    )
+    finished["interactive"] = time.monotonic()
+    job.join(timeout=600)
+    assert not job.is_alive(), "the batch job did not finish"
+    assert reply.choices[0].message.content
+    assert finished["interactive"] < finished["batch"], "the HTTP request waited for the job"
+    assert len(outputs) == len(rows)
+    assert [r for r in outputs if r.get("error")] == []
+    after = handle.info.remote().result(timeout_s=120)
+    assert after["engine_starts"] == 1 and after["replica_id"] == before["replica_id"]
+    assert after["rows_by_class"]["batch"] == before["rows_by_class"]["batch"] + len(rows)
+    assert after["rows_by_class"]["interactive"] == before["rows_by_class"]["interactive"] + 1
