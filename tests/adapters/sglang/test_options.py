@@ -199,3 +199,41 @@ def test_a_processor_task_the_deployment_does_not_serve_is_named_before_any_engi
     message = unserved_task_message("clf", "sglang", "score", reported["tasks"])
     assert "(backend 'sglang') does not serve task 'score'" in message
     assert "it serves classify" in message
+
+
+POOLING_PIPELINE = """\
+deployments:
+  - name: reranker
+    backend: sglang
+    options: {{model_path: BAAI/bge-reranker-base, task: {task}}}
+input:
+  rows:
+    - {{id: 1, topic: "sky", post: "the sky is blue"}}
+steps:
+  - name: relevance
+    deployment: reranker
+    query: "{{topic}}"
+    document: "{{post}}"
+    output_column: relevance
+"""
+
+
+@pytest.mark.parametrize("task", ["score", "classify"])
+def test_a_pipeline_step_is_checked_against_the_task_option_before_any_engine(tmp_path, task):
+    """Loading the file checks the score step against the deployment's task (no cluster, no
+    engine); without sglang installed it also says so, the task check still runs."""
+    import ray
+
+    from relayllm.pipelines import PipelineError, parse_pipeline
+
+    pipeline = parse_pipeline(POOLING_PIPELINE.format(task=task), "p.yaml", tmp_path)
+    problems = []
+    try:
+        pipeline.check_backends()
+    except PipelineError as exc:
+        problems = str(exc)
+    if SGLangBackend.missing_requirements():
+        assert "deployments[0].backend" in problems and "adapter-sglang[engine]" in problems
+    unserved = "steps[0].task" in problems and "does not serve task 'score'" in problems
+    assert unserved == (task == "classify"), problems
+    assert not ray.is_initialized()
