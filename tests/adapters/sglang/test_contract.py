@@ -21,6 +21,7 @@ from relayllm_sglang.source import ENGINE_MODULE
 from relayllm_sglang.translate import (
     ABORT,
     COMPLETION_TOKENS,
+    CROSS_ENCODER_FLAG,
     FINISH_REASON,
     FINISH_REASONS,
     INPUT_LOGPROBS,
@@ -36,13 +37,21 @@ from relayllm_sglang.translate import (
     EngineInput,
     encode_kwargs,
     generate_kwargs,
+    rerank_kwargs,
     sglang_sampling_params,
 )
 
 TOKENIZER_MANAGER = ("sglang.srt.managers.tokenizer_manager", "TokenizerManager")
+MODEL_CONFIG = ("sglang.srt.configs.model_config", "ModelConfig")
+EMBEDDING_REQUEST = ("sglang.srt.managers.io_struct", "EmbeddingReqInput")
 SCHEDULE_BATCH = "sglang.srt.managers.schedule_batch"
-#: Types of the engine attributes the deployment reaches through (engine.<attr>.<member>).
-ENGINE_ATTRIBUTE_TYPES = {"tokenizer_manager": TOKENIZER_MANAGER}
+CLASSIFY_SERVING = "sglang.srt.entrypoints.openai.serving_classify"
+#: Types of the engine attributes the deployment reaches through (engine.<path>.<member>);
+#: a path not listed here leaves sglang (hf_config is transformers').
+ENGINE_ATTRIBUTE_TYPES = {
+    ("tokenizer_manager",): TOKENIZER_MANAGER,
+    ("tokenizer_manager", "model_config"): MODEL_CONFIG,
+}
 
 
 def every_option_set() -> SGLangOptions:
@@ -71,6 +80,10 @@ def test_the_wheel_is_the_pinned_release(sglang_wheel, sglang_version):
 def test_engine_kwargs_are_serverargs_fields(sglang_source):
     kwargs = engine_kwargs(every_option_set())
     assert set(kwargs) == FIRST_CLASS_OPTIONS, "a new option must be set in every_option_set()"
+    # A pooling task adds is_embedding.
+    for task in ("embed", "classify", "score"):
+        kwargs.update(engine_kwargs(SGLangOptions(model_path="m", task=task)))
+    assert "is_embedding" in kwargs
     params, takes_kwargs = sglang_source.method_parameters(ENGINE_MODULE, "Engine", "__init__")
     # Engine(**kwargs) builds ServerArgs(**kwargs): each name must be a ServerArgs field.
     assert takes_kwargs or set(kwargs) <= params
@@ -160,7 +173,7 @@ def engine_attribute_chains() -> set[tuple[str, ...]]:
         elif not (isinstance(node, ast.Name) and node.id == "engine"):
             continue
         if names:
-            chains.add(tuple(names[:2]))
+            chains.add(tuple(names))
     return chains
 
 
@@ -176,12 +189,86 @@ def test_engine_members_the_deployment_uses_exist(sglang_source):
     } <= used
     missing = used - sglang_source.members(ENGINE_MODULE, "Engine")
     assert not missing, f"sglang.Engine has no {sorted(missing)}"
-    for chain in (c for c in chains if len(c) == 2):
-        owner = ENGINE_ATTRIBUTE_TYPES.get(chain[0])
-        assert owner, (
+    # The classifier's labels and the cross-encoder request go through the tokenizer manager.
+    assert {
+        ("tokenizer_manager", "model_config", "hf_config"),
+        ("tokenizer_manager", "generate_request"),
+    } <= chains
+    for chain in (c for c in chains if len(c) >= 2):
+        assert (chain[0],) in ENGINE_ATTRIBUTE_TYPES, (
             f"the deployment uses engine.{'.'.join(chain)}: add the type of {chain[0]!r} here"
         )
-        assert chain[1] in sglang_source.members(*owner), f"{owner[1]} has no {chain[1]!r}"
+        for depth in range(1, len(chain)):
+            owner = ENGINE_ATTRIBUTE_TYPES.get(chain[:depth])
+            if owner is None:
+                break
+            assert chain[depth] in sglang_source.members(*owner), (
+                f"{owner[1]} has no {chain[depth]!r} (engine.{'.'.join(chain)})"
+            )
+
+
+def test_sglang_imports_of_the_deployment_exist(sglang_source):
+    """``from sglang... import X`` in the replica (the cross-encoder request type) resolves in
+    the pinned release."""
+    imported = {
+        (node.module, alias.name)
+        for node in ast.walk(ast.parse(inspect.getsource(deployment_module)))
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sglang")
+        for alias in node.names
+    }
+    assert EMBEDDING_REQUEST in imported
+    for module, name in imported:
+        sglang_source.resolve(module, name)  # raises SourceLayoutError if it is gone
+
+
+def test_pooling_requests_use_the_engines_own_names(sglang_source):
+    """classify rows are async_encode calls; score rows are the EmbeddingReqInput that
+    Engine.rerank builds (text pairs, the cross-encoder flag), awaited the way async_encode
+    awaits its own."""
+    encode = set(encode_kwargs([EngineInput("classify", text="x", lora="a")]))
+    params, _ = sglang_source.method_parameters(ENGINE_MODULE, "Engine", "async_encode")
+    assert encode <= params, sorted(encode - params)
+    pairs = rerank_kwargs([EngineInput("score", pair=("q", "d"), lora="a")])
+    assert {"text", CROSS_ENCODER_FLAG, "lora_path"} == set(pairs)
+    fields = sglang_source.struct_fields(*EMBEDDING_REQUEST)
+    assert set(pairs) <= fields, f"EmbeddingReqInput has no {sorted(set(pairs) - fields)}"
+    rerank = engine_method(sglang_source, "rerank")
+    built = [
+        {k.arg for k in node.keywords}
+        for node in ast.walk(rerank)
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == EMBEDDING_REQUEST[1]
+    ]
+    assert built == [{"text", CROSS_ENCODER_FLAG}], built
+    # Both reach the scheduler through TokenizerManager.generate_request(obj, request).
+    calls = {
+        ast.unparse(node.func)
+        for name in ("rerank", "async_encode")
+        for node in ast.walk(engine_method(sglang_source, name))
+        if isinstance(node, ast.Call)
+    }
+    assert "self.tokenizer_manager.generate_request" in calls, calls
+
+
+def test_pooling_outputs_are_read_as_sglang_builds_and_reads_them(sglang_source):
+    """An embedding request's output carries ``embedding`` and ``meta_info.prompt_tokens``;
+    SGLang's own /v1/classify makes probabilities with a softmax over that ``embedding`` and
+    the label from ``id2label``, as classify_result does."""
+    keys = sglang_source.string_dict_keys(TOKENIZER_MANAGER[0])
+    assert {"embedding", PROMPT_TOKENS} <= keys
+    classify = sglang_source.module(CLASSIFY_SERVING)
+    names = {n.attr for n in ast.walk(classify) if isinstance(n, ast.Attribute)}
+    assert {"softmax", "argmax", "id2label"} <= names, names
+    assert "embedding" in {n.value for n in ast.walk(classify) if isinstance(n, ast.Constant)}
+
+
+def engine_method(sglang_source, name: str) -> ast.FunctionDef | ast.AsyncFunctionDef:
+    """The definition of ``Engine.<name>`` in the pinned release (its own or a mixin's)."""
+    where, node = sglang_source.find_class(ENGINE_MODULE, "Engine")
+    for _, klass in sglang_source._classes(where, node):
+        for item in klass.body:
+            if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name == name:
+                return item
+    raise AssertionError(f"sglang.Engine has no {name}")
 
 
 def test_engine_is_exported_by_the_top_level_package(sglang_source):

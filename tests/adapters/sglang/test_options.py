@@ -154,3 +154,86 @@ def test_tasks_follow_is_embedding():
     embed = SGLangOptions(model_path="m", server_args={"is_embedding": True})
     assert SGLangBackend.tasks_for(text) == {"chat", "completion"}
     assert SGLangBackend.tasks_for(embed) == {"embedding"}
+
+
+@pytest.mark.parametrize(
+    ("options", "tasks"),
+    [
+        ({}, {"chat", "completion"}),
+        ({"server_args": {"is_embedding": True}}, {"embedding"}),
+        ({"task": "generate"}, {"chat", "completion"}),
+        ({"task": "embed"}, {"embedding"}),
+        ({"task": "classify"}, {"classify"}),
+        ({"task": "score"}, {"score"}),
+        ({"task": "score", "server_args": {"is_embedding": True}}, {"score"}),
+    ],
+)
+def test_the_task_option_decides_what_a_deployment_serves(options, tasks):
+    parsed = parse(model_path="m", **options)
+    assert SGLangBackend.tasks_for(parsed) == tasks <= SGLangBackend.tasks
+    # Pooling models take no generation features (logprobs, structured output...).
+    assert bool(SGLangBackend.features_for(parsed)) == (tasks == {"chat", "completion"})
+    kwargs = engine_kwargs(parsed)
+    assert "task" not in kwargs  # relayllm's own option, not a ServerArgs field
+    assert kwargs.get("is_embedding", False) == (tasks != {"chat", "completion"})
+
+
+@pytest.mark.parametrize(
+    ("task", "is_embedding"), [("generate", True), ("classify", False), ("embed", False)]
+)
+def test_a_task_contradicting_is_embedding_fails_naming_both(task, is_embedding):
+    with pytest.raises(relayllm.ConfigError, match=rf"task '{task}' contradicts"):
+        parse(model_path="m", task=task, server_args={"is_embedding": is_embedding})
+
+
+def test_a_processor_task_the_deployment_does_not_serve_is_named_before_any_engine():
+    """What the stage and the pipeline loader check before sending a row: the tasks a replica
+    reports (normalized_config) come from tasks_for, and the message names the task."""
+    from relayllm.deployments import normalized_config, unserved_task_message
+
+    config = relayllm.DeploymentConfig(
+        name="clf", backend="sglang", options={"model_path": "m", "task": "classify"}
+    )
+    reported = normalized_config(config, SGLangBackend, parse(**config.options))
+    assert reported["tasks"] == ["classify"] and reported["features"] == []
+    message = unserved_task_message("clf", "sglang", "score", reported["tasks"])
+    assert "(backend 'sglang') does not serve task 'score'" in message
+    assert "it serves classify" in message
+
+
+POOLING_PIPELINE = """\
+deployments:
+  - name: reranker
+    backend: sglang
+    options: {{model_path: BAAI/bge-reranker-base, task: {task}}}
+input:
+  rows:
+    - {{id: 1, topic: "sky", post: "the sky is blue"}}
+steps:
+  - name: relevance
+    deployment: reranker
+    query: "{{topic}}"
+    document: "{{post}}"
+    output_column: relevance
+"""
+
+
+@pytest.mark.parametrize("task", ["score", "classify"])
+def test_a_pipeline_step_is_checked_against_the_task_option_before_any_engine(tmp_path, task):
+    """Loading the file checks the score step against the deployment's task (no cluster, no
+    engine); without sglang installed it also says so, the task check still runs."""
+    import ray
+
+    from relayllm.pipelines import PipelineError, parse_pipeline
+
+    pipeline = parse_pipeline(POOLING_PIPELINE.format(task=task), "p.yaml", tmp_path)
+    problems = []
+    try:
+        pipeline.check_backends()
+    except PipelineError as exc:
+        problems = str(exc)
+    if SGLangBackend.missing_requirements():
+        assert "deployments[0].backend" in problems and "adapter-sglang[engine]" in problems
+    unserved = "steps[0].task" in problems and "does not serve task 'score'" in problems
+    assert unserved == (task == "classify"), problems
+    assert not ray.is_initialized()

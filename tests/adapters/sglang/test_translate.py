@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
+import re
 
 import pytest
 
@@ -18,12 +20,16 @@ from relayllm_sglang.translate import (
     EngineInput,
     call_per_batch,
     chat_input_ids,
+    classify_result,
     completion_input_ids,
     embedding_result,
     encode_kwargs,
     engine_input,
     generate_kwargs,
     generation_result,
+    id2label,
+    rerank_kwargs,
+    score_result,
     serve_batch,
     sglang_sampling_params,
 )
@@ -191,15 +197,42 @@ def test_engine_input_per_task(tokenizer):
     assert chat.input_ids == ids("<s>", "<|user|>", "hello", "</turn>", "<|assistant|>")
     completion = engine_input({"task": "completion", "prompt": "say hello"}, tokenizer)
     assert completion.input_ids == ids("<s>", "say", "hello") and completion.lora is None
-    embed = engine_input({"task": "embedding", "input": "paris"}, tokenizer, embedding_model=True)
+    embed = engine_input({"task": "embedding", "input": "paris"}, tokenizer, model_task="embed")
     assert embed == EngineInput("encode", text="paris")
+    classify = engine_input({"task": "classify", "text": "paris"}, tokenizer, model_task="classify")
+    assert classify == EngineInput("classify", text="paris")
+    pair = {"task": "score", "query": "capital of france", "document": "paris"}
+    score = engine_input(pair, tokenizer, model_task="score")
+    assert score == EngineInput("score", pair=("capital of france", "paris"))
 
 
-def test_engine_input_rejects_what_the_model_cannot_do(tokenizer):
-    with pytest.raises(ValueError, match="is_embedding"):
-        engine_input({"task": "embedding", "input": "x"}, tokenizer)
-    with pytest.raises(ValueError, match="embedding model"):
-        engine_input(chat_request(), tokenizer, embedding_model=True)
+@pytest.mark.parametrize(
+    ("request_", "model_task", "message"),
+    [
+        (
+            {"task": "embedding", "input": "x"},
+            "generate",
+            "serves a generation model; task 'embedding' needs an embedding model "
+            "(deploy one with options task: embed)",
+        ),
+        (None, "embed", "serves an embedding model; task 'chat' needs a generation model"),
+        (
+            {"task": "classify", "text": "x"},
+            "embed",
+            "task 'classify' needs a sequence-classification model (deploy one with options "
+            "task: classify)",
+        ),
+        (
+            {"task": "score", "query": "q", "document": "d"},
+            "classify",
+            "serves a sequence-classification model; task 'score' needs a cross-encoder",
+        ),
+        ({"task": "embedding", "input": "x"}, "score", "serves a cross-encoder"),
+    ],
+)
+def test_engine_input_rejects_what_the_model_cannot_do(tokenizer, request_, model_task, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        engine_input(request_ or chat_request(), tokenizer, model_task=model_task)
 
 
 def test_lora_adapter_chosen_by_the_model_column(tokenizer):
@@ -475,3 +508,133 @@ def test_logprobs_go_to_generate_arguments_and_come_back_as_rows(tokenizer):
 )
 def test_structured_output_forms(form, value, name, sent):
     assert sglang_sampling_params({"structured_outputs": {form: value}}) == {name: sent}
+
+
+# -- pooling tasks: classify (async_encode of a classifier) and score (a cross-encoder) -------
+
+
+def pooled(embedding, prompt_tokens=5):
+    """One output as sglang 0.5.23's TokenizerManager returns it for an embedding request
+    (``BatchEmbeddingOutput``): ``embedding`` is ``embeddings[i]`` of the pooler's tensor after
+    ``.tolist()`` -- a list of class logits for a classifier, one float for a cross-encoder
+    whose pooler squeezed its single label -- and a ``meta_info`` without completion counts."""
+    return {
+        "embedding": embedding,
+        "meta_info": {
+            "id": "0f1e",
+            "finish_reason": {"type": "length", "length": 0},
+            "prompt_tokens": prompt_tokens,
+            "weight_version": "default",
+            "num_retractions": 0,
+        },
+    }
+
+
+def test_classify_outputs_become_label_and_probs_as_sglangs_classify_endpoint_makes_them():
+    result = classify_result(pooled([0.0, math.log(3.0)]), {0: "negative", 1: "positive"})
+    assert result["label"] == "positive" and result["num_input_tokens"] == 5
+    assert result["probs"] == pytest.approx([0.25, 0.75])
+    # No id2label: the class index, as the vLLM backend gives it.
+    assert classify_result(pooled([2.0, 1.0, -1.0]))["label"] == "0"
+    # Large logits do not overflow.
+    assert classify_result(pooled([1000.0, 0.0]))["probs"] == pytest.approx([1.0, 0.0])
+    # A single-label head squeezed to one number: one class, probability 1.
+    assert classify_result(pooled(0.3), {0: "LABEL_0"}) == {
+        "label": "LABEL_0",
+        "probs": [1.0],
+        "num_input_tokens": 5,
+    }
+
+
+def test_score_outputs_become_the_pairs_relevance():
+    assert score_result(pooled(0.875, prompt_tokens=9)) == {"score": 0.875, "num_input_tokens": 9}
+    # Some heads keep the label axis: one label is still one score.
+    assert score_result(pooled([-1.5]))["score"] == -1.5
+    many = score_result(pooled([0.1, 0.9]))["error"]
+    assert "returned 2 values for the pair" in many and "num_labels == 1" in many
+
+
+@pytest.mark.parametrize("parse", [classify_result, score_result])
+def test_pooling_failures_are_row_errors(parse):
+    abort = {"meta_info": {"finish_reason": {"type": "abort", "message": "too long"}}}
+    assert parse(abort) == {"error": "sglang aborted the request: too long"}
+    assert "sglang returned no" in parse(pooled([]))["error"]
+    assert "sglang returned no" in parse(pooled(None))["error"]
+    assert "sglang returned no" in parse(pooled(["x"]))["error"]
+    assert parse(ValueError("boom")) == {"error": "ValueError: boom"}
+
+
+def test_id2label_reads_the_models_config():
+    class Config:
+        id2label = {"0": "neg", 1: "pos"}  # JSON keys are strings until transformers converts
+
+    assert id2label(Config()) == {0: "neg", 1: "pos"}
+    assert id2label(object()) == {}
+
+
+def test_score_rows_are_one_cross_encoder_request_with_the_pairs():
+    items = [
+        EngineInput("score", pair=("capital of france", "paris")),
+        EngineInput("score", pair=("capital of france", "lyon"), lora="a"),
+    ]
+    assert rerank_kwargs(items) == {
+        "text": [["capital of france", "paris"], ["capital of france", "lyon"]],
+        "is_cross_encoder_request": True,
+        "lora_path": [None, "a"],
+    }
+    assert "lora_path" not in rerank_kwargs(items[:1])
+
+
+def test_pooling_rows_are_one_engine_call_per_kind_with_results_in_order():
+    calls = []
+
+    async def encode(*, prompt, lora_path=None):
+        calls.append(("encode", list(prompt)))
+        return [pooled([len(p) - 2.0, 0.0]) for p in prompt]
+
+    async def rerank(*, text, is_cross_encoder_request, lora_path=None):
+        calls.append(("rerank", [list(pair) for pair in text]))
+        assert is_cross_encoder_request is True
+        return [pooled(1.0 / len(document)) for _, document in text]
+
+    def prep(request):
+        if "text" in request:
+            return EngineInput("classify", text=request["text"])
+        return EngineInput("score", pair=(request["query"], request["document"]))
+
+    requests = [
+        {"text": "abc"},
+        {"query": "q", "document": "ab"},
+        {"text": "z"},
+        {"query": "q", "document": "abcd"},
+    ]
+    results = asyncio.run(
+        serve_batch(
+            requests, prep, ScriptedGenerate(), encode, rerank=rerank, labels={0: "x", 1: "y"}
+        )
+    )
+    assert sorted(calls) == [("encode", ["abc", "z"]), ("rerank", [["q", "ab"], ["q", "abcd"]])]
+    assert [results[0]["label"], results[2]["label"]] == ["x", "y"]
+    assert [results[1]["score"], results[3]["score"]] == [0.5, 0.25]
+
+
+def test_a_rejected_pair_batch_is_resent_pair_by_pair():
+    async def rerank(*, text, is_cross_encoder_request):
+        if any(len(document) > 3 for _, document in text):
+            raise ValueError("The input (12 tokens) is longer than the model's context length")
+        return [pooled(0.5) for _ in text]
+
+    def prep(request):
+        return EngineInput("score", pair=("q", request["document"]))
+
+    results = asyncio.run(
+        serve_batch(
+            [{"document": "ok"}, {"document": "far too long"}],
+            prep,
+            ScriptedGenerate(),
+            no_encode,
+            rerank=rerank,
+        )
+    )
+    assert results[0] == {"score": 0.5, "num_input_tokens": 5}
+    assert "longer than the model's context length" in results[1]["error"]

@@ -15,6 +15,13 @@ from relayllm_sglang.source import SourceLayoutError, SourceTree
 
 logger = logging.getLogger(__name__)
 
+#: The row task each pooling ``task`` option serves.
+POOLING_TASK_OF: dict[str, frozenset[str]] = {
+    "embed": frozenset({"embedding"}),
+    "classify": frozenset({"classify"}),
+    "score": frozenset({"score"}),
+}
+
 
 class SGLangBackend(Backend):
     name = "sglang"
@@ -22,12 +29,13 @@ class SGLangBackend(Backend):
     requires: ClassVar[tuple[str, ...]] = ("sglang",)
     install_hint = INSTALL_HINT
     supported_versions: ClassVar[dict[str, str]] = {"sglang": SGLANG_VERSION}
-    tasks = frozenset({"chat", "completion", "embedding"})
+    tasks = frozenset({"chat", "completion", "embedding", "classify", "score"})
 
     @classmethod
     def tasks_for(cls, options: SGLangOptions) -> frozenset[str]:
-        """An embedding model (``is_embedding``) serves embeddings only; others serve text."""
-        return frozenset({"embedding"}) if options.embedding_model else TEXT_TASKS
+        """One engine runs one kind of model (``options.task``): a generation model serves
+        text; a pooling model embeddings, class probabilities or cross-encoder scores."""
+        return POOLING_TASK_OF.get(options.model_task, TEXT_TASKS)
 
     #: What the adapter translates to the engine's API (relayllm_sglang.translate). Refused up
     #: front: n > 1 (one output per prompt in a batched call) and tools (SGLang parses tool
@@ -36,7 +44,7 @@ class SGLangBackend(Backend):
 
     @classmethod
     def features_for(cls, options: SGLangOptions) -> frozenset[str]:
-        return frozenset() if options.embedding_model else cls.features
+        return frozenset() if options.pooling else cls.features
 
     @classmethod
     def check_options(cls, options: SGLangOptions) -> None:
@@ -96,4 +104,4 @@ def placement(options: SGLangOptions) -> dict[str, Any]:
     }
 
 
-__all__ = ["SGLangBackend", "check_options_against", "placement"]
+__all__ = ["POOLING_TASK_OF", "SGLangBackend", "check_options_against", "placement"]

@@ -16,7 +16,7 @@ from relayllm.rows import Request, Result
 from relayllm_sglang import INSTALL_HINT
 from relayllm_sglang.options import SGLangOptions, engine_kwargs
 from relayllm_sglang.source import SourceLayoutError, SourceTree
-from relayllm_sglang.translate import EngineInput, engine_input, serve_batch
+from relayllm_sglang.translate import EngineInput, engine_input, id2label, serve_batch
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +52,12 @@ class SGLangDeployment(BatchDeployment):
         )
         self.sampling_names = _sampling_param_names()
         self.engine_version = _version("sglang")
+        # A classifier's class names (task classify), from the config the engine loaded.
+        self.labels = (
+            id2label(self.engine.tokenizer_manager.model_config.hf_config)
+            if self.options.model_task == "classify"
+            else {}
+        )
 
     async def run_batch(self, requests: list[Request]) -> list[Result]:
         # The whole batch goes to the engine as one async_generate call (see serve_batch).
@@ -61,7 +67,17 @@ class SGLangDeployment(BatchDeployment):
             self.engine.async_generate,
             self.engine.async_encode,
             decode=lambda token_id: self.tokenizer.decode([token_id]),
+            rerank=self._rerank,
+            labels=self.labels,
         )
+
+    async def _rerank(self, **fields: Any) -> Any:
+        """A cross-encoder request for (query, document) pairs: what ``Engine.rerank`` sends,
+        awaited on this replica's event loop (``Engine.rerank`` blocks on its own)."""
+        from sglang.srt.managers.io_struct import EmbeddingReqInput
+
+        request = EmbeddingReqInput(**fields)
+        return await self.engine.tokenizer_manager.generate_request(request, None).__anext__()
 
     def _prepare(self, request: Request) -> EngineInput:
         return engine_input(
@@ -69,7 +85,7 @@ class SGLangDeployment(BatchDeployment):
             self.tokenizer,
             lora_names=self.lora_names,
             base_model_names=self.base_model_names,
-            embedding_model=self.options.embedding_model,
+            model_task=self.options.model_task,
             sampling_names=self.sampling_names,
         )
 
@@ -83,6 +99,7 @@ class SGLangDeployment(BatchDeployment):
             "tp_size": self.options.tp_size,
             "dp_size": self.options.dp_size,
             "lora_adapters": sorted(self.lora_names),
+            "task": self.options.model_task,
             "seeded_sampling": self.options.seeded_sampling,
         }
 

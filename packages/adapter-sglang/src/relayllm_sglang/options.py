@@ -41,6 +41,14 @@ class SGLangOptions(BackendOptions):
     lora_paths: dict[str, str] | None = Field(
         default=None, description="LoRA adapters by name; rows pick one in their 'model' column."
     )
+    task: Literal["generate", "embed", "classify", "score"] | None = Field(
+        default=None,
+        description="What the model serves (relayllm's, as the vllm backend's task): generate: "
+        "chat/completion; embed: embedding; classify: label/probs of a sequence-classification "
+        "model; score: a cross-encoder's relevance score of a (query, document) pair. The "
+        "pooling ones deploy the model with is_embedding. Default: embed when "
+        "server_args.is_embedding is true, else generate.",
+    )
     server_args: dict[str, Any] = Field(
         default_factory=dict, description="Any other sglang ServerArgs field, by its name."
     )
@@ -80,13 +88,33 @@ class SGLangOptions(BackendOptions):
                 raise ValueError(f"server_args.{name}: set {name!r} as an option of its own")
             if name in RESERVED_SERVER_ARGS:
                 raise ValueError(f"server_args.{name} is not allowed: {RESERVED_SERVER_ARGS[name]}")
+        embedding = self.server_args.get("is_embedding")
+        if self.task is not None and embedding is not None and bool(embedding) != self.pooling:
+            raise ValueError(
+                f"task {self.task!r} contradicts server_args.is_embedding={embedding!r}: "
+                "a pooling task (embed, classify, score) runs the model with is_embedding, "
+                "generate without; drop server_args.is_embedding"
+            )
         return self
 
     # -- derived facts -----------------------------------------------------------------------
 
     @property
+    def model_task(self) -> str:
+        """``task``, or what ``server_args.is_embedding`` implies when it is not set."""
+        if self.task is not None:
+            return self.task
+        return "embed" if self.server_args.get("is_embedding") else "generate"
+
+    @property
+    def pooling(self) -> bool:
+        """A pooling model (embed, classify, score): SGLang runs it with ``is_embedding``."""
+        return self.model_task != "generate"
+
+    @property
     def embedding_model(self) -> bool:
-        return bool(self.server_args.get("is_embedding"))
+        """Serves embeddings (the ``embed`` task)."""
+        return self.model_task == "embed"
 
     @property
     def seeded_sampling(self) -> bool:
@@ -102,8 +130,10 @@ class SGLangOptions(BackendOptions):
         return self.tp_size * self.dp_size
 
 
-#: Options that are ServerArgs fields of the same name (all but ``server_args``).
-FIRST_CLASS_OPTIONS = frozenset(SGLangOptions.model_fields) - {"server_args"}
+#: Options that are relayllm's own, not ServerArgs fields.
+RELAYLLM_OPTIONS = frozenset({"server_args", "task"})
+#: Options that are ServerArgs fields of the same name (all but :data:`RELAYLLM_OPTIONS`).
+FIRST_CLASS_OPTIONS = frozenset(SGLangOptions.model_fields) - RELAYLLM_OPTIONS
 
 
 def engine_kwargs(options: SGLangOptions) -> dict[str, Any]:
@@ -113,6 +143,10 @@ def engine_kwargs(options: SGLangOptions) -> dict[str, Any]:
         value = getattr(options, name)
         if value is not None:
             kwargs[name] = value
+    if options.pooling:
+        # Classification and cross-encoder architectures are pooling models to SGLang anyway;
+        # an embedding model built on a decoder (Qwen, Llama...) needs the flag.
+        kwargs["is_embedding"] = True
     kwargs.update(options.server_args)
     return kwargs
 
@@ -132,6 +166,7 @@ def check_server_arg_names(names: set[str] | list[str], known: set[str]) -> None
 
 __all__ = [
     "FIRST_CLASS_OPTIONS",
+    "RELAYLLM_OPTIONS",
     "RESERVED_SERVER_ARGS",
     "SGLangOptions",
     "check_server_arg_names",

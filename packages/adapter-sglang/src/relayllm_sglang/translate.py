@@ -2,14 +2,18 @@
 
 Requests: an OpenAI-style row becomes token ids (chat through the tokenizer's chat template),
 SGLang sampling params and an optional LoRA name; a batch becomes the keyword arguments of ONE
-``Engine.async_generate`` (or ``async_encode``) call with a list per argument. Responses: the
-dicts SGLang returns, with their ``meta_info``, become relayllm results, engine aborts included.
+``Engine.async_generate`` (or ``async_encode``) call with a list per argument. Pooling rows: a
+classify text goes to ``async_encode`` (a sequence-classification model's head output comes
+back as its ``embedding``), a score pair to SGLang's cross-encoder request (what
+``Engine.rerank`` sends). Responses: the dicts SGLang returns, with their ``meta_info``, become
+relayllm results, engine aborts included.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -160,13 +164,33 @@ def completion_input_ids(tokenizer: Any, prompt: str) -> list[int]:
     return [int(t) for t in tokenizer.encode(prompt)]
 
 
+#: The ``task`` option (:attr:`SGLangOptions.model_task`) each row task needs.
+MODEL_TASK = {
+    "chat": "generate",
+    "completion": "generate",
+    "embedding": "embed",
+    "classify": "classify",
+    "score": "score",
+}
+#: How a deployment of each ``task`` option is described in a row's error.
+MODEL_KIND = {
+    "generate": "a generation model",
+    "embed": "an embedding model",
+    "classify": "a sequence-classification model",
+    "score": "a cross-encoder",
+}
+
+
 @dataclass(frozen=True)
 class EngineInput:
     """One row, ready for the engine."""
 
-    kind: Literal["generate", "encode"]
+    #: generate: ``async_generate``; encode (embedding) and classify: ``async_encode``;
+    #: score: a cross-encoder request (see :func:`rerank_kwargs`).
+    kind: Literal["generate", "encode", "classify", "score"]
     input_ids: list[int] | None = None  # generate
-    text: str | None = None  # encode
+    text: str | None = None  # encode, classify
+    pair: tuple[str, str] | None = None  # score: (query, document)
     sampling_params: dict[str, Any] | None = None
     lora: str | None = None
     top_logprobs: int | None = None  # logprobs of the answer, with k alternatives
@@ -180,25 +204,26 @@ def engine_input(
     *,
     lora_names: frozenset[str] = frozenset(),
     base_model_names: frozenset[str] = frozenset(),
-    embedding_model: bool = False,
+    model_task: str = "generate",
     sampling_names: set[str] | None = None,
 ) -> EngineInput:
-    """What the engine gets for one request. Raises ``ValueError`` (the row's error) when the
-    row cannot be served here."""
+    """What the engine gets for one request to a deployment whose ``task`` option is
+    ``model_task``. Raises ``ValueError`` (the row's error) when the row cannot be served
+    here."""
     task = request["task"]
     lora = lora_of(request.get("model"), lora_names, base_model_names)
-    if task == "embedding":
-        if not embedding_model:
-            raise ValueError(
-                "this sglang deployment serves a generation model; deploy an embedding model "
-                "with server_args={'is_embedding': True} for the embedding task"
-            )
-        return EngineInput("encode", text=request["input"], lora=lora)
-    if embedding_model:
+    needed = MODEL_TASK[task]
+    if needed != model_task:
         raise ValueError(
-            f"this sglang deployment serves an embedding model; task {task!r} needs a "
-            "generation model"
+            f"this sglang deployment serves {MODEL_KIND[model_task]}; task {task!r} needs "
+            f"{MODEL_KIND[needed]} (deploy one with options task: {needed})"
         )
+    if task == "embedding":
+        return EngineInput("encode", text=request["input"], lora=lora)
+    if task == "classify":
+        return EngineInput("classify", text=request["text"], lora=lora)
+    if task == "score":
+        return EngineInput("score", pair=(request["query"], request["document"]), lora=lora)
     row = dict(request.get("sampling_params") or {})
     extra = {k: row.pop(k) for k in REQUEST_KEYS if k in row}
     params = sglang_sampling_params(row, sampling_names)
@@ -280,19 +305,51 @@ def encode_kwargs(inputs: Sequence[EngineInput]) -> dict[str, Any]:
     return kwargs
 
 
+#: The ``EmbeddingReqInput`` field that makes SGLang tokenize ``text`` as (query, document)
+#: pairs for a cross-encoder (with its separator and token type ids), as ``Engine.rerank``
+#: and the HTTP server's ``/v1/rerank`` set it.
+CROSS_ENCODER_FLAG = "is_cross_encoder_request"
+
+
+def rerank_kwargs(inputs: Sequence[EngineInput]) -> dict[str, Any]:
+    """Fields of one ``EmbeddingReqInput`` scoring every input's (query, document) pair.
+
+    ``Engine.rerank`` builds the same request, but runs it with ``run_until_complete``, which
+    cannot be called from the replica's running event loop; the deployment awaits the
+    request through the engine's tokenizer manager instead, as ``async_encode`` does.
+    """
+    kwargs: dict[str, Any] = {
+        "text": [list(i.pair or ("", "")) for i in inputs],
+        CROSS_ENCODER_FLAG: True,
+    }
+    if any(i.lora for i in inputs):
+        kwargs["lora_path"] = [i.lora for i in inputs]
+    return kwargs
+
+
 async def serve_batch(
     requests: Sequence[Request],
     prepare: Callable[[Request], EngineInput],
     generate: Callable[..., Awaitable[Any]],
     encode: Callable[..., Awaitable[Any]],
     decode: Callable[[int], str] | None = None,
+    *,
+    rerank: Callable[..., Awaitable[Any]] | None = None,
+    labels: Mapping[int, str] | None = None,
 ) -> list[Result]:
     """One result per request, in order: ``prepare`` each row (its ``ValueError`` is that row's
-    error), then ONE ``generate(**generate_kwargs(...))`` call for the chat and completion rows
-    and ONE ``encode(**encode_kwargs(...))`` call for the embedding rows, concurrently.
-    ``generate``/``encode`` are the engine's ``async_generate``/``async_encode``."""
+    error), then ONE ``generate(**generate_kwargs(...))`` call for the chat and completion rows,
+    ONE ``encode(**encode_kwargs(...))`` call for the embedding rows (and one for the classify
+    rows) and ONE ``rerank(**rerank_kwargs(...))`` call for the score rows, concurrently.
+    ``generate``/``encode`` are the engine's ``async_generate``/``async_encode``; ``rerank``
+    runs a cross-encoder request; ``labels`` are the classifier's ``id2label``."""
     results: list[Result | None] = [None] * len(requests)
-    batches: dict[str, list[tuple[int, EngineInput]]] = {"generate": [], "encode": []}
+    batches: dict[str, list[tuple[int, EngineInput]]] = {
+        "generate": [],
+        "encode": [],
+        "classify": [],
+        "score": [],
+    }
     for i, request in enumerate(requests):
         try:
             item = prepare(request)
@@ -307,14 +364,25 @@ async def serve_batch(
     async def one_encode_call(items: Sequence[EngineInput]) -> Any:
         return await encode(**encode_kwargs(items))
 
-    generated, encoded = await asyncio.gather(
+    async def one_rerank_call(items: Sequence[EngineInput]) -> Any:
+        if rerank is None:
+            raise RuntimeError("this deployment does not score (query, document) pairs")
+        return await rerank(**rerank_kwargs(items))
+
+    generated, encoded, classified, scored = await asyncio.gather(
         call_per_batch(one_generate_call, [item for _, item in batches["generate"]]),
         call_per_batch(one_encode_call, [item for _, item in batches["encode"]]),
+        call_per_batch(one_encode_call, [item for _, item in batches["classify"]]),
+        call_per_batch(one_rerank_call, [item for _, item in batches["score"]]),
     )
     for (i, item), output in zip(batches["generate"], generated, strict=False):
         results[i] = generation_result(output, item, decode)
     for (i, _), output in zip(batches["encode"], encoded, strict=False):
         results[i] = embedding_result(output)
+    for (i, _), output in zip(batches["classify"], classified, strict=False):
+        results[i] = classify_result(output, labels)
+    for (i, _), output in zip(batches["score"], scored, strict=False):
+        results[i] = score_result(output)
     return [r if r is not None else error_result("no result for this row") for r in results]
 
 
@@ -444,9 +512,86 @@ def embedding_result(output: Mapping[str, Any] | BaseException) -> Result:
     return {"embedding": [float(x) for x in vector], "num_input_tokens": meta.get(PROMPT_TOKENS)}
 
 
+def _pooled(output: Mapping[str, Any] | BaseException, what: str) -> tuple[list[float], Any]:
+    """The numbers a pooling model's head gave for one row (its ``embedding``: a list, or one
+    number when SGLang's cross-encoder pooler squeezed a single label), and the prompt's
+    token count. Raises ``ValueError`` with the row's error."""
+    if isinstance(output, BaseException):
+        raise ValueError(describe_exception(output))
+    meta = output.get("meta_info") or {}
+    reason = meta.get(FINISH_REASON)
+    if isinstance(reason, Mapping) and reason.get("type") == ABORT:
+        raise ValueError(
+            f"sglang aborted the request: {reason.get('message') or 'no reason given'}"
+        )
+    value = output.get("embedding")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return [float(value)], meta.get(PROMPT_TOKENS)
+    if isinstance(value, Sequence) and not isinstance(value, str) and value:
+        try:
+            return [float(x) for x in value], meta.get(PROMPT_TOKENS)
+        except (TypeError, ValueError):
+            pass
+    raise ValueError(f"sglang returned no {what} (embedding {value!r:.80})")
+
+
+def softmax(logits: Sequence[float]) -> list[float]:
+    """Class probabilities of a classifier's logits (shifted by the largest, so no overflow)."""
+    top = max(logits)
+    exps = [math.exp(x - top) for x in logits]
+    total = sum(exps)
+    return [e / total for e in exps]
+
+
+def classify_result(
+    output: Mapping[str, Any] | BaseException, labels: Mapping[int, str] | None = None
+) -> Result:
+    """A classify row's result from one ``async_encode`` output of a sequence-classification
+    model: its head's logits, made probabilities and a label as SGLang's own ``/v1/classify``
+    makes them (softmax, the most likely class's name from the model's ``id2label``)."""
+    try:
+        logits, prompt_tokens = _pooled(output, "class scores")
+    except ValueError as exc:
+        return error_result(str(exc))
+    probs = softmax(logits)
+    best = max(range(len(probs)), key=probs.__getitem__)
+    return {
+        "label": str((labels or {}).get(best, best)),
+        "probs": probs,
+        "num_input_tokens": prompt_tokens,
+    }
+
+
+def score_result(output: Mapping[str, Any] | BaseException) -> Result:
+    """A score row's result from one cross-encoder output: its single label's value (SGLang
+    applies the model's own activation, e.g. a sigmoid a sentence-transformers config names)."""
+    try:
+        values, prompt_tokens = _pooled(output, "score")
+    except ValueError as exc:
+        return error_result(str(exc))
+    if len(values) != 1:
+        return error_result(
+            f"sglang returned {len(values)} values for the pair: task 'score' needs a "
+            "cross-encoder, a sequence-classification model with one label (num_labels == 1)"
+        )
+    return {"score": values[0], "num_input_tokens": prompt_tokens}
+
+
+def id2label(hf_config: Any) -> dict[int, str]:
+    """A classifier's class names by index, from its Hugging Face config (empty if none)."""
+    mapping = getattr(hf_config, "id2label", None) or {}
+    try:
+        return {int(k): str(v) for k, v in mapping.items()}
+    except (AttributeError, TypeError, ValueError):
+        return {}
+
+
 __all__ = [
     "ABORT",
     "COMPLETION_TOKENS",
+    "CROSS_ENCODER_FLAG",
+    "MODEL_KIND",
+    "MODEL_TASK",
     "FINISH_REASON",
     "FINISH_REASONS",
     "INPUT_LOGPROBS",
@@ -465,14 +610,19 @@ __all__ = [
     "EngineInput",
     "call_per_batch",
     "chat_input_ids",
+    "classify_result",
     "completion_input_ids",
     "embedding_result",
     "encode_kwargs",
     "engine_input",
     "generate_kwargs",
     "generation_result",
+    "id2label",
     "json_schema_of",
     "lora_of",
+    "rerank_kwargs",
+    "score_result",
     "serve_batch",
     "sglang_sampling_params",
+    "softmax",
 ]

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 from relayllm.deployments import DeploymentConfig
-from relayllm.errors import ConfigError, RelayLLMError
+from relayllm.errors import ConfigError, MissingDependencyError, RelayLLMError
 from relayllm.pipelines.inputs import columns_of_rows
 from relayllm.pipelines.located import Loc, Located, PipelineError, not_utf8, parse_yaml
 from relayllm.pipelines.spec import EXTENSIONS, HIDDEN_PREFIX, PipelineSpec
@@ -70,12 +70,19 @@ class Pipeline:
     def check_backends(self) -> None:
         """Backends installed, options valid, every step's task served. No cluster needed."""
         from relayllm.deployments import resolve, unserved_task_message
+        from relayllm.plugin.manager import get_registry
 
         problems: list[tuple[Loc, str]] = []
         for i, config in enumerate(self.spec.deployments):
             try:
                 backend, options = resolve(config)
-            except RelayLLMError as exc:  # bad options, unknown backend, engine not installed
+            except MissingDependencyError as exc:
+                # The engine is not installed here (a GPU engine checked on a laptop, say): say
+                # so, and still check what the steps ask of the valid options (no engine needed).
+                problems.extend(_deployment_problems(exc, i, config))
+                backend = get_registry().get(config.backend)
+                options = backend.parse_options(config.options)
+            except RelayLLMError as exc:  # bad options, unknown backend
                 problems.extend(_deployment_problems(exc, i, config))
                 continue
             served = backend.tasks_for(options)
