@@ -268,8 +268,11 @@ def main() -> None:
     )
     args = parser.parse_args()
 
+    import os
+
     import ray
 
+    load_at_start = os.getloadavg()[0]
     ray.init(include_dashboard=False, log_to_driver=False)
     ray.data.DataContext.get_current().enable_progress_bars = False
     variants = [run_variant(v, args) for v in args.variants]
@@ -295,7 +298,15 @@ def main() -> None:
             )
     path = write_results(
         "online_batch",
-        {"settings": vars(args), "summary": summary, "variants": variants},
+        {
+            "settings": vars(args),
+            "host": {
+                "load_average_at_start": load_at_start,
+                "load_average_at_end": os.getloadavg()[0],
+            },
+            "summary": summary,
+            "variants": variants,
+        },
     )
     for name, s in summary.items():
         print(f"{name}: {s}")

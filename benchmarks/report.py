@@ -1295,6 +1295,101 @@ def token_budget_section(data: dict[str, Any]) -> list[str]:
     return lines
 
 
+def online_batch_section(data: dict[str, Any]) -> list[str]:
+    """Interactive latency on the HTTP front with a batch job on the same engine."""
+    st, summary = data["settings"], data["summary"]
+    by = {v["variant"]: v for v in data["variants"]}
+    plt = _plt()
+    bars: list[tuple[str, dict[str, Any]]] = []
+    for name, v in by.items():
+        bars.append((f"{name}: alone", v["interactive_alone"]))
+        bars.append((f"{name}: with batch", v["batch_with_interactive"]["interactive"]))
+    fig, ax = plt.subplots(figsize=(6.5, 2.8))
+    width = 0.38
+    for offset, key, label, color in (
+        (-width / 2, "ttft_p50_s", "p50", "#7f7f7f"),
+        (width / 2, "ttft_p99_s", "p99", COLORS["relayllm"]),
+    ):
+        values = [(s[key] or 0) * 1000 for _, s in bars]
+        ax.bar([i + offset for i in range(len(bars))], values, width, color=color, label=label)
+    ax.set_xticks(range(len(bars)), [name for name, _ in bars], fontsize=7)
+    ax.set_ylabel("time to first token, ms")
+    ax.legend(fontsize=8)
+    ax.set_title("Interactive TTFT on the HTTP front, demo model on CPU", fontsize=9)
+    png = _save(fig, "online_batch.png")
+    load = data.get("host", {}).get("load_average_at_start")
+    lines = [
+        "## 9. Online and batch traffic on one engine",
+        "",
+        f"One vLLM deployment (demo model, CPU) with its OpenAI-compatible HTTP front. The "
+        f"interactive user is the `openai` client streaming chat completions "
+        f"(max_tokens {st['interactive_max_tokens']}) one after another, {st['think_s']} s "
+        f"apart; the batch job is {st['rows']} rows through a processor written as the README "
+        f"shows (batch_size {st['batch_size']}, max_tokens {st['batch_max_tokens']}). "
+        "*managed*: relayllm's defaults (batch rows at priority 10 and HTTP requests at 0 in "
+        "vLLM's priority scheduler; admission control with target_ttft_s "
+        f"{st['target_ttft_s']}). *unmanaged*: the same deployment with the batch rows at the "
+        "interactive priority and the admission limit pinned at its maximum. Each variant has "
+        "its own engine; one run each"
+        + (f"; 1-minute load average at start: {load:.1f}." if load is not None else "."),
+        "",
+        f"![online and batch]({png})",
+        "",
+        "| variant | phase | requests | TTFT p50 ms | TTFT p99 ms | end-to-end p50 ms | "
+        "end-to-end p99 ms | batch rows/s | batch errors |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+
+    def ms(value: float | None) -> str:
+        return _n(None if value is None else value * 1000)
+
+    for name, v in by.items():
+        phases = [
+            ("interactive alone", v["interactive_alone"], None),
+            ("batch alone", None, v["batch_alone"]),
+            (
+                "batch + interactive",
+                v["batch_with_interactive"]["interactive"],
+                v["batch_with_interactive"]["batch"],
+            ),
+        ]
+        if "bursts" in v:
+            phases.append(
+                ("batch + interactive bursts", v["bursts"]["interactive"], v["bursts"]["batch"])
+            )
+        for phase, inter, batch in phases:
+            lines.append(
+                f"| {name} | {phase} | {inter['requests'] if inter else '—'} | "
+                f"{ms(inter['ttft_p50_s']) if inter else '—'} | "
+                f"{ms(inter['ttft_p99_s']) if inter else '—'} | "
+                f"{ms(inter['e2e_p50_s']) if inter else '—'} | "
+                f"{ms(inter['e2e_p99_s']) if inter else '—'} | "
+                f"{_n(batch['rows_per_s'], 2) if batch else '—'} | "
+                f"{batch['errors'] if batch else '—'} |"
+            )
+    managed = summary.get("managed", {})
+    p99 = managed.get("ttft_p99_ratio_with_batch")
+    idle = managed.get("idle_batch_rows_per_s_ratio")
+    errors = sum(s.get("batch_errors", 0) for s in summary.values())
+    lines += [
+        "",
+        "| target (managed) | measured | |",
+        "|---|---:|---|",
+        f"| interactive p99 TTFT with batch running <= 1.5x interactive alone | {_ratio(p99)} | "
+        f"{_met(None if p99 is None else p99 <= 1.5)} |",
+        f"| batch rows/s in interactive idle periods >= 0.9x batch alone | {_ratio(idle)} | "
+        f"{_met(None if idle is None else idle >= 0.9)} |",
+        f"| no batch row failed | {errors} errors | {_met(errors == 0)} |",
+    ]
+    unmanaged = summary.get("unmanaged", {}).get("ttft_p99_ratio_with_batch")
+    if unmanaged is not None:
+        lines.append(
+            f"| (unmanaged, for comparison) p99 TTFT with batch / alone | {_ratio(unmanaged)} | |"
+        )
+    lines.append("")
+    return lines
+
+
 SECTIONS = [
     ("overhead", "1. Framework overhead", overhead_section),
     ("overhead-probe", "1b. Flatness past the ramp-up", overhead_probe_section),
@@ -1307,6 +1402,7 @@ SECTIONS = [
     ("demo_memory", "6. Memory and engine start of the demo pipeline", memory_section),
     ("vs_ray_data_llm", "7. Head-to-head with ray.data.llm", vs_ray_data_llm_section),
     ("token_budget", "8. Token-budget batching", token_budget_section),
+    ("online_batch", "9. Online and batch traffic on one engine", online_batch_section),
 ]
 
 

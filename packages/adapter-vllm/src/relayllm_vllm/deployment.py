@@ -90,9 +90,9 @@ class VLLMDeployment(BatchDeployment):
             self.loras = {}
             return None
         self.model_config = engine.model_config
-        # Every process the engine started (EngineCore and, on the CPU build, its
-        # VLLM::Worker): once EngineCore is killed its children are no longer under this
-        # replica, so they are recorded now, to be stopped with the engine.
+        # Every process the engine started (EngineCore, and its VLLM::Worker processes where
+        # the workers do not run inside it): once EngineCore is killed its children are no
+        # longer under this replica, so they are recorded now, to be stopped with the engine.
         self.engine_processes = _descendants()
         self.engine_cores = [p for p in self.engine_processes if _is_engine(p)]
         self.loras = self._lora_requests()
@@ -154,6 +154,8 @@ class VLLMDeployment(BatchDeployment):
         config = AsyncEngineArgs(**plan.args).create_engine_config(UsageContext.LLM_CLASS)
         if plan.placement_group is not None:
             config.parallel_config.placement_group = plan.placement_group
+        if in_process_worker(plan, config.parallel_config.world_size):
+            config.parallel_config.distributed_executor_backend = "uni"
         configured = time.monotonic()
         engine = AsyncLLM.from_vllm_config(config, disable_log_stats=True)
         self.start_phases["engine_config_s"] = round(configured - began, 2)
@@ -574,6 +576,19 @@ class EnginePlan:
     device: str  # vLLM's platform device type: "cuda", "cpu", ...
     args: dict[str, Any]  # vllm.AsyncEngineArgs keywords
     placement_group: Any = None  # the replica's ray PlacementGroup (tensor/pipeline parallel)
+
+
+def in_process_worker(plan: EnginePlan, world_size: int) -> bool:
+    """Whether the engine's one worker runs inside EngineCore's process (vLLM's "uni"
+    executor) instead of a process of its own. The CPU build always picks the multiprocess
+    executor, for the OpenMP set-up of its worker; with one worker that process holds a second
+    copy of torch and the model runner next to EngineCore (about 0.5 GiB) and starts slower.
+    The worker still binds its OpenMP threads itself when it starts, in EngineCore; the vLLM
+    suite and the engine benchmark run this way (benchmarks/engine.py). An explicit
+    ``distributed_executor_backend`` in ``engine_kwargs`` is left alone."""
+    return (
+        plan.device == "cpu" and world_size == 1 and "distributed_executor_backend" not in plan.args
+    )
 
 
 def _descendants(pid: int | None = None) -> list[Any]:
