@@ -44,7 +44,7 @@ def test_cpu_default_is_derived_from_context_sequences_and_shape(demo):
     small = engine_args(VLLMOptions(max_model_len=512, max_num_seqs=8), cpu=True, model_path=demo)
     assert small["kv_cache_memory_bytes"] == -(-1024 * per_token // MIB) * MIB
     long = cpu_kv_cache_bytes(model_shape(demo), max_model_len=8192, max_num_seqs=1)
-    assert long >= 8192 * per_token
+    assert long >= 1.05 * 8192 * per_token  # vLLM refused 8,192 tokens' worth: it needs more
 
 
 def test_explicit_choices_win_and_gpu_keeps_vllms_defaults(demo, monkeypatch):

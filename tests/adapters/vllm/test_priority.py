@@ -29,7 +29,7 @@ def deployment():
     config = relayllm.DeploymentConfig(
         name=NAME,
         backend="vllm",
-        options={"model": "demo", "max_model_len": 512, "engine_kwargs": {"max_num_seqs": 1}},
+        options={"model": "demo", "max_model_len": 512, "max_num_seqs": 1},
         startup_timeout_s=1200,
         http={"route_prefix": f"/{NAME}", "port": HTTP_PORT},
     )

@@ -7,7 +7,8 @@ build the same fraction is of the machine's memory, shared with Ray and everythi
 is sized instead from what the job can hold at once:
 
     bytes per token = 2 (K and V) x layers x kv heads / tensor_parallel x head dim x dtype bytes
-    tokens          = max(max_model_len, max_num_seqs x min(max_model_len, CPU_TOKENS_PER_SEQUENCE))
+    tokens          = max(max_model_len x 1.05 + one block,
+                          max_num_seqs x min(max_model_len, CPU_TOKENS_PER_SEQUENCE))
 
 with the shape read from the model's ``config.json``. One full-length sequence always fits (vLLM
 refuses to start otherwise); beyond that, sequences longer than the per-sequence budget make
@@ -37,6 +38,8 @@ CPU_OFFLINE_MAX_NUM_SEQS = 256
 #: KV tokens budgeted per running sequence on the CPU build: one KV block of the CPU build
 #: (128 tokens), a short batch row's prompt plus answer. Longer rows still run, fewer at a time.
 CPU_TOKENS_PER_SEQUENCE = 128
+#: The full-length sequence that must fit gets this much room, plus one block.
+FULL_SEQUENCE_HEADROOM = 1.05
 #: vLLM's own setting of the CPU KV-cache size (GiB); when set, it wins and nothing is derived.
 CPU_KVCACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"
 _DTYPE_BYTES = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2}
@@ -103,7 +106,12 @@ def cpu_kv_cache_bytes(
     if not length:
         return None
     sequences = max_num_seqs or CPU_OFFLINE_MAX_NUM_SEQS
-    tokens = max(length, sequences * min(length, CPU_TOKENS_PER_SEQUENCE))
+    # One full-length sequence, with headroom: vLLM's own accounting of a KV block is a little
+    # larger than the shape's (an 8,192-token demo sequence was refused at 1.6% short).
+    full = (math.ceil(length * FULL_SEQUENCE_HEADROOM / CPU_TOKENS_PER_SEQUENCE) + 1) * (
+        CPU_TOKENS_PER_SEQUENCE
+    )
+    tokens = max(full, sequences * min(length, CPU_TOKENS_PER_SEQUENCE))
     raw = tokens * shape.bytes_per_token(tensor_parallel_size)
     return math.ceil(raw / 2**20) * 2**20
 
