@@ -184,6 +184,25 @@ def test_broken_torch_extensions_are_hidden_here_and_in_subprocesses():
     assert result["child"] == sorted(result["hidden"])
 
 
+def test_llava_helpers_import_without_torchvision():
+    """vLLM's LLaVA models import ``_num_image_tokens`` from transformers' torchvision-only
+    pixtral module; with torchvision hidden it comes from the PIL module, here and in an
+    engine-style subprocess (without it, a LLaVA model fails vLLM's architecture check)."""
+    wanted = "from transformers.models.pixtral.image_processing_pixtral import _num_image_tokens"
+    code = (
+        "import subprocess, sys\n"
+        "from relayllm_vllm.compat import hide_broken_torch_extensions\n"
+        "hide_broken_torch_extensions()\n"
+        f"{wanted}\n"
+        f"subprocess.run([sys.executable, '-c', {wanted!r}], check=True)\n"
+        "print(*_num_image_tokens((56, 56), (14, 14)))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "RELAYLLM_HIDE_MODULES"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["4", "4"]  # (rows, columns) of 14-pixel patches
+
+
 def test_tasks_follow_the_task_option():
     from relayllm_vllm.options import VLLMOptions, engine_args
 

