@@ -61,6 +61,7 @@ class SGLangDeployment(BatchDeployment):
             self.engine.async_generate,
             self.engine.async_encode,
             decode=lambda token_id: self.tokenizer.decode([token_id]),
+            metrics=self.metrics,  # prefix-cache hits and latency, from each meta_info
         )
 
     def _prepare(self, request: Request) -> EngineInput:

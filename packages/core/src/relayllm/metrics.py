@@ -75,7 +75,8 @@ class ReplicaMetrics:
         self.latency = Samples()
         self.waiting: int | None = None
         self.running: int | None = None
-        self.kv_cache_use: float | None = None  # fraction of the KV cache in use
+        self.kv_cache_use: float | None = None  # fraction of the KV cache in use now...
+        self.kv_cache_peak: float | None = None  # ...and the most since the replica started
         self.prefix_queries = 0  # prompt tokens looked up in the prefix cache...
         self.prefix_hits = 0  # ...and found there
         #: Whether the engine figures are exported here (False: the engine exports its own).
@@ -126,6 +127,8 @@ class ReplicaMetrics:
 
     def set_kv_cache_use(self, fraction: float) -> None:
         self.kv_cache_use = fraction
+        if self.kv_cache_peak is None or fraction > self.kv_cache_peak:
+            self.kv_cache_peak = fraction
         self._set(KV_CACHE_USE, fraction)
 
     def add_prefix_cache(self, queries: int, hits: int) -> None:
@@ -153,12 +156,13 @@ class ReplicaMetrics:
                 None if self.waiting is None else {"waiting": self.waiting, "running": self.running}
             ),
             "kv_cache_use": None if self.kv_cache_use is None else round(self.kv_cache_use, 4),
+            "kv_cache_peak": None if self.kv_cache_peak is None else round(self.kv_cache_peak, 4),
             "prefix_cache_hit_rate": (
                 round(self.prefix_hits / self.prefix_queries, 4) if self.prefix_queries else None
             ),
             "prefix_cache_queries": self.prefix_queries,
             # Prometheus names: ray_relayllm_* always; the engine's own where it exports them.
-            "exported_as": ["relayllm_*", *([self.exported_as] if self.exported_as else [])],
+            "exported_as": ["ray_relayllm_*", *([self.exported_as] if self.exported_as else [])],
         }
 
     def _observe(self, name: str, value: float) -> None:
