@@ -159,7 +159,10 @@ def metrics_cells(metrics: dict[str, Any]) -> list[str]:
     """A replica's ``info()["metrics"]`` as the status table's cells ("-": not reported)."""
 
     def seconds(latency: dict[str, Any] | None) -> str:
-        return "-" if not latency else f"{latency['p50'] * 1000:.0f}ms"
+        if not latency:
+            return "-"
+        p50 = latency["p50"]
+        return f"{p50 * 1000:.0f}ms" if p50 < 1 else f"{p50:.1f}s"
 
     def share(value: float | None) -> str:
         return "-" if value is None else f"{value * 100:.0f}%"
