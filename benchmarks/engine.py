@@ -174,6 +174,8 @@ def run_relayllm(args: argparse.Namespace) -> dict[str, Any]:
     ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     ray.data.DataContext.get_current().enable_progress_bars = False
     options = {"model": args.model, "max_model_len": args.max_model_len}
+    if args.engine_metrics is not None:  # unset: the backend's default
+        options["engine_metrics"] = args.engine_metrics == "on"
     started = time.perf_counter()
     ref = relayllm.deploy(
         relayllm.DeploymentConfig(name="bench-engine", backend="vllm", options=options)
@@ -206,11 +208,13 @@ def run_relayllm(args: argparse.Namespace) -> dict[str, Any]:
         "engine_start_s": round(start_s, 1),
         "engine_ready_s": info.get("engine_ready_s"),
         "engine_start_phases": info.get("engine_start_phases"),
+        "engine_metrics": info.get("engine_metrics"),
         "passes": passes,
     }
 
 
-def child(side: str, args: argparse.Namespace) -> dict[str, Any]:
+def child(side: str, args: argparse.Namespace, *extra: str) -> dict[str, Any]:
+    """One side's run in its own process; ``extra``: more arguments for it."""
     command = [
         sys.executable,
         __file__,
@@ -226,6 +230,7 @@ def child(side: str, args: argparse.Namespace) -> dict[str, Any]:
         str(args.batch_size),
         "--model",
         args.model,
+        *extra,
     ]
     done = subprocess.run(command, capture_output=True, text=True)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
@@ -287,6 +292,8 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--model", default="demo")
     parser.add_argument("--side", choices=["raw", "relayllm"], help=argparse.SUPPRESS)
+    # The vllm backend's engine_metrics option (benchmarks/engine_metrics.py compares the two).
+    parser.add_argument("--engine-metrics", choices=["on", "off"], help=argparse.SUPPRESS)
     args = parser.parse_args()
 
     if args.side:

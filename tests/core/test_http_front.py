@@ -160,6 +160,54 @@ def test_batch_rows_and_http_requests_share_one_replica_at_once(front):
     assert after["rows"] >= 200
 
 
+def test_rows_and_tokens_by_traffic_class_in_info_status_and_ray_metrics(front):
+    """The core counts every backend's rows and tokens by traffic class: batch rows (a
+    processor) and interactive requests (the HTTP front, streamed or not) each land in their
+    class, in info(), in status's table and on Ray's Prometheus endpoint."""
+    import ray
+
+    from relayllm.cli.lifecycle import METRICS_COLUMNS, metrics_cells
+    from relayllm.testing.prometheus import wait_for_sample
+
+    ref, _, client = front
+    handle = ref.handle()
+    before = handle.info.remote().result(timeout_s=30)["metrics"]
+    processor = build_processor(ProcessorConfig(deployment=NAME, task="completion", batch_size=8))
+    rows = processor(ray.data.from_items([{"prompt": "a b c"} for _ in range(24)])).take_all()
+    assert all(r["error"] is None for r in rows)
+    client.chat.completions.create(model=NAME, messages=[{"role": "user", "content": "d e"}])
+    streamed = client.completions.create(model=NAME, prompt="f g h i", stream=True)
+    assert "".join(p.choices[0].text for p in streamed) == "f g h i"
+    after = handle.info.remote().result(timeout_s=30)["metrics"]
+
+    def grew(cls: str, kind: str | None = None) -> int:
+        if kind is None:
+            return after["rows_by_class"][cls] - before["rows_by_class"][cls]
+        return after["tokens_by_class"][cls][kind] - before["tokens_by_class"][cls][kind]
+
+    assert (grew("batch"), grew("batch", "input"), grew("batch", "generated")) == (24, 72, 72)
+    # A streamed request counts once, with the token counts of its last part.
+    assert (grew("interactive"), grew("interactive", "input")) == (2, 2 + 4)
+    assert grew("interactive", "generated") == 2 + 4
+    # Echo's 'engine' reports its queue and its calls' time; it has no KV cache.
+    assert after["queue"] == {"waiting": 0, "running": 0} and after["latency_s"]["count"] > 0
+    assert after["kv_cache_use"] is None and after["ttft_s"] is None
+    cells = dict(zip(METRICS_COLUMNS[1:], metrics_cells(after), strict=True))
+    assert cells["queue"] == "0/0" and cells["kv_cache"] == "-"
+    assert cells["batch_rows"] == str(after["rows_by_class"]["batch"])
+
+    # Ray exports what the replica counted (its values reach the endpoint within ~10 s).
+    for cls in ("batch", "interactive"):
+        tags = {"deployment": NAME, "traffic_class": cls}
+        expected = after["rows_by_class"][cls]
+        wait_for_sample("ray_relayllm_rows_total", lambda v, e=expected: v == e, **tags)
+        expected = after["tokens_by_class"][cls]["generated"]
+        wait_for_sample("ray_relayllm_generated_tokens_total", lambda v, e=expected: v == e, **tags)
+    assert wait_for_sample(
+        "ray_relayllm_request_latency_seconds_count", lambda v: v > 0, deployment=NAME
+    )
+
+
 def test_http_config_from_yaml_and_its_checks():
     import yaml
 

@@ -22,6 +22,8 @@ LAYERS: list[tuple[str, ...]] = [
     # the foundation: errors, the row protocol, policies with no relayllm dependency
     ("relayllm.errors", "relayllm.rows", "relayllm.retry", "relayllm.logs", "relayllm.compat"),
     ("relayllm.http_config", "relayllm.admission", "relayllm.traffic"),
+    # a replica's metrics, counted by traffic class
+    ("relayllm.metrics",),
     # the stage's helpers: image_url parts (also the echo backend's), grouping rows into calls
     ("relayllm.images", "relayllm.calls"),
     ("relayllm.plugin", "relayllm.versions", "relayllm.data_context", "relayllm.placement"),

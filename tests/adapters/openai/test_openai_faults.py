@@ -116,7 +116,7 @@ def test_retry_after_is_honoured(deploy, server):
 
 
 def test_exhausted_retries_become_the_row_error(deploy, server):
-    deploy("give-up", max_retries=2)
+    ref = deploy("give-up", max_retries=2)
     out = run("give-up", chat_rows(["fine", "hopeless fault=500*99"]))
     assert out[0]["error"] is None
     assert out[1]["error"].startswith(
@@ -124,6 +124,10 @@ def test_exhausted_retries_become_the_row_error(deploy, server):
     )
     assert "gave up after 3 attempts" in out[1]["error"]
     assert len(server.requests_for("hopeless", CHAT)) == 3
+    # Both rows count as batch rows; only the answered request has a latency (info()).
+    metrics = ref.handle().info.remote().result(timeout_s=60)["metrics"]
+    assert metrics["rows_by_class"]["batch"] == 2 and metrics["latency_s"]["count"] == 1
+    assert metrics["latency_s"]["p50"] > 0 and metrics["kv_cache_use"] is None
 
 
 def test_health_lists_models_without_spending_tokens(deploy, server):

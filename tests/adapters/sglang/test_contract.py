@@ -20,8 +20,10 @@ from relayllm_sglang.options import FIRST_CLASS_OPTIONS, SGLangOptions, engine_k
 from relayllm_sglang.source import ENGINE_MODULE
 from relayllm_sglang.translate import (
     ABORT,
+    CACHED_TOKENS,
     COMPLETION_TOKENS,
     CROSS_ENCODER_FLAG,
+    E2E_LATENCY,
     FINISH_REASON,
     FINISH_REASONS,
     INPUT_LOGPROBS,
@@ -279,7 +281,8 @@ def test_engine_is_exported_by_the_top_level_package(sglang_source):
 
 def test_meta_info_names_the_adapter_reads(sglang_source):
     keys = sglang_source.string_dict_keys(TOKENIZER_MANAGER[0])
-    missing = {PROMPT_TOKENS, COMPLETION_TOKENS, FINISH_REASON} - keys
+    read = {PROMPT_TOKENS, COMPLETION_TOKENS, FINISH_REASON, CACHED_TOKENS, E2E_LATENCY}
+    missing = read - keys
     assert not missing, f"the TokenizerManager no longer builds meta_info keys {sorted(missing)}"
     kinds = sglang_source.dict_values_for_key(SCHEDULE_BATCH, "type")
     assert set(FINISH_REASONS) | {ABORT} <= kinds, kinds

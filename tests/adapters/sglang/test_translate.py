@@ -397,6 +397,23 @@ def test_a_batch_is_one_engine_call_with_results_in_order():
     ]
 
 
+def test_meta_info_feeds_the_replicas_prefix_cache_and_latency_figures():
+    from relayllm.metrics import ReplicaMetrics
+
+    async def cached(*, input_ids, sampling_params, lora_path=None):
+        outputs = [output("a", {"type": "stop"}, prompt_tokens=len(p)) for p in input_ids]
+        for out, hit in zip(outputs, (2, 0), strict=True):
+            out["meta_info"].update(cached_tokens=hit, e2e_latency=0.25)
+        return outputs
+
+    metrics = ReplicaMetrics("d", "sglang")
+    requests = [{"n_tokens": 4}, {"n_tokens": 4}]
+    asyncio.run(serve_batch(requests, prepare, cached, no_encode, metrics=metrics))
+    summary = metrics.summary()
+    assert summary["prefix_cache_hit_rate"] == 0.25 and summary["prefix_cache_queries"] == 8
+    assert summary["latency_s"] == {"p50": 0.25, "p99": 0.25, "count": 2}
+
+
 def test_a_rejected_batch_is_resent_row_by_row_so_only_bad_rows_fail():
     engine = ScriptedGenerate(context=8)
     requests = [{"n_tokens": 3}, {"n_tokens": 20}, {"bad": True}, {"n_tokens": 4}]

@@ -79,6 +79,9 @@ def test_every_vllm_import_of_the_adapter_is_a_checked_use(uses):
         "parse_model_prompt",
         "VllmConfig.parallel_config.placement_group",
         "Platform.device_type",
+        "RayPrometheusStatLogger",
+        "SchedulerStats.kv_cache_usage",
+        "IterationStats.time_to_first_tokens_iter",
     } <= names
 
 

@@ -241,6 +241,38 @@ def test_http_front_streams_real_tokens_from_the_batch_engine(deployment):
     assert after["engine_args"]["scheduling_policy"] == "priority"
 
 
+def test_engine_metrics_in_info_and_on_rays_metrics_endpoint(deployment):
+    """vLLM's step stats (engine_metrics, on by default) reach the replica's summary and, through
+    vLLM's own Ray stat logger, Ray's Prometheus endpoint, next to the core's class counters."""
+    from relayllm.testing.prometheus import samples, wait_for_sample
+
+    out = run(
+        processor(sampling_params={"temperature": 0.0, "max_tokens": 16}),
+        [{"messages": [{"role": "user", "content": q}]} for q in QUESTIONS],
+    )
+    assert all(r["error"] is None for r in out)
+    info = deployment.handle().info.remote().result(timeout_s=120)
+    metrics = info["metrics"]
+    assert info["engine_metrics"] is True and "ray_vllm_*" in metrics["exported_as"]
+    assert metrics["ttft_s"]["p50"] > 0 and metrics["ttft_s"]["count"] >= len(QUESTIONS)
+    assert metrics["tpot_s"]["p50"] > 0 and metrics["latency_s"]["p50"] > 0
+    assert 0 < metrics["kv_cache_peak"] <= 1 and metrics["kv_cache_use"] is not None
+    assert metrics["queue"] is not None and metrics["prefix_cache_queries"] > 0
+    batch = metrics["tokens_by_class"]["batch"]
+    assert metrics["rows_by_class"]["batch"] == info["rows"] and batch["generated"] > 0
+    # vLLM's names (sanitized by its Ray wrappers), and the core's counters.
+    wait_for_sample("ray_vllm_time_to_first_token_seconds_count", lambda v: v >= len(QUESTIONS))
+    wait_for_sample("ray_vllm_prefix_cache_queries_total", lambda v: v > 0)
+    assert samples("ray_vllm_kv_cache_usage_perc")
+    rows = info["rows"]
+    wait_for_sample(
+        "ray_relayllm_rows_total",
+        lambda v: v >= rows,
+        deployment=DEPLOYMENT_NAME,
+        traffic_class="batch",
+    )
+
+
 def test_engine_kwargs_typo_fails_before_any_engine_starts():
     from ray import serve
 

@@ -33,6 +33,11 @@ OBJECT_TYPES = {
     "final": ("vllm.outputs", "RequestOutput"),
     "choice": ("vllm.outputs", "CompletionOutput"),
     "pooled": ("vllm.outputs", "PoolingRequestOutput"),
+    # the engine's step stats (relayllm_vllm.metrics)
+    "scheduler_stats": ("vllm.v1.metrics.stats", "SchedulerStats"),
+    "prefix": ("vllm.v1.metrics.stats", "PrefixCacheStats"),
+    "iteration_stats": ("vllm.v1.metrics.stats", "IterationStats"),
+    "finished": ("vllm.v1.metrics.stats", "FinishedRequestStats"),
 }
 #: (class, attribute) -> the vLLM class of the attribute's value, for chains ``a.b.c``.
 ATTRIBUTE_TYPES: dict[tuple[str, str], tuple[str, str] | None] = {

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from typing import Any
 
 import openai
@@ -110,7 +111,11 @@ class OpenAIDeployment(relayllm.BatchDeployment):
             attempts += 1
             self.attempts += 1
             async with gate.slot(estimate):
-                return await self._send(request)
+                began = time.monotonic()
+                result = await self._send(request)
+            # The endpoint's answer time, as this replica sees it (info()["metrics"]).
+            self.metrics.observe_latency(time.monotonic() - began)
+            return result
 
         try:
             async for try_ in AsyncRetrying(

@@ -69,6 +69,7 @@ class SGLangDeployment(BatchDeployment):
             decode=lambda token_id: self.tokenizer.decode([token_id]),
             rerank=self._rerank,
             labels=self.labels,
+            metrics=self.metrics,  # prefix-cache hits and latency, from each meta_info
         )
 
     async def _rerank(self, **fields: Any) -> Any:

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from relayllm.adapters import check_sampling_support, parse_response_format
 from relayllm.errors import describe_exception
+from relayllm.metrics import ReplicaMetrics
 from relayllm.rows import Request, Result, error_result
 
 # -- sampling params ---------------------------------------------------------------------------
@@ -336,13 +337,15 @@ async def serve_batch(
     *,
     rerank: Callable[..., Awaitable[Any]] | None = None,
     labels: Mapping[int, str] | None = None,
+    metrics: ReplicaMetrics | None = None,
 ) -> list[Result]:
     """One result per request, in order: ``prepare`` each row (its ``ValueError`` is that row's
     error), then ONE ``generate(**generate_kwargs(...))`` call for the chat and completion rows,
     ONE ``encode(**encode_kwargs(...))`` call for the embedding rows (and one for the classify
     rows) and ONE ``rerank(**rerank_kwargs(...))`` call for the score rows, concurrently.
     ``generate``/``encode`` are the engine's ``async_generate``/``async_encode``; ``rerank``
-    runs a cross-encoder request; ``labels`` are the classifier's ``id2label``."""
+    runs a cross-encoder request; ``labels`` are the classifier's ``id2label``; each generated
+    output's figures go to ``metrics`` (:func:`observe_meta`)."""
     results: list[Result | None] = [None] * len(requests)
     batches: dict[str, list[tuple[int, EngineInput]]] = {
         "generate": [],
@@ -377,6 +380,8 @@ async def serve_batch(
     )
     for (i, item), output in zip(batches["generate"], generated, strict=False):
         results[i] = generation_result(output, item, decode)
+        if metrics is not None and isinstance(output, Mapping):
+            observe_meta(metrics, output.get("meta_info") or {})
     for (i, _), output in zip(batches["encode"], encoded, strict=False):
         results[i] = embedding_result(output)
     for (i, _), output in zip(batches["classify"], classified, strict=False):
@@ -426,9 +431,24 @@ def _as_list(outputs: Any) -> list[dict[str, Any]]:
 PROMPT_TOKENS = "prompt_tokens"
 COMPLETION_TOKENS = "completion_tokens"
 FINISH_REASON = "finish_reason"
+#: Prompt tokens found in SGLang's radix (prefix) cache, and the request's whole time.
+CACHED_TOKENS = "cached_tokens"
+E2E_LATENCY = "e2e_latency"
 #: SGLang finish-reason types -> relayllm ``finish_reason``; "abort" becomes the row's error.
 FINISH_REASONS = {"stop": "stop", "length": "length"}
 ABORT = "abort"
+
+
+def observe_meta(metrics: ReplicaMetrics, meta: Mapping[str, Any]) -> None:
+    """What SGLang's ``meta_info`` tells of the engine, into the replica's metrics: prefix-cache
+    hits (``cached_tokens`` of ``prompt_tokens``) and the request's latency. SGLang's own
+    Prometheus metrics (its ``enable_metrics`` server arg) are its, outside Ray's."""
+    prompt, cached = meta.get(PROMPT_TOKENS), meta.get(CACHED_TOKENS)
+    if isinstance(prompt, int) and isinstance(cached, int) and prompt > 0:
+        metrics.add_prefix_cache(prompt, cached)
+    latency = meta.get(E2E_LATENCY)
+    if isinstance(latency, (int, float)) and latency > 0:
+        metrics.observe_latency(float(latency))
 
 
 def generation_result(
@@ -588,6 +608,8 @@ def id2label(hf_config: Any) -> dict[int, str]:
 
 __all__ = [
     "ABORT",
+    "CACHED_TOKENS",
+    "E2E_LATENCY",
     "COMPLETION_TOKENS",
     "CROSS_ENCODER_FLAG",
     "MODEL_KIND",
@@ -622,6 +644,7 @@ __all__ = [
     "lora_of",
     "rerank_kwargs",
     "score_result",
+    "observe_meta",
     "serve_batch",
     "sglang_sampling_params",
     "softmax",

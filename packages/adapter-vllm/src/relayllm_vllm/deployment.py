@@ -157,7 +157,14 @@ class VLLMDeployment(BatchDeployment):
         if in_process_worker(plan, config.parallel_config.world_size):
             config.parallel_config.distributed_executor_backend = "uni"
         configured = time.monotonic()
-        engine = AsyncLLM.from_vllm_config(config, disable_log_stats=True)
+        # vLLM's default loggers stay off (a log line every few seconds); with engine_metrics
+        # on, its Ray Prometheus logger and relayllm's summary see every step's stats.
+        loggers = None
+        if self.options.engine_metrics:
+            from relayllm_vllm.metrics import stat_loggers
+
+            loggers = stat_loggers(self.metrics)
+        engine = AsyncLLM.from_vllm_config(config, disable_log_stats=True, stat_loggers=loggers)
         self.start_phases["engine_config_s"] = round(configured - began, 2)
         self.start_phases["engine_core_s"] = round(time.monotonic() - configured, 2)
         return engine
@@ -566,6 +573,7 @@ class VLLMDeployment(BatchDeployment):
             # From the replica's start to a serving engine, and where the time went.
             "engine_ready_s": self.ready_seconds,
             "engine_start_phases": dict(self.start_phases),
+            "engine_metrics": self.options.engine_metrics,
         }
 
 

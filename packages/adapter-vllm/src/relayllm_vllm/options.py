@@ -96,6 +96,12 @@ class VLLMOptions(BackendOptions):
         "(query, document) pair.",
     )
     seed: int | None = None
+    engine_metrics: bool = Field(
+        default=True,
+        description="Collect vLLM's per-step stats: time to first token, time per output "
+        "token, queue, KV-cache use, prefix-cache hits, in info()['metrics'] and exported as "
+        "vLLM's metrics through Ray's (ray_vllm_*). Off: the engine keeps no stats.",
+    )
     engine_kwargs: dict[str, Any] = Field(
         default_factory=dict,
         description="Any other vllm AsyncEngineArgs field, passed through (names checked at "

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from relayllm.admission import Admission, AdmissionConfig
 from relayllm.errors import EngineFailedError, describe_exception
+from relayllm.metrics import ReplicaMetrics
 from relayllm.rows import Request, Result, error_result
 
 if TYPE_CHECKING:
@@ -65,6 +66,9 @@ class BatchDeployment:
         # sent there.
         self.serving_loop: asyncio.AbstractEventLoop | None = None
         self.http_rows = 0  # rows that came through the HTTP front (interactive traffic)
+        #: Rows and tokens by traffic class (counted here, for every backend) and the engine's
+        #: figures (fed by the adapter): exported through Ray's metrics, summarised in info().
+        self.metrics = ReplicaMetrics(str(deployment.get("name")), self.backend_name)
         self.http_front: Any = None
         # Batch rows pass the admission gate only where interactive traffic can arrive: the
         # batch-only path stays as it was.
@@ -182,22 +186,27 @@ class BatchDeployment:
         self.http_rows += 1
         began = time.monotonic()
         try:
-            return await self._serve_one(request)
+            result = await self._serve_one(request)
         finally:
             if self.admission is not None:  # the whole answer's time: TTFT's upper bound
                 self.admission.observe(time.monotonic() - began)
+        self.metrics.count("interactive", (result,))
+        return result
 
     async def stream_http_row(self, request: Request) -> AsyncIterator[Result]:
         self._check_serving()
         self.http_rows += 1
         began = time.monotonic()
         first = True
+        last: Result = {}
         async for part in self.stream_request(request):
             if first and self.admission is not None:
                 self.admission.observe(time.monotonic() - began)
             first = False
+            last = part
             yield part
         self._last_answer = time.monotonic()
+        self.metrics.count("interactive", (last,))  # the last part carries the token counts
 
     def _check_serving(self) -> None:
         if self.failure:
@@ -229,6 +238,8 @@ class BatchDeployment:
             "tasks": self.deployment.get("tasks"),
             **self.engine_info(),
             "rows_by_class": {"batch": self.rows, "interactive": self.http_rows},
+            # Tokens by class and the engine's figures (TTFT, queue, KV cache, prefix hits).
+            "metrics": self.metrics.summary(),
             **({"http": self._http_info()} if self.http_front is not None else {}),
             **({"admission": self.admission.describe()} if self.admission is not None else {}),
         }
@@ -364,6 +375,7 @@ class BatchDeployment:
             logger.exception("batch failed in %s", type(self).__name__)
             results = [error_result(describe_exception(exc)) for _ in fresh]
         self.rows += len(fresh)
+        self.metrics.count("batch", results)
         self._last_answer = time.monotonic()
         for request, result in zip(fresh, results, strict=True):
             rid = request.get("request_id")

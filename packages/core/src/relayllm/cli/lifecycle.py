@@ -75,7 +75,10 @@ def deploy(pipeline_file, only, address, verbose):
 @handle_errors
 def status(as_json, address, verbose):
     """List the relayllm deployments running on the cluster, with their engine's facts and
-    the URL of their OpenAI-compatible HTTP front (deployments with an http section).
+    the URL of their OpenAI-compatible HTTP front (deployments with an http section), then
+    their metrics: time to first token, time per output token and request latency (p50),
+    queue (waiting/running), KV-cache use, prefix-cache hit rate, rows by traffic class
+    ("-": the backend does not report it).
 
     A deployment with calls in progress and no answer for ``RELAYLLM_STALL_WARNING_S``
     seconds (default 300) is shown as STALLED, with how long it has been silent."""
@@ -111,6 +114,7 @@ def status(as_json, address, verbose):
                     url=(info.get("http") or {}).get("url"),
                     ongoing=info.get("ongoing"),
                     seconds_without_answer=info.get("seconds_without_answer"),
+                    metrics=info.get("metrics"),
                 )
             except Exception as exc:  # a sick deployment is still listed, with the reason
                 item["status"] = f"{ref.status} (info failed: {type(exc).__name__})"
@@ -122,6 +126,10 @@ def status(as_json, address, verbose):
     else:
         keys = ["name", "status", "backend", "model", "activity", "replica", "rows", "url"]
         click.echo(table(keys, [[f.get(k) for k in keys] for f in found], right=[6]))
+        measured = [[f["name"], *metrics_cells(f["metrics"])] for f in found if f.get("metrics")]
+        if measured:
+            click.echo()
+            click.echo(table(METRICS_COLUMNS, measured, right=range(1, len(METRICS_COLUMNS))))
         for f in found:
             if f["activity"] == "STALLED":
                 click.echo(
@@ -131,6 +139,46 @@ def status(as_json, address, verbose):
                     f"deploy again to restart it)",
                     err=True,
                 )
+
+
+#: The metrics table of ``relayllm status`` (one word per heading: scripts split the lines).
+METRICS_COLUMNS = [
+    "name",
+    "ttft_p50",
+    "tpot_p50",
+    "latency_p50",
+    "queue",
+    "kv_cache",
+    "prefix_hit",
+    "batch_rows",
+    "interactive_rows",
+]
+
+
+def metrics_cells(metrics: dict[str, Any]) -> list[str]:
+    """A replica's ``info()["metrics"]`` as the status table's cells ("-": not reported)."""
+
+    def seconds(latency: dict[str, Any] | None) -> str:
+        if not latency:
+            return "-"
+        p50 = latency["p50"]
+        return f"{p50 * 1000:.0f}ms" if p50 < 1 else f"{p50:.1f}s"
+
+    def share(value: float | None) -> str:
+        return "-" if value is None else f"{value * 100:.0f}%"
+
+    queue = metrics.get("queue")
+    rows = metrics.get("rows_by_class") or {}
+    return [
+        seconds(metrics.get("ttft_s")),
+        seconds(metrics.get("tpot_s")),
+        seconds(metrics.get("latency_s")),
+        "-" if not queue else f"{queue['waiting']}/{queue['running']}",
+        share(metrics.get("kv_cache_use")),
+        share(metrics.get("prefix_cache_hit_rate")),
+        str(rows.get("batch", 0)),
+        str(rows.get("interactive", 0)),
+    ]
 
 
 def activity(info: dict, stall_s: float) -> str:

@@ -109,11 +109,17 @@ class EchoDeployment(BatchDeployment):
     async def run_batch(self, requests: list[Request]) -> list[Result]:
         delay = self.options.delay_s + self.options.delay_per_busy_row_s * self.busy_rows
         self.busy_rows += len(requests)
+        # The engine figures a backend reports (relayllm.metrics): echo's 'engine' runs every
+        # row it holds (no queue), and a call's rows take its whole time.
+        self.metrics.set_queue(waiting=0, running=self.busy_rows)
+        began = time.monotonic()
         try:
             if delay:
                 await asyncio.sleep(delay)
         finally:
             self.busy_rows -= len(requests)
+            self.metrics.set_queue(waiting=0, running=self.busy_rows)
+        self.metrics.observe_latency(time.monotonic() - began)
         if self._hung():
             await asyncio.Event().wait()  # never answers: only the health check gets it out
         dies_after = self.options.engine_dies_after_rows

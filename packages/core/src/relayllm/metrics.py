@@ -1,0 +1,267 @@
+"""A replica's metrics: rows and tokens by traffic class (every backend), and the engine's own
+figures where its backend reports them -- time to first token, time per output token, request
+latency, queue (waiting and running requests), KV-cache use, prefix-cache hits.
+
+Each is exported through Ray's metrics (``ray.util.metrics``: Prometheus text on every node's
+metrics export port, prefixed ``ray_``) and summarised by :meth:`ReplicaMetrics.summary` for the
+replica's ``info()`` and ``relayllm status``. A backend whose engine exports its figures itself
+(vLLM, through its own Ray stat logger) feeds only the summary: ``export_engine = False``.
+
+The batch path pays one pass over a call's results per call (about 7 us for 64 rows); what
+goes to Ray is gathered and handed over at most once per :data:`FLUSH_S` (a Ray metric call
+costs about 8 us, and Ray exports every few seconds anyway).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Iterable
+from typing import Any
+
+from relayllm.traffic import TRAFFIC_CLASSES, TrafficClass
+
+logger = logging.getLogger(__name__)
+
+#: Seconds between two hand-overs of the gathered values to Ray's metrics.
+FLUSH_S = 1.0
+#: How many of the latest samples a latency's percentiles are computed from.
+WINDOW = 2048
+#: Histogram boundaries (seconds) of the exported latencies.
+LATENCY_BUCKETS_S = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0]
+#: The exported metrics' names (Ray prefixes each with ``ray_``; counters end in ``_total``).
+ROWS = "relayllm_rows"
+INPUT_TOKENS = "relayllm_input_tokens"
+GENERATED_TOKENS = "relayllm_generated_tokens"
+TTFT = "relayllm_time_to_first_token_seconds"
+TPOT = "relayllm_time_per_output_token_seconds"
+LATENCY = "relayllm_request_latency_seconds"
+WAITING = "relayllm_requests_waiting"
+RUNNING = "relayllm_requests_running"
+KV_CACHE_USE = "relayllm_kv_cache_use"
+PREFIX_QUERIES = "relayllm_prefix_cache_queries"
+PREFIX_HITS = "relayllm_prefix_cache_hits"
+TAG_KEYS = ("deployment", "backend")
+
+
+class Samples:
+    """The latest :data:`WINDOW` values of a latency, for its percentiles."""
+
+    def __init__(self, size: int = WINDOW) -> None:
+        self._values: deque[float] = deque(maxlen=size)
+        self.count = 0  # every value ever added, not only those kept
+
+    def add(self, value: float) -> None:
+        self._values.append(value)
+        self.count += 1
+
+    def summary(self) -> dict[str, Any] | None:
+        if not self._values:
+            return None
+        ordered = sorted(self._values)
+        return {
+            "p50": round(_percentile(ordered, 0.50), 4),
+            "p99": round(_percentile(ordered, 0.99), 4),
+            "count": self.count,
+        }
+
+
+class ReplicaMetrics:
+    """One replica's counters and engine figures, kept on its event loop."""
+
+    def __init__(self, deployment: str, backend: str) -> None:
+        self.rows: dict[str, int] = dict.fromkeys(TRAFFIC_CLASSES, 0)
+        self.input_tokens: dict[str, int] = dict.fromkeys(TRAFFIC_CLASSES, 0)
+        self.generated_tokens: dict[str, int] = dict.fromkeys(TRAFFIC_CLASSES, 0)
+        self.ttft = Samples()
+        self.tpot = Samples()
+        self.latency = Samples()
+        self.waiting: int | None = None
+        self.running: int | None = None
+        self.kv_cache_use: float | None = None  # fraction of the KV cache in use now...
+        self.kv_cache_peak: float | None = None  # ...and the most since the replica started
+        self.prefix_queries = 0  # prompt tokens looked up in the prefix cache...
+        self.prefix_hits = 0  # ...and found there
+        #: Whether the engine figures are exported here (False: the engine exports its own).
+        self.export_engine = True
+        self.exported_as: str | None = None  # where to find the engine's own metrics, if so
+        self._tags = {"deployment": deployment, "backend": backend}
+        self._ray: dict[str, Any] | None = _ray_metrics()
+        # Not yet handed to Ray: counter increments by (name, traffic class or None), gauges'
+        # latest values, histogram observations.
+        self._counts: dict[tuple[str, str | None], float] = {}
+        self._gauges: dict[str, float] = {}
+        self._observed: list[tuple[str, float]] = []
+        self._flush_scheduled = False
+
+    # -- traffic (the core counts these for every backend) ------------------------------------
+
+    def count(self, traffic_class: TrafficClass, results: Iterable[Any]) -> None:
+        """Rows answered for ``traffic_class`` and their tokens (errors count as rows)."""
+        rows = prompt = generated = 0
+        for result in results:
+            rows += 1
+            prompt += result.get("num_input_tokens") or 0
+            generated += result.get("num_generated_tokens") or 0
+        self.rows[traffic_class] += rows
+        self.input_tokens[traffic_class] += prompt
+        self.generated_tokens[traffic_class] += generated
+        if self._ray is not None:
+            self._count(ROWS, traffic_class, rows)
+            self._count(INPUT_TOKENS, traffic_class, prompt)
+            self._count(GENERATED_TOKENS, traffic_class, generated)
+
+    # -- engine figures (fed by the adapter, where its engine has them) ------------------------
+
+    def observe_ttft(self, seconds: float) -> None:
+        self.ttft.add(seconds)
+        self._observe(TTFT, seconds)
+
+    def observe_tpot(self, seconds: float) -> None:
+        self.tpot.add(seconds)
+        self._observe(TPOT, seconds)
+
+    def observe_latency(self, seconds: float) -> None:
+        """A whole request's time, as the backend sees it (an endpoint's answer time)."""
+        self.latency.add(seconds)
+        self._observe(LATENCY, seconds)
+
+    def set_queue(self, waiting: int, running: int) -> None:
+        self.waiting, self.running = waiting, running
+        self._set(WAITING, waiting)
+        self._set(RUNNING, running)
+
+    def set_kv_cache_use(self, fraction: float) -> None:
+        self.kv_cache_use = fraction
+        if self.kv_cache_peak is None or fraction > self.kv_cache_peak:
+            self.kv_cache_peak = fraction
+        self._set(KV_CACHE_USE, fraction)
+
+    def add_prefix_cache(self, queries: int, hits: int) -> None:
+        self.prefix_queries += queries
+        self.prefix_hits += hits
+        if self._ray is not None and self.export_engine:
+            self._count(PREFIX_QUERIES, None, queries)
+            self._count(PREFIX_HITS, None, hits)
+
+    # -- the summary ---------------------------------------------------------------------------
+
+    def summary(self) -> dict[str, Any]:
+        """What ``info()["metrics"]`` carries; None where the backend reports nothing."""
+        return {
+            "rows_by_class": dict(self.rows),
+            "tokens_by_class": {
+                c: {"input": self.input_tokens[c], "generated": self.generated_tokens[c]}
+                for c in TRAFFIC_CLASSES
+            },
+            "ttft_s": self.ttft.summary(),
+            "tpot_s": self.tpot.summary(),
+            "latency_s": self.latency.summary(),
+            "queue": (
+                None if self.waiting is None else {"waiting": self.waiting, "running": self.running}
+            ),
+            "kv_cache_use": None if self.kv_cache_use is None else round(self.kv_cache_use, 4),
+            "kv_cache_peak": None if self.kv_cache_peak is None else round(self.kv_cache_peak, 4),
+            "prefix_cache_hit_rate": (
+                round(self.prefix_hits / self.prefix_queries, 4) if self.prefix_queries else None
+            ),
+            "prefix_cache_queries": self.prefix_queries,
+            # Prometheus names: ray_relayllm_* always; the engine's own where it exports them.
+            "exported_as": ["ray_relayllm_*", *([self.exported_as] if self.exported_as else [])],
+        }
+
+    # -- the hand-over to Ray ------------------------------------------------------------------
+
+    def _count(self, name: str, traffic_class: str | None, amount: float) -> None:
+        if amount:
+            key = (name, traffic_class)
+            self._counts[key] = self._counts.get(key, 0) + amount
+            self._schedule_flush()
+
+    def _observe(self, name: str, value: float) -> None:
+        if self._ray is not None and self.export_engine:
+            self._observed.append((name, value))
+            self._schedule_flush()
+
+    def _set(self, name: str, value: float) -> None:
+        if self._ray is not None and self.export_engine:
+            self._gauges[name] = value
+            self._schedule_flush()
+
+    def _schedule_flush(self) -> None:
+        if self._flush_scheduled:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not on an event loop: hand over now
+            self.flush()
+            return
+        self._flush_scheduled = True
+        loop.call_later(FLUSH_S, self.flush)
+
+    def flush(self) -> None:
+        """Hand what was gathered to Ray's metrics."""
+        self._flush_scheduled = False
+        ray_metrics = self._ray
+        if ray_metrics is None:
+            return
+        counts, self._counts = self._counts, {}
+        gauges, self._gauges = self._gauges, {}
+        observed, self._observed = self._observed, []
+        for (name, traffic_class), amount in counts.items():
+            tags = (
+                self._tags
+                if traffic_class is None
+                else {**self._tags, "traffic_class": traffic_class}
+            )
+            ray_metrics[name].inc(amount, tags=tags)
+        for name, value in gauges.items():
+            ray_metrics[name].set(value, tags=self._tags)
+        for name, value in observed:
+            ray_metrics[name].observe(value, tags=self._tags)
+
+
+def _ray_metrics() -> dict[str, Any] | None:
+    """The Ray metric objects (one set per process: Ray keys them by name), or None outside a
+    Ray worker (a unit test calling the class): the summary still works."""
+    global _RAY_METRICS
+    if _RAY_METRICS is not None:
+        return _RAY_METRICS
+    try:
+        import ray
+        from ray.util.metrics import Counter, Gauge, Histogram
+
+        if not ray.is_initialized():
+            return None
+        by_class = (*TAG_KEYS, "traffic_class")
+        _RAY_METRICS = {
+            ROWS: Counter(ROWS, "Rows answered, by traffic class.", by_class),
+            INPUT_TOKENS: Counter(INPUT_TOKENS, "Prompt tokens, by traffic class.", by_class),
+            GENERATED_TOKENS: Counter(
+                GENERATED_TOKENS, "Generated tokens, by traffic class.", by_class
+            ),
+            TTFT: Histogram(TTFT, "Time to first token.", LATENCY_BUCKETS_S, TAG_KEYS),
+            TPOT: Histogram(TPOT, "Time per output token.", LATENCY_BUCKETS_S, TAG_KEYS),
+            LATENCY: Histogram(LATENCY, "A request's whole time.", LATENCY_BUCKETS_S, TAG_KEYS),
+            WAITING: Gauge(WAITING, "Requests waiting in the engine's queue.", TAG_KEYS),
+            RUNNING: Gauge(RUNNING, "Requests the engine is running.", TAG_KEYS),
+            KV_CACHE_USE: Gauge(KV_CACHE_USE, "Fraction of the KV cache in use.", TAG_KEYS),
+            PREFIX_QUERIES: Counter(PREFIX_QUERIES, "Prompt tokens looked up.", TAG_KEYS),
+            PREFIX_HITS: Counter(PREFIX_HITS, "Prompt tokens found cached.", TAG_KEYS),
+        }
+    except Exception:  # metrics are an aid: a replica serves without them
+        logger.warning("Ray metrics unavailable; info() still summarises", exc_info=True)
+        return None
+    return _RAY_METRICS
+
+
+_RAY_METRICS: dict[str, Any] | None = None
+
+
+def _percentile(ordered: list[float], q: float) -> float:
+    """The nearest-rank percentile of sorted values."""
+    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
+
+
+__all__ = ["FLUSH_S", "WINDOW", "ReplicaMetrics", "Samples"]
