@@ -304,8 +304,8 @@ def route_models(
         )
     out: dict[str | None, str] = {}
     for model, line in sorted(first_line.items(), key=lambda item: item[1]):
-        if model in deployments:
-            out[model] = model  # type: ignore[index]
+        if model is not None and model in deployments:
+            out[model] = model
         elif default is not None:
             out[model] = default
         else:

@@ -260,8 +260,10 @@ def run_scanned(
     done = done or Done()
     keep_input_order()  # before any dataset exists: each keeps the context it was made with
     completed, failed = done.completed, done.failed
-    for bad in scan.bad:
-        errors.write(json.dumps(error_line(bad.line, bad.custom_id, bad.code, bad.message)) + "\n")
+    for line in scan.bad:
+        errors.write(
+            json.dumps(error_line(line.line, line.custom_id, line.code, line.message)) + "\n"
+        )
         failed += 1
     errors.flush()
     for (deployment, task), keys in groups_of(scan, deployments, default).items():
@@ -270,7 +272,7 @@ def run_scanned(
         write = _ScoreWriter(deployment, served_model(deployment)) if task == "score" else None
         for batch in dataset.iter_batches(batch_format="pyarrow", batch_size=None):
             if write is not None:
-                ok, bad = write(batch.to_pylist(), output, errors)
+                ok, bad = write(batch.to_pylist(), output, errors)  # type: ignore[union-attr]
             else:
                 ok, bad = _write_block(batch, output, errors)
             completed, failed = completed + ok, failed + bad
@@ -303,6 +305,10 @@ def group_dataset(
         batch_size=1,  # a chunk per call: one block of its lines
         batch_format="pyarrow",
         num_cpus=TASK_NUM_CPUS,  # a whole CPU each could starve next to an engine replica
+        # One read task at a time: a chunk takes milliseconds to read, and at 0.1 CPU each
+        # Ray would start a worker process per concurrent task (a second of imports each):
+        # unbounded, the reads cost more CPU than the stage (benchmarks/batch_file.py).
+        concurrency=1,
     )
     # No more stage actors than blocks: an actor with no block to work on idles.
     fields = {**fields, "concurrency": min(fields.get("concurrency", 1), max(len(chunks), 1))}
