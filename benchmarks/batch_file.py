@@ -88,10 +88,14 @@ def start_cluster(temp: str) -> tuple[subprocess.Popen, dict[str, str]]:
         start_new_session=True,
     )
     deadline = time.monotonic() + 300
-    while "Ray runtime started" not in Path(temp, "head.log").read_text():
-        if head.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(Path(temp, "head.log").read_text()[-3000:])
-        time.sleep(0.5)
+    try:
+        while "Ray runtime started" not in Path(temp, "head.log").read_text():
+            if head.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(Path(temp, "head.log").read_text()[-3000:])
+            time.sleep(0.5)
+    except BaseException:  # interrupted or failed: stop what was started
+        stop_cluster(head)
+        raise
     return head, {**env, "RAY_ADDRESS": f"127.0.0.1:{port}"}
 
 

@@ -144,12 +144,12 @@ class Envelope:
     model: str | None
 
 
-def parse_line(text: str, line: int) -> BatchRequest | BadLine:
-    """One request line, or the reason it cannot run."""
+def parse_line(text: str, line: int, check: bool = True) -> BatchRequest | BadLine:
+    """One request line, or the reason it cannot run (see :func:`parse_body` for ``check``)."""
     envelope = parse_envelope(text, line)
     if isinstance(envelope, BadLine):
         return envelope
-    return parse_body(envelope, line)
+    return parse_body(envelope, line, check)
 
 
 def parse_envelope(text: str, line: int) -> Envelope | BadLine:
@@ -201,8 +201,12 @@ def parse_envelope(text: str, line: int) -> Envelope | BadLine:
     return Envelope(custom_id, task, str(url), body, model)
 
 
-def parse_body(envelope: Envelope, line: int) -> BatchRequest | BadLine:
-    """The request of a line whose envelope is valid, or the reason its body cannot run."""
+def parse_body(envelope: Envelope, line: int, check: bool = True) -> BatchRequest | BadLine:
+    """The request of a line whose envelope is valid, or the reason its body cannot run.
+
+    ``check=False`` leaves out the checks of ``messages`` and the sampling parameters that the
+    stage's ``rows.build_request`` makes again on every row anyway: a row that fails there is
+    parsed again with them, for the reason to report (``batch_file``)."""
     custom_id, task, body, model = envelope.custom_id, envelope.task, envelope.body, envelope.model
     url = envelope.url
 
@@ -214,7 +218,7 @@ def parse_body(envelope: Envelope, line: int) -> BatchRequest | BadLine:
     key = INPUT_COLUMN[task]
     value = body.get(key)
     if task == "chat":
-        problem = check_messages(value)
+        problem = check_messages(value) if check else None
         if problem:
             return bad("invalid_request", problem)
     else:
@@ -230,7 +234,7 @@ def parse_body(envelope: Envelope, line: int) -> BatchRequest | BadLine:
     )
     if "max_completion_tokens" in params:
         params.setdefault("max_tokens", params.pop("max_completion_tokens"))
-    problem = check_sampling_params(params)
+    problem = check_sampling_params(params) if check else None
     if problem:
         return bad("invalid_request", problem.replace("sampling_params.", "body."))
     return BatchRequest(line, custom_id, task, value, params, model)

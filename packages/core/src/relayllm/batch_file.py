@@ -392,23 +392,29 @@ def _score_schema() -> Any:
 
 class _Parse:
     """``preprocess`` in the stage actor: a line's JSON into the task's input columns; a bad
-    line keeps its error line and no input (the stage sends nothing for it)."""
+    line keeps its error line and no input (the stage sends nothing for it). The checks the
+    stage makes on every row anyway are not made twice (``parse_line(check=False)``)."""
 
     def __init__(self, task: Task) -> None:
         self.column = INPUT_COLUMN[task]
 
     def __call__(self, row: dict[str, Any]) -> dict[str, Any]:
         line = row["line"]
-        request = parse_line(row["text"], line)
+        request = parse_line(row["text"], line, check=False)
         if isinstance(request, BadLine):
             bad = error_line(request.line, request.custom_id, request.code, request.message)
             return {"line": line, "bad": bad, self.column: None}
         return {
             "line": line,
+            "text": row["text"],
             "request": request,
             self.column: request.value,
             SAMPLING_PARAMS_COLUMN: request.sampling_params or None,
         }
+
+
+#: One encoder for every line (json.dumps with options builds one per call).
+_encode = json.JSONEncoder(ensure_ascii=False).encode
 
 
 class _Respond:
@@ -421,17 +427,22 @@ class _Respond:
         bad = row.get("bad")
         request: BatchRequest | None = row.get("request")
         if bad is None and request is not None and row.get(ERROR):
-            bad = error_line(
-                request.line,
-                request.custom_id,
-                "engine_error",
-                f"deployment {self.deployment!r}: {row[ERROR]}",
-            )
+            # Parsed unchecked: a line the full checks refuse is a bad request, not the
+            # deployment's failure (the same error line as before anything ran).
+            checked = parse_line(row["text"], request.line)
+            if isinstance(checked, BadLine):
+                bad = error_line(checked.line, checked.custom_id, checked.code, checked.message)
+            else:
+                bad = error_line(
+                    request.line,
+                    request.custom_id,
+                    "engine_error",
+                    f"deployment {self.deployment!r}: {row[ERROR]}",
+                )
         if bad is not None:
-            return {"ok": False, "text": json.dumps(bad, ensure_ascii=False)}
+            return {"ok": False, "text": _encode(bad)}
         assert request is not None
-        line = response_line(request, row, self.served)
-        return {"ok": True, "text": json.dumps(line, ensure_ascii=False)}
+        return {"ok": True, "text": _encode(response_line(request, row, self.served))}
 
 
 def _write_block(batch: Any, output: IO[str], errors: IO[str]) -> tuple[int, int]:
