@@ -530,8 +530,10 @@ def run_batch(
     errors: Any,
     processor_fields: dict[str, Any] | None = None,
 ) -> dict[str, int]:
-    """Run the parsed requests on their deployments; write each line to ``output`` or
-    ``errors`` (text files); return OpenAI's ``request_counts``."""
+    """Run requests already parsed in memory on their deployments; write each line to
+    ``output`` or ``errors`` (text files); return OpenAI's ``request_counts``. Each group is one
+    block on one stage actor: for a few requests; ``relayllm batch`` streams a file of any size
+    with :mod:`relayllm.batch_file` instead."""
     import ray
 
     from relayllm.data_context import keep_input_order
