@@ -1390,6 +1390,44 @@ def online_batch_section(data: dict[str, Any]) -> list[str]:
     return lines
 
 
+def batch_file_section(data: dict[str, Any]) -> list[str]:
+    """``relayllm batch`` on a chat file against the processor path on the same deployment."""
+    targets = data["targets"]
+    lines = [
+        "## 10. `relayllm batch` at scale",
+        "",
+        "An OpenAI Batch API chat file through the command (`relayllm batch IN.jsonl "
+        f"--deployment bench-echo --concurrency {data['concurrency']}`) against the processor "
+        "path on the same echo deployment (a driver that reads the same requests in the row "
+        "protocol's shape with `ray.data.read_json`, runs `build_processor` with the same "
+        "concurrency and writes one JSON line per row); each a driver process of its own on one "
+        "`ray start` cluster, rows/s over the process's whole life, the driver's peak RSS from "
+        "the kernel (`ru_maxrss`), CPU over every process of the cluster. Targets: driver peak "
+        f"RSS under {targets['driver_peak_rss_mib_below']} MiB, rows/s at least "
+        f"{targets['ratio_at_least']}x the processor path.",
+        "",
+        "| rows | contender | rows/s | CPU µs/row | driver peak RSS (MiB) | runs |",
+        "|---:|---|---:|---:|---:|---:|",
+    ]
+    verdicts = []
+    for size in data["sizes"]:
+        summary = size["summary"]
+        for name in ("relayllm batch", "processor path"):
+            m = summary[name]
+            lines.append(
+                f"| {_rows_label(size['rows'])} | {name} | {_n(m['rows_per_s'])} | "
+                f"{_n(m['cpu_us_per_row'])} | {_n(m['driver_peak_rss_mib'])} | {m['runs']} |"
+            )
+        ratio = summary["ratio relayllm batch / processor path"]
+        rss = summary["relayllm batch"]["driver_peak_rss_mib"]
+        verdicts.append(
+            f"{_rows_label(size['rows'])} lines: {_ratio(ratio)} the processor path's rows/s "
+            f"({_met(ratio >= targets['ratio_at_least'])}), driver peak {_n(rss)} MiB "
+            f"({_met(rss < targets['driver_peak_rss_mib_below'])})."
+        )
+    return [*lines, "", *verdicts, ""]
+
+
 SECTIONS = [
     ("overhead", "1. Framework overhead", overhead_section),
     ("overhead-probe", "1b. Flatness past the ramp-up", overhead_probe_section),
@@ -1403,6 +1441,7 @@ SECTIONS = [
     ("vs_ray_data_llm", "7. Head-to-head with ray.data.llm", vs_ray_data_llm_section),
     ("token_budget", "8. Token-budget batching", token_budget_section),
     ("online_batch", "9. Online and batch traffic on one engine", online_batch_section),
+    ("batch_file", "10. relayllm batch at scale", batch_file_section),
 ]
 
 

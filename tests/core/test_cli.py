@@ -689,6 +689,77 @@ def test_run_killed_mid_way_keeps_finished_rows_and_resume_finishes(cluster, tmp
     cli("shutdown", "kill-echo", env=cluster, check=0)
 
 
+def test_batch_killed_mid_way_resumes_each_custom_id_once(cluster, tmp_path):
+    """``relayllm batch`` writes its lines block by block (602 lines in chunks of 64), so a
+    kill -9 keeps what finished; --resume runs exactly the lines missing from both files
+    (the replica's row count proves nothing was sent twice) and leaves every custom_id once."""
+    from openai.types.chat import ChatCompletion
+
+    n = 600
+    lines = [
+        json.dumps(
+            {
+                "custom_id": f"r{i}",
+                "method": "POST",
+                "url": "/v1/chat/completions",
+                "body": {"messages": [{"role": "user", "content": f"a b {i}"}]},
+            }
+        )
+        for i in range(n)
+    ]
+    lines.insert(5, '{"custom_id": ')  # no custom_id to resume by: known by its line number
+    lines.insert(500, lines[0].replace('"r0"', '"bad"').replace('"user"', '"robot"'))
+    requests = write(tmp_path / "requests.jsonl", "\n".join(lines) + "\n")
+    config = write(tmp_path / "slow.yaml", SLOW.format(name="batch-slow", delay=0.2))
+    cli("deploy", config, env=cluster, cwd=tmp_path, check=0)
+    out, err = tmp_path / "out.jsonl", tmp_path / "out.errors.jsonl"
+    args = [requests, "--deployment", "batch-slow", "--output", out, "--batch-size", "16"]
+    process = subprocess.Popen(
+        [RELAYLLM, "batch", *map(str, args), "--concurrency", "2"],
+        env=cluster,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + CLI_TIMEOUT
+        while not (out.exists() and out.read_text().count("\n") > 0):
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        process.send_signal(signal.SIGKILL)
+        process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    kept = jsonl(out)
+    assert 0 < len(kept) < n, len(kept)
+
+    def served() -> int:
+        status = json.loads(cli("status", "--json", env=cluster, check=0).stdout)
+        return next(d["rows"] for d in status if d["name"] == "batch-slow")
+
+    before = served()
+    done = cli("batch", *args, "--resume", env=cluster, check=0)
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {
+        "request_counts": {"total": n + 2, "completed": n, "failed": 2}
+    }
+    assert served() - before == n - len(kept), "a line already in the output was sent again"
+    rows = jsonl(out)
+    assert sorted(r["custom_id"] for r in rows) == sorted(f"r{i}" for i in range(n))
+    assert rows[: len(kept)] == kept
+    for r in rows:
+        ChatCompletion.model_validate(r["response"]["body"])
+    errors = jsonl(err)
+    assert sorted((e["custom_id"] or "", e["error"]["line"]) for e in errors) == [
+        ("", 6),
+        ("bad", 501),
+    ]
+    again = cli("batch", *args, "--resume", env=cluster, check=0)  # nothing left: nothing runs
+    assert '"completed": 600' in again.stdout and jsonl(out) == rows and jsonl(err) == errors
+    cli("shutdown", "batch-slow", env=cluster, check=0)
+
+
 def _in_a_terminal(args, env, cwd, timeout=CLI_TIMEOUT) -> tuple[int, str]:
     """Run the CLI on a pseudo-terminal (120 columns), as a user's terminal would; returns the
     exit code and everything it drew."""

@@ -37,7 +37,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("relayllm.stage",),
     ("relayllm.processor",),
     # pipelines (with their one resume) and the batch format, on processors and deployments
-    ("relayllm.pipelines", "relayllm.pipelines.", "relayllm.batch_api"),
+    ("relayllm.pipelines", "relayllm.pipelines.", "relayllm.batch_api", "relayllm.batch_file"),
     # the public facade, then what sits on top of it
     ("relayllm",),
     ("relayllm.testing", "relayllm.testing."),

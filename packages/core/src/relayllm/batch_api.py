@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -133,8 +132,29 @@ def read_batch_file(path: str) -> BatchFile:
     return parsed
 
 
-def parse_line(text: str, line: int) -> BatchRequest | BadLine:
-    """One request line, or the reason it cannot run."""
+@dataclass
+class Envelope:
+    """What the driver's scan of a line needs: who it is and where it goes (the body is
+    checked in full later, by :func:`parse_line`, where the line runs)."""
+
+    custom_id: str
+    task: Task
+    url: str
+    body: dict[str, Any]
+    model: str | None
+
+
+def parse_line(text: str, line: int, check: bool = True) -> BatchRequest | BadLine:
+    """One request line, or the reason it cannot run (see :func:`parse_body` for ``check``)."""
+    envelope = parse_envelope(text, line)
+    if isinstance(envelope, BadLine):
+        return envelope
+    return parse_body(envelope, line, check)
+
+
+def parse_envelope(text: str, line: int) -> Envelope | BadLine:
+    """A line's JSON, ``custom_id``, ``method``, ``url`` and ``body`` object checked; the
+    body's contents are not (see :func:`parse_body`)."""
     try:
         item = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -178,13 +198,27 @@ def parse_line(text: str, line: int) -> BatchRequest | BadLine:
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         return bad("invalid_request", f"'model' must be a string, got {model!r}")
+    return Envelope(custom_id, task, str(url), body, model)
+
+
+def parse_body(envelope: Envelope, line: int, check: bool = True) -> BatchRequest | BadLine:
+    """The request of a line whose envelope is valid, or the reason its body cannot run.
+
+    ``check=False`` leaves out the checks of ``messages`` and the sampling parameters that the
+    stage's ``rows.build_request`` makes again on every row anyway: a row that fails there is
+    parsed again with them, for the reason to report (``batch_file``)."""
+    custom_id, task, body, model = envelope.custom_id, envelope.task, envelope.body, envelope.model
+    url = envelope.url
+
+    def bad(code: str, message: str) -> BadLine:
+        return BadLine(line, custom_id, code, f"line {line}: {message}")
 
     if task == "score":
         return _score_line(line, custom_id, str(url), body, model, bad)
     key = INPUT_COLUMN[task]
     value = body.get(key)
     if task == "chat":
-        problem = check_messages(value)
+        problem = check_messages(value) if check else None
         if problem:
             return bad("invalid_request", problem)
     else:
@@ -200,7 +234,7 @@ def parse_line(text: str, line: int) -> BatchRequest | BadLine:
     )
     if "max_completion_tokens" in params:
         params.setdefault("max_tokens", params.pop("max_completion_tokens"))
-    problem = check_sampling_params(params)
+    problem = check_sampling_params(params) if check else None
     if problem:
         return bad("invalid_request", problem.replace("sampling_params.", "body."))
     return BatchRequest(line, custom_id, task, value, params, model)
@@ -247,29 +281,40 @@ def _score_line(
 def route(
     requests: list[BatchRequest], deployments: list[str], default: str | None
 ) -> dict[int, str]:
-    """The deployment each request goes to, by line.
+    """The deployment each request goes to, by line (see :func:`route_models`)."""
+    first_line: dict[str | None, int] = {}
+    for request in requests:
+        first_line.setdefault(request.model, request.line)
+    to = route_models(first_line, deployments, default)
+    return {request.line: to[request.model] for request in requests}
+
+
+def route_models(
+    first_line: dict[str | None, int], deployments: list[str], default: str | None
+) -> dict[str | None, str]:
+    """The deployment each ``model`` value of a file goes to (``first_line``: each value and
+    the first line that uses it, for the error message).
 
     A ``model`` naming one of ``deployments`` goes there. Otherwise, if the file uses at most
     one ``model`` value, everything goes to ``default``. Several model values that do not all
     name deployments is an error before anything runs.
     """
-    models = Counter(r.model for r in requests)
-    unrouted = sorted({m for m in models if m is not None and m not in deployments})
-    named = [m for m in models if m is not None]
+    unrouted = sorted({m for m in first_line if m is not None and m not in deployments})
+    named = [m for m in first_line if m is not None]
     if len(named) > 1 and unrouted:
         raise ConfigError(
             f"the file mixes model values {sorted(named)}; each must name a deployment to route "
             f"to, and {unrouted} do not (deployments: {', '.join(deployments) or 'none'})"
         )
-    out: dict[int, str] = {}
-    for request in requests:
-        if request.model in deployments:
-            out[request.line] = request.model
+    out: dict[str | None, str] = {}
+    for model, line in sorted(first_line.items(), key=lambda item: item[1]):
+        if model is not None and model in deployments:
+            out[model] = model
         elif default is not None:
-            out[request.line] = default
+            out[model] = default
         else:
             raise ConfigError(
-                f"line {request.line}: model {request.model!r} names none of the deployments "
+                f"line {line}: model {model!r} names none of the deployments "
                 f"({', '.join(deployments)}); name one, or give the file a single deployment"
             )
     return out
@@ -442,7 +487,7 @@ def _rows_of(request: BatchRequest) -> list[dict[str, Any]]:
     return [row]
 
 
-def _gathered(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def gathered(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """A scoring line's pair rows as one result: the first pair error, or every pair."""
     failed = [(i, r) for i, r in enumerate(rows) if r.get(ERROR)]
     if failed:
@@ -485,8 +530,10 @@ def run_batch(
     errors: Any,
     processor_fields: dict[str, Any] | None = None,
 ) -> dict[str, int]:
-    """Run the parsed requests on their deployments; write each line to ``output`` or
-    ``errors`` (text files); return OpenAI's ``request_counts``."""
+    """Run requests already parsed in memory on their deployments; write each line to
+    ``output`` or ``errors`` (text files); return OpenAI's ``request_counts``. Each group is one
+    block on one stage actor: for a few requests; ``relayllm batch`` streams a file of any size
+    with :mod:`relayllm.batch_file` instead."""
     import ray
 
     from relayllm.data_context import keep_input_order
@@ -519,7 +566,7 @@ def run_batch(
                     pending.setdefault(request.line, []).append(row)
                     if len(pending[request.line]) < len(request.pairs):
                         continue
-                    row = _gathered(sorted(pending.pop(request.line), key=lambda r: r["pair"]))
+                    row = gathered(sorted(pending.pop(request.line), key=lambda r: r["pair"]))
                 if row.get(ERROR):
                     failed += 1
                     line = error_line(
@@ -541,11 +588,15 @@ __all__ = [
     "BadLine",
     "BatchFile",
     "BatchRequest",
+    "Envelope",
     "error_line",
     "parse_line",
     "read_batch_file",
     "request_counts",
     "response_line",
+    "parse_body",
+    "parse_envelope",
     "route",
+    "route_models",
     "run_batch",
 ]

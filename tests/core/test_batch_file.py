@@ -1,0 +1,138 @@
+"""``relayllm batch`` at scale (relayllm.batch_file): a file read from disk in blocks, run on
+several stage actors, resumed by custom_id. On a real local Ray cluster and the echo backend
+(a real Serve deployment); the kill-and-resume of the command itself is in test_cli.py."""
+
+import io
+import json
+
+import pytest
+
+import relayllm
+from relayllm import batch_file
+from relayllm.deployments import DeploymentConfig
+from relayllm.errors import ConfigError
+
+NAME = "bf-echo"
+
+
+@pytest.fixture(scope="module")
+def echo():
+    relayllm.deploy(DeploymentConfig(name=NAME, backend="echo"))
+    yield NAME
+    relayllm.shutdown(NAME)
+
+
+def chat(i: int, **body) -> str:
+    body = {"messages": [{"role": "user", "content": f"hello {i}"}], **body}
+    line = {"custom_id": f"c{i}", "method": "POST", "url": "/v1/chat/completions", "body": body}
+    return json.dumps(line)
+
+
+def run(path, concurrency=2, done=None, batch_size=16):
+    scan = batch_file.scan_batch_file(str(path), batch_file.stage_batch(batch_size), done)
+    out, err = io.StringIO(), io.StringIO()
+    fields = {"batch_size": batch_size, "concurrency": concurrency}
+    counts = batch_file.run_scanned(scan, [NAME], NAME, out, err, fields, done)
+    return (
+        scan,
+        counts,
+        [json.loads(x) for x in out.getvalue().splitlines()],
+        [json.loads(x) for x in err.getvalue().splitlines()],
+    )
+
+
+def test_a_multi_block_file_runs_on_several_stage_actors_in_order(echo, tmp_path):
+    from openai.types import CreateEmbeddingResponse
+    from openai.types.chat import ChatCompletion
+
+    n = 1500
+    lines = [chat(i, max_tokens=8, temperature=0.5) for i in range(n)]
+    lines[7] = '{"custom_id": "cut", '  # bad at a glance: the scan writes it
+    lines[700] = chat(700, n=0)  # bad in its body: found in the stage actor
+    lines[1400] = json.dumps(
+        {"custom_id": "e", "url": "/v1/embeddings", "body": {"input": "a bb"}}
+    )  # another task: a group of its own
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(lines[:900]) + "\n\n" + "\n".join(lines[900:]))  # a blank line
+    scan, counts, out, err = run(path)
+    assert len(scan.chunks) > 1, "one chunk: the file would run as one block"
+    assert counts == {"total": n, "completed": n - 2, "failed": 2}
+    # Input order within the group, every line once; the embedding group runs after.
+    assert [r["custom_id"] for r in out] == [
+        f"c{i}" for i in range(n) if i not in (7, 700, 1400)
+    ] + ["e"]
+    assert [(e["custom_id"], e["error"]["line"]) for e in err] == [(None, 8), ("c700", 701)]
+    # found unchecked in the stage actor, reported as the full checks word it
+    assert err[1]["error"]["code"] == "invalid_request"
+    assert err[1]["error"]["message"] == "line 701: body.n is invalid: 0"
+    for r in out[:-1]:
+        body = ChatCompletion.model_validate(r["response"]["body"])
+        assert body.choices[0].message.content == f"hello {r['custom_id'][1:]}"
+    CreateEmbeddingResponse.model_validate(out[-1]["response"]["body"])
+    # request ids are "<processor>-<stage actor>-<n>": more than one actor did the chat lines
+    actors = {r["response"]["request_id"].split("-")[1] for r in out[:-1]}
+    assert len(actors) == 2, actors
+
+
+def test_scoring_lines_are_gathered_across_blocks(echo, tmp_path):
+    lines = []
+    for i in range(300):
+        documents = [f"doc {i} {j}" for j in range(1 + i % 5)]
+        url = "/v1/rerank" if i % 2 else "/v1/score"
+        body = (
+            {"query": f"doc {i}", "documents": documents, "top_n": 2}
+            if i % 2
+            else {"text_1": f"doc {i}", "text_2": documents}
+        )
+        lines.append(json.dumps({"custom_id": f"s{i}", "url": url, "body": body}))
+    lines.append(json.dumps({"custom_id": "bad", "url": "/v1/score", "body": {"text_1": "q"}}))
+    path = tmp_path / "score.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    scan, counts, out, err = run(path, batch_size=8)
+    assert len(scan.chunks) > 1
+    assert counts == {"total": 301, "completed": 300, "failed": 1}
+    assert [r["custom_id"] for r in out] == [f"s{i}" for i in range(300)]
+    for i, r in enumerate(out):
+        body = r["response"]["body"]
+        pairs = 1 + i % 5
+        if i % 2:
+            assert len(body["results"]) == min(2, pairs)
+        else:
+            assert [d["index"] for d in body["data"]] == list(range(pairs))
+    assert err[0]["custom_id"] == "bad" and "needs" in err[0]["error"]["message"]
+
+
+def test_resume_skips_what_the_files_hold(tmp_path):
+    """No cluster: the scan of a resumed file, after a kill cut the output's last line."""
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join([chat(i) for i in range(10)] + ["not json"]) + "\n")
+    out, err = tmp_path / "out.jsonl", tmp_path / "err.jsonl"
+    out.write_text(
+        "".join(json.dumps({"custom_id": f"c{i}", "error": None}) + "\n" for i in range(4))
+        + '{"custom_id": "c4", "resp'  # cut short by the kill
+    )
+    err.write_text(
+        json.dumps({"custom_id": None, "error": {"line": 11}})
+        + "\n"
+        + json.dumps({"custom_id": "c5", "error": {"line": 6}})
+        + "\n"
+    )
+    done = batch_file.read_done(str(out), str(err), retry_errors=False)
+    assert out.read_text().endswith('"error": null}\n'), "the cut line is trimmed"
+    assert (done.completed, done.failed) == (4, 2)
+    scan = batch_file.scan_batch_file(str(path), 256, done)
+    assert scan.already == 6 and scan.to_run == 5 and not scan.bad  # c4, c6..c9
+    keys = scan.chunks[0].keys
+    assert [i for i, k in enumerate(keys) if k != batch_file.SKIP] == [4, 6, 7, 8, 9]
+
+    retry = batch_file.read_done(str(out), str(err), retry_errors=True)
+    assert err.read_text() == "" and (retry.completed, retry.failed) == (4, 0)
+    scan = batch_file.scan_batch_file(str(path), 256, retry)
+    assert scan.to_run == 6 and [b.line for b in scan.bad] == [11]
+
+
+def test_duplicates_are_found_across_chunks(tmp_path):
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join([chat(i) for i in range(600)] + [chat(3)]) + "\n")
+    with pytest.raises(ConfigError, match="'c3' on lines 4, 601"):
+        batch_file.scan_batch_file(str(path), 16)
