@@ -15,9 +15,6 @@ deployments:
     backend: vllm
     options:
       model: demo   # the bundled SmolLM2-135M-Instruct; any HF model id or local path works
-      # Four rows: KV-cache room for 16 sequences at a time (0.2 GiB on this model) instead
-      # of the 256 a batch engine defaults to (0.7 GiB).
-      max_num_seqs: 16
 
 input:
   id_column: id
