@@ -122,11 +122,7 @@ def read_batch_file(path: str) -> BatchFile:
             lines_of.setdefault(item.custom_id, []).append(item.line)
     duplicates = {cid: sorted(lines) for cid, lines in lines_of.items() if len(lines) > 1}
     if duplicates:
-        shown = "; ".join(
-            f"{cid!r} on lines {', '.join(map(str, n))}" for cid, n in list(duplicates.items())[:10]
-        )
-        more = f" (and {len(duplicates) - 10} more)" if len(duplicates) > 10 else ""
-        raise ConfigError(f"{path}: duplicate custom_id values, nothing was run: {shown}{more}")
+        raise duplicate_ids_error(path, duplicates)
     if not parsed.total:
         raise ConfigError(f"{path}: the batch file has no request lines")
     return parsed
@@ -142,6 +138,15 @@ class Envelope:
     url: str
     body: dict[str, Any]
     model: str | None
+
+
+def duplicate_ids_error(path: str, duplicates: dict[str, list[int]]) -> ConfigError:
+    """The error for a batch file whose custom_ids repeat (``duplicates``: id -> its lines)."""
+    shown = "; ".join(
+        f"{cid!r} on lines {', '.join(map(str, n))}" for cid, n in list(duplicates.items())[:10]
+    )
+    more = f" (and {len(duplicates) - 10} more)" if len(duplicates) > 10 else ""
+    return ConfigError(f"{path}: duplicate custom_id values, nothing was run: {shown}{more}")
 
 
 def parse_line(text: str, line: int, check: bool = True) -> BatchRequest | BadLine:

@@ -31,6 +31,7 @@ from typing import IO, TYPE_CHECKING, Any
 from relayllm.batch_api import (
     BadLine,
     BatchRequest,
+    duplicate_ids_error,
     error_line,
     gathered,
     parse_envelope,
@@ -141,11 +142,7 @@ def scan_batch_file(path: str, stage_batch: int = 256, done: Done | None = None)
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     if duplicates:
-        shown = "; ".join(
-            f"{cid!r} on lines {', '.join(map(str, n))}" for cid, n in list(duplicates.items())[:10]
-        )
-        more = f" (and {len(duplicates) - 10} more)" if len(duplicates) > 10 else ""
-        raise ConfigError(f"{path}: duplicate custom_id values, nothing was run: {shown}{more}")
+        raise duplicate_ids_error(path, duplicates)
     if not scan.lines:
         raise ConfigError(f"{path}: the batch file has no request lines")
     # A chunk with nothing to run costs a read task for nothing (most of a resumed file).
