@@ -30,11 +30,10 @@ Writes benchmarks/results/online_batch.json.
 from __future__ import annotations
 
 import argparse
-import threading
 import time
 from typing import Any
 
-from _common import write_results  # the script's folder is on sys.path
+from _common import Sampler, write_results  # the script's folder is on sys.path
 
 QUESTIONS = [
     "What is the capital of France?",
@@ -53,7 +52,7 @@ def percentile(values: list[float], q: float) -> float | None:
     return ordered[index]
 
 
-class InteractiveUser:
+class InteractiveUser(Sampler):
     """Streams chat completions one after another on a thread until stopped; ``on()`` decides,
     before each request, whether the user is active now (bursts)."""
 
@@ -63,8 +62,7 @@ class InteractiveUser:
         self.client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0, timeout=600)
         self.model, self.args, self.on = model, args, on or (lambda: True)
         self.samples: list[dict[str, Any]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        super().__init__(period_s=args.think_s)
 
     def ask(self, i: int) -> dict[str, Any]:
         start = time.perf_counter()
@@ -95,26 +93,14 @@ class InteractiveUser:
             "error": error,
         }
 
-    def _run(self) -> None:
-        i = 0
-        while not self._stop.is_set():
-            if self.on():
-                self.samples.append(self.ask(i))
-                i += 1
-            self._stop.wait(self.args.think_s)
+    def sample(self) -> None:  # on the Sampler's thread, every think_s
+        if self.on():
+            self.samples.append(self.ask(len(self.samples)))
 
     def run_for(self, count: int) -> None:
         for i in range(count):
             self.samples.append(self.ask(i))
             time.sleep(self.args.think_s)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 def latency_summary(samples: list[dict[str, Any]]) -> dict[str, Any]:
