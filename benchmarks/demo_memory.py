@@ -38,9 +38,11 @@ ENV = {**os.environ, "RAY_ADDRESS": "local"}
 TARGET_GIB = 3.0
 REPO = Path(__file__).resolve().parents[1]
 PROBE = """
-import json, relayllm
+import json, relayllm, yaml
 from relayllm import DeploymentConfig
-config = DeploymentConfig(name="start-probe", backend="vllm", options={"model": "demo"})
+from relayllm_vllm.demo_pipeline import QUESTIONS_YAML
+options = yaml.safe_load(QUESTIONS_YAML)["deployments"][0]["options"]  # the demo's own engine
+config = DeploymentConfig(name="start-probe", backend="vllm", options=options)
 ref = relayllm.deploy(config)
 info = ref.handle().info.remote().result(timeout_s=60)
 relayllm.shutdown("start-probe")

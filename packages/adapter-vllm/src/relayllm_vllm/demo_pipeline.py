@@ -15,6 +15,9 @@ deployments:
     backend: vllm
     options:
       model: demo   # the bundled SmolLM2-135M-Instruct; any HF model id or local path works
+      # Rows the engine runs at once; the KV cache is sized from it (0.2 GiB here).
+      # Raise it for big jobs: vLLM's CPU default, 256, takes 0.7 GiB for this model.
+      max_num_seqs: 16
 
 input:
   id_column: id
