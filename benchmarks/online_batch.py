@@ -172,6 +172,8 @@ def run_variant(variant: str, args: argparse.Namespace) -> dict[str, Any]:
 
     name = f"bench-online-{variant}"
     admission: dict[str, Any] = {"target_ttft_s": args.target_ttft_s}
+    if args.target_tpot_s is not None:
+        admission["target_tpot_s"] = args.target_tpot_s
     if variant == "unmanaged":
         admission = {"min_batch_rows": 256, "max_batch_rows": 256}
     ref = relayllm.deploy(
@@ -184,7 +186,9 @@ def run_variant(variant: str, args: argparse.Namespace) -> dict[str, Any]:
             startup_timeout_s=1200,
         )
     )
-    url = ref.handle().info.remote().result(timeout_s=600)["http"]["url"]
+    info = ref.handle().info.remote().result(timeout_s=600)
+    url = info["http"]["url"]
+    print(f"[{variant}] admission in force: {info.get('admission')}", flush=True)
     # The unmanaged variant's rows run at the interactive priority: no ordering by class.
     priority = 0 if variant == "unmanaged" else None
     InteractiveUser(url, name, args).run_for(3)  # warm-up
@@ -204,8 +208,14 @@ def run_variant(variant: str, args: argparse.Namespace) -> dict[str, Any]:
     out["batch_with_interactive"] = {
         "batch": {k: v for k, v in job.items() if k != "arrivals"},
         "interactive": latency_summary(user.samples),
+        # Each request's start (seconds after the batch job's) and TTFT: where the p99 comes
+        # from (the job's start, its end, or throughout).
+        "ttft_by_start_s": [
+            [round(s["at"] - job["start"], 3), s["ttft_s"] and round(s["ttft_s"], 4)]
+            for s in user.samples
+        ],
     }
-    print(f"[{variant}] together: {out['batch_with_interactive']}", flush=True)
+    print(f"[{variant}] together: {out['batch_with_interactive']['interactive']}", flush=True)
 
     if variant == "managed":
         began = time.perf_counter()
@@ -246,6 +256,9 @@ def main() -> None:
     parser.add_argument("--burst-s", type=float, default=5.0)
     parser.add_argument("--idle-s", type=float, default=10.0)
     parser.add_argument("--target-ttft-s", type=float, default=0.5)
+    parser.add_argument(
+        "--target-tpot-s", type=float, default=None, help="default: the controller's"
+    )
     parser.add_argument("--port", type=int, default=8123)
     parser.add_argument("--model", default="demo")
     parser.add_argument("--max-model-len", type=int, default=1024)

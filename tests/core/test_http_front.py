@@ -245,7 +245,7 @@ def test_admission_backs_batch_rows_off_while_interactive_is_slow_and_refills_af
 
     # The echo 'engine' answers slower the more rows it holds (10 ms per row), so interactive
     # requests are slower than the 0.1 s target while many batch rows are in: the controller
-    # must cut the batch rows, and raise them back to the maximum once interactive stops.
+    # must cut the batch rows, and give them the maximum back once interactive stops (idle_s).
     config = DeploymentConfig(
         name="httpadmit",
         backend="echo",
@@ -256,6 +256,7 @@ def test_admission_backs_batch_rows_off_while_interactive_is_slow_and_refills_af
             "max_batch_rows": 64,
             "increase_rows": 16,
             "interval_s": 0.2,
+            "idle_s": 1.0,
         },
     )
     ref = relayllm.deploy(config)
@@ -292,5 +293,7 @@ def test_admission_backs_batch_rows_off_while_interactive_is_slow_and_refills_af
         if after["limit"] == 64:
             break
         time.sleep(0.5)
-    assert after["limit"] == 64 and after["raises"] >= 1, after
+    # Back by additive steps while the job ran with interactive traffic, or at once after
+    # idle_s (tests/core/test_admission.py tells the two apart).
+    assert after["limit"] == 64 and after["raises"] + after["refills"] >= 1, after
     relayllm.shutdown("httpadmit")

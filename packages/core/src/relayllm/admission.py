@@ -1,12 +1,23 @@
 """Admission of batch rows into a shared engine, so interactive latency stays within a target.
 
-Interactive requests (the HTTP front) are measured: their time to first token (the whole
-answer's time when not streamed, an upper bound). The controller keeps a limit on the batch
-rows inside the engine and moves it by additive increase, multiplicative decrease (AIMD, as
-TCP's congestion window): a request slower than the target cuts the limit (at most once per
-interval, so one burst is one cut); an interval with no slow request raises it by a step, so
-batch work refills the engine when interactive traffic leaves. Active only on deployments
-with an HTTP front: batch-only deployments run unchanged.
+Interactive requests (the HTTP front) are measured while they run: their time to first token
+(the whole answer's time when not streamed, an upper bound) and, when streamed, the time
+between their tokens (time per output token, TPOT: it grows with every batch row that shares
+the engine's steps). The controller keeps a limit on the batch rows inside the engine and
+moves it by additive increase, multiplicative decrease (AIMD, as TCP's congestion window):
+
+- a first token slower than ``target_ttft_s`` or a next token slower than ``target_tpot_s``
+  cuts the limit (at most once per interval, so one burst is one cut). A request still waiting
+  longer than its target counts as slow already, so a stalled request cuts before it answers;
+- while interactive traffic is present, an interval with nothing slow and a token in time
+  raises the limit by a step (additive: interactive requests probe how much batch work they
+  tolerate; nothing is raised between requests, where nothing is measured);
+- once no interactive request has run for ``idle_s``, the limit goes back to the maximum at
+  once, so batch work gets the whole engine during idle periods instead of climbing for many
+  intervals.
+
+Rows already in the engine stay there: a cut takes effect as they finish. Active only on
+deployments with an HTTP front: batch-only deployments run unchanged.
 """
 
 from __future__ import annotations
@@ -26,6 +37,18 @@ class AdmissionConfig(BaseModel):
     target_ttft_s: float = Field(
         default=0.5, gt=0, description="Interactive time to first token to stay within."
     )
+    target_tpot_s: float = Field(
+        default=0.1,
+        gt=0,
+        description="Interactive time per output token (between streamed tokens) to stay "
+        "within; the default is a reading pace of ten tokens a second.",
+    )
+    idle_s: float = Field(
+        default=2.0,
+        gt=0,
+        description="Seconds with no interactive request in flight or begun after which the "
+        "limit returns to max_batch_rows at once (batch work takes the idle engine).",
+    )
     min_batch_rows: PositiveInt = Field(
         default=1, description="Batch rows always admitted: batch work never stops entirely."
     )
@@ -33,7 +56,9 @@ class AdmissionConfig(BaseModel):
         default=256, description="Batch rows in the engine at most (and when nothing is slow)."
     )
     increase_rows: PositiveInt = Field(
-        default=8, description="Rows added to the limit per interval with no slow request."
+        default=8,
+        description="Rows added to the limit per interval with no slow request and a token "
+        "in time while interactive traffic is present.",
     )
     decrease_factor: float = Field(
         default=0.5, gt=0, lt=1, description="The limit is multiplied by this on a slow request."
@@ -47,6 +72,17 @@ class AdmissionConfig(BaseModel):
         return self
 
 
+class Interactive:
+    """One interactive request in flight as the controller sees it (:meth:`Admission.begin`)."""
+
+    __slots__ = ("began", "last_token", "streamed")
+
+    def __init__(self, began: float, streamed: bool) -> None:
+        self.began = began
+        self.last_token: float | None = None  # when its latest token came (None: none yet)
+        self.streamed = streamed
+
+
 class Admission:
     """The AIMD limit and the gate batch rows pass (one per replica, on its event loop)."""
 
@@ -55,21 +91,65 @@ class Admission:
         self.limit = config.max_batch_rows
         self.in_engine = 0  # batch rows admitted and not finished
         self.cuts = 0
-        self.raises = 0
+        self.cuts_by = {"ttft": 0, "tpot": 0}  # which signal made each cut
+        self.raises = 0  # additive steps
+        self.refills = 0  # returns to the maximum after idle_s without interactive traffic
         self.lowest = self.limit
         self.last_ttft_s: float | None = None
+        self.last_tpot_s: float | None = None
         self._last_move = 0.0
         self._last_slow = 0.0
+        self._last_fast = 0.0  # when an interactive token last came within its target
+        self._active: set[Interactive] = set()
+        self._last_interactive = float("-inf")  # when an interactive request last began or ended
         self._changed: asyncio.Condition | None = None
         self._ticker: asyncio.Task[None] | None = None
 
-    # -- the signal ----------------------------------------------------------------------------
+    # -- the signals ---------------------------------------------------------------------------
+
+    def begin(self, *, streamed: bool) -> Interactive:
+        """An interactive request starts: batch work is no longer alone until it ends."""
+        now = time.monotonic()
+        request = Interactive(now, streamed)
+        self._active.add(request)
+        self._last_interactive = now
+        return request
+
+    def token(self, request: Interactive) -> None:
+        """A streamed part reached ``request`` (one token in vLLM's delta outputs): its first
+        is the time to first token, each later one a time per output token."""
+        now = time.monotonic()
+        if request.last_token is None:
+            self.observe(now - request.began)
+        else:
+            self.observe_tpot(now - request.last_token)
+        request.last_token = now
+
+    def end(self, request: Interactive) -> None:
+        """``request`` finished (answered, failed or cancelled)."""
+        now = time.monotonic()
+        self._active.discard(request)
+        self._last_interactive = now
+        if not request.streamed:  # the whole answer's time: TTFT's upper bound
+            self.observe(now - request.began)
 
     def observe(self, ttft_s: float) -> None:
         """An interactive request's time to first token."""
         self.last_ttft_s = ttft_s
-        if ttft_s <= self.config.target_ttft_s:
-            return
+        if ttft_s > self.config.target_ttft_s:
+            self._slow("ttft")
+        else:
+            self._last_fast = time.monotonic()
+
+    def observe_tpot(self, tpot_s: float) -> None:
+        """The time between two tokens of an interactive stream."""
+        self.last_tpot_s = tpot_s
+        if tpot_s > self.config.target_tpot_s:
+            self._slow("tpot")
+        else:
+            self._last_fast = time.monotonic()
+
+    def _slow(self, signal: str) -> None:
         now = time.monotonic()
         self._last_slow = now
         if now - self._last_move < self.config.interval_s:
@@ -78,15 +158,50 @@ class Admission:
         if lowered < self.limit:
             self.limit, self._last_move = lowered, now
             self.cuts += 1
+            self.cuts_by[signal] += 1
             self.lowest = min(self.lowest, lowered)
 
+    def _waiting_too_long(self, now: float) -> str | None:
+        """The signal of a stream still waiting for its next token longer than its target:
+        that token will be slow whenever it comes, so it counts as slow now."""
+        for request in self._active:
+            if not request.streamed:
+                continue
+            if request.last_token is None:
+                if now - request.began > self.config.target_ttft_s:
+                    return "ttft"
+            elif now - request.last_token > self.config.target_tpot_s:
+                return "tpot"
+        return None
+
+    def idle(self, now: float | None = None) -> bool:
+        """No interactive request in flight, and none began or ended for ``idle_s``."""
+        now = time.monotonic() if now is None else now
+        return not self._active and now - self._last_interactive >= self.config.idle_s
+
     def tick(self) -> None:
-        """Called every interval: raise the limit if nothing was slow for a whole interval."""
+        """Called every interval: back to the maximum when interactive traffic has gone; with
+        interactive traffic, cut for a request waiting too long, else raise by a step if
+        nothing was slow for a whole interval and a token came in time since the last move.
+        Raising on evidence, not on silence: between two interactive requests nothing is
+        measured, and rows admitted then are still in the engine when the next one comes."""
         now = time.monotonic()
+        top = self.config.max_batch_rows
+        if self.idle(now):
+            if self.limit < top:
+                self.limit, self._last_move = top, now
+                self.refills += 1
+                self._wake()
+            return
+        waiting = self._waiting_too_long(now)
+        if waiting is not None:
+            self._slow(waiting)
+            return
         quiet = now - self._last_slow >= self.config.interval_s
         moved_long_ago = now - self._last_move >= self.config.interval_s
-        if quiet and moved_long_ago and self.limit < self.config.max_batch_rows:
-            self.limit = min(self.config.max_batch_rows, self.limit + self.config.increase_rows)
+        in_time = self._last_fast > self._last_move
+        if quiet and moved_long_ago and in_time and self.limit < top:
+            self.limit = min(top, self.limit + self.config.increase_rows)
             self._last_move = now
             self.raises += 1
             self._wake()
@@ -154,10 +269,15 @@ class Admission:
             "batch_rows_in_engine": self.in_engine,
             "lowest_limit": self.lowest,
             "cuts": self.cuts,
+            "cuts_by": dict(self.cuts_by),
             "raises": self.raises,
+            "refills": self.refills,
             "last_ttft_s": self.last_ttft_s,
+            "last_tpot_s": self.last_tpot_s,
+            "interactive_in_flight": len(self._active),
+            "idle": self.idle(),
             **self.config.model_dump(),
         }
 
 
-__all__ = ["Admission", "AdmissionConfig"]
+__all__ = ["Admission", "AdmissionConfig", "Interactive"]

@@ -184,27 +184,33 @@ class BatchDeployment:
     async def serve_http_row(self, request: Request) -> Result:
         self._check_serving()
         self.http_rows += 1
-        began = time.monotonic()
+        admission = self.admission
+        watch = admission.begin(streamed=False) if admission is not None else None
         try:
             result = await self._serve_one(request)
         finally:
-            if self.admission is not None:  # the whole answer's time: TTFT's upper bound
-                self.admission.observe(time.monotonic() - began)
+            if admission is not None and watch is not None:  # the whole answer's time
+                admission.end(watch)
         self.metrics.count("interactive", (result,))
         return result
 
     async def stream_http_row(self, request: Request) -> AsyncIterator[Result]:
         self._check_serving()
         self.http_rows += 1
-        began = time.monotonic()
-        first = True
+        # The controller sees each part as it comes: the first one's delay is the time to
+        # first token, the gaps after it the time per output token.
+        admission = self.admission
+        watch = admission.begin(streamed=True) if admission is not None else None
         last: Result = {}
-        async for part in self.stream_request(request):
-            if first and self.admission is not None:
-                self.admission.observe(time.monotonic() - began)
-            first = False
-            last = part
-            yield part
+        try:
+            async for part in self.stream_request(request):
+                if admission is not None and watch is not None:
+                    admission.token(watch)
+                last = part
+                yield part
+        finally:
+            if admission is not None and watch is not None:
+                admission.end(watch)
         self._last_answer = time.monotonic()
         self.metrics.count("interactive", (last,))  # the last part carries the token counts
 

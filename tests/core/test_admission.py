@@ -1,0 +1,190 @@
+"""The admission controller's signals and its refill, on the real gate with real asyncio timing.
+
+A batch job runs through :meth:`Admission.run` (its ticker is what moves the limit up) while
+interactive requests are reported the way the HTTP front reports them (``begin``, ``token`` per
+streamed part, ``end``). The engine is a coroutine that holds each admitted chunk for a moment:
+the controller is under test, not an engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from relayllm.admission import Admission, AdmissionConfig
+
+
+class Batch:
+    """A batch job that keeps the gate busy until stopped; records the chunks admitted."""
+
+    def __init__(self, admission: Admission, rows: int = 100_000) -> None:
+        self.admission = admission
+        self.chunks: list[int] = []
+        self.stopped = False
+        self.task = asyncio.ensure_future(admission.run(list(range(rows)), self.engine))
+
+    async def engine(self, chunk: list[int]) -> list[int]:
+        self.chunks.append(len(chunk))
+        if not self.stopped:
+            await asyncio.sleep(0.02)
+        return chunk
+
+    async def stop(self) -> None:
+        self.stopped = True
+        results = await self.task
+        assert results == sorted(results)  # in order, none lost
+
+
+async def stream(admission: Admission, tokens: int, gap_s: float) -> None:
+    """One streamed interactive request: ``tokens`` parts, ``gap_s`` apart."""
+    request = admission.begin(streamed=True)
+    try:
+        for _ in range(tokens):
+            await asyncio.sleep(gap_s)
+            admission.token(request)
+    finally:
+        admission.end(request)
+
+
+def test_a_slow_time_per_output_token_cuts_the_batch_limit():
+    config = AdmissionConfig(
+        target_ttft_s=10.0,  # the first tokens are always in time: only TPOT can cut
+        target_tpot_s=0.05,
+        max_batch_rows=64,
+        increase_rows=1,
+        interval_s=0.05,
+        idle_s=30.0,
+    )
+
+    observed = Admission(config)
+    observed.observe_tpot(0.2)  # one slow gap between two tokens
+    assert observed.limit == 32 and observed.cuts_by == {"ttft": 0, "tpot": 1}
+
+    async def scenario() -> tuple[dict, dict, list[int]]:
+        admission = Admission(config)
+        batch = Batch(admission)
+        await stream(admission, tokens=5, gap_s=0.01)  # fast tokens: nothing to cut
+        fast = admission.describe()
+        await stream(admission, tokens=6, gap_s=0.12)  # each token slower than the target
+        slow = admission.describe()
+        await batch.stop()
+        return fast, slow, batch.chunks
+
+    fast, slow, chunks = asyncio.run(scenario())
+    assert fast["cuts"] == 0 and fast["limit"] == 64, fast
+    assert slow["cuts_by"]["tpot"] >= 2 and slow["cuts_by"]["ttft"] == 0, slow
+    assert slow["lowest_limit"] <= 16 and slow["last_tpot_s"] > 0.05, slow
+    assert min(chunks) <= 16  # the cut reached the engine: later chunks are smaller
+    assert slow["target_tpot_s"] == 0.05 and "idle_s" in slow  # describe() shows the options
+
+
+def test_a_stream_waiting_longer_than_its_target_cuts_before_it_answers():
+    config = AdmissionConfig(target_ttft_s=0.1, max_batch_rows=64, interval_s=0.05, idle_s=30.0)
+
+    async def scenario() -> dict:
+        admission = Admission(config)
+        batch = Batch(admission)
+        request = admission.begin(streamed=True)
+        await asyncio.sleep(0.5)  # no first token yet: the ticker sees it waiting
+        during = admission.describe()
+        admission.end(request)
+        await batch.stop()
+        return during
+
+    during = asyncio.run(scenario())
+    assert during["cuts_by"]["ttft"] >= 2 and during["limit"] <= 16, during
+    assert during["last_ttft_s"] is None and during["interactive_in_flight"] == 1
+
+
+def test_the_limit_is_back_at_the_maximum_once_interactive_traffic_is_idle():
+    config = AdmissionConfig(
+        target_ttft_s=0.05,
+        max_batch_rows=256,
+        increase_rows=1,  # additive increase alone would need 255 intervals (~13 s)
+        interval_s=0.05,
+        idle_s=0.4,
+    )
+
+    async def scenario() -> tuple[dict, dict, float]:
+        admission = Admission(config)
+        batch = Batch(admission)
+        for i in range(4):  # slow first tokens, one request after the other: cuts
+            if i:
+                await asyncio.sleep(0.06)
+            await stream(admission, tokens=1, gap_s=0.1)
+        ended = time.monotonic()  # the last interactive request ended just now
+        cut = admission.describe()
+        while admission.limit < config.max_batch_rows and time.monotonic() - ended < 5:
+            await asyncio.sleep(0.01)
+        refilled_after = time.monotonic() - ended
+        after = admission.describe()
+        await batch.stop()
+        return cut, after, refilled_after
+
+    cut, after, refilled_after = asyncio.run(scenario())
+    assert cut["limit"] <= 64 and cut["cuts"] >= 2, cut
+    assert after["limit"] == 256 and after["refills"] == 1 and after["idle"], after
+    # Not before idle_s (the user may come back), and at once after it (not 255 intervals).
+    assert 0.4 <= refilled_after < 1.5, refilled_after
+    assert after["raises"] < 40, after
+
+
+def test_while_interactive_traffic_continues_the_limit_rises_additively_only():
+    config = AdmissionConfig(
+        target_ttft_s=0.15,
+        target_tpot_s=1.0,
+        max_batch_rows=1000,
+        increase_rows=3,
+        interval_s=0.05,
+        idle_s=0.3,
+    )
+
+    async def scenario() -> tuple[dict, list[tuple[int, int]], dict]:
+        admission = Admission(config)
+        batch = Batch(admission)
+        await stream(admission, tokens=1, gap_s=0.3)  # one slow first token: cuts
+        start = admission.describe()
+        seen = [(admission.limit, admission.raises)]
+        # Then fast requests one after another for well over idle_s, each streaming for
+        # longer than idle_s, with pauses shorter than idle_s between them: interactive
+        # traffic is present throughout.
+        until = time.monotonic() + 1.5
+        while time.monotonic() < until:
+            await stream(admission, tokens=40, gap_s=0.01)
+            seen.append((admission.limit, admission.raises))
+            await asyncio.sleep(0.1)
+            seen.append((admission.limit, admission.raises))
+        end = admission.describe()
+        await batch.stop()
+        return start, seen, end
+
+    start, seen, end = asyncio.run(scenario())
+    assert start["cuts"] >= 1 and start["limit"] <= 500, start
+    assert end["refills"] == 0, end
+    assert end["raises"] >= 5 and end["limit"] < 1000, end  # it rose, and not to the top
+    for limit, raises in seen:  # every step was one increase_rows
+        assert limit == start["limit"] + 3 * (raises - start["raises"]), (limit, raises)
+
+
+def test_between_interactive_requests_the_limit_does_not_rise_without_a_token_in_time():
+    # Nothing is measured between two requests: raising then would fill the engine with rows
+    # the next request finds there. The limit waits for a token in time (or for idle_s).
+    config = AdmissionConfig(target_ttft_s=0.05, max_batch_rows=256, interval_s=0.05, idle_s=1.0)
+
+    async def scenario() -> tuple[dict, dict, dict]:
+        admission = Admission(config)
+        batch = Batch(admission)
+        await stream(admission, tokens=1, gap_s=0.15)  # a slow first token: cuts
+        cut = admission.describe()
+        await asyncio.sleep(0.6)  # the user thinks: no request, shorter than idle_s
+        between = admission.describe()
+        await stream(admission, tokens=20, gap_s=0.01)  # a request in time: evidence
+        after = admission.describe()
+        await batch.stop()
+        return cut, between, after
+
+    cut, between, after = asyncio.run(scenario())
+    assert cut["limit"] < 256 and cut["cuts"] >= 1, cut
+    assert between["limit"] == cut["limit"] and between["raises"] == 0, between
+    assert between["refills"] == 0 and not between["idle"], between
+    assert after["raises"] >= 1 and after["limit"] > cut["limit"], after
