@@ -5,6 +5,7 @@ answers with the size of each image that reached it."""
 
 import base64
 import io
+import json
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -135,3 +136,67 @@ def test_images_reach_the_deployment_and_bad_ones_fail_their_row(echo, server, t
     assert "HTTP 404" in out[3]["error"] and answers[3] is None
     assert "not a readable image" in out[4]["error"]
     assert out[5]["error"] is None and answers[5] == "plain text"
+
+
+PIPELINE = """\
+deployments:
+  - name: image-echo
+    backend: echo
+input:
+  id_column: id
+  rows:
+    - {id: 0, picture: "pics/wide.png"}
+    - {id: 1, picture: "PICTURE_ABSOLUTE"}
+    - {id: 2, picture: "SERVER/cat.png"}
+    - {id: 3, picture: "pics/missing.png"}
+steps:
+  - name: describe
+    deployment: image-echo
+    messages:
+      - role: user
+        content:
+          - {type: text, text: "what is {id}"}
+          - {type: image_url, image_url: {url: "{picture}", detail: low}}
+    output_column: description
+"""
+
+
+def test_a_pipeline_steps_image_part_is_a_template_and_reads_paths_from_its_folder(
+    echo, server, tmp_path
+):
+    """A step's message content may be OpenAI's parts; ``text`` and ``image_url.url`` are
+    templates, and a relative path is read from the pipeline file's folder (as input.path),
+    not the current directory."""
+    from relayllm.pipelines import load_pipeline
+
+    (tmp_path / "pics").mkdir()
+    (tmp_path / "pics" / "wide.png").write_bytes(png(12, 3))
+    absolute = tmp_path / "tall.png"
+    absolute.write_bytes(png(2, 9))
+    text = PIPELINE.replace("PICTURE_ABSOLUTE", str(absolute)).replace("SERVER", server)
+    (tmp_path / "p.yaml").write_text(text)
+    step = load_pipeline(tmp_path / "p.yaml").spec.steps[0]
+    assert step.messages[0].content[1].image_url.detail == "low"
+    out = tmp_path / "out.jsonl"
+    relayllm.run_pipeline(tmp_path / "p.yaml", output=str(out), keep_deployments=True)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["description"] for r in rows[:3]] == [
+        "what is 0 <image:12x3>",
+        "what is 1 <image:2x9>",
+        "what is 2 <image:7x5>",
+    ], rows
+    assert rows[3]["description"] is None
+    assert f"cannot read {tmp_path / 'pics' / 'missing.png'}" in rows[3]["error"]
+
+
+def test_a_pipeline_image_part_names_its_column_and_field(tmp_path):
+    from relayllm.pipelines import PipelineError, load_pipeline
+
+    (tmp_path / "p.yaml").write_text(PIPELINE.replace('"{picture}"', '"{photo}"'))
+    with pytest.raises(PipelineError) as info:
+        load_pipeline(tmp_path / "p.yaml").check_columns(["id", "picture"])
+    assert "column 'photo' is not in the input" in str(info.value)
+    assert "steps[0].messages[0].content[1].image_url.url" in str(info.value), str(info.value)
+    (tmp_path / "p.yaml").write_text(PIPELINE.replace("type: image_url,", "type: video,"))
+    with pytest.raises(PipelineError):
+        load_pipeline(tmp_path / "p.yaml")

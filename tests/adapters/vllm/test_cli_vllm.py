@@ -1,8 +1,10 @@
 """The ``relayllm`` command on the real vLLM engine with the bundled demo model.
 
-One engine for the module: ``relayllm deploy`` starts the examples' ``smollm`` deployment on
-this session's Ray cluster, then ``run`` (questions, sentiment), ``batch`` and ``demo`` -- each
-a separate driver process -- find it by name and reuse it; the last test shuts it down.
+One engine for most of the module: ``relayllm deploy`` starts the examples' ``smollm``
+deployment on this session's Ray cluster, then ``run`` (questions, sentiment, prompts), ``batch``
+and ``demo`` -- each a separate driver process -- find it by name and reuse it. The multi-turn
+and capitals examples declare deployments of their own; each of those tests stops what runs
+before it starts its engine, so there is one engine at a time.
 """
 
 from __future__ import annotations
@@ -176,30 +178,6 @@ def test_prompts_from_a_csv_on_the_same_engine(env, engine, tmp_path):
     assert replica(env)["replica"] == engine["replica"]
 
 
-def test_capitals_example_keeps_choice_logprobs_and_tool_calls(env, engine, tmp_path):
-    """examples/capitals.yaml on the same engine: a structured choice, a step keeping its
-    logprobs, and one keeping its (forced, named) tool call."""
-    out = tmp_path / "capitals.jsonl"
-    done = cli("run", EXAMPLES / "capitals.yaml", "--output", out, env=env)
-    rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert [r["country"] for r in rows] == ["France", "Italy", "Spain"], done.stderr[-2000:]
-    assert all(r["error"] is None for r in rows), rows
-    assert {r["capital"] for r in rows} <= {"Paris", "Rome", "Madrid", "Berlin"}
-    for row in rows:
-        tokens = row["confidence"]  # the answer's tokens, then the end-of-turn token
-        assert "".join(t["token"] for t in tokens).startswith(("yes", "no")), tokens
-        assert all(t["logprob"] <= 0 and len(t["top_logprobs"]) == 2 for t in tokens)
-        (call,) = row["weather_call"]
-        assert call["function"]["name"] == "get_weather"
-        assert json.loads(call["function"]["arguments"])["city"] in {
-            "Paris",
-            "Rome",
-            "Madrid",
-            "Berlin",
-        }
-    assert replica(env)["replica"] == engine["replica"]
-
-
 def test_multiturn_example_runs_to_the_end(env, engine, tmp_path):
     """The README's three-step example reads a file next to its own engine: the pipeline that
     once waited forever on 2 CPUs (a read task asking a whole CPU). It declares its own
@@ -223,3 +201,33 @@ def test_multiturn_example_runs_to_the_end(env, engine, tmp_path):
     assert {step: table[step][2:4] for step in ("answer", "critique", "rewrite")} == {
         step: ["2", "0"] for step in ("answer", "critique", "rewrite")
     }
+
+
+def test_capitals_example_keeps_choice_logprobs_tool_calls_and_reasoning(env, tmp_path):
+    """examples/capitals.yaml: a structured choice, a step keeping its logprobs, one keeping
+    its (forced, named) tool call and one keeping the reasoning its deployment's parser split
+    from the answer. It declares its own deployment ('surface', with a reasoning parser), so
+    what the earlier tests left running is stopped first: one engine at a time."""
+    subprocess.run([RELAYLLM, "shutdown"], env=env, capture_output=True, timeout=300, check=True)
+    out = tmp_path / "capitals.jsonl"
+    done = cli("run", EXAMPLES / "capitals.yaml", "--output", out, env=env)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["country"] for r in rows] == ["France", "Italy", "Spain"], done.stderr[-2000:]
+    assert all(r["error"] is None for r in rows), rows
+    assert {r["capital"] for r in rows} <= {"Paris", "Rome", "Madrid", "Berlin"}
+    for row in rows:
+        tokens = row["confidence"]  # the answer's tokens, then the end-of-turn token
+        assert "".join(t["token"] for t in tokens).startswith(("yes", "no")), tokens
+        assert all(t["logprob"] <= 0 and len(t["top_logprobs"]) == 2 for t in tokens)
+        (call,) = row["weather_call"]
+        assert call["function"]["name"] == "get_weather"
+        assert json.loads(call["function"]["arguments"])["city"] in {
+            "Paris",
+            "Rome",
+            "Madrid",
+            "Berlin",
+        }
+        # The parser's half: the thought process alone, without the answer's marker.
+        assert len(row["reasoning"].strip()) >= 5, row
+        assert "Here is my response" not in row["reasoning"], row
+    subprocess.run([RELAYLLM, "shutdown"], env=env, capture_output=True, timeout=300, check=True)

@@ -6,7 +6,8 @@ a green image give different first tokens, two green ones the same); a missing U
 corrupt image fail their own rows. A ``relayllm batch`` line with an image part comes back as
 a ``ChatCompletion`` whose usage counts the image. The answers are meaningless.
 
-One engine for the module.
+One engine for the module: examples/images.yaml starts it (its ``vision`` deployment, with the
+tiny model through RELAYLLM_VISION_MODEL) and keeps it for the other tests.
 """
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ import io
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
 import relayllm
 
-NAME = "vllm-vision"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "images.yaml"
+NAME = "vision"  # the example's deployment
 GREEN, RED = (10, 200, 30), (200, 10, 10)
 # 56x56 pixels (the tiny CLIP tower's input, any image is resized to it) in 14-pixel patches.
 IMAGE_TOKENS = 16
@@ -66,21 +69,31 @@ def server():
 
 
 @pytest.fixture(scope="module")
-def deployment(tmp_path_factory):
+def example_rows(tmp_path_factory):
+    """examples/images.yaml run as a user runs it with the tiny model; its engine (float32:
+    the pixel checks compare first tokens, whose margins bf16 could blur) stays up."""
     from relayllm_vllm.tiny_models import build_vision
 
     model = build_vision(tmp_path_factory.mktemp("tiny-llava"))
-    ref = relayllm.deploy(
-        relayllm.DeploymentConfig(
-            name=NAME,
-            backend="vllm",
-            # float32: the pixel checks compare first tokens, whose margins bf16 could blur.
-            options={"model": str(model), "max_model_len": 128, "dtype": "float32"},
-            startup_timeout_s=1200,
-        )
-    )
-    yield ref
+    out = tmp_path_factory.mktemp("out") / "images.jsonl"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("RELAYLLM_VISION_MODEL", str(model))
+        relayllm.run_pipeline(EXAMPLE, output=str(out), keep_deployments=True)
+    yield {r["picture_id"]: r for r in map(json.loads, out.read_text().splitlines())}
     relayllm.shutdown(NAME)
+
+
+@pytest.fixture(scope="module")
+def deployment(example_rows):
+    return NAME
+
+
+def test_the_images_example_describes_every_picture(example_rows):
+    # Two PNG files by a path relative to the pipeline file, one inline data: URL.
+    assert set(example_rows) == {"red", "green", "blue"}
+    assert all(r["error"] is None and r["description"] for r in example_rows.values())
+    # Meaningless words, but the picture's own: red and green answer differently.
+    assert example_rows["red"]["description"] != example_rows["green"]["description"]
 
 
 def chat(url: str | None) -> list[dict]:

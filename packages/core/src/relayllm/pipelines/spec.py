@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
@@ -56,9 +56,32 @@ class InputSpec(_Strict):
         return self
 
 
+class TextPart(_Strict):
+    type: Literal["text"]
+    text: str
+
+
+class ImageURL(_Strict):
+    url: str = Field(
+        description="http(s)://, data: or a local file; a relative path is read from the "
+        "pipeline file's folder (as input.path)."
+    )
+    detail: Literal["auto", "low", "high"] | None = None
+
+
+class ImagePart(_Strict):
+    type: Literal["image_url"]
+    image_url: ImageURL
+
+
+#: A part of a message's content, in OpenAI's shape; ``text`` and ``image_url.url`` are
+#: templates.
+ContentPart = Annotated[TextPart | ImagePart, Field(discriminator="type")]
+
+
 class MessageTemplate(_Strict):
     role: Literal["system", "user", "assistant", "developer"]
-    content: str
+    content: str | Annotated[list[ContentPart], Field(min_length=1)]
 
 
 class StepSpec(_Strict):

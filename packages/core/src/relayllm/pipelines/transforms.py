@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from relayllm import compat
 from relayllm.pipelines.spec import HIDDEN_PREFIX, StepSpec
-from relayllm.pipelines.templates import render
+from relayllm.pipelines.templates import render, render_content
 from relayllm.processor import build_processor
 from relayllm.resources import TASK_NUM_CPUS
 from relayllm.rows import (
@@ -23,6 +23,8 @@ from relayllm.rows import (
 )
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     import pyarrow as pa
 
     from relayllm.pipelines.load import Pipeline
@@ -41,8 +43,8 @@ def step_prefix(index: int) -> str:
 class _Prepare:
     """Preprocess of one step: fill the template into the column the task reads."""
 
-    def __init__(self, index: int, step: StepSpec) -> None:
-        self.index, self.step = index, step
+    def __init__(self, index: int, step: StepSpec, base_dir: Path | None = None) -> None:
+        self.index, self.step, self.base_dir = index, step, base_dir
         self.key = step.template_key
 
     def _extras(self, row: dict[str, Any]) -> dict[str, Any]:
@@ -60,7 +62,8 @@ class _Prepare:
         try:
             if self.step.messages is not None:
                 value = [
-                    {"role": m.role, "content": render(m.content, row)} for m in self.step.messages
+                    {"role": m.role, "content": render_content(m.content, row, self.base_dir)}
+                    for m in self.step.messages
                 ]
             elif getattr(self.step, self.key, None) is not None:  # a string template
                 value = render(getattr(self.step, self.key), row)
@@ -148,7 +151,7 @@ def _json_field(text: Any, step: StepSpec) -> tuple[Any, str | None]:
 def build_steps(pipeline: Pipeline, dataset):
     """Chain the steps' processors on ``dataset`` (lazy)."""
     for i, step in enumerate(pipeline.spec.steps):
-        prepare = _named(_Prepare(i, step), f"prepare[{step.name}]")
+        prepare = _named(_Prepare(i, step, pipeline.base_dir), f"prepare[{step.name}]")
         finish = _named(_Finish(i, step), f"finish[{step.name}]")
         processor = build_processor(step.processor_config(), prepare, finish)
         dataset = processor(dataset)

