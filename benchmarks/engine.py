@@ -173,7 +173,7 @@ def run_relayllm(args: argparse.Namespace) -> dict[str, Any]:
 
     ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     ray.data.DataContext.get_current().enable_progress_bars = False
-    options = {"model": args.model, "max_model_len": args.max_model_len}
+    options = {"model": args.model, "max_model_len": args.max_model_len, **args.options}
     if args.engine_metrics is not None:  # unset: the backend's default
         options["engine_metrics"] = args.engine_metrics == "on"
     started = time.perf_counter()
@@ -183,7 +183,10 @@ def run_relayllm(args: argparse.Namespace) -> dict[str, Any]:
     start_s = time.perf_counter() - started
     info = ref.handle().info.remote().result(timeout_s=60)
     config = relayllm.ProcessorConfig(
-        deployment="bench-engine", batch_size=args.batch_size, sampling_params=sampling(args)
+        deployment="bench-engine",
+        batch_size=args.batch_size,
+        sampling_params=sampling(args),
+        **({"max_in_flight_batches": args.in_flight} if args.in_flight else {}),
     )
     processor = relayllm.build_processor(config)
 
@@ -230,6 +233,9 @@ def child(side: str, args: argparse.Namespace, *extra: str) -> dict[str, Any]:
         str(args.batch_size),
         "--model",
         args.model,
+        *(["--in-flight", str(args.in_flight)] if getattr(args, "in_flight", None) else []),
+        "--options",
+        json.dumps(getattr(args, "options", {})),  # engine_metrics.py has no --options
         *extra,
     ]
     done = subprocess.run(command, capture_output=True, text=True)
@@ -291,6 +297,18 @@ def main() -> None:
     parser.add_argument("--max-model-len", type=int, default=1024)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--model", default="demo")
+    parser.add_argument(
+        "--in-flight",
+        type=int,
+        help="the relayllm side's max_in_flight_batches (default: the processor's own)",
+    )
+    parser.add_argument(
+        "--options",
+        type=json.loads,
+        default={},
+        help="more vllm backend options for the relayllm side, as JSON (e.g. "
+        '\'{"engine_kwargs": {"distributed_executor_backend": "mp"}}\')',
+    )
     parser.add_argument("--side", choices=["raw", "relayllm"], help=argparse.SUPPRESS)
     # The vllm backend's engine_metrics option (benchmarks/engine_metrics.py compares the two).
     parser.add_argument("--engine-metrics", choices=["on", "off"], help=argparse.SUPPRESS)
@@ -319,6 +337,8 @@ def main() -> None:
         "sampling_params": sampling(args),
         "max_model_len": args.max_model_len,
         "batch_size": args.batch_size,
+        "relayllm_options": args.options,
+        "relayllm_in_flight": args.in_flight,
         "target": TARGET,
         "summary": table,
         "target_met": all(t["target_met"] for t in table),

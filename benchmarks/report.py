@@ -1318,6 +1318,15 @@ def online_batch_section(data: dict[str, Any]) -> list[str]:
     ax.set_title("Interactive TTFT on the HTTP front, demo model on CPU", fontsize=9)
     png = _save(fig, "online_batch.png")
     load = data.get("host", {}).get("load_average_at_start")
+    # The controller's settings as the managed replica reported them (older results: the
+    # benchmark's target only; the benchmark's own idle_s is its bursts' pause, not these).
+    controller = (by.get("managed") or {}).get("admission") or {}
+    in_force = {"target_ttft_s": st["target_ttft_s"], **controller}
+    admission = ", ".join(
+        f"{key} {in_force[key]}"
+        for key in ("target_ttft_s", "target_tpot_s", "idle_s")
+        if in_force.get(key) is not None
+    )
     lines = [
         "## 9. Online and batch traffic on one engine",
         "",
@@ -1326,11 +1335,17 @@ def online_batch_section(data: dict[str, Any]) -> list[str]:
         f"(max_tokens {st['interactive_max_tokens']}) one after another, {st['think_s']} s "
         f"apart; the batch job is {st['rows']} rows through a processor written as the README "
         f"shows (batch_size {st['batch_size']}, max_tokens {st['batch_max_tokens']}). "
-        "*managed*: relayllm's defaults (batch rows at priority 10 and HTTP requests at 0 in "
-        "vLLM's priority scheduler; admission control with target_ttft_s "
-        f"{st['target_ttft_s']}). *unmanaged*: the same deployment with the batch rows at the "
-        "interactive priority and the admission limit pinned at its maximum. Each variant has "
-        "its own engine; one run each"
+        "*managed*: relayllm's traffic management (batch rows at priority 10 and HTTP "
+        "requests at 0 in vLLM's priority scheduler; admission control with "
+        f"{admission}). "
+        + (
+            "*unmanaged*: the same deployment with the batch rows at the interactive priority "
+            "and the admission limit pinned at its maximum. Each variant has its own engine; "
+            "one run each"
+            if "unmanaged" in by
+            else "*unmanaged* (no priority, no admission) was not run this time "
+            "(`--variants managed`); one run"
+        )
         + (f"; 1-minute load average at start: {load:.1f}." if load is not None else "."),
         "",
         f"![online and batch]({png})",
@@ -1386,6 +1401,25 @@ def online_batch_section(data: dict[str, Any]) -> list[str]:
         lines.append(
             f"| (unmanaged, for comparison) p99 TTFT with batch / alone | {_ratio(unmanaged)} | |"
         )
+    if "cuts" in controller:
+        by_signal = controller.get("cuts_by") or {}
+        lines += [
+            "",
+            f"The managed replica's controller over the whole run: {controller['cuts']} cuts"
+            + (
+                " (" + ", ".join(f"{k} {v}" for k, v in by_signal.items()) + "), "
+                if by_signal
+                else ", "
+            )
+            + f"lowest limit {controller.get('lowest_limit')} of "
+            f"{controller.get('max_batch_rows')} batch rows, {controller.get('raises')} additive "
+            "raises"
+            + (
+                f", {controller['refills']} refills to the maximum after idle_s."
+                if "refills" in controller
+                else "."
+            ),
+        ]
     lines.append("")
     return lines
 
