@@ -210,7 +210,8 @@ def test_capitals_example_keeps_choice_logprobs_tool_calls_and_reasoning(env, tm
     what the earlier tests left running is stopped first: one engine at a time."""
     subprocess.run([RELAYLLM, "shutdown"], env=env, capture_output=True, timeout=300, check=True)
     out = tmp_path / "capitals.jsonl"
-    done = cli("run", EXAMPLES / "capitals.yaml", "--output", out, env=env)
+    # Kept for the batch-file example after it (one engine start for both).
+    done = cli("run", EXAMPLES / "capitals.yaml", "--output", out, "--keep-deployments", env=env)
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["country"] for r in rows] == ["France", "Italy", "Spain"], done.stderr[-2000:]
     assert all(r["error"] is None for r in rows), rows
@@ -230,4 +231,46 @@ def test_capitals_example_keeps_choice_logprobs_tool_calls_and_reasoning(env, tm
         # The parser's half: the thought process alone, without the answer's marker.
         assert len(row["reasoning"].strip()) >= 5, row
         assert "Here is my response" not in row["reasoning"], row
+    _surface_batch_file_example(env, tmp_path)
     subprocess.run([RELAYLLM, "shutdown"], env=env, capture_output=True, timeout=300, check=True)
+
+
+def _surface_batch_file_example(env, tmp_path):
+    """examples/batch/surface.jsonl on capitals.yaml's deployment (still running): each line
+    asks for one field of the surface, and its response body is OpenAI's own type with it."""
+    from openai.types import Completion
+    from openai.types.chat import ChatCompletion
+
+    out = tmp_path / "surface-out.jsonl"
+    done = cli(
+        "batch",
+        EXAMPLES / "batch" / "surface.jsonl",
+        "--config",
+        EXAMPLES / "capitals.yaml",
+        "--output",
+        out,
+        env=env,
+    )
+    assert json.loads(done.stdout.splitlines()[-1])["request_counts"] == {
+        "total": 9,
+        "completed": 9,
+        "failed": 0,
+    }, done.stderr[-3000:]
+    bodies = {
+        item["custom_id"]: item["response"]["body"]
+        for item in map(json.loads, out.read_text().splitlines())
+    }
+    chats = {k: ChatCompletion.model_validate(v) for k, v in bodies.items() if k != "completion"}
+    logprobs = chats["logprobs"].choices[0].logprobs.content
+    assert logprobs and all(len(t.top_logprobs) == 2 for t in logprobs)
+    assert len(chats["two-samples"].choices) == 2
+    (call,) = chats["tool-call"].choices[0].message.tool_calls
+    assert json.loads(call.function.arguments)["city"] in {"Paris", "Rome", "Madrid"}
+    assert chats["choice"].choices[0].message.content in {"Paris", "Rome", "Madrid"}
+    assert "city" in json.loads(chats["json-schema"].choices[0].message.content)
+    reasoning = chats["reasoning"].choices[0].message
+    assert reasoning.model_extra["reasoning_content"] and reasoning.content, reasoning
+    assert "Paris" in chats["prefill"].choices[0].message.content  # the sentence continued
+    assert chats["template-kwargs"].choices[0].message.content
+    completion = Completion.model_validate(bodies["completion"]).choices[0]
+    assert len(completion.logprobs.tokens) == 4 and len(completion.logprobs.top_logprobs[0]) == 2
