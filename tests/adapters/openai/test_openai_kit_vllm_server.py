@@ -102,6 +102,12 @@ def vllm_server(tmp_path_factory, test_key):
         "--enable-auto-tool-choice",
         "--tool-call-parser",
         "hermes",
+        # Its granite parser splits a reasoning row's answer (the format forced by a regex,
+        # which therefore constrains from the first token: enable_in_reasoning).
+        "--reasoning-parser",
+        "granite",
+        "--structured-outputs-config",
+        '{"enable_in_reasoning": true}',
     ]
     # The key goes through the environment, not the command line: argv is world-readable.
     env = {**os.environ, "VLLM_API_KEY": test_key}
@@ -175,7 +181,8 @@ WEATHER = {
 def test_surface_fields_map_to_the_servers_own(vllm_server):
     """logprobs, prompt_logprobs, n, tools (named, required, and auto read by the server's
     hermes parser), chat_template_kwargs, prefill and structured_outputs travel as the
-    server's body fields and come back in the row's columns. (Before the kit class.)"""
+    server's body fields and come back in the row's columns, and so does the reasoning the
+    server's parser splits from the answer. (Before the kit class.)"""
     import json
 
     import relayllm
@@ -224,6 +231,16 @@ def test_surface_fields_map_to_the_servers_own(vllm_server):
             "messages": france,
             "sampling_params": {"structured_outputs": {"choice": ["Rome", "Paris"]}},
         },
+        {
+            "messages": france,
+            "sampling_params": {
+                "structured_outputs": {
+                    "regex": r"Here is my thought process: [a-z ]{5,30}\. "
+                    r"Here is my response: [A-Za-z ]{2,30}\."
+                },
+                "max_tokens": 60,
+            },
+        },
     ]
     processor = relayllm.build_processor(
         relayllm.ProcessorConfig(
@@ -236,7 +253,7 @@ def test_surface_fields_map_to_the_servers_own(vllm_server):
     out = processor(ray.data.from_items(rows, override_num_blocks=1)).take_all()
     relayllm.shutdown("openai-surface")
     assert [r["error"] for r in out] == [None] * len(rows), [r["error"] for r in out]
-    lp, n, named, required, auto, continued, kwargs, choice = out
+    lp, n, named, required, auto, continued, kwargs, choice, reasoned = out
     assert len(lp["logprobs"]) == lp["num_generated_tokens"]
     assert all(len(e["top_logprobs"]) == 2 and e["logprob"] <= 0 for e in lp["logprobs"])
     # The tokens spell the answer, then the end-of-turn token the text leaves out.
@@ -260,6 +277,9 @@ def test_surface_fields_map_to_the_servers_own(vllm_server):
     assert auto["finish_reason"] == "tool_calls"
     assert "Paris" in continued["generated_text"] and kwargs["generated_text"]
     assert choice["generated_text"] in {"Rome", "Paris"}
+    # The server's parser split it: the thought process alone, then the answer alone.
+    assert len(reasoned["reasoning_content"].strip()) >= 5, reasoned
+    assert "Here is my" not in reasoned["reasoning_content"] + reasoned["generated_text"]
 
 
 def test_a_feature_the_endpoint_does_not_declare_is_refused_up_front(vllm_server):

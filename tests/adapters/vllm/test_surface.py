@@ -87,6 +87,8 @@ def deployment():
                 "chat_template": TEMPLATE,
                 "tool_call_parser": "hermes",
                 "reasoning_parser": "granite",
+                # The forced tool calls and formats constrain from the first token.
+                "structured_outputs_in_reasoning": True,
             },
             startup_timeout_s=1200,
         )

@@ -84,6 +84,18 @@ def test_cpu_build_gets_cpu_defaults_and_explicit_values_win():
     assert mine["gpu_memory_utilization"] == 0.5 and mine["enforce_eager"] is False
 
 
+def test_reasoning_parser_reaches_the_engine_as_on_vllms_server():
+    """The engine gets the parser too: its structured output waits for the reasoning to end,
+    as with the server's --reasoning-parser; constraining the reasoning is asked for."""
+    args = engine_args(VLLMOptions(reasoning_parser="granite"), cpu=True, model_path="/m")
+    assert args["reasoning_parser"] == "granite"
+    assert "reasoning_parser" not in engine_args(VLLMOptions(), cpu=True, model_path="/m")
+    with pytest.raises(ValueError, match="needs a reasoning_parser"):
+        VLLMOptions(structured_outputs_in_reasoning=True)
+    with pytest.raises(ValueError, match="set them as options of their own"):
+        VLLMOptions(engine_kwargs={"reasoning_parser": "granite"})
+
+
 def test_lora_embed_and_parallel_options_map_to_engine_args():
     options = VLLMOptions(
         model="org/model",

@@ -47,6 +47,10 @@ ATTRIBUTE_TYPES: dict[tuple[str, str], tuple[str, str] | None] = {
     ("VllmConfig", "parallel_config"): ("vllm.config.parallel", "ParallelConfig"),
     ("VllmConfig", "cache_config"): OBJECT_TYPES["cache"],
     ("VllmConfig", "scheduler_config"): ("vllm.config.scheduler", "SchedulerConfig"),
+    ("VllmConfig", "structured_outputs_config"): (
+        "vllm.config.structured_outputs",
+        "StructuredOutputsConfig",
+    ),
     ("BaseRenderer", "default_chat_tok_params"): ("vllm.renderers.params", "TokenizeParams"),
     ("BaseRenderer", "default_cmpl_tok_params"): ("vllm.renderers.params", "TokenizeParams"),
     ("PoolingRequestOutput", "outputs"): ("vllm.outputs", "PoolingOutput"),

@@ -152,6 +152,8 @@ class VLLMDeployment(BatchDeployment):
         # (max_num_seqs, max_num_batched_tokens), not the bare engine's, which on the CPU build
         # are half of them and cost throughput next to raw ``LLM.chat`` (benchmarks/engine.py).
         config = AsyncEngineArgs(**plan.args).create_engine_config(UsageContext.LLM_CLASS)
+        if self.options.structured_outputs_in_reasoning:
+            config.structured_outputs_config.enable_in_reasoning = True
         if plan.placement_group is not None:
             config.parallel_config.placement_group = plan.placement_group
         if in_process_worker(plan, config.parallel_config.world_size):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator, model_validator
 
 from relayllm import BackendOptions
 from relayllm_vllm.demo import DEMO_MODEL
@@ -86,7 +86,14 @@ class VLLMOptions(BackendOptions):
     reasoning_parser: str | None = Field(
         default=None,
         description="vLLM reasoning parser (as the server's --reasoning-parser: deepseek_r1, "
-        "qwen3, granite, ...) that splits chat answers into reasoning_content and the answer.",
+        "qwen3, granite, ...) that splits chat answers into reasoning_content and the answer. "
+        "As on vLLM's server, structured output then constrains the answer only, after the "
+        "reasoning ends (see structured_outputs_in_reasoning).",
+    )
+    structured_outputs_in_reasoning: bool = Field(
+        default=False,
+        description="With a reasoning_parser: constrain the reasoning too, from the first token "
+        "(vLLM's structured_outputs_config.enable_in_reasoning).",
     )
     lora: LoRAOptions | None = None
     task: Literal["generate", "embed", "classify", "score"] = Field(
@@ -118,6 +125,15 @@ class VLLMOptions(BackendOptions):
             )
         return value
 
+    @model_validator(mode="after")
+    def _reasoning_to_constrain(self) -> VLLMOptions:
+        if self.structured_outputs_in_reasoning and not self.reasoning_parser:
+            raise ValueError(
+                "structured_outputs_in_reasoning needs a reasoning_parser (without one there "
+                "is no reasoning: structured output constrains the whole answer already)"
+            )
+        return self
+
     @property
     def world_size(self) -> int:
         """Devices one replica uses."""
@@ -148,6 +164,7 @@ OPTION_ENGINE_ARGS = frozenset(
         "runner",
         "convert",
         "kv_cache_memory_bytes",
+        "reasoning_parser",
     }
 )
 
@@ -194,6 +211,9 @@ def engine_args(options: VLLMOptions, *, cpu: bool, model_path: str) -> dict[str
         # A *ForSequenceClassification checkpoint: vLLM's "auto" convert keeps a native
         # pooling model (BERT...) and adapts a decoder one (Llama, Qwen...) with a classify head.
         args.update(runner="pooling")
+    if options.reasoning_parser:
+        # The engine's structured output waits for the reasoning to end, as the server's.
+        args["reasoning_parser"] = options.reasoning_parser
     if options.world_size > 1:
         # Workers are Ray actors placed in the replica's placement group (see plugin).
         args["distributed_executor_backend"] = "ray"
