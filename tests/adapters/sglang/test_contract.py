@@ -17,6 +17,7 @@ import pytest
 
 import relayllm_sglang.deployment as deployment_module
 from relayllm_sglang.options import FIRST_CLASS_OPTIONS, SGLangOptions, engine_kwargs
+from relayllm_sglang.reasoning import REASONING_PARSERS
 from relayllm_sglang.source import ENGINE_MODULE
 from relayllm_sglang.translate import (
     ABORT,
@@ -48,6 +49,8 @@ MODEL_CONFIG = ("sglang.srt.configs.model_config", "ModelConfig")
 EMBEDDING_REQUEST = ("sglang.srt.managers.io_struct", "EmbeddingReqInput")
 SCHEDULE_BATCH = "sglang.srt.managers.schedule_batch"
 CLASSIFY_SERVING = "sglang.srt.entrypoints.openai.serving_classify"
+#: The dependency-free copy of the parser names that the server's --reasoning-parser offers.
+REASONING_PARSER_NAMES = "sglang.srt.parser.reasoning_parser_names"
 #: Types of the engine attributes the deployment reaches through (engine.<path>.<member>);
 #: a path not listed here leaves sglang (hf_config is transformers').
 ENGINE_ATTRIBUTE_TYPES = {
@@ -70,6 +73,7 @@ def every_option_set() -> SGLangOptions:
         dtype="bfloat16",
         chat_template="c.jinja",
         lora_paths={"a": "p"},
+        reasoning_parser="qwen3",
     )
 
 
@@ -271,6 +275,22 @@ def engine_method(sglang_source, name: str) -> ast.FunctionDef | ast.AsyncFuncti
             if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name == name:
                 return item
     raise AssertionError(f"sglang.Engine has no {name}")
+
+
+def test_the_reasoning_parser_option_takes_the_releases_parser_names(sglang_source):
+    """The option accepts exactly the names of the pinned release's ReasoningParser registry
+    (DetectorMap), which are also the names its server's --reasoning-parser offers."""
+    registry = sglang_source.reasoning_parser_names()
+    assert registry == REASONING_PARSERS, (
+        f"update relayllm_sglang.reasoning.REASONING_PARSERS: the release adds "
+        f"{sorted(registry - REASONING_PARSERS)} and drops {sorted(REASONING_PARSERS - registry)}"
+    )
+    (listed,) = (
+        node.value
+        for node in sglang_source.module(REASONING_PARSER_NAMES).body
+        if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "REASONING_PARSER_NAMES"
+    )
+    assert set(ast.literal_eval(listed)) == registry
 
 
 def test_engine_is_exported_by_the_top_level_package(sglang_source):

@@ -38,6 +38,7 @@ def test_every_option_becomes_the_engine_kwarg_of_the_same_name():
         dtype="bfloat16",
         chat_template="templates/chat.jinja",
         lora_paths={"sql": "adapters/sql"},
+        reasoning_parser="qwen3",
         server_args={"is_embedding": False, "random_seed": 7},
     )
     kwargs = engine_kwargs(options)

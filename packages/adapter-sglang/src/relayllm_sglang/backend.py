@@ -6,11 +6,12 @@ import importlib.metadata
 import logging
 from typing import Any, ClassVar
 
-from relayllm import Backend
+from relayllm import Backend, ConfigError
 from relayllm.replica import BatchDeployment
 from relayllm.rows import FEATURES, TEXT_TASKS
 from relayllm_sglang import INSTALL_HINT, SGLANG_VERSION
 from relayllm_sglang.options import SGLangOptions, check_server_arg_names, engine_kwargs
+from relayllm_sglang.reasoning import reasoning_parser_problem
 from relayllm_sglang.source import SourceLayoutError, SourceTree
 
 logger = logging.getLogger(__name__)
@@ -65,7 +66,10 @@ class SGLangBackend(Backend):
 
 
 def check_options_against(options: SGLangOptions, tree: SourceTree) -> None:
-    """Check ``options`` against the ServerArgs of the sglang whose source is ``tree``."""
+    """Check ``options`` against the sglang whose source is ``tree``: its ServerArgs, and its
+    reasoning parsers (the options were checked against the pinned release's names; an
+    installed release may have others)."""
+    check_reasoning_parser(options, tree)
     try:
         known = tree.server_args_fields()
     except SourceLayoutError as exc:
@@ -86,6 +90,21 @@ def check_options_against(options: SGLangOptions, tree: SourceTree) -> None:
         )
 
 
+def check_reasoning_parser(options: SGLangOptions, tree: SourceTree) -> None:
+    """``options.reasoning_parser`` is a parser of the sglang whose source is ``tree``."""
+    if options.reasoning_parser is None:
+        return
+    try:
+        known = tree.reasoning_parser_names()
+    except SourceLayoutError as exc:
+        # The engine still refuses an unknown parser itself when it starts, only later.
+        logger.warning("cannot read sglang's reasoning parsers (%s); not checked", exc)
+        return
+    problem = reasoning_parser_problem(options.reasoning_parser, known)
+    if problem is not None:
+        raise ConfigError(f"invalid options for backend 'sglang': reasoning_parser {problem}")
+
+
 def placement(options: SGLangOptions) -> dict[str, Any]:
     """Serve resources for one replica: ``options.gpus`` GPUs, in ONE bundle when more than one.
 
@@ -104,4 +123,10 @@ def placement(options: SGLangOptions) -> dict[str, Any]:
     }
 
 
-__all__ = ["POOLING_TASK_OF", "SGLangBackend", "check_options_against", "placement"]
+__all__ = [
+    "POOLING_TASK_OF",
+    "SGLangBackend",
+    "check_options_against",
+    "check_reasoning_parser",
+    "placement",
+]

@@ -13,6 +13,7 @@ from pydantic import Field, PositiveInt, field_validator, model_validator
 
 from relayllm import BackendOptions, ConfigError
 from relayllm.adapters import did_you_mean
+from relayllm_sglang.reasoning import REASONING_PARSERS, reasoning_parser_problem
 
 #: ``server_args`` the adapter cannot work with, and why.
 RESERVED_SERVER_ARGS = {
@@ -40,6 +41,11 @@ class SGLangOptions(BackendOptions):
     )
     lora_paths: dict[str, str] | None = Field(
         default=None, description="LoRA adapters by name; rows pick one in their 'model' column."
+    )
+    reasoning_parser: str | None = Field(
+        default=None,
+        description="SGLang reasoning parser (as the server's --reasoning-parser: deepseek-r1, "
+        "qwen3, glm45, ...) that splits chat answers into reasoning_content and the answer.",
     )
     task: Literal["generate", "embed", "classify", "score"] | None = Field(
         default=None,
@@ -70,6 +76,16 @@ class SGLangOptions(BackendOptions):
                 "must be the path of a .jinja chat template file (SGLang's built-in template "
                 "names apply only to its HTTP server)"
             )
+        return value
+
+    @field_validator("reasoning_parser")
+    @classmethod
+    def _known_reasoning_parser(cls, value: str | None) -> str | None:
+        # Checked against the pinned release's names here, without sglang; the installed
+        # release's own registry is checked again at deploy (backend.check_options_against).
+        problem = None if value is None else reasoning_parser_problem(value, REASONING_PARSERS)
+        if problem is not None:
+            raise ValueError(problem)
         return value
 
     @field_validator("lora_paths")

@@ -18,6 +18,7 @@ from pathlib import Path
 ENGINE_MODULE = "sglang"  # where users (and the adapter) get ``Engine`` from
 SERVER_ARGS_MODULE = "sglang.srt.server_args"
 SAMPLING_PARAMS_MODULE = "sglang.srt.sampling.sampling_params"
+REASONING_PARSER_MODULE = "sglang.srt.parser.reasoning_parser"
 
 
 class SourceLayoutError(LookupError):
@@ -218,6 +219,34 @@ class SourceTree:
             raise SourceLayoutError("no SamplingParams fields found")
         return fields
 
+    def reasoning_parsers(self) -> dict[str, str]:
+        """The names ``ReasoningParser`` accepts, each with the detector class it builds: its
+        ``DetectorMap`` registry."""
+        _, node = self.find_class(REASONING_PARSER_MODULE, "ReasoningParser")
+        for item in node.body:
+            targets: list[ast.expr]
+            if isinstance(item, ast.AnnAssign):
+                targets, value = [item.target], item.value
+            elif isinstance(item, ast.Assign):
+                targets, value = item.targets, item.value
+            else:
+                continue
+            if isinstance(value, ast.Dict) and any(
+                isinstance(t, ast.Name) and t.id == "DetectorMap" for t in targets
+            ):
+                parsers = {
+                    k.value: ast.unparse(v)
+                    for k, v in zip(value.keys, value.values, strict=True)
+                    if isinstance(k, ast.Constant) and isinstance(k.value, str)
+                }
+                if parsers:
+                    return parsers
+        raise SourceLayoutError("no ReasoningParser.DetectorMap of parser names found")
+
+    def reasoning_parser_names(self) -> set[str]:
+        """The names ``ReasoningParser`` accepts (``--reasoning-parser``'s choices)."""
+        return set(self.reasoning_parsers())
+
     def string_dict_keys(self, module: str) -> set[str]:
         """String keys of dict literals in ``module`` (e.g. the ``meta_info`` sglang returns)."""
         keys: set[str] = set()
@@ -259,6 +288,7 @@ def _annotated_fields(klass: ast.ClassDef) -> set[str]:
 
 __all__ = [
     "ENGINE_MODULE",
+    "REASONING_PARSER_MODULE",
     "SAMPLING_PARAMS_MODULE",
     "SERVER_ARGS_MODULE",
     "SourceLayoutError",
