@@ -17,8 +17,8 @@ import pytest
 
 import relayllm_sglang.deployment as deployment_module
 from relayllm_sglang.options import FIRST_CLASS_OPTIONS, SGLangOptions, engine_kwargs
-from relayllm_sglang.reasoning import REASONING_PARSERS
-from relayllm_sglang.source import ENGINE_MODULE
+from relayllm_sglang.reasoning import REASONING_PARSERS, split_reasoning
+from relayllm_sglang.source import ENGINE_MODULE, REASONING_PARSER_MODULE
 from relayllm_sglang.translate import (
     ABORT,
     CACHED_TOKENS,
@@ -27,6 +27,7 @@ from relayllm_sglang.translate import (
     E2E_LATENCY,
     FINISH_REASON,
     FINISH_REASONS,
+    GRAMMAR_PARAMS,
     INPUT_LOGPROBS,
     INPUT_TOP_LOGPROBS,
     JSON_SCHEMA_PARAM,
@@ -49,6 +50,7 @@ MODEL_CONFIG = ("sglang.srt.configs.model_config", "ModelConfig")
 EMBEDDING_REQUEST = ("sglang.srt.managers.io_struct", "EmbeddingReqInput")
 SCHEDULE_BATCH = "sglang.srt.managers.schedule_batch"
 CLASSIFY_SERVING = "sglang.srt.entrypoints.openai.serving_classify"
+REASONING_PARSER = (REASONING_PARSER_MODULE, "ReasoningParser")
 #: The dependency-free copy of the parser names that the server's --reasoning-parser offers.
 REASONING_PARSER_NAMES = "sglang.srt.parser.reasoning_parser_names"
 #: Types of the engine attributes the deployment reaches through (engine.<path>.<member>);
@@ -277,6 +279,16 @@ def engine_method(sglang_source, name: str) -> ast.FunctionDef | ast.AsyncFuncti
     raise AssertionError(f"sglang.Engine has no {name}")
 
 
+def class_method(sglang_source, module: str, cls: str, name: str) -> ast.FunctionDef:
+    """The definition of ``cls.<name>`` in the pinned release (its own or a base's)."""
+    where, node = sglang_source.find_class(module, cls)
+    for _, klass in sglang_source._classes(where, node):
+        for item in klass.body:
+            if isinstance(item, ast.FunctionDef) and item.name == name:
+                return item
+    raise AssertionError(f"{cls} has no {name}")
+
+
 def test_the_reasoning_parser_option_takes_the_releases_parser_names(sglang_source):
     """The option accepts exactly the names of the pinned release's ReasoningParser registry
     (DetectorMap), which are also the names its server's --reasoning-parser offers."""
@@ -291,6 +303,66 @@ def test_the_reasoning_parser_option_takes_the_releases_parser_names(sglang_sour
         if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "REASONING_PARSER_NAMES"
     )
     assert set(ast.literal_eval(listed)) == registry
+
+
+def test_the_reasoning_parser_is_built_and_called_as_the_release_defines_it(sglang_source):
+    """The replica builds ``ReasoningParser(...)`` from the module it lives in, with keywords
+    its constructor has; split_reasoning calls the method that returns (reasoning, answer) in
+    that order; the replica reads the opening tag of every registered detector."""
+    tree = ast.parse(inspect.getsource(deployment_module))
+    imported = {
+        (node.module, alias.name)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+    assert REASONING_PARSER in imported
+    built = [
+        {k.arg for k in node.keywords}
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == REASONING_PARSER[1]
+    ]
+    assert len(built) == 1 and "model_type" in built[0], built
+    params, _ = sglang_source.method_parameters(*REASONING_PARSER, "__init__")
+    assert built[0] <= params, f"ReasoningParser() has no {sorted(built[0] - params)}"
+    # force_reasoning=None must leave each detector its own default: the constructor passes
+    # it on only when set.
+    init = class_method(sglang_source, *REASONING_PARSER, "__init__")
+    with_defaults = [a.arg for a in init.args.args][len(init.args.args) - len(init.args.defaults) :]
+    defaults = dict(zip(with_defaults, init.args.defaults, strict=True))
+    assert ast.unparse(defaults["force_reasoning"]) == "None"
+    assert "if force_reasoning is not None" in ast.unparse(init)
+
+    called = {
+        node.func.attr
+        for node in ast.walk(ast.parse(inspect.getsource(split_reasoning)))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and ast.unparse(node.func.value) == "parser"
+    }
+    assert len(called) == 1, called
+    (method,) = called
+    parse = class_method(sglang_source, *REASONING_PARSER, method)  # fails if it is gone
+    assert [a.arg for a in parse.args.args] == ["self", "full_text"]
+    returns = [node.value for node in ast.walk(parse) if isinstance(node, ast.Return)]
+    assert returns and all(isinstance(r, ast.Tuple) and len(r.elts) == 2 for r in returns)
+    for reasoning, answer in (r.elts for r in returns if isinstance(r, ast.Tuple)):
+        assert "reasoning" in ast.unparse(reasoning) and "normal" in ast.unparse(answer)
+
+    assert ".detector.think_start_token" in inspect.getsource(deployment_module)
+    assert "detector" in sglang_source.members(*REASONING_PARSER)
+    for name, detector in sglang_source.reasoning_parsers().items():
+        assert "think_start_token" in sglang_source.members(REASONING_PARSER_MODULE, detector), (
+            f"the {name!r} parser's {detector} has no think_start_token"
+        )
+
+
+def test_the_grammar_fields_that_keep_an_answer_whole_are_sampling_params(sglang_source):
+    """A chat row with one of these is not split into reasoning (see EngineInput.may_reason):
+    each must be a SamplingParams field, and every form of structured output one of them."""
+    missing = GRAMMAR_PARAMS - sglang_source.sampling_param_fields()
+    assert not missing, f"SamplingParams has no {sorted(missing)}"
+    assert {JSON_SCHEMA_PARAM, *STRUCTURED_PARAMS.values()} <= GRAMMAR_PARAMS
 
 
 def test_engine_is_exported_by_the_top_level_package(sglang_source):

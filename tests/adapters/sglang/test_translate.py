@@ -527,6 +527,21 @@ def test_structured_output_forms(form, value, name, sent):
     assert sglang_sampling_params({"structured_outputs": {form: value}}) == {name: sent}
 
 
+def test_only_chats_free_of_a_grammar_may_reason(tokenizer):
+    """Whether a reasoning parser may split the answer (the reasoning_parser option)."""
+    assert engine_input(chat_request(), tokenizer).may_reason
+    assert not engine_input({"task": "completion", "prompt": "say hello"}, tokenizer).may_reason
+    # A grammar holds from the first token (the engine is not asked to wait for the reasoning
+    # to end), so a structured answer has no reasoning block.
+    for params in (
+        {"response_format": {"type": "json_object"}},
+        {"structured_outputs": {"choice": ["paris", "lyon"]}},
+        {"regex": "[a-z]+"},
+        {"ebnf": 'root ::= "x"'},
+    ):
+        assert not engine_input(chat_request(sampling_params=params), tokenizer).may_reason
+
+
 # -- pooling tasks: classify (async_encode of a classifier) and score (a cross-encoder) -------
 
 

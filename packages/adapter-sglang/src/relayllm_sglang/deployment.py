@@ -15,10 +15,15 @@ from relayllm import BatchDeployment, MissingDependencyError
 from relayllm.rows import Request, Result
 from relayllm_sglang import INSTALL_HINT
 from relayllm_sglang.options import SGLangOptions, engine_kwargs
+from relayllm_sglang.reasoning import prompt_opens_reasoning
 from relayllm_sglang.source import SourceLayoutError, SourceTree
 from relayllm_sglang.translate import EngineInput, engine_input, id2label, serve_batch
 
 logger = logging.getLogger(__name__)
+
+#: Prompt tokens decoded to see whether the chat template opened the reasoning block: enough
+#: for an opening tag and the newlines around it.
+PROMPT_TAIL_TOKENS = 16
 
 
 def import_sglang() -> ModuleType:
@@ -58,6 +63,13 @@ class SGLangDeployment(BatchDeployment):
             if self.options.model_task == "classify"
             else {}
         )
+        # The reasoning block's opening tag of the configured parser (e.g. "<think>"), to see
+        # whether a chat template opened the block in the prompt (see _reasoning_parser).
+        self.think_start = (
+            self._new_reasoning_parser(force_reasoning=None).detector.think_start_token
+            if self.options.reasoning_parser
+            else ""
+        )
 
     async def run_batch(self, requests: list[Request]) -> list[Result]:
         # The whole batch goes to the engine as one async_generate call (see serve_batch).
@@ -70,6 +82,27 @@ class SGLangDeployment(BatchDeployment):
             rerank=self._rerank,
             labels=self.labels,
             metrics=self.metrics,  # prefix-cache hits and latency, from each meta_info
+            reasoning_parser=self._reasoning_parser if self.options.reasoning_parser else None,
+        )
+
+    def _reasoning_parser(self, item: EngineInput) -> Any:
+        """SGLang's reasoning parser for one chat answer, as its server builds one for a
+        non-streamed chat completion; told that the answer starts inside the reasoning when the
+        chat template opened the block at the end of the prompt (the answer then has no
+        opening tag for the parser to find)."""
+        tail = self.tokenizer.decode((item.input_ids or [])[-PROMPT_TAIL_TOKENS:])
+        opened = prompt_opens_reasoning(tail, self.think_start)
+        # None leaves each parser its own default (deepseek-r1 always starts in reasoning).
+        return self._new_reasoning_parser(force_reasoning=True if opened else None)
+
+    def _new_reasoning_parser(self, *, force_reasoning: bool | None) -> Any:
+        from sglang.srt.parser.reasoning_parser import ReasoningParser
+
+        return ReasoningParser(
+            model_type=self.options.reasoning_parser,
+            stream_reasoning=False,  # the whole answer at once: no partial tags to hold back
+            force_reasoning=force_reasoning,
+            tokenizer=self.tokenizer,
         )
 
     async def _rerank(self, **fields: Any) -> Any:
@@ -102,6 +135,7 @@ class SGLangDeployment(BatchDeployment):
             "lora_adapters": sorted(self.lora_names),
             "task": self.options.model_task,
             "seeded_sampling": self.options.seeded_sampling,
+            "reasoning_parser": self.options.reasoning_parser,
         }
 
     async def engine_health(self) -> None:

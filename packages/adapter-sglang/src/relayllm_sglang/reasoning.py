@@ -1,4 +1,7 @@
-"""Reasoning separation: which parsers a config may name.
+"""Reasoning separation: which parsers a config may name, and splitting an answer with one.
+
+No sglang import here: the deployment builds SGLang's own ``ReasoningParser`` for each chat row
+and hands it to :func:`split_reasoning` (through :func:`relayllm_sglang.translate.serve_batch`).
 
 The parser names are the keys of ``ReasoningParser.DetectorMap`` in the sglang release the
 adapter pins (``SGLANG_VERSION``; its server's ``--reasoning-parser`` choices), copied here
@@ -9,6 +12,8 @@ sglang's registry is checked as well.
 """
 
 from __future__ import annotations
+
+from typing import Protocol
 
 from relayllm.adapters import did_you_mean
 
@@ -73,4 +78,37 @@ def reasoning_parser_problem(name: str, known: frozenset[str] | set[str]) -> str
     )
 
 
-__all__ = ["AUTO", "REASONING_PARSERS", "reasoning_parser_problem"]
+class ReasoningParserLike(Protocol):
+    """What the adapter uses of SGLang's ``ReasoningParser`` (one per answer: it keeps state)."""
+
+    def parse_non_stream(self, full_text: str) -> tuple[str | None, str | None]: ...
+
+
+def split_reasoning(parser: ReasoningParserLike, text: str) -> tuple[str | None, str]:
+    """``(reasoning_content, answer)`` of a chat answer, as SGLang's server reports them for a
+    non-streamed chat completion: no reasoning is None, and the answer is a string even when
+    the model only reasoned (its text cut off before the reasoning ended)."""
+    reasoning, answer = parser.parse_non_stream(text)
+    return reasoning or None, answer or ""
+
+
+def prompt_opens_reasoning(prompt_tail: str, think_start: str) -> bool:
+    """Whether the rendered prompt ends with the reasoning block's opening tag.
+
+    Chat templates of thinking models often end the prompt with the opening tag (``<think>``
+    and a newline), so the answer starts inside the reasoning and carries no opening tag; the
+    parser must then be told the answer starts in reasoning (``force_reasoning``), which
+    SGLang's server decides from its chat-template detection and the request instead.
+    """
+    start = think_start.strip()
+    return bool(start) and prompt_tail.rstrip().endswith(start)
+
+
+__all__ = [
+    "AUTO",
+    "REASONING_PARSERS",
+    "ReasoningParserLike",
+    "prompt_opens_reasoning",
+    "reasoning_parser_problem",
+    "split_reasoning",
+]

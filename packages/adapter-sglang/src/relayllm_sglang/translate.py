@@ -6,7 +6,8 @@ SGLang sampling params and an optional LoRA name; a batch becomes the keyword ar
 classify text goes to ``async_encode`` (a sequence-classification model's head output comes
 back as its ``embedding``), a score pair to SGLang's cross-encoder request (what
 ``Engine.rerank`` sends). Responses: the dicts SGLang returns, with their ``meta_info``, become
-relayllm results, engine aborts included.
+relayllm results, engine aborts included; chat answers are split into ``reasoning_content`` and
+the answer by a reasoning parser the deployment passes in.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from relayllm.adapters import check_sampling_support, parse_response_format
 from relayllm.errors import describe_exception
 from relayllm.metrics import ReplicaMetrics
 from relayllm.rows import Request, Result, error_result
+from relayllm_sglang.reasoning import ReasoningParserLike, split_reasoning
 
 # -- sampling params ---------------------------------------------------------------------------
 
@@ -73,6 +75,10 @@ TRANSLATED_SAMPLING_PARAMS = frozenset(
     {*RENAMED_SAMPLING_PARAMS, *SHARED_SAMPLING_PARAMS, *SGLANG_EXTRA, "n", "response_format",
      "structured_outputs"}
 )  # fmt: skip
+#: SamplingParams fields holding a grammar. The engine applies a row's grammar from the first
+#: token (the adapter does not ask it to wait for the reasoning to end: ``require_reasoning``),
+#: so such an answer holds no reasoning to split off.
+GRAMMAR_PARAMS = frozenset({JSON_SCHEMA_PARAM, "regex", "ebnf", "structural_tag"})
 #: ``structured_outputs`` forms -> SGLang's sampling fields (choice becomes a regex).
 STRUCTURED_PARAMS = {"json": JSON_SCHEMA_PARAM, "regex": "regex", "choice": "regex",
                      "grammar": "ebnf"}  # fmt: skip
@@ -197,6 +203,12 @@ class EngineInput:
     top_logprobs: int | None = None  # logprobs of the answer, with k alternatives
     prompt_logprobs: int | None = None  # logprobs of the prompt, with k alternatives
     priority: int | None = None  # relayllm's (lower runs first); see generate_kwargs
+    #: A chat whose answer no grammar constrains: a reasoning parser may split it.
+    may_reason: bool = False
+
+
+#: Builds SGLang's reasoning parser for one row's answer (a parser keeps per-answer state).
+ParserFor = Callable[[EngineInput], ReasoningParserLike]
 
 
 def engine_input(
@@ -252,6 +264,7 @@ def engine_input(
         top_logprobs=k,
         prompt_logprobs=extra.get("prompt_logprobs"),
         priority=request.get("priority"),
+        may_reason=task == "chat" and not GRAMMAR_PARAMS & params.keys(),
     )
 
 
@@ -338,6 +351,7 @@ async def serve_batch(
     rerank: Callable[..., Awaitable[Any]] | None = None,
     labels: Mapping[int, str] | None = None,
     metrics: ReplicaMetrics | None = None,
+    reasoning_parser: ParserFor | None = None,
 ) -> list[Result]:
     """One result per request, in order: ``prepare`` each row (its ``ValueError`` is that row's
     error), then ONE ``generate(**generate_kwargs(...))`` call for the chat and completion rows,
@@ -345,7 +359,8 @@ async def serve_batch(
     rows) and ONE ``rerank(**rerank_kwargs(...))`` call for the score rows, concurrently.
     ``generate``/``encode`` are the engine's ``async_generate``/``async_encode``; ``rerank``
     runs a cross-encoder request; ``labels`` are the classifier's ``id2label``; each generated
-    output's figures go to ``metrics`` (:func:`observe_meta`)."""
+    output's figures go to ``metrics`` (:func:`observe_meta`); ``reasoning_parser`` splits
+    chat answers (see :func:`generation_result`)."""
     results: list[Result | None] = [None] * len(requests)
     batches: dict[str, list[tuple[int, EngineInput]]] = {
         "generate": [],
@@ -379,7 +394,7 @@ async def serve_batch(
         call_per_batch(one_rerank_call, [item for _, item in batches["score"]]),
     )
     for (i, item), output in zip(batches["generate"], generated, strict=False):
-        results[i] = generation_result(output, item, decode)
+        results[i] = generation_result(output, item, decode, reasoning_parser)
         if metrics is not None and isinstance(output, Mapping):
             observe_meta(metrics, output.get("meta_info") or {})
     for (i, _), output in zip(batches["encode"], encoded, strict=False):
@@ -455,9 +470,12 @@ def generation_result(
     output: Mapping[str, Any] | BaseException,
     item: EngineInput | None = None,
     decode: Callable[[int], str] | None = None,
+    reasoning_parser: ParserFor | None = None,
 ) -> Result:
     """A relayllm result for one ``async_generate`` output (or the exception of its call);
-    ``item`` says whether logprobs were asked, ``decode`` turns their token ids into text."""
+    ``item`` says whether logprobs were asked, ``decode`` turns their token ids into text;
+    with ``reasoning_parser`` (the deployment's ``reasoning_parser`` option), a chat answer
+    free of a grammar is split into ``reasoning_content`` and the answer."""
     if isinstance(output, BaseException):
         return error_result(describe_exception(output))
     meta = output.get("meta_info") or {}
@@ -481,6 +499,16 @@ def generation_result(
         "num_input_tokens": prompt_tokens,
         "num_generated_tokens": meta.get(COMPLETION_TOKENS),
     }
+    if reasoning_parser is not None and item is not None and item.may_reason:
+        try:
+            reasoning, answer = split_reasoning(reasoning_parser(item), text)
+        except Exception as exc:  # this row's error, as SGLang's server fails that request
+            return error_result(
+                f"sglang's reasoning parser failed on the answer: {describe_exception(exc)}",
+                num_input_tokens=prompt_tokens,
+            )
+        result["generated_text"] = answer
+        result["reasoning_content"] = reasoning
     if item is not None and item.top_logprobs is not None:
         result["logprobs"] = logprob_entries(
             meta.get(OUTPUT_LOGPROBS), meta.get(OUTPUT_TOP_LOGPROBS), item.top_logprobs, decode
@@ -616,12 +644,14 @@ __all__ = [
     "MODEL_TASK",
     "FINISH_REASON",
     "FINISH_REASONS",
+    "GRAMMAR_PARAMS",
     "INPUT_LOGPROBS",
     "INPUT_TOP_LOGPROBS",
     "JSON_SCHEMA_PARAM",
     "LOGPROB_ARGS",
     "OUTPUT_LOGPROBS",
     "OUTPUT_TOP_LOGPROBS",
+    "ParserFor",
     "REQUEST_KEYS",
     "STRUCTURED_PARAMS",
     "logprob_entries",
