@@ -3,6 +3,7 @@ and which output columns the stage writes. The one place that knows the column n
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Literal, TypedDict, get_args
 
@@ -208,6 +209,7 @@ ANSWER_COLUMN: dict[Task, str] = {
 EMBEDDING_COLUMN = EMBEDDING  # older name, kept for adapters that import it
 
 
+@functools.cache
 def output_fields(task: Task) -> tuple[OutputField, ...]:
     """The output columns the stage writes for ``task``."""
     return tuple(f for f in OUTPUT_SCHEMA if f.written_for(task))

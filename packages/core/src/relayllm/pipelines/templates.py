@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import string
@@ -22,10 +23,16 @@ def template_fields(template: str) -> list[str]:
     return [name for _, name, _, _ in _FORMATTER.parse(template) if name is not None]
 
 
+@functools.lru_cache(maxsize=256)
+def _parsed(template: str) -> tuple[tuple[str, str | None, str | None, str | None], ...]:
+    # Parsed once per template, not once per row (a step renders it for every row).
+    return tuple(_FORMATTER.parse(template))
+
+
 def render(template: str, row: dict[str, Any]) -> str:
     """Fill ``template`` from ``row``. A missing or empty column raises ``LookupError``."""
     out = []
-    for literal, name, spec, conversion in _FORMATTER.parse(template):
+    for literal, name, spec, conversion in _parsed(template):
         out.append(literal)
         if name is None:
             continue

@@ -46,14 +46,15 @@ class _Prepare:
     def __init__(self, index: int, step: StepSpec, base_dir: Path | None = None) -> None:
         self.index, self.step, self.base_dir = index, step, base_dir
         self.key = step.template_key
-
-    def _extras(self, row: dict[str, Any]) -> dict[str, Any]:
-        """Further input columns with a template of their own (score's ``document``)."""
-        return {name: render(getattr(self.step, name), row) for name in filled_extras(self.step)}
+        # Per step, not per row: this runs for every row of the step.
+        self.prefix = step_prefix(index)
+        self.templated = has_template(step)
+        self.extras = filled_extras(step)
+        self.string_template = None if step.messages is not None else getattr(step, self.key)
 
     def __call__(self, row: dict[str, Any]) -> dict[str, Any]:
         row = dict(row)
-        p = step_prefix(self.index)
+        p = self.prefix
         row[f"{p}t0"] = time.time()
         problem = None
         if row.get(FIRST_ERROR):
@@ -65,13 +66,16 @@ class _Prepare:
                     {"role": m.role, "content": render_content(m.content, row, self.base_dir)}
                     for m in self.step.messages
                 ]
-            elif getattr(self.step, self.key, None) is not None:  # a string template
-                value = render(getattr(self.step, self.key), row)
-            extras = self._extras(row)
+            elif self.string_template is not None:
+                value = render(self.string_template, row)
+            # Further input columns with a template of their own (score's ``document``).
+            extras: dict[str, str | None] = {
+                name: render(getattr(self.step, name), row) for name in self.extras
+            }
         except LookupError as exc:
             problem = problem or f"step {self.step.name!r}: {exc.args[0]}"
-            extras = dict.fromkeys(filled_extras(self.step))
-        if self.key in row and self._has_template():
+            extras = dict.fromkeys(self.extras)
+        if self.templated and self.key in row:
             row[f"{p}saved"] = json.dumps(row[self.key])  # an input column of the same name
         row[self.key] = None if problem else value
         for name, extra in extras.items():
@@ -80,9 +84,6 @@ class _Prepare:
             row[name] = None if problem else extra
         row[f"{p}skip"] = problem
         return row
-
-    def _has_template(self) -> bool:
-        return has_template(self.step)
 
 
 def has_template(step: StepSpec) -> bool:
@@ -100,27 +101,34 @@ class _Finish:
 
     def __init__(self, index: int, step: StepSpec) -> None:
         self.index, self.step = index, step
+        # Per step, not per row: this runs for every row of the step.
+        self.prefix = step_prefix(index)
+        self.fields = [f.name for f in output_fields(step.resolved_task)]
+        self.key = step.template_key
+        self.templated = has_template(step)
+        self.extras = filled_extras(step)
+        self.answer = step.output_field or ANSWER_COLUMN[step.resolved_task]
 
     def __call__(self, row: dict[str, Any]) -> dict[str, Any]:
         row = dict(row)
-        p = step_prefix(self.index)
+        p = self.prefix
         step = self.step
-        out = {f.name: row.pop(f.name, None) for f in output_fields(step.resolved_task)}
+        out = {name: row.pop(name, None) for name in self.fields}
         skip = row.pop(f"{p}skip", None)
         saved = row.pop(f"{p}saved", None)
-        key = step.template_key
+        key = self.key
         if saved is not None:
             row[key] = json.loads(saved)
-        elif has_template(step):
+        elif self.templated:
             row.pop(key, None)
-        for name in filled_extras(step):
+        for name in self.extras:
             saved_extra = row.pop(f"{p}saved_{name}", None)
             if saved_extra is not None:
                 row[name] = json.loads(saved_extra)
             else:
                 row.pop(name, None)
         error = skip or (f"step {step.name!r}: {out[ERROR]}" if out[ERROR] else None)
-        value = out[step.output_field or ANSWER_COLUMN[step.resolved_task]]
+        value = out[self.answer]
         if not error and step.output_json_field:
             value, error = _json_field(value, step)
         row[step.output_column] = None if error else value
