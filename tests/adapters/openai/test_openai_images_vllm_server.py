@@ -12,8 +12,6 @@ One server for the module (about a minute to start on an idle 2-core machine).
 
 from __future__ import annotations
 
-import io
-import json
 import os
 import subprocess
 import sys
@@ -33,7 +31,16 @@ pytestmark = pytest.mark.usefixtures("ray_per_module")
 
 ENGINE_TESTS = Path(__file__).resolve().parents[1] / "vllm"
 sys.path.insert(0, str(ENGINE_TESTS))  # the engine test's images, server and chat rows
-from test_images_engine import GREEN, IMAGE_TOKENS, RED, _Images, chat, data_url, png  # noqa: E402
+from test_images_engine import (  # noqa: E402
+    GREEN,
+    IMAGE_TOKENS,
+    RED,
+    _Images,
+    chat,
+    check_batch_file_line_with_an_image,
+    data_url,
+    png,
+)
 
 PORT = _free_port()
 BASE_URL = f"http://127.0.0.1:{PORT}/v1"
@@ -131,27 +138,4 @@ def test_images_from_every_source_reach_the_server(deployment, images, tmp_path)
 
 
 def test_a_batch_file_line_with_an_image(deployment, images):
-    from openai.types.chat import ChatCompletion
-
-    from relayllm.batch_api import BatchFile, parse_line, run_batch
-
-    def line(custom_id: str, url: str | None) -> str:
-        body = {"messages": chat(url), "max_tokens": 3, "temperature": 0}
-        return json.dumps(
-            {"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions", "body": body}
-        )
-
-    texts = [line("text", None), line("image", f"{images}/dog.png"), line("bad", f"{images}/x")]
-    parsed = BatchFile(requests=[parse_line(t, i + 1) for i, t in enumerate(texts)])
-    output, errors = io.StringIO(), io.StringIO()
-    counts = run_batch(parsed, {1: NAME, 2: NAME, 3: NAME}, output, errors)
-    assert counts == {"total": 3, "completed": 2, "failed": 1}, errors.getvalue()
-    bodies = {
-        item["custom_id"]: ChatCompletion.model_validate(item["response"]["body"])
-        for item in map(json.loads, output.getvalue().splitlines())
-    }
-    usage = {k: body.usage for k, body in bodies.items()}
-    assert usage["image"].prompt_tokens == usage["text"].prompt_tokens + IMAGE_TOKENS
-    assert bodies["image"].choices[0].message.content and usage["image"].completion_tokens > 0
-    (bad,) = map(json.loads, errors.getvalue().splitlines())
-    assert bad["custom_id"] == "bad" and "HTTP 404" in bad["error"]["message"]
+    check_batch_file_line_with_an_image(NAME, images)

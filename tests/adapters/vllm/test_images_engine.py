@@ -140,6 +140,13 @@ def test_images_from_every_source_reach_the_engine(deployment, server, tmp_path)
 
 
 def test_a_batch_file_line_with_an_image(deployment, server):
+    check_batch_file_line_with_an_image(NAME, server)
+
+
+def check_batch_file_line_with_an_image(name: str, base_url: str) -> None:
+    """Batch-file lines on deployment ``name``, images served at ``base_url``: a line with an
+    image validates as a ChatCompletion whose prompt has the image's tokens, a bad URL is an
+    error line, a text line answers (shared with the OpenAI adapter's test)."""
     from openai.types.chat import ChatCompletion
 
     from relayllm.batch_api import BatchFile, parse_line, run_batch
@@ -150,10 +157,10 @@ def test_a_batch_file_line_with_an_image(deployment, server):
             {"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions", "body": body}
         )
 
-    texts = [line("text", None), line("image", f"{server}/dog.png"), line("bad", f"{server}/x")]
+    texts = [line("text", None), line("image", f"{base_url}/dog.png"), line("bad", f"{base_url}/x")]
     parsed = BatchFile(requests=[parse_line(t, i + 1) for i, t in enumerate(texts)])
     output, errors = io.StringIO(), io.StringIO()
-    counts = run_batch(parsed, {1: NAME, 2: NAME, 3: NAME}, output, errors)
+    counts = run_batch(parsed, {1: name, 2: name, 3: name}, output, errors)
     assert counts == {"total": 3, "completed": 2, "failed": 1}, errors.getvalue()
     bodies = {
         item["custom_id"]: ChatCompletion.model_validate(item["response"]["body"])
