@@ -136,16 +136,16 @@ class Admission:
     def observe(self, ttft_s: float) -> None:
         """An interactive request's time to first token."""
         self.last_ttft_s = ttft_s
-        if ttft_s > self.config.target_ttft_s:
-            self._slow("ttft")
-        else:
-            self._last_fast = time.monotonic()
+        self._judge("ttft", ttft_s, self.config.target_ttft_s)
 
     def observe_tpot(self, tpot_s: float) -> None:
         """The time between two tokens of an interactive stream."""
         self.last_tpot_s = tpot_s
-        if tpot_s > self.config.target_tpot_s:
-            self._slow("tpot")
+        self._judge("tpot", tpot_s, self.config.target_tpot_s)
+
+    def _judge(self, signal: str, seconds: float, target_s: float) -> None:
+        if seconds > target_s:
+            self._slow(signal)
         else:
             self._last_fast = time.monotonic()
 
