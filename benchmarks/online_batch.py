@@ -16,6 +16,9 @@ start each), run one after the other:
   scheduling, admission control (``target_ttft_s`` = ``--target-ttft-s``).
 - ``unmanaged``: the same engine with the processor's rows at the interactive priority and the
   admission limit pinned at its maximum: what sharing a deployment gives without the two.
+- ``floor`` (not by default): batch rows at their priority and the admission limit pinned at
+  one row, the least the controller ever admits: the TTFT left there is not the controller's
+  to remove (it comes from outside the engine's batch, e.g. CPU shared with the job).
 
 Phases on each deployment: ``interactive alone``; ``batch alone``; ``batch + interactive``
 (the interactive user for the whole job); on ``managed`` also ``bursts`` (the interactive user
@@ -176,6 +179,8 @@ def run_variant(variant: str, args: argparse.Namespace) -> dict[str, Any]:
         admission["target_tpot_s"] = args.target_tpot_s
     if variant == "unmanaged":
         admission = {"min_batch_rows": 256, "max_batch_rows": 256}
+    elif variant == "floor":
+        admission = {"min_batch_rows": 1, "max_batch_rows": 1}
     ref = relayllm.deploy(
         relayllm.DeploymentConfig(
             name=name,
@@ -263,7 +268,15 @@ def main() -> None:
     parser.add_argument("--model", default="demo")
     parser.add_argument("--max-model-len", type=int, default=1024)
     parser.add_argument(
-        "--variants", nargs="*", default=["managed", "unmanaged"], choices=["managed", "unmanaged"]
+        "--variants",
+        nargs="*",
+        default=["managed", "unmanaged"],
+        choices=["managed", "unmanaged", "floor"],
+    )
+    parser.add_argument(
+        "--results-name",
+        default="online_batch",
+        help="benchmarks/results/NAME.json (another name keeps the main results)",
     )
     args = parser.parse_args()
 
@@ -296,7 +309,7 @@ def main() -> None:
                 v["bursts"]["batch_rows_per_s_idle"], v["batch_alone"]["rows_per_s"]
             )
     path = write_results(
-        "online_batch",
+        args.results_name,
         {
             "settings": vars(args),
             "host": {
