@@ -1448,6 +1448,23 @@ def online_batch_section(data: dict[str, Any]) -> list[str]:
             "rows the controller lets into the engine between cuts (its raises and refills), "
             "not from CPU shared with the job outside the engine.",
         ]
+    ceiling_path = RESULTS / "online_batch-ceiling.json"
+    if ceiling_path.exists():  # the managed variant again, after the controller's ceiling
+        run = json.loads(ceiling_path.read_text())
+        c = run["summary"]["managed"]
+        v = run["variants"][0]
+        together = v["batch_with_interactive"]["interactive"]
+        lines += [
+            "",
+            "With the ceiling (results/online_batch-ceiling.json, commit "
+            f"{run.get('commit', '?')}, the managed variant alone, same settings): after a cut "
+            "from L, raises stop one step below L instead of climbing back. Interactive p99 "
+            f"TTFT with batch running: {_ratio(c['ttft_p99_ratio_with_batch'])} alone "
+            f"(p50 {_ratio(c['ttft_p50_ratio_with_batch'])}; end-to-end p99 "
+            f"{together['e2e_p99_s'] * 1000:,.0f} ms); batch rows/s in idle periods "
+            f"{_ratio(c.get('idle_batch_rows_per_s_ratio'))} batch alone; "
+            f"{c['batch_errors']} batch errors.",
+        ]
     lines.append("")
     return lines
 

@@ -188,3 +188,39 @@ def test_between_interactive_requests_the_limit_does_not_rise_without_a_token_in
     assert between["limit"] == cut["limit"] and between["raises"] == 0, between
     assert between["refills"] == 0 and not between["idle"], between
     assert after["raises"] >= 1 and after["limit"] > cut["limit"], after
+
+
+def test_each_cut_lowers_the_ceiling_raises_stop_at():
+    """A cut from L leaves a ceiling one step below L: raises stop there instead of climbing
+    back to the level that was too slow, so the sawtooth narrows while the traffic lasts; a
+    refill after idle_s restores the maximum."""
+    config = AdmissionConfig(
+        target_ttft_s=0.1, max_batch_rows=64, increase_rows=8, interval_s=0.02, idle_s=0.2
+    )
+    admission = Admission(config)
+    request = admission.begin(streamed=True)
+    admission.token(request)  # a first token at once: in time
+
+    def rise_while_fast() -> None:
+        for _ in range(20):  # far more steps than the gap to the ceiling
+            time.sleep(0.025)
+            admission.token(request)  # the next token, 25 ms after the last: in time
+            admission.tick()
+
+    def cut() -> None:
+        time.sleep(0.025)
+        admission.observe_tpot(1.0)  # a slow token
+        admission.token(request)
+
+    cut()
+    assert (admission.limit, admission.ceiling) == (32, 56)
+    rise_while_fast()
+    assert admission.limit == 56  # up to the ceiling, not back to 64
+    cut()
+    assert (admission.limit, admission.ceiling) == (28, 48)
+    rise_while_fast()
+    assert admission.limit == 48
+    admission.end(request)
+    time.sleep(0.25)
+    admission.tick()
+    assert (admission.limit, admission.ceiling) == (64, 64) and admission.refills == 1

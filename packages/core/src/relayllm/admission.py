@@ -11,7 +11,9 @@ moves it by additive increase, multiplicative decrease (AIMD, as TCP's congestio
   longer than its target counts as slow already, so a stalled request cuts before it answers;
 - while interactive traffic is present, an interval with nothing slow and a token in time
   raises the limit by a step (additive: interactive requests probe how much batch work they
-  tolerate; nothing is raised between requests, where nothing is measured);
+  tolerate; nothing is raised between requests, where nothing is measured), up to a ceiling:
+  one step below the level the last cut came from, so each cut narrows the sawtooth instead
+  of climbing back to the level that was too slow;
 - once no interactive request has run for ``idle_s``, the limit goes back to the maximum at
   once, so batch work gets the whole engine during idle periods instead of climbing for many
   intervals.
@@ -95,6 +97,7 @@ class Admission:
         self.raises = 0  # additive steps
         self.refills = 0  # returns to the maximum after idle_s without interactive traffic
         self.lowest = self.limit
+        self.ceiling = self.limit  # raises stop here; a cut lowers it, a refill restores it
         self.last_ttft_s: float | None = None
         self.last_tpot_s: float | None = None
         self._last_move = 0.0
@@ -156,6 +159,7 @@ class Admission:
             return
         lowered = max(self.config.min_batch_rows, int(self.limit * self.config.decrease_factor))
         if lowered < self.limit:
+            self.ceiling = max(lowered, self.limit - self.config.increase_rows)
             self.limit, self._last_move = lowered, now
             self.cuts += 1
             self.cuts_by[signal] += 1
@@ -188,6 +192,7 @@ class Admission:
         now = time.monotonic()
         top = self.config.max_batch_rows
         if self.idle(now):
+            self.ceiling = top
             if self.limit < top:
                 self.limit, self._last_move = top, now
                 self.refills += 1
@@ -200,8 +205,8 @@ class Admission:
         quiet = now - self._last_slow >= self.config.interval_s
         moved_long_ago = now - self._last_move >= self.config.interval_s
         in_time = self._last_fast > self._last_move
-        if quiet and moved_long_ago and in_time and self.limit < top:
-            self.limit = min(top, self.limit + self.config.increase_rows)
+        if quiet and moved_long_ago and in_time and self.limit < self.ceiling:
+            self.limit = min(self.ceiling, self.limit + self.config.increase_rows)
             self._last_move = now
             self.raises += 1
             self._wake()
@@ -268,6 +273,7 @@ class Admission:
             "limit": self.limit,
             "batch_rows_in_engine": self.in_engine,
             "lowest_limit": self.lowest,
+            "ceiling": self.ceiling,
             "cuts": self.cuts,
             "cuts_by": dict(self.cuts_by),
             "raises": self.raises,
