@@ -1518,10 +1518,8 @@ def pass_cost_section(data: dict[str, Any]) -> list[str]:
         "Data execution, which starts a stage actor. Here, on the echo deployment (no model), "
         f"{data['rows']} rows in one block, {data['rounds']} alternating rounds after a "
         "warm-up: relayllm's processor against a `map_batches` actor that returns its batch "
-        "(Ray Data's own floor for an actor stage). 1-minute load average at start: "
-        f"{load:.1f}."
-        if load is not None
-        else "",
+        "(Ray Data's own floor for an actor stage)."
+        + (f" 1-minute load average at start: {load:.1f}." if load is not None else ""),
         "",
         "| contender | median s | min s | max s |",
         "|---|---:|---:|---:|",
