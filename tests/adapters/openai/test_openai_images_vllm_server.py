@@ -12,34 +12,30 @@ One server for the module (about a minute to start on an idle 2-core machine).
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-import threading
-import time
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 import ray
 from openai_support import KEY_ENV
-from test_openai_kit_vllm_server import LAUNCH, _free_port, _ready, _skip_reason, _stop
+from test_openai_kit_vllm_server import _free_port, _skip_reason, running_vllm_server
 
 import relayllm
 
 pytestmark = pytest.mark.usefixtures("ray_per_module")
 
 ENGINE_TESTS = Path(__file__).resolve().parents[1] / "vllm"
-sys.path.insert(0, str(ENGINE_TESTS))  # the engine test's images, server and chat rows
+sys.path.insert(0, str(ENGINE_TESTS))  # the engine test's images, their server and chat rows
 from test_images_engine import (  # noqa: E402
     GREEN,
     IMAGE_TOKENS,
     RED,
-    _Images,
     chat,
     check_batch_file_line_with_an_image,
     data_url,
     png,
+    serve_images,
 )
 
 PORT = _free_port()
@@ -50,11 +46,8 @@ PARAMS = {"max_tokens": 3, "temperature": 0.0, "logprobs": True}
 
 
 @pytest.fixture(scope="module")
-def images():
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Images)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
+def server():
+    yield from serve_images()  # the images on loopback
 
 
 @pytest.fixture(scope="module")
@@ -67,25 +60,14 @@ def deployment(tmp_path_factory, test_key):
         check=True,
         capture_output=True,
     )
-    log_path = tmp_path_factory.mktemp("server") / "server.log"
     # float32: the pixel checks compare first tokens, whose margins bf16 could blur.
-    command = [
-        sys.executable, "-c", LAUNCH, "--model", str(model), "--served-model-name", SERVED,
+    args = [
+        "--model", str(model), "--served-model-name", SERVED,
         "--host", "127.0.0.1", "--port", str(PORT), "--enforce-eager", "--dtype", "float32",
         "--gpu-memory-utilization", "0.3", "--max-model-len", "128",
     ]  # fmt: skip
-    env = {**os.environ, "VLLM_API_KEY": test_key}
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
-    try:
-        deadline = time.monotonic() + 600
-        while not _ready(test_key, BASE_URL):
-            if process.poll() is not None or time.monotonic() > deadline:
-                tail = "\n".join(Path(log_path).read_text(errors="replace").splitlines()[-40:])
-                raise RuntimeError(f"vLLM's server did not start (exit {process.poll()}):\n{tail}")
-            time.sleep(2)
+    log_dir = tmp_path_factory.mktemp("server")
+    with running_vllm_server(args, test_key, BASE_URL, log_dir):
         ref = relayllm.deploy(
             relayllm.DeploymentConfig(
                 name=NAME,
@@ -101,20 +83,18 @@ def deployment(tmp_path_factory, test_key):
         )
         yield ref
         relayllm.shutdown(NAME)
-    finally:
-        _stop(process)
 
 
-def test_images_from_every_source_reach_the_server(deployment, images, tmp_path):
+def test_images_from_every_source_reach_the_server(deployment, server, tmp_path):
     red = tmp_path / "cat.png"
     red.write_bytes(png(40, 40, RED))
     corrupt = data_url(png(30, 30)[:-40])  # a PNG cut short: Pillow cannot load it
     urls = [
         None,
-        f"{images}/dog.png",  # green, 80x60
+        f"{server}/dog.png",  # green, 80x60
         data_url(png(30, 50, GREEN)),  # green, 30x50: the same 56x56 input as the one above
         str(red),
-        f"{images}/missing.png",
+        f"{server}/missing.png",
         corrupt,
     ]
     rows = [{"id": i, "messages": chat(u)} for i, u in enumerate(urls)]
@@ -137,5 +117,5 @@ def test_images_from_every_source_reach_the_server(deployment, images, tmp_path)
     assert "not a readable image" in out[5]["error"] and out[5]["generated_text"] is None
 
 
-def test_a_batch_file_line_with_an_image(deployment, images):
-    check_batch_file_line_with_an_image(NAME, images)
+def test_a_batch_file_line_with_an_image(deployment, server):
+    check_batch_file_line_with_an_image(NAME, server)

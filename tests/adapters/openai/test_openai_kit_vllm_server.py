@@ -3,6 +3,7 @@ bundled demo model, started once for this module on loopback, requiring the test
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import signal
@@ -79,11 +80,7 @@ def vllm_server(tmp_path_factory, test_key):
         .stdout.strip()
         .splitlines()[-1]
     )
-    log_path = tmp_path_factory.mktemp("vllm-server") / "server.log"
-    command = [
-        sys.executable,
-        "-c",
-        LAUNCH,
+    args = [
         "--model",
         model_dir,
         "--served-model-name",
@@ -109,17 +106,31 @@ def vllm_server(tmp_path_factory, test_key):
         "--structured-outputs-config",
         '{"enable_in_reasoning": true}',
     ]
+    log_dir = tmp_path_factory.mktemp("vllm-server")
+    with running_vllm_server(args, test_key, BASE_URL, log_dir) as process:
+        yield process
+
+
+@contextlib.contextmanager
+def running_vllm_server(args: list[str], key: str, base_url: str, log_dir: Path):
+    """vLLM's OpenAI-compatible server started with ``args`` (after ``-c LAUNCH``), ready at
+    ``base_url`` with ``key``; stopped with its engine process when the block ends."""
+    log_path = log_dir / "server.log"
     # The key goes through the environment, not the command line: argv is world-readable.
-    env = {**os.environ, "VLLM_API_KEY": test_key}
+    env = {**os.environ, "VLLM_API_KEY": key}
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            [sys.executable, "-c", LAUNCH, *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
         )
     try:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while not _ready(test_key):
+        while not _ready(key, base_url):
             if process.poll() is not None or time.monotonic() > deadline:
-                tail = "\n".join(Path(log_path).read_text(errors="replace").splitlines()[-40:])
+                tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-40:])
                 raise RuntimeError(f"vLLM's server did not start (exit {process.poll()}):\n{tail}")
             time.sleep(2)
         yield process

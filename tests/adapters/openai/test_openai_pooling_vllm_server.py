@@ -9,12 +9,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import pytest
 import ray
-from test_openai_kit_vllm_server import LAUNCH, _free_port, _ready, _skip_reason, _stop
+from test_openai_kit_vllm_server import _free_port, _skip_reason, running_vllm_server
 
 import relayllm
 
@@ -44,24 +42,13 @@ def server(tmp_path_factory, test_key):
         check=True,
         capture_output=True,
     )
-    log_path = tmp_path_factory.mktemp("server") / "server.log"
-    command = [
-        sys.executable, "-c", LAUNCH, "--model", str(model), "--served-model-name", SERVED,
+    args = [
+        "--model", str(model), "--served-model-name", SERVED,
         "--host", "127.0.0.1", "--port", str(PORT), "--enforce-eager",
         "--gpu-memory-utilization", "0.3", "--max-model-len", "256", "--runner", "pooling",
     ]  # fmt: skip
-    env = {**os.environ, "VLLM_API_KEY": test_key}
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
-    try:
-        deadline = time.monotonic() + 600
-        while not _ready(test_key, BASE_URL):
-            if process.poll() is not None or time.monotonic() > deadline:
-                tail = "\n".join(Path(log_path).read_text(errors="replace").splitlines()[-40:])
-                raise RuntimeError(f"vLLM's server did not start (exit {process.poll()}):\n{tail}")
-            time.sleep(2)
+    log_dir = tmp_path_factory.mktemp("server")
+    with running_vllm_server(args, test_key, BASE_URL, log_dir) as process:
         relayllm.deploy(
             relayllm.DeploymentConfig(
                 name=NAME,
@@ -76,8 +63,6 @@ def server(tmp_path_factory, test_key):
         )
         yield process
         relayllm.shutdown(NAME)
-    finally:
-        _stop(process)
 
 
 def run(task: str, rows: list[dict]) -> list[dict]:

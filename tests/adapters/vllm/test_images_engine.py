@@ -60,12 +60,17 @@ class _Images(BaseHTTPRequestHandler):
         pass
 
 
-@pytest.fixture(scope="module")
-def server():
+def serve_images():
+    """The images on loopback while the generator runs: yields their base URL."""
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Images)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}"
     httpd.shutdown()
+
+
+@pytest.fixture(scope="module")
+def server():
+    yield from serve_images()
 
 
 @pytest.fixture(scope="module")
