@@ -129,6 +129,29 @@ def test_the_limit_is_back_at_the_maximum_once_interactive_traffic_is_idle():
     assert after["raises"] < 40, after
 
 
+def test_the_refill_comes_when_idle_s_ends_not_at_the_next_interval():
+    # An interval far longer than idle_s: a refill left to the ticker would come up to 2 s late.
+    config = AdmissionConfig(target_ttft_s=0.05, max_batch_rows=256, interval_s=2.0, idle_s=0.2)
+
+    async def scenario() -> tuple[dict, float]:
+        admission = Admission(config)
+        batch = Batch(admission)
+        await asyncio.sleep(0.01)  # the ticker is running (and asleep for interval_s)
+        await stream(admission, tokens=1, gap_s=0.1)  # one slow first token: a cut
+        ended = time.monotonic()
+        cut = admission.describe()
+        while admission.limit < config.max_batch_rows and time.monotonic() - ended < 5:
+            await asyncio.sleep(0.01)
+        refilled_after = time.monotonic() - ended
+        await batch.stop()
+        assert cut["limit"] == 128 and cut["cuts"] == 1, cut
+        return admission.describe(), refilled_after
+
+    after, refilled_after = asyncio.run(scenario())
+    assert after["refills"] == 1 and after["limit"] == 256, after
+    assert 0.2 <= refilled_after < 0.6, refilled_after
+
+
 def test_while_interactive_traffic_continues_the_limit_rises_additively_only():
     config = AdmissionConfig(
         target_ttft_s=0.15,
