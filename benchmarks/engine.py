@@ -187,13 +187,14 @@ def run_relayllm(args: argparse.Namespace) -> dict[str, Any]:
         batch_size=args.batch_size,
         sampling_params=sampling(args),
         **({"max_in_flight_batches": args.in_flight} if args.in_flight else {}),
+        **({"compute": args.compute} if args.compute else {}),
     )
     processor = relayllm.build_processor(config)
 
     def dataset(n: int):
         return ray.data.from_items([{"id": i, "messages": m} for i, m in enumerate(prompts(n))])
 
-    processor(dataset(4)).take_all()  # warm-up (and the stage's first actor start)
+    processor(dataset(4)).take_all()  # warm-up (and the stage's first worker start)
 
     def run_pass(n: int) -> tuple[int, int]:
         out = processor(dataset(n)).take_all()
@@ -234,6 +235,7 @@ def child(side: str, args: argparse.Namespace, *extra: str) -> dict[str, Any]:
         "--model",
         args.model,
         *(["--in-flight", str(args.in_flight)] if getattr(args, "in_flight", None) else []),
+        *(["--compute", args.compute] if getattr(args, "compute", None) else []),
         "--options",
         json.dumps(getattr(args, "options", {})),  # engine_metrics.py has no --options
         *extra,
@@ -303,6 +305,11 @@ def main() -> None:
         help="the relayllm side's max_in_flight_batches (default: the processor's own)",
     )
     parser.add_argument(
+        "--compute",
+        choices=["actors", "tasks"],
+        help="the relayllm side's ProcessorConfig.compute (default: the processor's own)",
+    )
+    parser.add_argument(
         "--options",
         type=json.loads,
         default={},
@@ -339,6 +346,7 @@ def main() -> None:
         "batch_size": args.batch_size,
         "relayllm_options": args.options,
         "relayllm_in_flight": args.in_flight,
+        "relayllm_compute": args.compute,
         "target": TARGET,
         "summary": table,
         "target_met": all(t["target_met"] for t in table),

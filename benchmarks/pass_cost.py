@@ -9,7 +9,8 @@ Each pass is a fresh Ray Data execution, as each of ``benchmarks/engine.py``'s p
 time from building the transform to the last row, and the stage's own time inside its actor
 (Ray Data's per-operator wall time), and what a new stage actor imports beyond Ray Data
 (``python -X importtime``). The no-op actor is the floor Ray Data sets for any
-actor-based stage on this machine. Writes benchmarks/results/pass_cost.json.
+actor-based stage on this machine, the no-op task the floor for a task-based one: the processor
+runs both ways (``ProcessorConfig.compute``). Writes benchmarks/results/pass_cost.json.
 """
 
 from __future__ import annotations
@@ -53,9 +54,20 @@ class NoOp:
         return batch
 
 
-def relayllm_pass(rows: list[dict[str, Any]]) -> None:
-    config = ProcessorConfig(deployment=DEPLOYMENT, task="completion", batch_size=64)
+def relayllm_pass(rows: list[dict[str, Any]], compute: str = "actors") -> None:
+    config = ProcessorConfig(
+        deployment=DEPLOYMENT, task="completion", batch_size=64, compute=compute
+    )
     build_processor(config)(ray.data.from_items(rows, override_num_blocks=1)).take_all()
+
+
+def relayllm_tasks_pass(rows: list[dict[str, Any]]) -> None:
+    relayllm_pass(rows, compute="tasks")
+
+
+def noop(batch):
+    """A task UDF that returns its batch: Ray Data's own cost of a task stage."""
+    return batch
 
 
 def noop_actor_pass(rows: list[dict[str, Any]]) -> None:
@@ -67,9 +79,17 @@ def noop_actor_pass(rows: list[dict[str, Any]]) -> None:
     ).take_all()
 
 
+def noop_task_pass(rows: list[dict[str, Any]]) -> None:
+    ray.data.from_items(rows, override_num_blocks=1).map_batches(
+        noop, num_cpus=0.25, batch_format="pyarrow"
+    ).take_all()
+
+
 CONTENDERS = {
     "relayllm processor (echo)": relayllm_pass,
+    "relayllm processor, compute=tasks (echo)": relayllm_tasks_pass,
     "no-op actor map_batches": noop_actor_pass,
+    "no-op task map_batches": noop_task_pass,
 }
 
 
@@ -101,6 +121,9 @@ def main() -> None:
     relayllm_s = summary["relayllm processor (echo)"]["median_s"]
     noop_s = summary["no-op actor map_batches"]["median_s"]
     summary["relayllm minus no-op actor, median s"] = round(relayllm_s - noop_s, 3)
+    tasks_s = summary["relayllm processor, compute=tasks (echo)"]["median_s"]
+    noop_task_s = summary["no-op task map_batches"]["median_s"]
+    summary["relayllm tasks minus no-op task, median s"] = round(tasks_s - noop_task_s, 3)
     for name, value in summary.items():
         print(f"{name}: {value}")
     imports = import_seconds()

@@ -16,6 +16,12 @@ def echo():
     relayllm.shutdown("proc-echo")
 
 
+@pytest.fixture(params=["actors", "tasks"])
+def compute(request):
+    """Each behaviour holds however Ray Data runs the stage (ProcessorConfig.compute)."""
+    return request.param
+
+
 def _rows(n, bad_every=None):
     rows = []
     for i in range(n):
@@ -34,9 +40,9 @@ def _ordered():
     ray.data.DataContext.get_current().execution_options.preserve_order = True
 
 
-def test_thousand_rows_with_five_percent_bad_rows_exact_counts(echo):
+def test_thousand_rows_with_five_percent_bad_rows_exact_counts(echo, compute):
     _ordered()
-    out = build_processor(ProcessorConfig(deployment="proc-echo", batch_size=16))(
+    out = build_processor(ProcessorConfig(compute=compute, deployment="proc-echo", batch_size=16))(
         ray.data.from_items(_rows(1000, bad_every=20), override_num_blocks=10)
     ).take_all()
     errors = [r for r in out if r["error"] is not None]
@@ -47,22 +53,22 @@ def test_thousand_rows_with_five_percent_bad_rows_exact_counts(echo):
     assert len({r["request_id"] for r in out}) == 1000
 
 
-def test_order_is_preserved_across_many_blocks_and_columns_pass_through(echo):
+def test_order_is_preserved_across_many_blocks_and_columns_pass_through(echo, compute):
     _ordered()
     rows = [{"id": i, "prompt": f"p{i} q", "extra": {"k": i}, "tag": f"t{i}"} for i in range(600)]
     ds = ray.data.from_items(rows, override_num_blocks=37)
-    out = build_processor(ProcessorConfig(deployment="proc-echo", task="completion", batch_size=7))(
-        ds
-    ).take_all()
+    out = build_processor(
+        ProcessorConfig(compute=compute, deployment="proc-echo", task="completion", batch_size=7)
+    )(ds).take_all()
     assert [r["id"] for r in out] == list(range(600))
     assert all(r["extra"] == {"k": r["id"]} and r["tag"] == f"t{r['id']}" for r in out)
     assert all(r["generated_text"] == f"q p{r['id']}" for r in out)
 
 
-def test_pre_and_postprocess_run_around_the_stage(echo):
+def test_pre_and_postprocess_run_around_the_stage(echo, compute):
     _ordered()
     proc = build_processor(
-        ProcessorConfig(deployment="proc-echo", sampling_params={"max_tokens": 1}),
+        ProcessorConfig(compute=compute, deployment="proc-echo", sampling_params={"max_tokens": 1}),
         preprocess=lambda row: {
             "id": row["id"],
             "messages": [{"role": "user", "content": f"a b {row['id']}"}],
@@ -93,10 +99,12 @@ def test_row_sampling_params_override_the_processor_and_bad_ones_fail_the_row(ec
     assert "max_tokens" in out[1]["error"] and out[1]["generated_text"] is None
 
 
-def test_raise_mode_names_the_row_and_the_deployment(echo):
+def test_raise_mode_names_the_row_and_the_deployment(echo, compute):
     rows = [{"id": i, "prompt": "fine"} for i in range(10)] + [{"id": 10, "prompt": ""}]
     proc = build_processor(
-        ProcessorConfig(deployment="proc-echo", task="completion", on_error="raise")
+        ProcessorConfig(
+            compute=compute, deployment="proc-echo", task="completion", on_error="raise"
+        )
     )
     with pytest.raises(Exception) as err:
         proc(ray.data.from_items(rows, override_num_blocks=1)).take_all()
@@ -104,20 +112,22 @@ def test_raise_mode_names_the_row_and_the_deployment(echo):
     assert "proc-echo" in message and "request_id" in message and "non-empty string" in message
 
 
-def test_unknown_deployment_fails_at_stage_start_listing_running_ones(echo):
-    proc = build_processor(ProcessorConfig(deployment="no-such-engine"))
+def test_unknown_deployment_fails_at_stage_start_listing_running_ones(echo, compute):
+    proc = build_processor(ProcessorConfig(compute=compute, deployment="no-such-engine"))
     with pytest.raises(Exception) as err:
         proc(ray.data.from_items(_rows(3))).take_all()
     assert "no-such-engine" in str(err.value) and "proc-echo" in str(err.value)
 
 
-def test_a_task_the_deployment_does_not_serve_fails_at_stage_start_not_per_row(echo):
+def test_a_task_the_deployment_does_not_serve_fails_at_stage_start_not_per_row(echo, compute):
     relayllm.deploy(DeploymentConfig(name="chat-only", backend="echo", options={"tasks": ["chat"]}))
     try:
         assert relayllm.get_deployment("chat-only").handle().info.remote().result()["tasks"] == [
             "chat"
         ]
-        proc = build_processor(ProcessorConfig(deployment="chat-only", task="embedding"))
+        proc = build_processor(
+            ProcessorConfig(compute=compute, deployment="chat-only", task="embedding")
+        )
         with pytest.raises(Exception) as err:
             proc(ray.data.from_items([{"input": "hello"}])).take_all()
         assert "deployment 'chat-only' (backend 'echo') does not serve task 'embedding'" in str(
@@ -125,6 +135,50 @@ def test_a_task_the_deployment_does_not_serve_fails_at_stage_start_not_per_row(e
         )
     finally:
         relayllm.shutdown("chat-only")
+
+
+def test_stage_tasks_follow_a_redeploy_between_runs():
+    # Stage tasks keep their deployment handle in Ray's reused worker processes between runs:
+    # a deployment shut down and started again under the same name must be found again.
+    _ordered()
+    config = ProcessorConfig(compute="tasks", deployment="redeployed", task="completion")
+    rows = [{"id": i, "prompt": f"a{i} b"} for i in range(8)]
+    relayllm.deploy(
+        DeploymentConfig(name="redeployed", backend="echo", options={"mode": "reverse"})
+    )
+    try:
+        first = build_processor(config)(ray.data.from_items(rows)).take_all()
+        relayllm.shutdown("redeployed")
+        with pytest.raises(Exception) as gone:
+            build_processor(config)(ray.data.from_items(rows)).take_all()
+        assert "no relayllm deployment named 'redeployed'" in str(gone.value)
+        relayllm.deploy(
+            DeploymentConfig(name="redeployed", backend="echo", options={"mode": "echo"})
+        )
+        again = build_processor(config)(ray.data.from_items(rows)).take_all()
+    finally:
+        relayllm.shutdown("redeployed")
+    assert [r["generated_text"] for r in first] == [f"b a{i}" for i in range(8)]
+    assert [r["generated_text"] for r in again] == [f"a{i} b" for i in range(8)]
+    assert all(r["error"] is None for r in first + again)
+
+
+def test_two_steps_as_tasks_stay_two_operators_side_by_side(echo):
+    # Fused into one task, the second step would wait for the first on every block.
+    first = build_processor(
+        ProcessorConfig(compute="tasks", deployment="proc-echo", task="completion")
+    )
+    second = build_processor(
+        ProcessorConfig(compute="tasks", deployment="proc-echo", task="completion"),
+        preprocess=lambda row: {"id": row["id"], "prompt": row["generated_text"]},
+    )
+    rows = [{"id": i, "prompt": f"x{i} y"} for i in range(50)]
+    ds = second(first(ray.data.from_items(rows, override_num_blocks=5)))
+    out = ds.take_all()
+    assert sorted(r["generated_text"] for r in out) == sorted(f"x{i} y" for i in range(50))
+    stats = ds.stats()
+    assert stats.count("MapBatches(serve_stage)") >= 2, stats
+    assert "MapBatches(serve_stage)->MapBatches(serve_stage)" not in stats, stats
 
 
 def test_builder_is_pure_and_validates_config():

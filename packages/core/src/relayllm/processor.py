@@ -39,9 +39,17 @@ class ProcessorConfig(BaseModel):
         "plus each row's max_tokens) would pass this: long rows travel in small calls. "
         "None: calls of batch_size rows.",
     )
-    concurrency: PositiveInt = Field(default=1, description="Stage actors (Ray Data workers).")
+    concurrency: PositiveInt = Field(
+        default=1, description="Stage actors, or stage tasks at once (Ray Data workers)."
+    )
+    compute: Literal["actors", "tasks"] = Field(
+        default="actors",
+        description="How Ray Data runs the stage: 'actors' (an actor per concurrency for the "
+        "run, started with it) or 'tasks' (Ray's reused worker processes, which keep the "
+        "deployment handle between runs: no actor start per run, for short or repeated runs).",
+    )
     max_in_flight_batches: PositiveInt = Field(
-        default=4, description="Calls one stage actor keeps outstanding."
+        default=4, description="Calls one stage actor (or task) keeps outstanding."
     )
     timeout_s: float = Field(default=600.0, gt=0, description="Limit on one call.")
     max_retries: NonNegativeInt = Field(
@@ -102,29 +110,49 @@ class Processor:
     def __call__(self, dataset: Dataset) -> Dataset:
         from ray.data import ActorPoolStrategy
 
-        from relayllm.stage import ServeStage
+        from relayllm.stage import ServeStage, serve_stage
 
         config = self.config
-        # preprocess and postprocess run inside the stage actor (see stage.py): one operator,
-        # rows converted from and to Arrow once per batch instead of once per row function.
-        return dataset.map_batches(
-            ServeStage,
-            fn_constructor_kwargs={
-                "config": config,
-                "processor_id": self.processor_id,
-                "preprocess": self.preprocess,
-                "postprocess": self.postprocess,
-            },
+        stage_kwargs = {
+            "config": config,
+            "processor_id": self.processor_id,
+            "preprocess": self.preprocess,
+            "postprocess": self.postprocess,
+        }
+        # preprocess and postprocess run inside the stage (see stage.py): one operator, rows
+        # converted from and to Arrow once per batch instead of once per row function.
+        common: dict[str, Any] = {
             # One Ray Data batch fills every in-flight slot; the stage splits it into calls.
-            batch_size=config.batch_size * config.max_in_flight_batches,
-            batch_format="pyarrow",
-            zero_copy_batch=True,
-            compute=ActorPoolStrategy(size=config.concurrency),
-            num_cpus=config.num_cpus,
+            "batch_size": config.batch_size * config.max_in_flight_batches,
+            "batch_format": "pyarrow",
+            "zero_copy_batch": True,
+            "num_cpus": config.num_cpus,
+        }
+        if config.compute == "actors":
+            return dataset.map_batches(
+                ServeStage,
+                fn_constructor_kwargs=stage_kwargs,
+                compute=ActorPoolStrategy(size=config.concurrency),
+                **common,
+            )
+        task_fn: Any = serve_stage  # Ray Data types a one-argument function; fn_kwargs: the rest
+        return dataset.map_batches(
+            task_fn,
+            fn_kwargs={"run_id": uuid.uuid4().hex, **stage_kwargs},
+            concurrency=config.concurrency,
+            # Ray Data fuses consecutive task operators into one task, which would run a
+            # pipeline's steps one after the other on each block instead of side by side;
+            # an operator with a ray_remote_args_fn is never fused.
+            ray_remote_args_fn=_no_extra_remote_args,
+            **common,
         )
 
     def __repr__(self) -> str:
         return f"Processor(deployment={self.config.deployment!r}, task={self.config.task!r})"
+
+
+def _no_extra_remote_args() -> dict[str, Any]:
+    return {}
 
 
 def build_processor(

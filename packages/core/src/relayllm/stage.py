@@ -28,7 +28,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import threading
 import uuid
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -70,10 +72,13 @@ class ServeStage:
         processor_id: str,
         preprocess: RowFn | None = None,
         postprocess: RowFn | None = None,
+        *,
+        shared_handles: bool = False,
     ) -> None:
         from relayllm.deployments import check_task_served, handle_for
 
         self.config = config
+        self._shared_handles = shared_handles  # in a task: the process's handles (see below)
         self._preprocess = preprocess
         self._postprocess = postprocess
         handle_for(config.deployment)  # unknown name -> an error that lists the running ones
@@ -204,6 +209,8 @@ class ServeStage:
                 self._gone = app_name(self.config.deployment) not in serve.status().applications
             except Exception:  # the controller itself is unreachable: keep retrying
                 return False
+            if self._gone and self._shared_handles:
+                _handles.pop(self.config.deployment, None)  # a redeploy gets a fresh handle
         return self._gone
 
     async def _call(self, requests: list[Request]) -> list[Result]:
@@ -239,9 +246,14 @@ class ServeStage:
         from relayllm.deployments import app_name
 
         name = self.config.deployment
+        if self._shared_handles and name in _handles:
+            self._safe, self._fast = _handles[name]
+            return
         handle = compat.handle_on_this_loop(name, app_name(name))
         self._safe = handle.process_batch
         self._fast = compat.grpc_transport(handle).process_batch
+        if self._shared_handles:
+            _handles[name] = (self._safe, self._fast)
 
     def _raise_first_error(
         self, results: list[Result], ids: list[str], values: list[Any], row_ids: list[Any] | None
@@ -334,4 +346,58 @@ def _with_outputs(batch: pa.Table, results: list[Result], ids: list[str], task: 
     return batch
 
 
-__all__ = ["ServeStage"]
+# -- The stage as Ray Data tasks (ProcessorConfig.compute == "tasks") ---------------------------
+#
+# Ray keeps a task's worker process for the next task, so what an actor builds anew for every
+# run -- a process, its imports (ray.serve), the handle's router -- is built once per process
+# and kept here. A Ray Data run then starts no actor: for a 64-row pass that is most of the
+# time relayllm adds (docs/benchmarks.md, "What one small pass costs"). Stages are kept per
+# application of a processor to a dataset (``run_id``), so each run checks its deployment
+# once, as an actor would; handles are kept per deployment, on one event loop per process.
+
+#: Stages kept per worker process (the runs applied most recently).
+KEPT_STAGES = 8
+
+_stages: OrderedDict[str, ServeStage] = OrderedDict()
+_handles: dict[str, tuple[Any, Any]] = {}  # deployment name -> (actor-call, gRPC) methods
+_loop: asyncio.AbstractEventLoop | None = None
+_lock = threading.Lock()
+
+
+def serve_stage(
+    batch: pa.Table,
+    *,
+    run_id: str,
+    config: ProcessorConfig,
+    processor_id: str,
+    preprocess: RowFn | None = None,
+    postprocess: RowFn | None = None,
+) -> pa.Table:
+    """``map_batches`` UDF (a task): the run's stage, kept by this process, on its loop."""
+    with _lock:
+        stage = _stages.get(run_id)
+        if stage is None:
+            # Built here, off the loop: its deployment checks wait on Serve synchronously.
+            stage = ServeStage(config, processor_id, preprocess, postprocess, shared_handles=True)
+            _stages[run_id] = stage
+            while len(_stages) > KEPT_STAGES:
+                _stages.popitem(last=False)
+        _stages.move_to_end(run_id)
+        loop = _process_loop()
+    return asyncio.run_coroutine_threadsafe(stage(batch), loop).result()
+
+
+def _process_loop() -> asyncio.AbstractEventLoop:
+    """This process's event loop, on a daemon thread: the handles' routers live on it."""
+    global _loop
+    if _loop is None:
+        _loop = asyncio.new_event_loop()
+        threading.Thread(target=_loop.run_forever, name="relayllm-stage", daemon=True).start()
+    return _loop
+
+
+#: Ray Data operator names of the stage, as an actor class and as a task function.
+STAGE_OPERATOR_NAMES = ("ServeStage", "serve_stage")
+
+
+__all__ = ["KEPT_STAGES", "STAGE_OPERATOR_NAMES", "ServeStage", "serve_stage"]

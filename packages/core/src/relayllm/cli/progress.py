@@ -180,10 +180,12 @@ class StepProgress:
     # -- fed by Ray Data's executor (its own thread) and by the sink (the main thread) ------
 
     def update_from_executor(self, executor: Any) -> None:
+        from relayllm.stage import STAGE_OPERATOR_NAMES
+
         stages = [
             (op, state)
             for op, state in executor._topology.items()  # Ray 2.60's layout
-            if "ServeStage" in op.name
+            if any(name in op.name for name in STAGE_OPERATOR_NAMES)
         ]
         states = self.states
         if self.sequential:  # the n-th dataset is the n-th step
@@ -308,8 +310,8 @@ def waiting_for(s: _StepState) -> str:
         )
     if s.queued_blocks:
         return (
-            "rows are queued for it but no stage actor runs them: the cluster has no free "
-            "CPU for the step's actors (`ray status` shows what holds the CPUs)"
+            "rows are queued for it but no stage actor or task runs them: the cluster has no "
+            "free CPU for the step's stage (`ray status` shows what holds the CPUs)"
         )
     return "no rows have reached it yet: it waits for the input or the step before it"
 

@@ -108,6 +108,7 @@ class StepSpec(_Strict):
     # How the step's processor talks to the deployment (see ProcessorConfig).
     batch_size: PositiveInt | None = None
     concurrency: PositiveInt | None = None
+    compute: Literal["actors", "tasks"] | None = None
     max_in_flight_batches: PositiveInt | None = None
     timeout_s: float | None = Field(default=None, gt=0)
     max_retries: int | None = Field(default=None, ge=0)
@@ -159,6 +160,7 @@ class StepSpec(_Strict):
             for k in (
                 "batch_size",
                 "concurrency",
+                "compute",
                 "max_in_flight_batches",
                 "timeout_s",
                 "max_retries",
