@@ -961,6 +961,20 @@ def engine_section(data: dict[str, Any]) -> list[str]:
             f"{t['ratio']['median']:.2f}x | {_met(t['target_met'])} |"
         )
     lines.append("")
+    compute = data.get("relayllm_compute")
+    actors_path = RESULTS / "engine-actors.json"
+    if compute == "tasks" and actors_path.exists():  # the stage as actors, from its own run
+        before = json.loads(actors_path.read_text())
+        ratios = ", ".join(f"{t['ratio']['median']:.2f}x at {t['rows']}" for t in before["summary"])
+        lines += [
+            "The relayllm side ran its stage as Ray Data tasks (`--compute tasks`, "
+            '`ProcessorConfig(compute="tasks")`): each pass is a new Ray Data execution, and '
+            "tasks start no actor for it (section 3c). The same benchmark with the stage as "
+            f"actors (the default; results/engine-actors.json, commit `{before.get('commit')}`, "
+            f"{before['runs']} runs, load {before['host']['load_average_at_start']:.1f} at "
+            f"start): {ratios} rows.",
+            "",
+        ]
     return lines
 
 
@@ -1448,22 +1462,42 @@ def online_batch_section(data: dict[str, Any]) -> list[str]:
             "rows the controller lets into the engine between cuts (its raises and refills), "
             "not from CPU shared with the job outside the engine.",
         ]
-    ceiling_path = RESULTS / "online_batch-ceiling.json"
-    if ceiling_path.exists():  # the managed variant again, after the controller's ceiling
-        run = json.loads(ceiling_path.read_text())
+    # The controller as it changed, each version's managed run from its own results file.
+    versions = [
+        ("online_batch-aimd.json", "AIMD alone, refill at the first tick after idle_s 2 s"),
+        ("online_batch-ceiling.json", "+ a ceiling after each cut (idle_s 2 s)"),
+        ("online_batch.json", "+ refill when idle_s ends, idle_s 1 s (the table above)"),
+    ]
+    rows = []
+    for name, label in versions:
+        path = RESULTS / name
+        if not path.exists():
+            continue
+        run = json.loads(path.read_text())
         c = run["summary"]["managed"]
-        v = run["variants"][0]
-        together = v["batch_with_interactive"]["interactive"]
+        rows.append(
+            f"| {label} | `{run.get('commit', '?')}` | {_ratio(c['ttft_p99_ratio_with_batch'])} | "
+            f"{_ratio(c['ttft_p50_ratio_with_batch'])} | "
+            f"{_ratio(c.get('idle_batch_rows_per_s_ratio'))} | "
+            f"{_ratio(c['batch_rows_per_s_ratio_with_interactive'])} | {c['batch_errors']} |"
+        )
+    if len(rows) > 1:
         lines += [
             "",
-            "With the ceiling (results/online_batch-ceiling.json, commit "
-            f"{run.get('commit', '?')}, the managed variant alone, same settings): after a cut "
-            "from L, raises stop one step below L instead of climbing back. Interactive p99 "
-            f"TTFT with batch running: {_ratio(c['ttft_p99_ratio_with_batch'])} alone "
-            f"(p50 {_ratio(c['ttft_p50_ratio_with_batch'])}; end-to-end p99 "
-            f"{together['e2e_p99_s'] * 1000:,.0f} ms); batch rows/s in idle periods "
-            f"{_ratio(c.get('idle_batch_rows_per_s_ratio'))} batch alone; "
-            f"{c['batch_errors']} batch errors.",
+            "The managed variant as the controller changed (same command and settings, one run "
+            "each, results/online_batch-aimd.json, -ceiling.json and online_batch.json):",
+            "",
+            "| controller | commit | p99 TTFT with batch ÷ alone | p50 | idle-period batch "
+            "rows/s ÷ alone | batch rows/s while interactive ÷ alone | batch errors |",
+            "|---|---|---:|---:|---:|---:|---:|",
+            *rows,
+            "",
+            "Two limits of this machine and this measurement. The floor above is the least "
+            "inflation any admission limit can give here, and its p99 is already above 1.5x: the "
+            "engine shares two cores with the stage, the replica and Ray. And batch rows/s in an "
+            "idle window counts rows as they finish, so rows admitted at the window's start "
+            "finish a call's latency later, and every second of `idle_s` is a second of the "
+            "window run at the burst's cut limit.",
         ]
     lines.append("")
     return lines
@@ -1508,17 +1542,20 @@ def batch_file_section(data: dict[str, Any]) -> list[str]:
 
 
 def pass_cost_section(data: dict[str, Any]) -> list[str]:
-    """A small pass's fixed cost: relayllm's processor against a no-op Ray Data actor."""
+    """A small pass's fixed cost: relayllm's processor (as actors, as tasks) against no-op Ray
+    Data stages of both kinds."""
     summary = data["summary"]
     load = data.get("host", {}).get("load_average_at_start")
     lines = [
         "## 3c. What a small pass costs before any engine work",
         "",
         f"Where section 3a's gap at {data['rows']} rows goes: each of its passes is a new Ray "
-        "Data execution, which starts a stage actor. Here, on the echo deployment (no model), "
+        "Data execution. Here, on the echo deployment (no model), "
         f"{data['rows']} rows in one block, {data['rounds']} alternating rounds after a "
-        "warm-up: relayllm's processor against a `map_batches` actor that returns its batch "
-        "(Ray Data's own floor for an actor stage)."
+        "warm-up: relayllm's processor both ways `ProcessorConfig.compute` runs its stage (a "
+        "stage actor started for each execution, or tasks in Ray's reused worker processes), "
+        "against `map_batches` stages that return their batch (Ray Data's own floor for an "
+        "actor stage and for a task stage)."
         + (f" 1-minute load average at start: {load:.1f}." if load is not None else ""),
         "",
         "| contender | median s | min s | max s |",
@@ -1531,17 +1568,26 @@ def pass_cost_section(data: dict[str, Any]) -> list[str]:
     imports = data.get("import_s", {})
     lines += [
         "",
-        f"relayllm adds {extra:.2f} s to a pass over Ray Data's own actor stage. What a new "
-        "stage actor imports beyond Ray Data (`python -X importtime`, same run): `ray.serve` "
-        f"(for the deployment handle) {imports.get('ray.serve', float('nan')):.2f} s, "
-        f"relayllm's modules {imports.get('relayllm modules', float('nan')):.2f} s; the "
+        f"As actors, relayllm adds {extra:.2f} s to a pass over Ray Data's own actor stage. "
+        "What a new stage actor imports beyond Ray Data (`python -X importtime`, same run): "
+        f"`ray.serve` (for the deployment handle) {imports.get('ray.serve', float('nan')):.2f} "
+        f"s, relayllm's modules {imports.get('relayllm modules', float('nan')):.2f} s; the "
         "remainder (the deployment's lookup, the first calls over a new handle) is not broken "
-        "down here. The rest of the gap to raw "
-        "vLLM at 64 rows is Ray Data starting an actor per execution, which a long job pays "
-        "once.",
-        "",
+        "down here. The rest is Ray Data starting an actor per execution, which a long job "
+        "pays once.",
     ]
-    return lines
+    tasks = summary.get("relayllm processor, compute=tasks (echo)")
+    if tasks is not None:
+        actors = summary["relayllm processor (echo)"]
+        lines += [
+            "",
+            f"As tasks, a pass takes {tasks['median_s']:.2f} s "
+            f"({summary['relayllm tasks minus no-op task, median s']:.2f} s over a no-op task, "
+            f"{actors['median_s'] - tasks['median_s']:.2f} s less than as actors): no actor "
+            "starts, and the worker processes keep `ray.serve` imported and the deployment "
+            "handle between executions.",
+        ]
+    return [*lines, ""]
 
 
 SECTIONS = [
