@@ -63,6 +63,23 @@ def test_task_cpus_can_be_set_on_a_repartition(ray_session):
     assert dataset.count() == 8  # the dataset still runs with it
 
 
+def test_live_serve_controller_names_the_running_controller_after_a_restart():
+    from ray import serve
+
+    relayllm.deploy(relayllm.DeploymentConfig(name="compat-restart", backend="echo"))
+    first = compat.live_serve_controller()
+    serve.shutdown()  # Serve stops; this process's cached client now points at a dead actor
+    relayllm.deploy(relayllm.DeploymentConfig(name="compat-restart", backend="echo"))
+    try:
+        second = compat.live_serve_controller()
+    finally:
+        relayllm.shutdown("compat-restart")
+    assert first and second and first != second, (
+        "Serve's cached controller client changed; relayllm.compat.live_serve_controller needs "
+        "updating"
+    )
+
+
 def test_execution_callback_hook_exists():
     base = compat.execution_callback_class()
     assert callable(getattr(base, "on_execution_step", None)), (
@@ -71,7 +88,7 @@ def test_execution_callback_hook_exists():
 
 
 def test_every_private_api_is_listed_and_ray_is_a_supported_release():
-    assert len(compat.PRIVATE_APIS) == 6
+    assert len(compat.PRIVATE_APIS) == 7
     installed = versions.installed("ray")
     assert installed and versions.matches(installed, versions.RAY_VERSIONS), (
         f"Ray {installed} is not the release relayllm.compat is written for "

@@ -18,6 +18,7 @@ PRIVATE_APIS = (
     "ray.serve.context._get_global_client()._controller.get_proxy_location()",
     "ray.data.Dataset._logical_plan.dag.ray_remote_args",
     "ray.data._internal.execution.execution_callback.ExecutionCallback",
+    "ray.serve.context._check_cached_client_alive() / _get_global_client()._controller",
 )
 
 
@@ -68,6 +69,18 @@ def set_task_num_cpus(dataset: Any, num_cpus: float) -> Any:
     return dataset
 
 
+def live_serve_controller() -> str | None:
+    """The id of the Serve controller this process talks to (None: Serve is not running).
+    A cached client whose controller died -- Serve shut down and started again -- is dropped
+    first: Serve keeps one per process, and processes that outlive a run (the stage as
+    tasks) would otherwise keep calling the dead controller."""
+    from ray.serve import context
+
+    context._check_cached_client_alive()
+    client: Any = context._get_global_client(raise_if_no_controller_running=False)
+    return None if client is None else str(client._controller._actor_id.hex())
+
+
 def execution_callback_class() -> type:
     """Ray Data's ``ExecutionCallback``: a hook called on every turn of the executor loop."""
     from ray.data._internal.execution.execution_callback import ExecutionCallback
@@ -80,6 +93,7 @@ __all__ = [
     "execution_callback_class",
     "grpc_transport",
     "handle_on_this_loop",
+    "live_serve_controller",
     "run_application",
     "serve_proxy",
     "set_task_num_cpus",

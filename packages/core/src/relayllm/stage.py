@@ -73,12 +73,13 @@ class ServeStage:
         preprocess: RowFn | None = None,
         postprocess: RowFn | None = None,
         *,
-        shared_handles: bool = False,
+        handles_key: tuple[str, str | None] | None = None,
     ) -> None:
         from relayllm.deployments import check_task_served, handle_for
 
         self.config = config
-        self._shared_handles = shared_handles  # in a task: the process's handles (see below)
+        # In a task: the process's handles are shared under this key (see serve_stage below).
+        self._handles_key = handles_key
         self._preprocess = preprocess
         self._postprocess = postprocess
         handle_for(config.deployment)  # unknown name -> an error that lists the running ones
@@ -209,8 +210,8 @@ class ServeStage:
                 self._gone = app_name(self.config.deployment) not in serve.status().applications
             except Exception:  # the controller itself is unreachable: keep retrying
                 return False
-            if self._gone and self._shared_handles:
-                _handles.pop(self.config.deployment, None)  # a redeploy gets a fresh handle
+            if self._gone and self._handles_key is not None:
+                _handles.pop(self._handles_key, None)  # a redeploy gets a fresh handle
         return self._gone
 
     async def _call(self, requests: list[Request]) -> list[Result]:
@@ -246,14 +247,15 @@ class ServeStage:
         from relayllm.deployments import app_name
 
         name = self.config.deployment
-        if self._shared_handles and name in _handles:
-            self._safe, self._fast = _handles[name]
+        key = self._handles_key
+        if key is not None and key in _handles:
+            self._safe, self._fast = _handles[key]
             return
         handle = compat.handle_on_this_loop(name, app_name(name))
         self._safe = handle.process_batch
         self._fast = compat.grpc_transport(handle).process_batch
-        if self._shared_handles:
-            _handles[name] = (self._safe, self._fast)
+        if key is not None:
+            _handles[key] = (self._safe, self._fast)
 
     def _raise_first_error(
         self, results: list[Result], ids: list[str], values: list[Any], row_ids: list[Any] | None
@@ -353,13 +355,16 @@ def _with_outputs(batch: pa.Table, results: list[Result], ids: list[str], task: 
 # and kept here. A Ray Data run then starts no actor: for a 64-row pass that is most of the
 # time relayllm adds (docs/benchmarks.md, "What one small pass costs"). Stages are kept per
 # application of a processor to a dataset (``run_id``), so each run checks its deployment
-# once, as an actor would; handles are kept per deployment, on one event loop per process.
+# once, as an actor would; handles are kept per deployment and Serve controller (one that
+# Serve started again is a new controller: the old handles are dead), on one event loop per
+# process.
 
 #: Stages kept per worker process (the runs applied most recently).
 KEPT_STAGES = 8
 
-_stages: OrderedDict[str, ServeStage] = OrderedDict()
-_handles: dict[str, tuple[Any, Any]] = {}  # deployment name -> (actor-call, gRPC) methods
+_stages: OrderedDict[tuple[str, str | None], ServeStage] = OrderedDict()
+# (deployment name, Serve controller id) -> (actor-call, gRPC) methods
+_handles: dict[tuple[str, str | None], tuple[Any, Any]] = {}
 _loop: asyncio.AbstractEventLoop | None = None
 _lock = threading.Lock()
 
@@ -375,14 +380,22 @@ def serve_stage(
 ) -> pa.Table:
     """``map_batches`` UDF (a task): the run's stage, kept by this process, on its loop."""
     with _lock:
-        stage = _stages.get(run_id)
+        controller = compat.live_serve_controller()
+        key = (run_id, controller)
+        stage = _stages.get(key)
         if stage is None:
             # Built here, off the loop: its deployment checks wait on Serve synchronously.
-            stage = ServeStage(config, processor_id, preprocess, postprocess, shared_handles=True)
-            _stages[run_id] = stage
+            stage = ServeStage(
+                config,
+                processor_id,
+                preprocess,
+                postprocess,
+                handles_key=(config.deployment, controller),
+            )
+            _stages[key] = stage
             while len(_stages) > KEPT_STAGES:
                 _stages.popitem(last=False)
-        _stages.move_to_end(run_id)
+        _stages.move_to_end(key)
         loop = _process_loop()
     return asyncio.run_coroutine_threadsafe(stage(batch), loop).result()
 
