@@ -108,7 +108,7 @@ class Processor:
         self.processor_id = uuid.uuid4().hex[:12]
 
     def __call__(self, dataset: Dataset) -> Dataset:
-        from ray.data import ActorPoolStrategy
+        from ray.data import ActorPoolStrategy, TaskPoolStrategy
 
         from relayllm.stage import ServeStage, serve_stage
 
@@ -139,7 +139,7 @@ class Processor:
         return dataset.map_batches(
             task_fn,
             fn_kwargs={"run_id": uuid.uuid4().hex, **stage_kwargs},
-            concurrency=config.concurrency,
+            compute=TaskPoolStrategy(size=config.concurrency),
             # Ray Data fuses consecutive task operators into one task, which would run a
             # pipeline's steps one after the other on each block instead of side by side;
             # an operator with a ray_remote_args_fn is never fused.
