@@ -1131,6 +1131,7 @@ def gpu_context_lines() -> list[str]:
 #: each relayllm contender of benchmarks/userpath.py and the hand-written client it is held to
 USERPATH_BASELINES = {
     "relayllm (README pattern)": "hand-written",
+    "relayllm (README pattern, compute=tasks)": "hand-written",
     "relayllm run (YAML pipeline)": "hand-written (files)",
 }
 
@@ -1188,6 +1189,33 @@ def userpath_section(data: dict[str, Any]) -> list[str]:
         "(`tests/bench/test_userpath_smoke.py` checks the plan has one operator).",
         "",
     ]
+    tasks_path = RESULTS / "userpath-tasks.json"
+    if tasks_path.exists():  # the README pattern with the stage as tasks, in its own run
+        tasks = json.loads(tasks_path.read_text())
+        tasks_load = tasks.get("host", {}).get("load_average_at_start")
+        ratios = []
+        for size in tasks["sizes"]:
+            summary = size["summary"]
+            pair = [
+                summary.get(f"ratio relayllm (README pattern{suffix}) / hand-written")
+                for suffix in ("", ", compute=tasks")
+            ]
+            if None not in pair:
+                ratios.append(
+                    f"{_rows_label(size['rows'])} rows: {pair[0]:.2f}x as actors, "
+                    f"{pair[1]:.2f}x as tasks"
+                )
+        lines += [
+            "The README pattern with the stage as actors and as tasks "
+            "(`ProcessorConfig(compute=...)`), side by side against the hand-written client in "
+            "one run (`python benchmarks/userpath.py --with-tasks`, "
+            "results/userpath-tasks.json"
+            + (f", load {tasks_load:.1f} at start" if tasks_load is not None else "")
+            + "): "
+            + "; ".join(ratios)
+            + ".",
+            "",
+        ]
     return lines
 
 
@@ -1467,6 +1495,10 @@ def online_batch_section(data: dict[str, Any]) -> list[str]:
         ("online_batch-aimd.json", "AIMD alone, refill at the first tick after idle_s 2 s"),
         ("online_batch-ceiling.json", "+ a ceiling after each cut (idle_s 2 s)"),
         ("online_batch.json", "+ refill when idle_s ends, idle_s 1 s (the table above)"),
+        (
+            "online_batch-alone200.json",
+            "the same, with 200 requests alone instead of 20 (`--interactive-requests 200`)",
+        ),
     ]
     rows = []
     for name, label in versions:
@@ -1485,7 +1517,9 @@ def online_batch_section(data: dict[str, Any]) -> list[str]:
         lines += [
             "",
             "The managed variant as the controller changed (same command and settings, one run "
-            "each, results/online_batch-aimd.json, -ceiling.json and online_batch.json):",
+            "each, results/online_batch-aimd.json, -ceiling.json, online_batch.json and "
+            "-alone200.json; the last run's p99 alone is taken over 200 requests, where the "
+            "others' is the slowest of 20, which understates the p99 the ratio divides by):",
             "",
             "| controller | commit | p99 TTFT with batch ÷ alone | p50 | idle-period batch "
             "rows/s ÷ alone | batch rows/s while interactive ÷ alone | batch errors |",

@@ -6,6 +6,7 @@ files, on the same echo deployment, in one run.
 
     python benchmarks/userpath.py                          # 100k and 1M rows, 3 rounds each
     python benchmarks/userpath.py --sizes 20000 --repeats 1   # a quick look
+    python benchmarks/userpath.py --with-tasks --yaml-sizes "" --results-name userpath-tasks
 
 The in-memory pair starts from the same materialized dataset (``id``, ``question``) and ends
 with the same columns (``id``, ``question``, ``answer``); output blocks are consumed as they are
@@ -70,9 +71,13 @@ def keep_answer(row: dict[str, Any]) -> dict[str, Any]:
     return {"id": row["id"], "question": row["question"], "answer": row["generated_text"]}
 
 
-def run_readme_pattern(ds, batch_size: int = BATCH_SIZE):
-    config = ProcessorConfig(deployment=DEPLOYMENT, batch_size=batch_size)
+def run_readme_pattern(ds, batch_size: int = BATCH_SIZE, compute: str = "actors"):
+    config = ProcessorConfig(deployment=DEPLOYMENT, batch_size=batch_size, compute=compute)
     return build_processor(config, preprocess=ask, postprocess=keep_answer)(ds)
+
+
+def run_readme_pattern_as_tasks(ds, batch_size: int = BATCH_SIZE):
+    return run_readme_pattern(ds, batch_size, compute="tasks")
 
 
 # -- what a user could write by hand ---------------------------------------------------------
@@ -213,8 +218,11 @@ def with_ratios(summary: dict[str, Any]) -> dict[str, Any]:
     return summary
 
 
+TASKS_CONTENDER = "relayllm (README pattern, compute=tasks)"
+
 BASELINES = {
     "relayllm (README pattern)": "hand-written",
+    TASKS_CONTENDER: "hand-written",
     "relayllm run (YAML pipeline)": "hand-written (files)",
 }
 
@@ -236,7 +244,15 @@ def main() -> None:
     )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--rows-per-block", type=int, default=5000)
+    parser.add_argument(
+        "--with-tasks",
+        action="store_true",
+        help="also the README pattern with ProcessorConfig(compute='tasks')",
+    )
+    parser.add_argument("--results-name", default="userpath", help="benchmarks/results/NAME.json")
     args = parser.parse_args()
+    if args.with_tasks:
+        CONTENDERS[TASKS_CONTENDER] = run_readme_pattern_as_tasks
 
     host = host_facts()
     start_cluster()
@@ -251,7 +267,7 @@ def main() -> None:
                 if key.startswith("ratio"):
                     print(f"{rows:,} rows: {key} = {value:.2f}x", flush=True)
             results.append({"rows": rows, "summary": summary, "samples": samples})
-    path = write_results("userpath", {"host": host, "sizes": results})
+    path = write_results(args.results_name, {"host": host, "sizes": results})
     print(f"wrote {path}")
 
 
