@@ -1499,6 +1499,7 @@ def online_batch_section(data: dict[str, Any]) -> list[str]:
             "online_batch-alone200.json",
             "the same, with 200 requests alone instead of 20 (`--interactive-requests 200`)",
         ),
+        ("online_batch-alone200-2.json", "the same again (a second run)"),
     ]
     rows = []
     for name, label in versions:
@@ -1517,9 +1518,10 @@ def online_batch_section(data: dict[str, Any]) -> list[str]:
         lines += [
             "",
             "The managed variant as the controller changed (same command and settings, one run "
-            "each, results/online_batch-aimd.json, -ceiling.json, online_batch.json and "
-            "-alone200.json; the last run's p99 alone is taken over 200 requests, where the "
-            "others' is the slowest of 20, which understates the p99 the ratio divides by):",
+            "each, results/online_batch-aimd.json, -ceiling.json, online_batch.json, "
+            "-alone200.json and -alone200-2.json; in the -alone200 runs the p99 alone is taken "
+            "over 200 requests, where the others' is the slowest of 20, which understates the "
+            "p99 the ratio divides by):",
             "",
             "| controller | commit | p99 TTFT with batch ÷ alone | p50 | idle-period batch "
             "rows/s ÷ alone | batch rows/s while interactive ÷ alone | batch errors |",
