@@ -1501,11 +1501,12 @@ def online_batch_section(data: dict[str, Any]) -> list[str]:
         ),
         ("online_batch-alone200-2.json", "the same again (a second run)"),
     ]
-    rows = []
+    rows, present = [], []
     for name, label in versions:
         path = RESULTS / name
         if not path.exists():
             continue
+        present.append(name)
         run = json.loads(path.read_text())
         c = run["summary"]["managed"]
         rows.append(
@@ -1518,10 +1519,9 @@ def online_batch_section(data: dict[str, Any]) -> list[str]:
         lines += [
             "",
             "The managed variant as the controller changed (same command and settings, one run "
-            "each, results/online_batch-aimd.json, -ceiling.json, online_batch.json, "
-            "-alone200.json and -alone200-2.json; in the -alone200 runs the p99 alone is taken "
-            "over 200 requests, where the others' is the slowest of 20, which understates the "
-            "p99 the ratio divides by):",
+            f"each: {', '.join(f'results/{name}' for name in present)}; in the -alone200 runs "
+            "the p99 alone is taken over 200 requests, where the others' is the slowest of 20, "
+            "which understates the p99 the ratio divides by):",
             "",
             "| controller | commit | p99 TTFT with batch ÷ alone | p50 | idle-period batch "
             "rows/s ÷ alone | batch rows/s while interactive ÷ alone | batch errors |",
