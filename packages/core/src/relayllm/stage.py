@@ -362,7 +362,7 @@ def _with_outputs(batch: pa.Table, results: list[Result], ids: list[str], task: 
 #: Stages kept per worker process (the runs applied most recently).
 KEPT_STAGES = 8
 
-_stages: OrderedDict[tuple[str, str | None], ServeStage] = OrderedDict()
+_stages: OrderedDict[str, ServeStage] = OrderedDict()  # run_id -> its stage
 # (deployment name, Serve controller id) -> (actor-call, gRPC) methods
 _handles: dict[tuple[str, str | None], tuple[Any, Any]] = {}
 _loop: asyncio.AbstractEventLoop | None = None
@@ -380,11 +380,12 @@ def serve_stage(
 ) -> pa.Table:
     """``map_batches`` UDF (a task): the run's stage, kept by this process, on its loop."""
     with _lock:
-        controller = compat.live_serve_controller()
-        key = (run_id, controller)
-        stage = _stages.get(key)
+        stage = _stages.get(run_id)
         if stage is None:
-            # Built here, off the loop: its deployment checks wait on Serve synchronously.
+            # Once per run, not per batch: a controller that Serve started again since this
+            # process's last run is found here. Built off the loop: its deployment checks wait
+            # on Serve synchronously.
+            controller = compat.live_serve_controller()
             stage = ServeStage(
                 config,
                 processor_id,
@@ -392,10 +393,10 @@ def serve_stage(
                 postprocess,
                 handles_key=(config.deployment, controller),
             )
-            _stages[key] = stage
+            _stages[run_id] = stage
             while len(_stages) > KEPT_STAGES:
                 _stages.popitem(last=False)
-        _stages.move_to_end(key)
+        _stages.move_to_end(run_id)
         loop = _process_loop()
     return asyncio.run_coroutine_threadsafe(stage(batch), loop).result()
 
