@@ -41,7 +41,24 @@ def run(path, concurrency=2, done=None, batch_size=16):
     )
 
 
-def test_a_multi_block_file_runs_on_several_stage_actors_in_order(echo, tmp_path):
+@pytest.fixture
+def both_actors_ready():
+    """Ray Data starts dispatching as soon as one pool actor is up; on a loaded 2-core machine
+    the first can finish every block before the second starts, and the file then runs on one
+    actor. Waiting for the whole pool makes "several actors" a property of the code, not of
+    the machine's load."""
+    from ray.data import DataContext
+
+    context = DataContext.get_current()
+    before = context.wait_for_min_actors_s
+    context.wait_for_min_actors_s = 120
+    yield
+    context.wait_for_min_actors_s = before
+
+
+def test_a_multi_block_file_runs_on_several_stage_actors_in_order(
+    echo, tmp_path, both_actors_ready
+):
     from openai.types import CreateEmbeddingResponse
     from openai.types.chat import ChatCompletion
 
