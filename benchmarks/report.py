@@ -1189,34 +1189,53 @@ def userpath_section(data: dict[str, Any]) -> list[str]:
         "(`tests/bench/test_userpath_smoke.py` checks the plan has one operator).",
         "",
     ]
-    tasks_path = RESULTS / "userpath-tasks.json"
-    if tasks_path.exists():  # the README pattern with the stage as tasks, in its own run
-        tasks = json.loads(tasks_path.read_text())
-        tasks_load = tasks.get("host", {}).get("load_average_at_start")
-        ratios = []
-        for size in tasks["sizes"]:
-            summary = size["summary"]
-            pair = [
-                summary.get(f"ratio relayllm (README pattern{suffix}) / hand-written")
-                for suffix in ("", ", compute=tasks")
-            ]
-            if None not in pair:
-                ratios.append(
-                    f"{_rows_label(size['rows'])} rows: {pair[0]:.2f}x as actors, "
-                    f"{pair[1]:.2f}x as tasks"
-                )
+    runs = [
+        (name, _actors_and_tasks(RESULTS / f"{name}.json"))
+        for name in ("userpath-tasks", "userpath-tasks-overlap")
+    ]
+    runs = [(name, found) for name, found in runs if found]
+    if runs:  # the README pattern with the stage as tasks, in runs of their own
+        what = {
+            "userpath-tasks": "one stage task at a time per unit of concurrency",
+            "userpath-tasks-overlap": "two stage tasks at once per unit of concurrency, each "
+            "with half the calls in flight (the current code)",
+        }
         lines += [
             "The README pattern with the stage as actors and as tasks "
             "(`ProcessorConfig(compute=...)`), side by side against the hand-written client in "
-            "one run (`python benchmarks/userpath.py --with-tasks`, "
-            "results/userpath-tasks.json"
-            + (f", load {tasks_load:.1f} at start" if tasks_load is not None else "")
-            + "): "
-            + "; ".join(ratios)
-            + ".",
+            "one run (`python benchmarks/userpath.py --with-tasks`):",
             "",
         ]
+        for name, (load, ratios) in runs:
+            lines.append(
+                f"- {what[name]} (results/{name}.json"
+                + (f", load {load:.1f} at start" if load is not None else "")
+                + "): "
+                + "; ".join(ratios)
+                + "."
+            )
+        lines.append("")
     return lines
+
+
+def _actors_and_tasks(path: Path) -> tuple[float | None, list[str]] | None:
+    """A --with-tasks run's load at start and its "N rows: Ax as actors, Bx as tasks"."""
+    if not path.exists():
+        return None
+    data = json.loads(path.read_text())
+    ratios = []
+    for size in data["sizes"]:
+        summary = size["summary"]
+        pair = [
+            summary.get(f"ratio relayllm (README pattern{suffix}) / hand-written")
+            for suffix in ("", ", compute=tasks")
+        ]
+        if None not in pair:
+            ratios.append(
+                f"{_rows_label(size['rows'])} rows: {pair[0]:.2f}x as actors, "
+                f"{pair[1]:.2f}x as tasks"
+            )
+    return data.get("host", {}).get("load_average_at_start"), ratios
 
 
 def userpath_profile(data: dict[str, Any]) -> list[str]:

@@ -181,6 +181,59 @@ def test_two_steps_as_tasks_stay_two_operators_side_by_side(echo):
     assert "MapBatches(serve_stage)->MapBatches(serve_stage)" not in stats, stats
 
 
+def test_stage_tasks_work_on_two_batches_at_once_with_concurrency_one(tmp_path):
+    # One task at a time waits for all of its calls before the next batch's preprocess can
+    # start; an actor overlaps several batches. Each row's preprocess and postprocess append
+    # (pid, "start"/"end", time) to a file: a task's batch spans its rows' first start to
+    # their last end, and two spans of different processes overlap only if tasks ran at once.
+    import json
+    import os
+    import time
+
+    log = tmp_path / "spans.jsonl"
+
+    def stamp(event):
+        with open(log, "a") as f:
+            f.write(json.dumps([os.getpid(), event, time.monotonic()]) + "\n")
+
+    def pre(row):
+        stamp("start")
+        return row
+
+    def post(row):
+        stamp("end")
+        return {"id": row["id"], "error": row["error"]}
+
+    relayllm.deploy(DeploymentConfig(name="slow-echo", backend="echo", options={"delay_s": 0.5}))
+    try:
+        config = ProcessorConfig(
+            compute="tasks", deployment="slow-echo", batch_size=4, max_in_flight_batches=4
+        )
+        rows = [{"id": i, "messages": [{"role": "user", "content": "x"}]} for i in range(64)]
+        ds = ray.data.from_items(rows, override_num_blocks=8)
+        out = build_processor(config, preprocess=pre, postprocess=post)(ds).take_all()
+    finally:
+        relayllm.shutdown("slow-echo")
+    assert sorted(r["id"] for r in out) == list(range(64))
+    assert all(r["error"] is None for r in out)
+    spans: list[tuple[int, float, float]] = []  # (pid, first start, last end) per batch
+    open_spans: dict[int, list[float]] = {}
+    for pid, event, at in sorted(
+        (json.loads(x) for x in log.read_text().splitlines()), key=lambda e: e[2]
+    ):
+        span = open_spans.setdefault(pid, [at, at, 0])
+        if event == "start" and span[2]:  # a start after ends: this process's next batch
+            spans.append((pid, span[0], span[1]))
+            span[:] = [at, at, 0]
+        elif event == "end":
+            span[1], span[2] = at, 1
+    spans += [(pid, s[0], s[1]) for pid, s in open_spans.items()]
+    overlapping = [
+        (a, b) for a in spans for b in spans if a[0] != b[0] and a[1] < b[2] and b[1] < a[2]
+    ]
+    assert overlapping, f"the stage's batches ran one at a time: {spans}"
+
+
 def test_builder_is_pure_and_validates_config():
     proc = build_processor(ProcessorConfig(deployment="not-running-anywhere"))  # no I/O, no error
     assert proc.config.deployment == "not-running-anywhere"

@@ -34,6 +34,7 @@ steps:
     messages: [{{role: user, content: "{{question}}"}}]
     output_column: answer
     concurrency: {concurrency}
+    compute: {compute}
   - name: critique
     deployment: {name}
     messages: [{{role: user, content: "{{question}} {{answer}}"}}]
@@ -45,11 +46,13 @@ steps:
 """
 
 
-def _pipeline(tmp_path, name, engine_cpus, concurrency=1):
+def _pipeline(tmp_path, name, engine_cpus, concurrency=1, compute="actors"):
     (tmp_path / "rows.jsonl").write_text(
         "".join(json.dumps({"id": i, "question": f"question {i}"}) + "\n" for i in range(20))
     )
-    text = THREE_STEPS.format(name=name, engine_cpus=engine_cpus, concurrency=concurrency)
+    text = THREE_STEPS.format(
+        name=name, engine_cpus=engine_cpus, concurrency=concurrency, compute=compute
+    )
     return parse_pipeline(text, "fit.yaml", tmp_path)
 
 
@@ -85,6 +88,15 @@ def test_too_many_stage_actors_are_named_with_what_to_change(ray_session, tmp_pa
     ):
         check_fit(pipeline)
     assert "relayllm-crowd" not in serve.status().applications
+
+
+def test_stage_tasks_count_two_per_unit_of_concurrency(ray_session, tmp_path):
+    # As tasks a step runs two at once per unit of concurrency (processor.stage_workers):
+    # 5 as actors fit (1.25 CPU), 5 as tasks are 10 x 0.25 CPU and do not.
+    check_fit(_pipeline(tmp_path, "fits", 0, concurrency=5))
+    pipeline = _pipeline(tmp_path, "crowd-tasks", 0, concurrency=5, compute="tasks")
+    with pytest.raises(ResourceFitError, match=r"stage tasks of step 'answer' \(10 x 0.25 CPU\)"):
+        check_fit(pipeline)
 
 
 def test_a_bundle_no_single_node_can_hold_is_refused_even_if_the_sum_fits():

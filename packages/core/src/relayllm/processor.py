@@ -40,7 +40,8 @@ class ProcessorConfig(BaseModel):
         "None: calls of batch_size rows.",
     )
     concurrency: PositiveInt = Field(
-        default=1, description="Stage actors, or stage tasks at once (Ray Data workers)."
+        default=1,
+        description="Stage actors; as tasks, two stage tasks at once per unit (stage_workers).",
     )
     compute: Literal["actors", "tasks"] = Field(
         default="actors",
@@ -49,7 +50,9 @@ class ProcessorConfig(BaseModel):
         "deployment handle between runs: no actor start per run, for short or repeated runs).",
     )
     max_in_flight_batches: PositiveInt = Field(
-        default=4, description="Calls one stage actor (or task) keeps outstanding."
+        default=4,
+        description="Calls one stage actor keeps outstanding (as tasks: split between the "
+        "unit's two tasks).",
     )
     timeout_s: float = Field(default=600.0, gt=0, description="Limit on one call.")
     max_retries: NonNegativeInt = Field(
@@ -135,11 +138,13 @@ class Processor:
                 compute=ActorPoolStrategy(size=config.concurrency),
                 **common,
             )
+        workers, calls_per_task = stage_workers(config)
+        common["batch_size"] = config.batch_size * calls_per_task
         task_fn: Any = serve_stage  # Ray Data types a one-argument function; fn_kwargs: the rest
         return dataset.map_batches(
             task_fn,
             fn_kwargs={"run_id": uuid.uuid4().hex, **stage_kwargs},
-            compute=TaskPoolStrategy(size=config.concurrency),
+            compute=TaskPoolStrategy(size=workers),
             # Ray Data fuses consecutive task operators into one task, which would run a
             # pipeline's steps one after the other on each block instead of side by side;
             # an operator with a ray_remote_args_fn is never fused.
@@ -149,6 +154,19 @@ class Processor:
 
     def __repr__(self) -> str:
         return f"Processor(deployment={self.config.deployment!r}, task={self.config.task!r})"
+
+
+def stage_workers(config: ProcessorConfig) -> tuple[int, int]:
+    """How many stage actors or tasks run at once, and the calls each has in flight.
+
+    An actor takes the next Ray Data batch's calls as its slots free. A task works on one
+    batch and waits for every call of it before the next, so its pre/postprocessing never
+    overlaps its own calls: two tasks per unit of concurrency, each with half the calls in
+    flight, get that overlap back with the same calls outstanding."""
+    if config.compute == "actors":
+        return config.concurrency, config.max_in_flight_batches
+    per_unit = 2 if config.max_in_flight_batches >= 2 else 1
+    return config.concurrency * per_unit, config.max_in_flight_batches // per_unit
 
 
 def _no_extra_remote_args() -> dict[str, Any]:
@@ -166,4 +184,11 @@ def build_processor(
     return Processor(config, preprocess, postprocess)
 
 
-__all__ = ["TRANSPORT_ENV", "Processor", "ProcessorConfig", "build_processor", "default_transport"]
+__all__ = [
+    "TRANSPORT_ENV",
+    "Processor",
+    "ProcessorConfig",
+    "build_processor",
+    "default_transport",
+    "stage_workers",
+]

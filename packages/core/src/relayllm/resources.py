@@ -92,11 +92,12 @@ def engine_demand(config: DeploymentConfig) -> Demand:
     )
 
 
-def stage_demand(step: str, num_cpus: float, concurrency: int) -> Demand:
+def stage_demand(step: str, num_cpus: float, workers: int, compute: str = "actors") -> Demand:
+    """``workers`` stage actors or tasks at once (``processor.stage_workers``)."""
     return Demand(
-        f"stage actors of step {step!r} ({concurrency} x {num_cpus:g} CPU)",
+        f"stage {compute} of step {step!r} ({workers} x {num_cpus:g} CPU)",
         ({"CPU": num_cpus},),
-        concurrency,
+        workers,
         "lower the step's concurrency",
     )
 

@@ -28,6 +28,7 @@ def check_fit(pipeline: Pipeline, running: set[str] | None = None) -> None:
     already), stage actors and tasks cannot all be scheduled at once on the cluster.
     Needs a connection to Ray; :class:`relayllm.ResourceFitError` says what to change."""
     from relayllm import resources
+    from relayllm.processor import stage_workers
 
     running = running or set()
     demands = [
@@ -35,7 +36,8 @@ def check_fit(pipeline: Pipeline, running: set[str] | None = None) -> None:
     ]
     for step in pipeline.spec.steps:
         config = step.processor_config()
-        demands.append(resources.stage_demand(step.name, config.num_cpus, config.concurrency))
+        workers, _ = stage_workers(config)
+        demands.append(resources.stage_demand(step.name, config.num_cpus, workers, config.compute))
     demands.append(resources.task_demand(task_operators(pipeline)))
     free, total, nodes = resources.cluster_view()
     resources.check_fit(demands, free, total, nodes)
