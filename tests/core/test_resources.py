@@ -90,13 +90,13 @@ def test_too_many_stage_actors_are_named_with_what_to_change(ray_session, tmp_pa
     assert "relayllm-crowd" not in serve.status().applications
 
 
-def test_stage_tasks_count_two_per_unit_of_concurrency(ray_session, tmp_path):
-    # As tasks a step runs two at once per unit of concurrency (processor.stage_workers):
-    # 5 as actors fit (1.25 CPU), 5 as tasks are 10 x 0.25 CPU and do not.
-    check_fit(_pipeline(tmp_path, "fits", 0, concurrency=5))
-    pipeline = _pipeline(tmp_path, "crowd-tasks", 0, concurrency=5, compute="tasks")
-    with pytest.raises(ResourceFitError, match=r"stage tasks of step 'answer' \(10 x 0.25 CPU\)"):
+def test_stage_tasks_are_two_per_unit_of_concurrency_sharing_its_cpus(ray_session, tmp_path):
+    # As tasks a step runs two at once per unit of concurrency, each with half the unit's
+    # num_cpus (processor.stage_workers): what the unit reserves is what one actor would.
+    pipeline = _pipeline(tmp_path, "crowd-tasks", 0, concurrency=12, compute="tasks")
+    with pytest.raises(ResourceFitError, match=r"stage tasks of step 'answer' \(24 x 0.125 CPU\)"):
         check_fit(pipeline)
+    check_fit(_pipeline(tmp_path, "fits-tasks", 0, concurrency=5, compute="tasks"))
 
 
 def test_a_bundle_no_single_node_can_hold_is_refused_even_if_the_sum_fits():

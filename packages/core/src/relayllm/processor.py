@@ -138,8 +138,9 @@ class Processor:
                 compute=ActorPoolStrategy(size=config.concurrency),
                 **common,
             )
-        workers, calls_per_task = stage_workers(config)
+        workers, calls_per_task, cpus_per_task = stage_workers(config)
         common["batch_size"] = config.batch_size * calls_per_task
+        common["num_cpus"] = cpus_per_task
         task_fn: Any = serve_stage  # Ray Data types a one-argument function; fn_kwargs: the rest
         return dataset.map_batches(
             task_fn,
@@ -156,17 +157,22 @@ class Processor:
         return f"Processor(deployment={self.config.deployment!r}, task={self.config.task!r})"
 
 
-def stage_workers(config: ProcessorConfig) -> tuple[int, int]:
-    """How many stage actors or tasks run at once, and the calls each has in flight.
+def stage_workers(config: ProcessorConfig) -> tuple[int, int, float]:
+    """How many stage actors or tasks run at once, the calls each keeps in flight, and the
+    CPUs each reserves.
 
     An actor takes the next Ray Data batch's calls as its slots free. A task works on one
     batch and waits for every call of it before the next, so its pre/postprocessing never
-    overlaps its own calls: two tasks per unit of concurrency, each with half the calls in
-    flight, get that overlap back with the same calls outstanding."""
+    overlaps its own calls: two tasks per unit of concurrency, sharing the unit's calls in
+    flight and its CPUs, get that overlap back with the same calls and CPUs reserved."""
     if config.compute == "actors":
-        return config.concurrency, config.max_in_flight_batches
+        return config.concurrency, config.max_in_flight_batches, config.num_cpus
     per_unit = 2 if config.max_in_flight_batches >= 2 else 1
-    return config.concurrency * per_unit, config.max_in_flight_batches // per_unit
+    return (
+        config.concurrency * per_unit,
+        config.max_in_flight_batches // per_unit,
+        config.num_cpus / per_unit,
+    )
 
 
 def _no_extra_remote_args() -> dict[str, Any]:

@@ -36,8 +36,8 @@ def check_fit(pipeline: Pipeline, running: set[str] | None = None) -> None:
     ]
     for step in pipeline.spec.steps:
         config = step.processor_config()
-        workers, _ = stage_workers(config)
-        demands.append(resources.stage_demand(step.name, config.num_cpus, workers, config.compute))
+        workers, _, cpus = stage_workers(config)
+        demands.append(resources.stage_demand(step.name, cpus, workers, config.compute))
     demands.append(resources.task_demand(task_operators(pipeline)))
     free, total, nodes = resources.cluster_view()
     resources.check_fit(demands, free, total, nodes)
