@@ -1554,7 +1554,108 @@ def online_batch_section(data: dict[str, Any]) -> list[str]:
             "finish a call's latency later, and every second of `idle_s` is a second of the "
             "window run at the burst's cut limit.",
         ]
+    lines += engine_rows_runs()
     lines.append("")
+    return lines
+
+
+def engine_rows_runs() -> list[str]:
+    """The managed variant run several times with idle-period rows counted by the
+    deployment (online_batch-engine-rows-N.json): each run, and the median the targets are
+    judged on."""
+    paths = sorted(RESULTS.glob("online_batch-engine-rows-*.json"))
+    runs = [json.loads(path.read_text()) for path in paths]
+    if not runs:
+        return []
+    managed = [run["summary"]["managed"] for run in runs]
+    keys = (
+        ("ttft_p99_ratio_with_batch", "p99 TTFT with batch ÷ alone", "<= 1.5x", 1.5, False),
+        ("ttft_p50_ratio_with_batch", "p50 TTFT with batch ÷ alone", "", None, False),
+        (
+            "idle_batch_rows_per_s_ratio",
+            "idle-period batch rows/s ÷ alone, rows counted as they leave the engine",
+            ">= 0.9x",
+            0.9,
+            True,
+        ),
+        (
+            "idle_batch_rows_per_s_ratio_driver_blocks",
+            "the same counted as output blocks reach the driver (the measure before)",
+            "",
+            None,
+            True,
+        ),
+    )
+    head = " | ".join(f"run {i + 1}" for i in range(len(runs)))
+    lines = [
+        "",
+        "### Several runs of the current controller",
+        "",
+        "The driver sees batch rows only per output block (`batch_size x "
+        "max_in_flight_batches` = 64 rows here, one every ~6 s at this engine's ~11 rows/s), "
+        "so a 10 s idle window gains or loses a whole block as one lands just inside or "
+        "outside it: 64 rows in 10 s is about 0.6x of batch alone per window. These runs also"
+        " count rows as they leave the engine (the deployment's `rows_by_class`, sampled "
+        "every 0.25 s: to the call, 16 rows) and compare them with batch alone in the same "
+        "windows of its own job (`python benchmarks/online_batch.py --rows 1200 --batch-size "
+        "16 --variants managed --target-ttft-s 0.15 --target-tpot-s 0.06 --interactive-"
+        "requests 200 --results-name online_batch-engine-rows-N`; "
+        + ", ".join(f"results/{path.name}" for path in paths)
+        + "; 1-minute load at start: "
+        + ", ".join(
+            f"{run.get('host', {}).get('load_average_at_start', float('nan')):.1f}" for run in runs
+        )
+        + "; commits "
+        + ", ".join(f"`{run.get('commit', '?')}`" for run in runs)
+        + "):",
+        "",
+        f"| measure | {head} | median | target |",
+        "|---|" + "---:|" * len(runs) + "---:|---|",
+    ]
+    for key, label, target, bound, at_least in keys:
+        values = [m.get(key) for m in managed]
+        known = [v for v in values if v is not None]
+        median = statistics.median(known) if known else None
+        verdict = ""
+        if bound is not None and median is not None:
+            met = median >= bound if at_least else median <= bound
+            verdict = f"{target}: {_met(met)}"
+        lines.append(
+            f"| {label} | "
+            + " | ".join(_ratio(v) for v in values)
+            + f" | {_ratio(median)} | {verdict} |"
+        )
+    errors = [m.get("batch_errors", 0) for m in managed]
+    lines.append(
+        "| batch errors | "
+        + " | ".join(str(e) for e in errors)
+        + f" | {sum(errors)} in all | {_met(sum(errors) == 0)} |"
+    )
+    # The bursts phase has ~20 interactive requests: its p99 is its slowest one.
+    variants = [next(v for v in run["variants"] if v["variant"] == "managed") for run in runs]
+    bursts = [
+        v["bursts"]["interactive"]["ttft_p99_s"] / v["interactive_alone"]["ttft_p99_s"]
+        for v in variants
+    ]
+    slowest = [
+        max(v["batch_with_interactive"]["ttft_by_start_s"], key=lambda s: s[1] or 0)
+        for v in variants
+    ]
+    lines += [
+        "",
+        "Not in the targets above, and the next thing to fix: in every run one interactive "
+        "request that starts a few seconds after the batch job does waits far longer than "
+        "the rest (the slowest of the continuous phase, seconds after the job's start: "
+        + ", ".join(f"{ttft:.1f} s at {at:.1f} s" for at, ttft in slowest)
+        + "). Among ~800 requests it is not the p99; in the bursts phase (~20 requests, one "
+        "burst at the job's start) it is: bursts p99 ÷ alone "
+        + ", ".join(_ratio(b) for b in bursts)
+        + ". Its cause is not established yet. At that moment the stage's first 64 rows reach "
+        "an engine whose admission limit is at its maximum (256 rows), so they are all in "
+        "the engine whatever the controller does next, and 64 rows decoding make a step "
+        "about 0.35 s here (16 tokens each at ~180 tokens/s): that accounts for a few tenths "
+        "of a second, not for 3 s.",
+    ]
     return lines
 
 
