@@ -28,11 +28,11 @@ def chat(i: int, **body) -> str:
     return json.dumps(line)
 
 
-def run(path, concurrency=2, done=None, batch_size=16):
+def run(path, concurrency=2, done=None, batch_size=16, deployment=NAME):
     scan = batch_file.scan_batch_file(str(path), batch_file.stage_batch(batch_size), done)
     out, err = io.StringIO(), io.StringIO()
     fields = {"batch_size": batch_size, "concurrency": concurrency}
-    counts = batch_file.run_scanned(scan, [NAME], NAME, out, err, fields, done)
+    counts = batch_file.run_scanned(scan, [deployment], deployment, out, err, fields, done)
     return (
         scan,
         counts,
@@ -42,23 +42,23 @@ def run(path, concurrency=2, done=None, batch_size=16):
 
 
 @pytest.fixture
-def both_actors_ready():
-    """Ray Data starts dispatching as soon as one pool actor is up; on a loaded 2-core machine
-    the first can finish every block before the second starts, and the file then runs on one
-    actor. Waiting for the whole pool makes "several actors" a property of the code, not of
-    the machine's load."""
+def busy_echo():
+    """Ray Data gives a block to the least busy stage actor: when the echo answers faster
+    than the file is read, the first actor is free again for every block and does them all
+    (as CI saw). Calls that take 0.2 s keep it busy, so the second actor gets blocks too;
+    and the run waits for the whole pool before it dispatches, so the second has started."""
     from ray.data import DataContext
 
     context = DataContext.get_current()
     before = context.wait_for_min_actors_s
     context.wait_for_min_actors_s = 120
-    yield
+    relayllm.deploy(DeploymentConfig(name="bf-busy-echo", backend="echo", options={"delay_s": 0.2}))
+    yield "bf-busy-echo"
+    relayllm.shutdown("bf-busy-echo")
     context.wait_for_min_actors_s = before
 
 
-def test_a_multi_block_file_runs_on_several_stage_actors_in_order(
-    echo, tmp_path, both_actors_ready
-):
+def test_a_multi_block_file_runs_on_several_stage_actors_in_order(busy_echo, tmp_path):
     from openai.types import CreateEmbeddingResponse
     from openai.types.chat import ChatCompletion
 
@@ -71,7 +71,7 @@ def test_a_multi_block_file_runs_on_several_stage_actors_in_order(
     )  # another task: a group of its own
     path = tmp_path / "in.jsonl"
     path.write_text("\n".join(lines[:900]) + "\n\n" + "\n".join(lines[900:]))  # a blank line
-    scan, counts, out, err = run(path)
+    scan, counts, out, err = run(path, deployment=busy_echo)
     assert len(scan.chunks) > 1, "one chunk: the file would run as one block"
     assert counts == {"total": n, "completed": n - 2, "failed": 2}
     # Input order within the group, every line once; the embedding group runs after.
