@@ -1800,6 +1800,11 @@ def machine_lines(results: dict[str, dict[str, Any]]) -> list[str]:
         "run, in alternating order, and the pages report ratios and CPU time per row next to "
         "absolute rows/s.",
         "",
+        "The stage's default `compute` became `tasks` on 2026-11-24; before that it was "
+        "`actors`. A benchmark recorded earlier that takes the default ran the stage as "
+        "actors: each results file names its commit and command (scaleout, pass_cost and "
+        "userpath name the compute they measure; engine.json is `--compute tasks`).",
+        "",
     ]
     return lines
 

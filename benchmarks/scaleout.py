@@ -76,6 +76,7 @@ def processor(actors: int, in_flight: int = IN_FLIGHT):
         batch_size=BATCH_SIZE,
         concurrency=actors,
         max_in_flight_batches=in_flight,
+        compute="actors",  # the question is replicas x stage actors
     )
     proc = build_processor(config)
     return lambda ds, _batch_size: proc(ds)

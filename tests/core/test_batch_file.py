@@ -28,10 +28,10 @@ def chat(i: int, **body) -> str:
     return json.dumps(line)
 
 
-def run(path, concurrency=2, done=None, batch_size=16, deployment=NAME):
+def run(path, concurrency=2, done=None, batch_size=16, deployment=NAME, compute="tasks"):
     scan = batch_file.scan_batch_file(str(path), batch_file.stage_batch(batch_size), done)
     out, err = io.StringIO(), io.StringIO()
-    fields = {"batch_size": batch_size, "concurrency": concurrency}
+    fields = {"batch_size": batch_size, "concurrency": concurrency, "compute": compute}
     counts = batch_file.run_scanned(scan, [deployment], deployment, out, err, fields, done)
     return (
         scan,
@@ -71,7 +71,7 @@ def test_a_multi_block_file_runs_on_several_stage_actors_in_order(busy_echo, tmp
     )  # another task: a group of its own
     path = tmp_path / "in.jsonl"
     path.write_text("\n".join(lines[:900]) + "\n\n" + "\n".join(lines[900:]))  # a blank line
-    scan, counts, out, err = run(path, deployment=busy_echo)
+    scan, counts, out, err = run(path, deployment=busy_echo, compute="actors")
     assert len(scan.chunks) > 1, "one chunk: the file would run as one block"
     assert counts == {"total": n, "completed": n - 2, "failed": 2}
     # Input order within the group, every line once; the embedding group runs after.

@@ -136,13 +136,13 @@ def test_missing_template_column_points_at_the_template(tmp_path):
 
 def test_step_processor_settings_reach_the_processor(tmp_path):
     text = GOOD + "    token_budget: 2000\n    order_by_prefix: true\n    batch_size: 16\n"
-    text += "    compute: tasks\n"
+    text += "    compute: actors\n"
     config = parse(text, tmp_path).spec.steps[0].processor_config()
     assert (config.token_budget, config.order_by_prefix, config.batch_size) == (2000, True, 16)
-    assert config.compute == "tasks"
+    assert config.compute == "actors"
     default = parse(GOOD, tmp_path, "default.yaml").spec.steps[0].processor_config()
     assert (default.token_budget, default.order_by_prefix, default.batch_size) == (None, False, 64)
-    assert default.compute == "actors"
+    assert default.compute == "tasks"
 
 
 def test_a_later_step_may_use_an_earlier_output_column(tmp_path):

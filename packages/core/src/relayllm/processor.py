@@ -41,18 +41,20 @@ class ProcessorConfig(BaseModel):
     )
     concurrency: PositiveInt = Field(
         default=1,
-        description="Stage actors; as tasks, two stage tasks at once per unit (stage_workers).",
+        description="Units of stage work: two stage tasks at once each, or one stage actor "
+        "(compute='actors'); see stage_workers.",
     )
     compute: Literal["actors", "tasks"] = Field(
-        default="actors",
-        description="How Ray Data runs the stage: 'actors' (an actor per concurrency for the "
-        "run, started with it) or 'tasks' (Ray's reused worker processes, which keep the "
-        "deployment handle between runs: no actor start per run, for short or repeated runs).",
+        default="tasks",
+        description="How Ray Data runs the stage: 'tasks' (Ray's reused worker processes, "
+        "which keep the deployment handle between runs: no process starts per run) or "
+        "'actors' (an actor per unit of concurrency, started with the run: a little faster "
+        "on long runs against a very fast deployment).",
     )
     max_in_flight_batches: PositiveInt = Field(
         default=4,
-        description="Calls one stage actor keeps outstanding (as tasks: split between the "
-        "unit's two tasks).",
+        description="Calls one unit of concurrency keeps outstanding (split between its two "
+        "tasks, or all on its actor).",
     )
     timeout_s: float = Field(default=600.0, gt=0, description="Limit on one call.")
     max_retries: NonNegativeInt = Field(
@@ -65,7 +67,10 @@ class ProcessorConfig(BaseModel):
         default=None, description="Input column that identifies a row in error messages."
     )
     num_cpus: float = Field(
-        default=0.25, gt=0, description="CPUs reserved per stage actor; it mostly waits on I/O."
+        default=0.25,
+        gt=0,
+        description="CPUs reserved per unit of concurrency (split between its two tasks); "
+        "the stage mostly waits on I/O.",
     )
     transport: Literal["grpc", "actor"] = Field(
         default_factory=default_transport,
@@ -138,6 +143,7 @@ class Processor:
                 compute=ActorPoolStrategy(size=config.concurrency),
                 **common,
             )
+        _quiet_fewer_inputs_than_tasks()
         workers, calls_per_task, cpus_per_task = stage_workers(config)
         common["batch_size"] = config.batch_size * calls_per_task
         common["num_cpus"] = cpus_per_task
@@ -164,14 +170,28 @@ def stage_workers(config: ProcessorConfig) -> tuple[int, int, float]:
     An actor takes the next Ray Data batch's calls as its slots free. A task works on one
     batch and waits for every call of it before the next, so its pre/postprocessing never
     overlaps its own calls: two tasks per unit of concurrency, sharing the unit's calls in
-    flight and its CPUs, get that overlap back with the same calls and CPUs reserved."""
+    flight and its CPUs, get that overlap back with the same calls and CPUs reserved. With
+    ``order_by_prefix`` a unit keeps one task: the rows sorted together are one Ray Data
+    batch, and halving it would halve how many rows can share a call's prefix."""
     if config.compute == "actors":
         return config.concurrency, config.max_in_flight_batches, config.num_cpus
-    per_unit = 2 if config.max_in_flight_batches >= 2 else 1
+    per_unit = 2 if config.max_in_flight_batches >= 2 and not config.order_by_prefix else 1
     return (
         config.concurrency * per_unit,
         config.max_in_flight_batches // per_unit,
         config.num_cpus / per_unit,
+    )
+
+
+def _quiet_fewer_inputs_than_tasks() -> None:
+    """Ray Data warns, on every run with fewer blocks than the stage's tasks (any small
+    input), that it could launch fewer tasks than allowed; for the stage that is expected."""
+    import warnings
+
+    warnings.filterwarnings(
+        "ignore",
+        message=r"The maximum number of concurrent tasks for 'MapBatches\(serve_stage\)'",
+        category=UserWarning,
     )
 
 
