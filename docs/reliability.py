@@ -61,7 +61,7 @@ ROWS = {
     "overload": (
         "4 pipelines, 100,000 rows, one echo deployment with max_ongoing_requests=2",
         "{seconds} s, peak concurrent calls {peak_ongoing}, driver peak RSS "
-        "{driver_peak_mib} MiB, stage actor peak RSS {stage_actor_peak_mib} MiB",
+        "{driver_peak_mib} MiB, stage process peak RSS {stage_actor_peak_mib} MiB",
         "0 errors, peak <= 2, stage < 1 GiB, driver < 2 GiB",
     ),
     "shutdown_mid_job": (
