@@ -286,6 +286,12 @@ def summarize(runs: list[dict[str, Any]], rows: list[int]) -> list[dict[str, Any
     return table
 
 
+def _default_compute() -> str:
+    from relayllm import ProcessorConfig
+
+    return ProcessorConfig.model_fields["compute"].default
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -346,7 +352,8 @@ def main() -> None:
         "batch_size": args.batch_size,
         "relayllm_options": args.options,
         "relayllm_in_flight": args.in_flight,
-        "relayllm_compute": args.compute,
+        # The processor's default when --compute is not given (it changed once).
+        "relayllm_compute": args.compute or _default_compute(),
         "target": TARGET,
         "summary": table,
         "target_met": all(t["target_met"] for t in table),
