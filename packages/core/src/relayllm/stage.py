@@ -1,8 +1,9 @@
 """The Ray Data stage: turns a block of rows into batched calls on a named deployment.
 
-One Ray Data batch arrives (``batch_size * max_in_flight_batches`` rows), is split into calls
-of ``batch_size`` rows, and those calls share the actor's ``max_in_flight_batches`` slots with
-the calls of other batches Ray Data runs concurrently on this actor. Input columns pass
+One Ray Data batch arrives (``batch_size`` times the calls a stage actor or task keeps in
+flight, ``processor.stage_workers``), is split into calls of ``batch_size`` rows, and on an
+actor those calls share its ``max_in_flight_batches`` slots with the calls of other batches
+Ray Data runs concurrently on it (a task works on one batch at a time). Input columns pass
 through as Arrow columns, untouched; only the output columns are built in Python.
 
 A processor's ``preprocess`` and ``postprocess`` run here, in the stage actor, on the rows of
