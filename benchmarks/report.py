@@ -967,10 +967,11 @@ def engine_section(data: dict[str, Any]) -> list[str]:
         before = json.loads(actors_path.read_text())
         ratios = ", ".join(f"{t['ratio']['median']:.2f}x at {t['rows']}" for t in before["summary"])
         lines += [
-            "The relayllm side ran its stage as Ray Data tasks (`--compute tasks`, "
-            '`ProcessorConfig(compute="tasks")`): each pass is a new Ray Data execution, and '
-            "tasks start no actor for it (section 3c). The same benchmark with the stage as "
-            f"actors (the default; results/engine-actors.json, commit `{before.get('commit')}`, "
+            "The relayllm side ran its stage as Ray Data tasks "
+            '(`ProcessorConfig(compute="tasks")`, the default since 2026-11-24): each pass is '
+            "a new Ray Data execution, and tasks start no actor for it (section 3c). The same "
+            "benchmark with the stage as actors (the default before; results/engine-actors.json, "
+            f"commit `{before.get('commit')}`, "
             f"{before['runs']} runs, load {before['host']['load_average_at_start']:.1f} at "
             f"start): {ratios} rows.",
             "",
@@ -1803,7 +1804,7 @@ def machine_lines(results: dict[str, dict[str, Any]]) -> list[str]:
         "The stage's default `compute` became `tasks` on 2026-11-24; before that it was "
         "`actors`. A benchmark recorded earlier that takes the default ran the stage as "
         "actors: each results file names its commit and command (scaleout, pass_cost and "
-        "userpath name the compute they measure; engine.json is `--compute tasks`).",
+        "userpath name the compute they measure; engine.json records it).",
         "",
     ]
     return lines
