@@ -234,6 +234,21 @@ def test_stage_tasks_work_on_two_batches_at_once_with_concurrency_one(tmp_path):
     assert overlapping, f"the stage's batches ran one at a time: {spans}"
 
 
+def test_a_small_run_as_tasks_prints_no_ray_data_warnings(echo, recwarn):
+    # The quick start's demo printed both on every run: fewer blocks than tasks, and the
+    # deprecation of the ray_remote_args_fn that keeps steps apart.
+    config = ProcessorConfig(compute="tasks", deployment="proc-echo", task="completion")
+    out = build_processor(config)(ray.data.from_items([{"prompt": "a b"}])).take_all()
+    assert out[0]["generated_text"] == "b a"
+    noisy = [
+        str(w.message)
+        for w in recwarn
+        if "concurrent tasks for 'MapBatches(serve_stage)'" in str(w.message)
+        or "ray_remote_args_fn" in str(w.message)
+    ]
+    assert not noisy, noisy
+
+
 def test_builder_is_pure_and_validates_config():
     proc = build_processor(ProcessorConfig(deployment="not-running-anywhere"))  # no I/O, no error
     assert proc.config.deployment == "not-running-anywhere"

@@ -143,7 +143,7 @@ class Processor:
                 compute=ActorPoolStrategy(size=config.concurrency),
                 **common,
             )
-        _quiet_fewer_inputs_than_tasks()
+        _quiet_expected_ray_warnings()
         workers, calls_per_task, cpus_per_task = stage_workers(config)
         common["batch_size"] = config.batch_size * calls_per_task
         common["num_cpus"] = cpus_per_task
@@ -183,15 +183,21 @@ def stage_workers(config: ProcessorConfig) -> tuple[int, int, float]:
     )
 
 
-def _quiet_fewer_inputs_than_tasks() -> None:
-    """Ray Data warns, on every run with fewer blocks than the stage's tasks (any small
-    input), that it could launch fewer tasks than allowed; for the stage that is expected."""
+def _quiet_expected_ray_warnings() -> None:
+    """Two warnings Ray Data prints for the stage as tasks on every run, neither news to its
+    user: that a small input (fewer blocks than the stage's tasks) launches fewer tasks than
+    allowed, and that ``ray_remote_args_fn`` -- which keeps a pipeline's steps from fusing
+    (see ``Processor.__call__``) -- is deprecated for Ray 2.64, a move for relayllm to make
+    (docs/architecture.md), not the user."""
     import warnings
 
     warnings.filterwarnings(
         "ignore",
         message=r"The maximum number of concurrent tasks for 'MapBatches\(serve_stage\)'",
         category=UserWarning,
+    )
+    warnings.filterwarnings(  # attributed to this module's map_batches call only
+        "ignore", message=r"`ray_remote_args_fn` is deprecated", module=r"relayllm\.processor"
     )
 
 
