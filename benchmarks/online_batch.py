@@ -277,6 +277,10 @@ def run_variant(variant: str, args: argparse.Namespace) -> dict[str, Any]:
         out["bursts"] = {
             "batch": {k: v for k, v in job.items() if k != "arrivals"},
             "interactive": latency_summary(user.samples),
+            "ttft_by_start_s": [
+                [round(s["at"] - job["start"], 3), s["ttft_s"] and round(s["ttft_s"], 4)]
+                for s in user.samples
+            ],
             "idle_windows": len(idle),
             # Rows as they left the engine (the deployment's counter): the measure.
             "engine_batch_rows_per_s_idle": burst_rows.rows_per_s_in(idle),
