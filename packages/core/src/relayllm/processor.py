@@ -127,26 +127,24 @@ class Processor:
             "preprocess": self.preprocess,
             "postprocess": self.postprocess,
         }
+        workers, calls_per_worker, cpus_per_worker = stage_workers(config)
         # preprocess and postprocess run inside the stage (see stage.py): one operator, rows
         # converted from and to Arrow once per batch instead of once per row function.
         common: dict[str, Any] = {
-            # One Ray Data batch fills every in-flight slot; the stage splits it into calls.
-            "batch_size": config.batch_size * config.max_in_flight_batches,
+            # One Ray Data batch fills a worker's in-flight slots; the stage splits it into calls.
+            "batch_size": config.batch_size * calls_per_worker,
             "batch_format": "pyarrow",
             "zero_copy_batch": True,
-            "num_cpus": config.num_cpus,
+            "num_cpus": cpus_per_worker,
         }
         if config.compute == "actors":
             return dataset.map_batches(
                 ServeStage,
                 fn_constructor_kwargs=stage_kwargs,
-                compute=ActorPoolStrategy(size=config.concurrency),
+                compute=ActorPoolStrategy(size=workers),
                 **common,
             )
         _quiet_expected_ray_warnings()
-        workers, calls_per_task, cpus_per_task = stage_workers(config)
-        common["batch_size"] = config.batch_size * calls_per_task
-        common["num_cpus"] = cpus_per_task
         task_fn: Any = serve_stage  # Ray Data types a one-argument function; fn_kwargs: the rest
         return dataset.map_batches(
             task_fn,
