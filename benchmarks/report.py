@@ -1588,16 +1588,26 @@ def engine_rows_runs() -> list[str]:
         ),
     )
     head = " | ".join(f"run {i + 1}" for i in range(len(runs)))
+    # The driver's granularity, from the runs themselves (4: the processor's default
+    # max_in_flight_batches, which the benchmark's processor keeps).
+    block = runs[0]["settings"]["batch_size"] * 4
+    idle_s = runs[0]["settings"]["idle_s"]
+    alone = statistics.median(
+        next(v for v in run["variants"] if v["variant"] == "managed")["batch_alone"]["rows_per_s"]
+        for run in runs
+    )
     lines = [
         "",
         "### Several runs of the current controller",
         "",
         "The driver sees batch rows only per output block (`batch_size x "
-        "max_in_flight_batches` = 64 rows here, one every ~6 s at this engine's ~11 rows/s), "
-        "so a 10 s idle window gains or loses a whole block as one lands just inside or "
-        "outside it: 64 rows in 10 s is about 0.6x of batch alone per window. These runs also"
-        " count rows as they leave the engine (the deployment's `rows_by_class`, sampled "
-        "every 0.25 s: to the call, 16 rows) and compare them with batch alone in the same "
+        f"max_in_flight_batches` = {block} rows here, one every ~{block / alone:.0f} s at this "
+        f"engine's ~{alone:.0f} rows/s), so a {idle_s:g} s idle window gains or loses a whole "
+        "block as one lands just inside or outside it: "
+        f"{block} rows in {idle_s:g} s is about {block / idle_s / alone:.1f}x of batch alone "
+        "per window. These runs also count rows as they leave the engine (the deployment's "
+        "`rows_by_class`, sampled every 0.25 s: to the call, "
+        f"{runs[0]['settings']['batch_size']} rows) and compare them with batch alone in the same "
         "windows of its own job (`python benchmarks/online_batch.py --rows 1200 --batch-size "
         "16 --variants managed --target-ttft-s 0.15 --target-tpot-s 0.06 --interactive-"
         "requests 200 --results-name online_batch-engine-rows-N`; "
