@@ -3,7 +3,9 @@
 A batch job runs through :meth:`Admission.run` (its ticker is what moves the limit up) while
 interactive requests are reported the way the HTTP front reports them (``begin``, ``token`` per
 streamed part, ``end``). The engine is a coroutine that holds each admitted chunk for a moment:
-the controller is under test, not an engine.
+the controller is under test, not an engine. Tests about cuts and raises let the job fill the
+engine first (``Batch.full``): interactive traffic arriving at an engine full of batch rows is
+what they exercise, and the restart after idle then leaves the limit where it was.
 """
 
 from __future__ import annotations
@@ -28,6 +30,12 @@ class Batch:
         if not self.stopped:
             await asyncio.sleep(0.02)
         return chunk
+
+    async def full(self) -> None:
+        """Until the batch rows in the engine reach the limit: a job under way. The caller's
+        next synchronous step (``begin``) runs before the loop can move a chunk."""
+        while self.admission.in_engine < self.admission.limit:
+            await asyncio.sleep(0.001)
 
     async def stop(self) -> None:
         self.stopped = True
@@ -63,6 +71,7 @@ def test_a_slow_time_per_output_token_cuts_the_batch_limit():
     async def scenario() -> tuple[dict, dict, list[int]]:
         admission = Admission(config)
         batch = Batch(admission)
+        await batch.full()
         await stream(admission, tokens=5, gap_s=0.01)  # fast tokens: nothing to cut
         fast = admission.describe()
         await stream(admission, tokens=6, gap_s=0.12)  # each token slower than the target
@@ -108,6 +117,7 @@ def test_the_limit_is_back_at_the_maximum_once_interactive_traffic_is_idle():
     async def scenario() -> tuple[dict, dict, float]:
         admission = Admission(config)
         batch = Batch(admission)
+        await batch.full()
         for i in range(4):  # slow first tokens, one request after the other: cuts
             if i:
                 await asyncio.sleep(0.06)
@@ -136,7 +146,7 @@ def test_the_refill_comes_when_idle_s_ends_not_at_the_next_interval():
     async def scenario() -> tuple[dict, float]:
         admission = Admission(config)
         batch = Batch(admission)
-        await asyncio.sleep(0.01)  # the ticker is running (and asleep for interval_s)
+        await batch.full()  # and the ticker is running (asleep for interval_s)
         await stream(admission, tokens=1, gap_s=0.1)  # one slow first token: a cut
         ended = time.monotonic()
         cut = admission.describe()
@@ -165,6 +175,7 @@ def test_while_interactive_traffic_continues_the_limit_rises_additively_only():
     async def scenario() -> tuple[dict, list[tuple[int, int]], dict]:
         admission = Admission(config)
         batch = Batch(admission)
+        await batch.full()
         await stream(admission, tokens=1, gap_s=0.3)  # one slow first token: cuts
         start = admission.describe()
         seen = [(admission.limit, admission.raises)]
@@ -197,6 +208,7 @@ def test_between_interactive_requests_the_limit_does_not_rise_without_a_token_in
     async def scenario() -> tuple[dict, dict, dict]:
         admission = Admission(config)
         batch = Batch(admission)
+        await batch.full()
         await stream(admission, tokens=1, gap_s=0.15)  # a slow first token: cuts
         cut = admission.describe()
         await asyncio.sleep(0.6)  # the user thinks: no request, shorter than idle_s
@@ -220,30 +232,92 @@ def test_each_cut_lowers_the_ceiling_raises_stop_at():
     config = AdmissionConfig(
         target_ttft_s=0.1, max_batch_rows=64, increase_rows=8, interval_s=0.02, idle_s=0.2
     )
-    admission = Admission(config)
-    request = admission.begin(streamed=True)
-    admission.token(request)  # a first token at once: in time
 
-    def rise_while_fast() -> None:
-        for _ in range(20):  # far more steps than the gap to the ceiling
-            time.sleep(0.025)
-            admission.token(request)  # the next token, 25 ms after the last: in time
-            admission.tick()
+    async def scenario() -> list[tuple[int, int, int]]:
+        admission = Admission(config)
+        batch = Batch(admission)
+        await batch.full()
+        request = admission.begin(streamed=True)
+        admission.token(request)  # a first token at once: in time
+        seen = []
 
-    def cut() -> None:
-        time.sleep(0.025)
-        admission.observe_tpot(1.0)  # a slow token
-        admission.token(request)
+        async def rise_while_fast() -> None:
+            for _ in range(20):  # far more steps than the gap to the ceiling
+                await asyncio.sleep(0.025)
+                admission.token(request)  # the next token, 25 ms after the last: in time
+                admission.tick()
+            seen.append((admission.limit, admission.ceiling, admission.refills))
 
-    cut()
-    assert (admission.limit, admission.ceiling) == (32, 56)
-    rise_while_fast()
-    assert admission.limit == 56  # up to the ceiling, not back to 64
-    cut()
-    assert (admission.limit, admission.ceiling) == (28, 48)
-    rise_while_fast()
-    assert admission.limit == 48
-    admission.end(request)
-    time.sleep(0.25)
-    admission.tick()
-    assert (admission.limit, admission.ceiling) == (64, 64) and admission.refills == 1
+        async def cut() -> None:
+            await asyncio.sleep(0.025)
+            admission.observe_tpot(1.0)  # a slow token
+            admission.token(request)
+            seen.append((admission.limit, admission.ceiling, admission.refills))
+
+        await cut()
+        await rise_while_fast()
+        await cut()
+        await rise_while_fast()
+        admission.end(request)
+        await asyncio.sleep(0.25)
+        admission.tick()
+        seen.append((admission.limit, admission.ceiling, admission.refills))
+        await batch.stop()
+        return seen
+
+    assert asyncio.run(scenario()) == [
+        (32, 56, 0),  # cut from 64; raises stop one step below it
+        (56, 56, 0),  # up to the ceiling, not back to 64
+        (28, 48, 0),
+        (48, 48, 0),
+        (64, 64, 1),  # idle_s without interactive traffic: the maximum again
+    ]
+
+
+def test_interactive_traffic_after_idle_restarts_the_limit_so_a_new_job_enters_a_step_at_a_time():
+    """A batch job that starts while interactive requests run must not put its first rows into
+    the engine all at once (the limit was at the maximum from the idle period before): one
+    prefill of them all is a step every interactive request waits for. The first request after
+    idle restarts the limit at the batch rows in the engine plus one step."""
+    config = AdmissionConfig(
+        target_ttft_s=1.0, max_batch_rows=256, increase_rows=8, interval_s=0.05, idle_s=5.0
+    )
+
+    async def scenario() -> tuple[dict, list[int], dict]:
+        admission = Admission(config)
+        user = asyncio.ensure_future(stream(admission, tokens=60, gap_s=0.01))  # in time
+        await asyncio.sleep(0.05)
+        restarted = admission.describe()
+        batch = Batch(admission)  # the job starts under interactive traffic
+        await user
+        await batch.stop()
+        return restarted, batch.chunks, admission.describe()
+
+    restarted, chunks, after = asyncio.run(scenario())
+    assert restarted["restarts"] == 1 and restarted["limit"] == 8, restarted
+    assert chunks[0] == 8, chunks[:5]  # not 256: the job entered one step at a time
+    assert after["raises"] >= 3 and max(chunks) > 8, after  # and grew while tokens were fast
+
+
+def test_the_limit_rises_only_while_batch_work_waits_at_the_gate():
+    """Fast interactive tokens with no batch job say nothing about how many batch rows the
+    engine takes: the limit stays at its restart until batch rows wait at the gate (RFC 7661's
+    application-limited sender), so a job that starts later still enters a step at a time."""
+    config = AdmissionConfig(
+        target_ttft_s=1.0, max_batch_rows=256, increase_rows=8, interval_s=0.05, idle_s=5.0
+    )
+
+    async def scenario() -> tuple[dict, dict]:
+        admission = Admission(config)
+        admission._start_ticker()  # ticking as on a replica that has seen batch work
+        await stream(admission, tokens=40, gap_s=0.01)  # 8 intervals of tokens in time
+        alone = admission.describe()
+        batch = Batch(admission)
+        await stream(admission, tokens=40, gap_s=0.01)
+        pressed = admission.describe()
+        await batch.stop()
+        return alone, pressed
+
+    alone, pressed = asyncio.run(scenario())
+    assert alone["raises"] == 0 and alone["limit"] == 8, alone
+    assert pressed["raises"] >= 3 and pressed["limit"] > 8, pressed

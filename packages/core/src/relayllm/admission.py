@@ -18,7 +18,14 @@ moves it by additive increase, multiplicative decrease (AIMD, as TCP's congestio
   once (at that moment, not at the next interval), so batch work gets the whole engine during
   idle periods instead of climbing for many intervals. The default, 1 s, is longer than the
   pause between one program's requests and short enough that an idle period is mostly full:
-  with 2 s, batch throughput in 10 s idle windows was 0.78x batch alone (docs/benchmarks.md).
+  with 2 s, batch throughput in 10 s idle windows was 0.78x batch alone (docs/benchmarks.md);
+- the first interactive request after an idle period restarts the limit at the batch rows
+  already in the engine plus one step (TCP's restart after idle, RFC 5681 section 4.1): the
+  maximum was right for batch work alone, and left open it lets a batch job that starts now
+  put all its first rows into one engine step, whose prefill the interactive request waits for;
+- a raise needs batch work that waited at the gate since the last move (RFC 7661's rule for
+  an application-limited sender): a limit nothing pressed against has shown nothing, and
+  raising it anyway would open the gate to the next job's first rows all at once.
 
 Rows already in the engine stay there: a cut takes effect as they finish. Active only on
 deployments with an HTTP front: batch-only deployments run unchanged.
@@ -98,6 +105,7 @@ class Admission:
         self.cuts_by = {"ttft": 0, "tpot": 0}  # which signal made each cut
         self.raises = 0  # additive steps
         self.refills = 0  # returns to the maximum after idle_s without interactive traffic
+        self.restarts = 0  # limits set to the rows in the engine as interactive traffic began
         self.lowest = self.limit
         self.ceiling = self.limit  # raises stop here; a cut lowers it, a refill restores it
         self.last_ttft_s: float | None = None
@@ -105,6 +113,8 @@ class Admission:
         self._last_move = 0.0
         self._last_slow = 0.0
         self._last_fast = 0.0  # when an interactive token last came within its target
+        self._waiting = 0  # batch chunks waiting at the gate now
+        self._last_held = float("-inf")  # when a batch chunk last found the gate closed
         self._active: set[Interactive] = set()
         self._last_interactive = float("-inf")  # when an interactive request last began or ended
         self._changed: asyncio.Condition | None = None
@@ -115,6 +125,8 @@ class Admission:
     def begin(self, *, streamed: bool) -> Interactive:
         """An interactive request starts: batch work is no longer alone until it ends."""
         now = time.monotonic()
+        if self.idle(now):
+            self._restart(now)
         request = Interactive(now, streamed)
         self._active.add(request)
         self._last_interactive = now
@@ -141,6 +153,15 @@ class Admission:
             # The refill is due idle_s from now, if nothing begins before: on time, not at
             # the interval tick after it (ticks are up to interval_s late).
             asyncio.get_running_loop().call_later(self.config.idle_s + 0.01, self._refill_if_idle)
+
+    def _restart(self, now: float) -> None:
+        """Interactive traffic begins after idle: batch rows keep their place in the engine,
+        and more enter one step at a time, as interactive tokens show they can."""
+        restart = max(self.config.min_batch_rows, self.in_engine + self.config.increase_rows)
+        if restart < self.limit:
+            self.limit, self._last_move = restart, now
+            self.restarts += 1
+            self.lowest = min(self.lowest, restart)
 
     def _refill_if_idle(self) -> None:
         if self.idle():
@@ -196,7 +217,8 @@ class Admission:
     def tick(self) -> None:
         """Called every interval: back to the maximum when interactive traffic has gone; with
         interactive traffic, cut for a request waiting too long, else raise by a step if
-        nothing was slow for a whole interval and a token came in time since the last move.
+        nothing was slow for a whole interval, a token came in time and batch work waited at
+        the gate since the last move.
         Raising on evidence, not on silence: between two interactive requests nothing is
         measured, and rows admitted then are still in the engine when the next one comes."""
         now = time.monotonic()
@@ -215,7 +237,8 @@ class Admission:
         quiet = now - self._last_slow >= self.config.interval_s
         moved_long_ago = now - self._last_move >= self.config.interval_s
         in_time = self._last_fast > self._last_move
-        if quiet and moved_long_ago and in_time and self.limit < self.ceiling:
+        pressed = self._waiting > 0 or self._last_held > self._last_move
+        if quiet and moved_long_ago and in_time and pressed and self.limit < self.ceiling:
             self.limit = min(self.ceiling, self.limit + self.config.increase_rows)
             self._last_move = now
             self.raises += 1
@@ -246,11 +269,19 @@ class Admission:
 
     async def _acquire(self, size: int) -> None:
         changed = self._condition()
-        async with changed:
+
+        def admitted() -> bool:
             # An empty engine takes any chunk: a limit below the chunk never blocks forever.
-            await changed.wait_for(
-                lambda: self.in_engine == 0 or self.in_engine + size <= self.limit
-            )
+            return self.in_engine == 0 or self.in_engine + size <= self.limit
+
+        async with changed:
+            if not admitted():
+                self._last_held = time.monotonic()
+                self._waiting += 1
+                try:
+                    await changed.wait_for(admitted)
+                finally:
+                    self._waiting -= 1
             self.in_engine += size
 
     def _condition(self) -> asyncio.Condition:
@@ -288,6 +319,8 @@ class Admission:
             "cuts_by": dict(self.cuts_by),
             "raises": self.raises,
             "refills": self.refills,
+            "restarts": self.restarts,
+            "batch_chunks_waiting": self._waiting,
             "last_ttft_s": self.last_ttft_s,
             "last_tpot_s": self.last_tpot_s,
             "interactive_in_flight": len(self._active),
