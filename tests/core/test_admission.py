@@ -321,3 +321,21 @@ def test_the_limit_rises_only_while_batch_work_waits_at_the_gate():
     alone, pressed = asyncio.run(scenario())
     assert alone["raises"] == 0 and alone["limit"] == 8, alone
     assert pressed["raises"] >= 3 and pressed["limit"] > 8, pressed
+
+
+def test_a_job_that_starts_after_interactive_traffic_has_gone_gets_the_maximum_at_once():
+    # The restart of an interactive request on a replica with no batch work yet (no ticker to
+    # refill the limit when it ends) must not hold back a job that comes after idle_s.
+    config = AdmissionConfig(max_batch_rows=256, increase_rows=8, interval_s=0.5, idle_s=0.1)
+
+    async def scenario() -> list[int]:
+        admission = Admission(config)
+        await stream(admission, tokens=2, gap_s=0.01)
+        assert admission.limit == 8 and admission.restarts == 1
+        await asyncio.sleep(0.15)  # idle_s passes with no request
+        batch = Batch(admission)
+        await asyncio.sleep(0.05)  # well before the ticker's first interval
+        await batch.stop()
+        return batch.chunks
+
+    assert asyncio.run(scenario())[0] == 256

@@ -249,6 +249,8 @@ class Admission:
     async def run(self, rows: list[Any], call: Any) -> list[Any]:
         """``call(chunk)`` over ``rows`` in chunks the limit admits, results in order."""
         self._start_ticker()
+        if self.idle():  # interactive traffic left before any ticker could refill the limit
+            self.tick()
         tasks = []
         start = 0
         while start < len(rows):
