@@ -299,6 +299,34 @@ def test_interactive_traffic_after_idle_restarts_the_limit_so_a_new_job_enters_a
     assert after["raises"] >= 3 and max(chunks) > 8, after  # and grew while tokens were fast
 
 
+def test_interactive_traffic_after_idle_leaves_a_running_job_the_rows_it_had_lately():
+    """Between one call's end and the next call's arrival a running job has few rows in the
+    engine. An interactive request that begins then must not restart the limit at that dip:
+    the job would be held back before anything was slow (and, throttled through a burst,
+    would enter the idle period after it all at once, as one slow wave)."""
+    config = AdmissionConfig(
+        target_ttft_s=1.0, max_batch_rows=64, increase_rows=8, interval_s=0.05, idle_s=5.0
+    )
+
+    async def scenario() -> tuple[int, dict]:
+        admission = Admission(config)
+        batch = Batch(admission)
+        await batch.full()
+        for _ in range(10_000):  # until a chunk has ended and the next is not in yet
+            if admission.in_engine == 0:
+                break
+            await asyncio.sleep(0)
+        dip = admission.in_engine
+        await stream(admission, tokens=5, gap_s=0.01)
+        after = admission.describe()
+        await batch.stop()
+        return dip, after
+
+    dip, after = asyncio.run(scenario())
+    assert dip == 0  # the request began in the gap between two chunks
+    assert after["restarts"] == 0 and after["limit"] == 64, after
+
+
 def test_the_limit_rises_only_while_batch_work_waits_at_the_gate():
     """Fast interactive tokens with no batch job say nothing about how many batch rows the
     engine takes: the limit stays at its restart until batch rows wait at the gate (RFC 7661's

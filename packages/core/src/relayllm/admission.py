@@ -20,9 +20,12 @@ moves it by additive increase, multiplicative decrease (AIMD, as TCP's congestio
   pause between one program's requests and short enough that an idle period is mostly full:
   with 2 s, batch throughput in 10 s idle windows was 0.78x batch alone (docs/benchmarks.md);
 - the first interactive request after an idle period restarts the limit at the batch rows
-  already in the engine plus one step (TCP's restart after idle, RFC 5681 section 4.1): the
-  maximum was right for batch work alone, and left open it lets a batch job that starts now
-  put all its first rows into one engine step, whose prefill the interactive request waits for;
+  the engine has held lately (the most in the last one or two intervals) plus one step (TCP's
+  restart after idle, RFC 5681 section 4.1): the maximum was right for batch work alone, and
+  left open it lets a batch job that starts now put all its first rows into one engine step,
+  whose prefill the interactive request waits for. Lately, not at this instant: a running job
+  has fewer rows in the engine between one call's end and the next one's arrival, and a
+  restart there would hold its next call back before anything was slow;
 - a raise needs batch work that waited at the gate since the last move (RFC 7661's rule for
   an application-limited sender): a limit nothing pressed against has shown nothing, and
   raising it anyway would open the gate to the next job's first rows all at once.
@@ -114,6 +117,8 @@ class Admission:
         self._last_slow = 0.0
         self._last_fast = 0.0  # when an interactive token last came within its target
         self._waiting = 0  # batch chunks waiting at the gate now
+        self._peak = 0  # most batch rows in the engine in this interval...
+        self._peak_before = 0  # ...and in the one before it (the ticker moves it along)
         self._last_held = float("-inf")  # when a batch chunk last found the gate closed
         self._active: set[Interactive] = set()
         self._last_interactive = float("-inf")  # when an interactive request last began or ended
@@ -155,9 +160,11 @@ class Admission:
             asyncio.get_running_loop().call_later(self.config.idle_s + 0.01, self._refill_if_idle)
 
     def _restart(self, now: float) -> None:
-        """Interactive traffic begins after idle: batch rows keep their place in the engine,
-        and more enter one step at a time, as interactive tokens show they can."""
-        restart = max(self.config.min_batch_rows, self.in_engine + self.config.increase_rows)
+        """Interactive traffic begins after idle: a running job keeps the rows it has had in
+        the engine lately, and more enter one step at a time, as interactive tokens show they
+        can; a job that starts now enters a step at a time."""
+        lately = max(self.in_engine, self._peak, self._peak_before)
+        restart = max(self.config.min_batch_rows, lately + self.config.increase_rows)
         if restart < self.limit:
             self.limit, self._last_move = restart, now
             self.restarts += 1
@@ -285,6 +292,7 @@ class Admission:
                 finally:
                     self._waiting -= 1
             self.in_engine += size
+            self._peak = max(self._peak, self.in_engine)
 
     def _condition(self) -> asyncio.Condition:
         if self._changed is None:
@@ -310,6 +318,7 @@ class Admission:
         while True:
             await asyncio.sleep(self.config.interval_s)
             self.tick()
+            self._peak_before, self._peak = self._peak, self.in_engine
 
     def describe(self) -> dict[str, Any]:
         return {
