@@ -274,63 +274,75 @@ def test_each_cut_lowers_the_ceiling_raises_stop_at():
     ]
 
 
-def test_interactive_traffic_after_idle_restarts_the_limit_so_a_new_job_enters_a_step_at_a_time():
+def test_a_job_starting_beside_interactive_traffic_enters_a_step_at_a_time():
     """A batch job that starts while interactive requests run must not put its first rows into
     the engine all at once (the limit was at the maximum from the idle period before): one
-    prefill of them all is a step every interactive request waits for. The first request after
-    idle restarts the limit at the batch rows in the engine plus one step."""
+    prefill of them all is a step every interactive request waits for. On an engine that held
+    no batch rows for idle_s, the job restarts the limit at one step."""
     config = AdmissionConfig(
-        target_ttft_s=1.0, max_batch_rows=256, increase_rows=8, interval_s=0.05, idle_s=5.0
+        target_ttft_s=1.0, max_batch_rows=256, increase_rows=8, interval_s=0.05, idle_s=0.5
     )
 
     async def scenario() -> tuple[dict, list[int], dict]:
         admission = Admission(config)
         user = asyncio.ensure_future(stream(admission, tokens=60, gap_s=0.01))  # in time
         await asyncio.sleep(0.05)
-        restarted = admission.describe()
+        before = admission.describe()
         batch = Batch(admission)  # the job starts under interactive traffic
+        await asyncio.sleep(0.01)
+        restarted = admission.describe()
         await user
         await batch.stop()
-        return restarted, batch.chunks, admission.describe()
+        return before, restarted, batch.chunks, admission.describe()
 
-    restarted, chunks, after = asyncio.run(scenario())
-    assert restarted["restarts"] == 1 and restarted["limit"] == 8, restarted
+    before, restarted, chunks, after = asyncio.run(scenario())
+    assert before["limit"] == 256 and before["restarts"] == 0, before
+    assert restarted["restarts"] == 1 and restarted["lowest_limit"] == 8, restarted
     assert chunks[0] == 8, chunks[:5]  # not 256: the job entered one step at a time
     assert after["raises"] >= 3 and max(chunks) > 8, after  # and grew while tokens were fast
 
 
-def test_interactive_traffic_after_idle_leaves_a_running_job_the_rows_it_had_lately():
-    """Between one call's end and the next call's arrival a running job has few rows in the
-    engine. An interactive request that begins then must not restart the limit at that dip:
-    the job would be held back before anything was slow (and, throttled through a burst,
-    would enter the idle period after it all at once, as one slow wave)."""
+def test_interactive_traffic_leaves_a_running_job_its_rows():
+    """A running job's calls come one after another with short gaps (a call ends, the stage
+    sends the next): an interactive request that begins in such a gap must not restart the
+    limit. The job's rows were in the engine a moment ago; held back through a burst, it would
+    enter the idle period after it as one slow wave."""
     config = AdmissionConfig(
-        target_ttft_s=1.0, max_batch_rows=64, increase_rows=8, interval_s=0.05, idle_s=5.0
+        target_ttft_s=1.0, max_batch_rows=64, increase_rows=8, interval_s=0.05, idle_s=0.5
     )
+    calls: list[list[int]] = []
 
-    async def scenario() -> tuple[int, dict]:
+    async def engine(chunk: list[int]) -> list[int]:
+        calls[-1].append(len(chunk))
+        await asyncio.sleep(0.02)
+        return chunk
+
+    async def scenario() -> dict:
         admission = Admission(config)
-        batch = Batch(admission)
-        await batch.full()
-        for _ in range(10_000):  # until a chunk has ended and the next is not in yet
-            if admission.in_engine == 0:
-                break
-            await asyncio.sleep(0)
-        dip = admission.in_engine
-        await stream(admission, tokens=5, gap_s=0.01)
-        after = admission.describe()
-        await batch.stop()
-        return dip, after
 
-    dip, after = asyncio.run(scenario())
-    assert dip == 0  # the request began in the gap between two chunks
+        async def job() -> None:
+            for _ in range(12):  # 16-row calls, 0.05 s apart
+                calls.append([])
+                await admission.run(list(range(16)), engine)
+                await asyncio.sleep(0.05)
+
+        running = asyncio.ensure_future(job())
+        await asyncio.sleep(0.1)
+        while admission.in_engine:  # begin in a gap between two calls
+            await asyncio.sleep(0.001)
+        await stream(admission, tokens=20, gap_s=0.01)
+        await running
+        return admission.describe()
+
+    after = asyncio.run(scenario())
     assert after["restarts"] == 0 and after["limit"] == 64, after
+    assert all(call == [16] for call in calls), calls  # every call entered whole
 
 
 def test_the_limit_rises_only_while_batch_work_waits_at_the_gate():
     """Fast interactive tokens with no batch job say nothing about how many batch rows the
-    engine takes: the limit stays at its restart until batch rows wait at the gate (RFC 7661's
-    application-limited sender), so a job that starts later still enters a step at a time."""
+    engine takes: the limit does not move until batch rows wait at the gate (RFC 7661's
+    application-limited sender)."""
     config = AdmissionConfig(
         target_ttft_s=1.0, max_batch_rows=256, increase_rows=8, interval_s=0.05, idle_s=5.0
     )
@@ -338,28 +350,35 @@ def test_the_limit_rises_only_while_batch_work_waits_at_the_gate():
     async def scenario() -> tuple[dict, dict]:
         admission = Admission(config)
         admission._start_ticker()  # ticking as on a replica that has seen batch work
+        await stream(admission, tokens=1, gap_s=0.01)
+        admission.observe(2.0)  # one slow first token: the limit is cut to 128
         await stream(admission, tokens=40, gap_s=0.01)  # 8 intervals of tokens in time
         alone = admission.describe()
         batch = Batch(admission)
+        await batch.full()
         await stream(admission, tokens=40, gap_s=0.01)
         pressed = admission.describe()
         await batch.stop()
         return alone, pressed
 
     alone, pressed = asyncio.run(scenario())
-    assert alone["raises"] == 0 and alone["limit"] == 8, alone
-    assert pressed["raises"] >= 3 and pressed["limit"] > 8, pressed
+    assert alone["cuts"] == 1 and alone["raises"] == 0 and alone["limit"] == 128, alone
+    # The job started beside interactive traffic (a restart at one step), then rose.
+    assert pressed["restarts"] == 1 and pressed["raises"] >= 3, pressed
+    assert pressed["limit"] == 8 + 8 * pressed["raises"], pressed
 
 
 def test_a_job_that_starts_after_interactive_traffic_has_gone_gets_the_maximum_at_once():
-    # The restart of an interactive request on a replica with no batch work yet (no ticker to
-    # refill the limit when it ends) must not hold back a job that comes after idle_s.
-    config = AdmissionConfig(max_batch_rows=256, increase_rows=8, interval_s=0.5, idle_s=0.1)
+    # A replica with no batch work yet has no ticker to refill the limit when interactive
+    # traffic ends: a job that comes after idle_s must not start at the cut limit.
+    config = AdmissionConfig(
+        target_ttft_s=0.05, max_batch_rows=256, increase_rows=8, interval_s=0.5, idle_s=0.1
+    )
 
     async def scenario() -> list[int]:
         admission = Admission(config)
-        await stream(admission, tokens=2, gap_s=0.01)
-        assert admission.limit == 8 and admission.restarts == 1
+        await stream(admission, tokens=1, gap_s=0.1)  # a slow first token: a cut
+        assert admission.limit == 128 and admission.cuts == 1
         await asyncio.sleep(0.15)  # idle_s passes with no request
         batch = Batch(admission)
         await asyncio.sleep(0.05)  # well before the ticker's first interval

@@ -19,13 +19,13 @@ moves it by additive increase, multiplicative decrease (AIMD, as TCP's congestio
   idle periods instead of climbing for many intervals. The default, 1 s, is longer than the
   pause between one program's requests and short enough that an idle period is mostly full:
   with 2 s, batch throughput in 10 s idle windows was 0.78x batch alone (docs/benchmarks.md);
-- the first interactive request after an idle period restarts the limit at the batch rows
-  the engine has held lately (the most in the last one or two intervals) plus one step (TCP's
-  restart after idle, RFC 5681 section 4.1): the maximum was right for batch work alone, and
-  left open it lets a batch job that starts now put all its first rows into one engine step,
-  whose prefill the interactive request waits for. Lately, not at this instant: a running job
-  has fewer rows in the engine between one call's end and the next one's arrival, and a
-  restart there would hold its next call back before anything was slow;
+- a batch job that starts while interactive traffic is present, after the engine has held no
+  batch rows for ``idle_s``, restarts the limit at one step (TCP's restart after idle, RFC 5681
+  section 4.1: a sender idle for a while starts again with a small window). The maximum was
+  right for batch work alone; left open, the job's first rows all enter at once, in one
+  prefill every interactive request waits for. A running job is left as it is when interactive
+  traffic comes: the rows it has in the engine are already there, and its next calls enter as
+  its earlier ones finish;
 - a raise needs batch work that waited at the gate since the last move (RFC 7661's rule for
   an application-limited sender): a limit nothing pressed against has shown nothing, and
   raising it anyway would open the gate to the next job's first rows all at once.
@@ -108,7 +108,7 @@ class Admission:
         self.cuts_by = {"ttft": 0, "tpot": 0}  # which signal made each cut
         self.raises = 0  # additive steps
         self.refills = 0  # returns to the maximum after idle_s without interactive traffic
-        self.restarts = 0  # limits set to the rows in the engine as interactive traffic began
+        self.restarts = 0  # jobs that started beside interactive traffic at one step
         self.lowest = self.limit
         self.ceiling = self.limit  # raises stop here; a cut lowers it, a refill restores it
         self.last_ttft_s: float | None = None
@@ -117,8 +117,7 @@ class Admission:
         self._last_slow = 0.0
         self._last_fast = 0.0  # when an interactive token last came within its target
         self._waiting = 0  # batch chunks waiting at the gate now
-        self._peak = 0  # most batch rows in the engine in this interval...
-        self._peak_before = 0  # ...and in the one before it (the ticker moves it along)
+        self._batch_left = float("-inf")  # when the engine last became empty of batch rows
         self._last_held = float("-inf")  # when a batch chunk last found the gate closed
         self._active: set[Interactive] = set()
         self._last_interactive = float("-inf")  # when an interactive request last began or ended
@@ -130,8 +129,6 @@ class Admission:
     def begin(self, *, streamed: bool) -> Interactive:
         """An interactive request starts: batch work is no longer alone until it ends."""
         now = time.monotonic()
-        if self.idle(now):
-            self._restart(now)
         request = Interactive(now, streamed)
         self._active.add(request)
         self._last_interactive = now
@@ -159,12 +156,12 @@ class Admission:
             # the interval tick after it (ticks are up to interval_s late).
             asyncio.get_running_loop().call_later(self.config.idle_s + 0.01, self._refill_if_idle)
 
-    def _restart(self, now: float) -> None:
-        """Interactive traffic begins after idle: a running job keeps the rows it has had in
-        the engine lately, and more enter one step at a time, as interactive tokens show they
-        can; a job that starts now enters a step at a time."""
-        lately = max(self.in_engine, self._peak, self._peak_before)
-        restart = max(self.config.min_batch_rows, lately + self.config.increase_rows)
+    def _restart_if_batch_was_idle(self, now: float) -> None:
+        """A job starting beside interactive traffic on an engine with no batch rows for
+        ``idle_s`` enters one step at a time, and grows as interactive tokens show it can."""
+        if self.in_engine or now - self._batch_left < self.config.idle_s:
+            return
+        restart = max(self.config.min_batch_rows, self.config.increase_rows)
         if restart < self.limit:
             self.limit, self._last_move = restart, now
             self.restarts += 1
@@ -258,6 +255,8 @@ class Admission:
         self._start_ticker()
         if self.idle():  # interactive traffic left before any ticker could refill the limit
             self.tick()
+        else:
+            self._restart_if_batch_was_idle(time.monotonic())
         tasks = []
         start = 0
         while start < len(rows):
@@ -274,6 +273,8 @@ class Admission:
             return list(await call(chunk))
         finally:
             self.in_engine -= size
+            if not self.in_engine:
+                self._batch_left = time.monotonic()
             self._wake()
 
     async def _acquire(self, size: int) -> None:
@@ -292,7 +293,6 @@ class Admission:
                 finally:
                     self._waiting -= 1
             self.in_engine += size
-            self._peak = max(self._peak, self.in_engine)
 
     def _condition(self) -> asyncio.Condition:
         if self._changed is None:
@@ -318,7 +318,6 @@ class Admission:
         while True:
             await asyncio.sleep(self.config.interval_s)
             self.tick()
-            self._peak_before, self._peak = self._peak, self.in_engine
 
     def describe(self) -> dict[str, Any]:
         return {
