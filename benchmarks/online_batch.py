@@ -171,17 +171,30 @@ class EngineRows(Sampler):
 
     def __init__(self, handle: Any) -> None:
         self.handle = handle
-        self.samples: list[tuple[float, int]] = []
+        # (when, batch rows answered, admission limit, batch rows in the engine)
+        self.samples: list[tuple[float, int, int | None, int | None]] = []
         super().__init__(period_s=0.25)
 
     def sample(self) -> None:
         info = self.handle.info.remote().result(timeout_s=60)
-        self.samples.append((time.perf_counter(), info["rows_by_class"]["batch"]))
+        admission = info.get("admission") or {}
+        self.samples.append(
+            (
+                time.perf_counter(),
+                info["rows_by_class"]["batch"],
+                admission.get("limit"),
+                admission.get("batch_rows_in_engine"),
+            )
+        )
 
     def at(self, t: float) -> int:
         """The count at ``t``: the last sample taken at or before it."""
-        before = [n for at, n in self.samples if at <= t]
+        before = [s[1] for s in self.samples if s[0] <= t]
         return before[-1] if before else self.samples[0][1]
+
+    def timeline(self, start: float) -> list[list[Any]]:
+        """The samples as [seconds after ``start``, rows answered, limit, rows in engine]."""
+        return [[round(at - start, 2), *rest] for at, *rest in self.samples]
 
     def rows_per_s_in(self, windows: list[tuple[float, float]]) -> float:
         rows = sum(self.at(hi) - self.at(lo) for lo, hi in windows)
@@ -243,7 +256,8 @@ def run_variant(variant: str, args: argparse.Namespace) -> dict[str, Any]:
     out["batch_alone"] = {k: v for k, v in job.items() if k != "arrivals"}
     print(f"[{variant}] batch alone: {job['rows_per_s']:.2f} rows/s", flush=True)
 
-    job, user = with_user(name, args, url, priority)
+    with EngineRows(ref.handle()) as together_rows:
+        job, user = with_user(name, args, url, priority)
     out["batch_with_interactive"] = {
         "batch": {k: v for k, v in job.items() if k != "arrivals"},
         "interactive": latency_summary(user.samples),
@@ -252,6 +266,10 @@ def run_variant(variant: str, args: argparse.Namespace) -> dict[str, Any]:
         "ttft_by_start_s": [
             [round(s["at"] - job["start"], 3), s["ttft_s"] and round(s["ttft_s"], 4)]
             for s in user.samples
+        ],
+        # The controller at the job's start, where a stall was seen.
+        "timeline_first_30_s": [
+            sample for sample in together_rows.timeline(job["start"]) if sample[0] < 30
         ],
     }
     print(f"[{variant}] together: {out['batch_with_interactive']['interactive']}", flush=True)
@@ -288,8 +306,13 @@ def run_variant(variant: str, args: argparse.Namespace) -> dict[str, Any]:
             # Rows as their output blocks reached the driver: the measure before, kept to
             # compare (it moves by a whole block, 64 rows, as a block lands in or out).
             "batch_rows_per_s_idle": rows_per_s_in(job["arrivals"], idle),
+            # The controller through the phase: where each burst left the job's rows.
+            "timeline": burst_rows.timeline(job["start"]),
+            "burst_s": args.burst_s,
+            "bursts_began_s": round(began - job["start"], 3),
         }
-        print(f"[{variant}] bursts: {out['bursts']}", flush=True)
+        shown = {k: v for k, v in out["bursts"].items() if k not in ("timeline", "ttft_by_start_s")}
+        print(f"[{variant}] bursts: {shown}", flush=True)
     out["admission"] = ref.handle().info.remote().result(timeout_s=120).get("admission")
     relayllm.shutdown(name)
     return out

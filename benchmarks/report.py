@@ -1591,11 +1591,13 @@ def _managed(run: dict[str, Any]) -> dict[str, Any]:
     return next(v for v in run["variants"] if v["variant"] == "managed")
 
 
-def _runs_table(paths: list[Path], runs: list[dict[str, Any]]) -> list[str]:
+def _runs_table(
+    paths: list[Path], runs: list[dict[str, Any]], labels: list[str] | None = None
+) -> list[str]:
     """Each run's summary measures side by side, with their median and the targets' verdict;
     then where each run's slowest interactive requests fell."""
     managed = [run["summary"]["managed"] for run in runs]
-    head = " | ".join(f"run {i + 1}" for i in range(len(runs)))
+    head = " | ".join(labels or [f"run {i + 1}" for i in range(len(runs))])
     lines = [
         "Runs: "
         + ", ".join(f"results/{path.name}" for path in paths)
@@ -1640,6 +1642,15 @@ def _runs_table(paths: list[Path], runs: list[dict[str, Any]]) -> list[str]:
         + " | ".join(_ratio(b) for b in bursts)
         + f" | {_ratio(statistics.median(bursts))} | |"
     )
+    at_burst_end = [
+        _rows_in_engine_at_burst_ends(v, run) for v, run in zip(variants, runs, strict=True)
+    ]
+    if any(value is not None for value in at_burst_end):
+        lines.append(
+            "| batch rows in the engine at a burst's end (median over the bursts) | "
+            + " | ".join("—" if value is None else f"{value:g}" for value in at_burst_end)
+            + " | | |"
+        )
     lines += [
         "",
         "Each run's slowest interactive request by time to first token, as (TTFT, when it "
@@ -1656,6 +1667,23 @@ def _runs_table(paths: list[Path], runs: list[dict[str, Any]]) -> list[str]:
         + ".",
     ]
     return lines
+
+
+def _rows_in_engine_at_burst_ends(variant: dict[str, Any], run: dict[str, Any]) -> float | None:
+    """From the bursts phase's timeline (runs that recorded one): the batch rows the engine
+    held as each burst ended, which the idle window after it starts with."""
+    bursts = variant["bursts"]
+    timeline = bursts.get("timeline")
+    if not timeline:
+        return None
+    period = bursts["burst_s"] + run["settings"]["idle_s"]
+    end, ends = bursts["bursts_began_s"] + bursts["burst_s"], []
+    while end < timeline[-1][0]:
+        held = [sample[3] for sample in timeline if sample[0] <= end]
+        if held and held[-1] is not None:
+            ends.append(held[-1])
+        end += period
+    return statistics.median(ends) if ends else None
 
 
 def _slowest_e2e(variant: dict[str, Any], think_s: float) -> str:
@@ -1725,22 +1753,56 @@ def engine_rows_runs() -> list[str]:
 
 
 def restart_runs() -> list[str]:
-    paths = sorted(RESULTS.glob("online_batch-restart-*.json"))
-    runs = [json.loads(path.read_text()) for path in paths]
-    if not runs:
-        return []
-    return [
-        "",
-        "### Several runs with the restart after idle (the current controller)",
-        "",
-        "The first interactive request after an idle period restarts the admission limit at "
-        "the batch rows in the engine plus one step (`increase_rows`), and the limit rises "
-        "only while batch rows wait at the gate, so a job that starts beside the interactive "
-        "user enters the engine 8 rows at a time (docs/architecture.md, traffic classes and "
-        "admission). Same command as above.",
-        "",
-        *_runs_table(paths, runs),
+    """The restart at one step: two first versions that also restarted at a burst's first
+    request (online_batch-restart-1.json, online_batch-lately-1.json), then the current one,
+    for a job that starts beside interactive traffic (online_batch-slowstart-N.json)."""
+    lines: list[str] = []
+    versions = [
+        RESULTS / name
+        for name in ("online_batch-restart-1.json", "online_batch-lately-1.json")
+        if (RESULTS / name).exists()
     ]
+    if versions:
+        lines += [
+            "",
+            "### The restart at one step: two versions that also held a running job back",
+            "",
+            "Both restarted the admission limit at the first interactive request after an idle "
+            "period, and raised it only while batch rows waited at the gate. *at that instant*: "
+            "at the batch rows in the engine then, plus one step (`increase_rows`); *held "
+            "lately*: at the most rows in the engine in the last one or two intervals, plus "
+            "one step. Same command as above.",
+            "",
+            *_runs_table(
+                versions,
+                [json.loads(path.read_text()) for path in versions],
+                labels=["at that instant", "held lately"][: len(versions)],
+            ),
+            "",
+            "A job's start stalled no interactive request for seconds any more, but the "
+            "idle-period target fell. A restart at a burst's first request throttled the "
+            "running job from the burst's start, so the job entered the idle period after the "
+            "burst with few rows in the engine, and the rows that entered then, taking ~5 s "
+            "there, finished late in the 10 s window (a probe of one bursts phase with the "
+            "deployment's limit and rows sampled every 0.25 s showed it: the controller "
+            "before the restart still had 64 rows in the engine at the burst's end).",
+        ]
+    current = sorted(RESULTS.glob("online_batch-slowstart-*.json"))
+    if current:
+        lines += [
+            "",
+            "### Several runs of the current controller: the restart for a job that starts "
+            "beside interactive traffic",
+            "",
+            "A batch job that starts while interactive traffic is present, on an engine that "
+            "held no batch rows for `idle_s`, restarts the limit at one step, so it enters 8 "
+            "rows at a time; a running job is left alone when interactive traffic comes; the "
+            "limit rises only while batch rows wait at the gate (docs/architecture.md, traffic "
+            "classes and admission). Same command as above.",
+            "",
+            *_runs_table(current, [json.loads(path.read_text()) for path in current]),
+        ]
+    return lines
 
 
 def _slowest_at_start(*names: str) -> list[tuple[float, float]]:
