@@ -339,35 +339,6 @@ def test_interactive_traffic_leaves_a_running_job_its_rows():
     assert all(call == [16] for call in calls), calls  # every call entered whole
 
 
-def test_the_limit_rises_only_while_batch_work_waits_at_the_gate():
-    """Fast interactive tokens with no batch job say nothing about how many batch rows the
-    engine takes: the limit does not move until batch rows wait at the gate (RFC 7661's
-    application-limited sender)."""
-    config = AdmissionConfig(
-        target_ttft_s=1.0, max_batch_rows=256, increase_rows=8, interval_s=0.05, idle_s=5.0
-    )
-
-    async def scenario() -> tuple[dict, dict]:
-        admission = Admission(config)
-        admission._start_ticker()  # ticking as on a replica that has seen batch work
-        await stream(admission, tokens=1, gap_s=0.01)
-        admission.observe(2.0)  # one slow first token: the limit is cut to 128
-        await stream(admission, tokens=40, gap_s=0.01)  # 8 intervals of tokens in time
-        alone = admission.describe()
-        batch = Batch(admission)
-        await batch.full()
-        await stream(admission, tokens=40, gap_s=0.01)
-        pressed = admission.describe()
-        await batch.stop()
-        return alone, pressed
-
-    alone, pressed = asyncio.run(scenario())
-    assert alone["cuts"] == 1 and alone["raises"] == 0 and alone["limit"] == 128, alone
-    # The job started beside interactive traffic (a restart at one step), then rose.
-    assert pressed["restarts"] == 1 and pressed["raises"] >= 3, pressed
-    assert pressed["limit"] == 8 + 8 * pressed["raises"], pressed
-
-
 def test_a_job_that_starts_after_interactive_traffic_has_gone_gets_the_maximum_at_once():
     # A replica with no batch work yet has no ticker to refill the limit when interactive
     # traffic ends: a job that comes after idle_s must not start at the cut limit.

@@ -25,10 +25,10 @@ moves it by additive increase, multiplicative decrease (AIMD, as TCP's congestio
   right for batch work alone; left open, the job's first rows all enter at once, in one
   prefill every interactive request waits for. A running job is left as it is when interactive
   traffic comes: the rows it has in the engine are already there, and its next calls enter as
-  its earlier ones finish;
-- a raise needs batch work that waited at the gate since the last move (RFC 7661's rule for
-  an application-limited sender): a limit nothing pressed against has shown nothing, and
-  raising it anyway would open the gate to the next job's first rows all at once.
+  its earlier ones finish. (Raising the limit only while batch rows wait at the gate, RFC
+  7661's rule for an application-limited sender, was tried with it: cuts in a burst then came
+  from the job's own level at once, the job entered each idle period with fewer rows in the
+  engine, and idle-period throughput fell, docs/benchmarks.md section 9.)
 
 Rows already in the engine stay there: a cut takes effect as they finish. Active only on
 deployments with an HTTP front: batch-only deployments run unchanged.
@@ -118,7 +118,6 @@ class Admission:
         self._last_fast = 0.0  # when an interactive token last came within its target
         self._waiting = 0  # batch chunks waiting at the gate now
         self._batch_left = float("-inf")  # when the engine last became empty of batch rows
-        self._last_held = float("-inf")  # when a batch chunk last found the gate closed
         self._active: set[Interactive] = set()
         self._last_interactive = float("-inf")  # when an interactive request last began or ended
         self._changed: asyncio.Condition | None = None
@@ -221,8 +220,7 @@ class Admission:
     def tick(self) -> None:
         """Called every interval: back to the maximum when interactive traffic has gone; with
         interactive traffic, cut for a request waiting too long, else raise by a step if
-        nothing was slow for a whole interval, a token came in time and batch work waited at
-        the gate since the last move.
+        nothing was slow for a whole interval and a token came in time since the last move.
         Raising on evidence, not on silence: between two interactive requests nothing is
         measured, and rows admitted then are still in the engine when the next one comes."""
         now = time.monotonic()
@@ -241,8 +239,7 @@ class Admission:
         quiet = now - self._last_slow >= self.config.interval_s
         moved_long_ago = now - self._last_move >= self.config.interval_s
         in_time = self._last_fast > self._last_move
-        pressed = self._waiting > 0 or self._last_held > self._last_move
-        if quiet and moved_long_ago and in_time and pressed and self.limit < self.ceiling:
+        if quiet and moved_long_ago and in_time and self.limit < self.ceiling:
             self.limit = min(self.ceiling, self.limit + self.config.increase_rows)
             self._last_move = now
             self.raises += 1
@@ -286,7 +283,6 @@ class Admission:
 
         async with changed:
             if not admitted():
-                self._last_held = time.monotonic()
                 self._waiting += 1
                 try:
                     await changed.wait_for(admitted)
