@@ -25,10 +25,8 @@ moves it by additive increase, multiplicative decrease (AIMD, as TCP's congestio
   right for batch work alone; left open, the job's first rows all enter at once, in one
   prefill every interactive request waits for. A running job is left as it is when interactive
   traffic comes: the rows it has in the engine are already there, and its next calls enter as
-  its earlier ones finish. (Raising the limit only while batch rows wait at the gate, RFC
-  7661's rule for an application-limited sender, was tried with it: cuts in a burst then came
-  from the job's own level at once, the job entered each idle period with fewer rows in the
-  engine, and idle-period throughput fell, docs/benchmarks.md section 9.)
+  its earlier ones finish. The versions that also restarted at a burst's first request, or
+  raised the limit only while batch rows waited at the gate, are in docs/architecture.md.
 
 Rows already in the engine stay there: a cut takes effect as they finish. Active only on
 deployments with an HTTP front: batch-only deployments run unchanged.
