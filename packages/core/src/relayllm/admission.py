@@ -114,7 +114,6 @@ class Admission:
         self._last_move = 0.0
         self._last_slow = 0.0
         self._last_fast = 0.0  # when an interactive token last came within its target
-        self._waiting = 0  # batch chunks waiting at the gate now
         self._batch_left = float("-inf")  # when the engine last became empty of batch rows
         self._active: set[Interactive] = set()
         self._last_interactive = float("-inf")  # when an interactive request last began or ended
@@ -274,18 +273,11 @@ class Admission:
 
     async def _acquire(self, size: int) -> None:
         changed = self._condition()
-
-        def admitted() -> bool:
-            # An empty engine takes any chunk: a limit below the chunk never blocks forever.
-            return self.in_engine == 0 or self.in_engine + size <= self.limit
-
         async with changed:
-            if not admitted():
-                self._waiting += 1
-                try:
-                    await changed.wait_for(admitted)
-                finally:
-                    self._waiting -= 1
+            # An empty engine takes any chunk: a limit below the chunk never blocks forever.
+            await changed.wait_for(
+                lambda: self.in_engine == 0 or self.in_engine + size <= self.limit
+            )
             self.in_engine += size
 
     def _condition(self) -> asyncio.Condition:
@@ -324,7 +316,6 @@ class Admission:
             "raises": self.raises,
             "refills": self.refills,
             "restarts": self.restarts,
-            "batch_chunks_waiting": self._waiting,
             "last_ttft_s": self.last_ttft_s,
             "last_tpot_s": self.last_tpot_s,
             "interactive_in_flight": len(self._active),
