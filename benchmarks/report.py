@@ -1591,16 +1591,11 @@ def _managed(run: dict[str, Any]) -> dict[str, Any]:
     return next(v for v in run["variants"] if v["variant"] == "managed")
 
 
-def _runs_table(
-    paths: list[Path], runs: list[dict[str, Any]], labels: list[str] | None = None
-) -> list[str]:
-    """Each run's summary measures side by side, with their median and the targets' verdict
-    (runs of one controller: without ``labels``); then where each run's slowest interactive
-    requests fell. With ``labels`` the columns are different controllers: no median."""
+def _runs_table(paths: list[Path], runs: list[dict[str, Any]]) -> list[str]:
+    """Each run of one controller's summary measures side by side, with their median and the
+    targets' verdict; then where each run's slowest interactive requests fell."""
     managed = [run["summary"]["managed"] for run in runs]
-    head = " | ".join(labels or [f"run {i + 1}" for i in range(len(runs))])
-    if labels:
-        return _versions_table(paths, runs, labels)
+    head = " | ".join(f"run {i + 1}" for i in range(len(runs)))
     lines = [
         "Runs: "
         + ", ".join(f"results/{path.name}" for path in paths)
@@ -1800,15 +1795,16 @@ def restart_runs() -> list[str]:
             "for `idle_s`. All three raised the limit only while batch rows waited at the gate "
             "(RFC 7661's application-limited rule). Same command as above.",
             "",
-            *_runs_table(
+            *_versions_table(
                 [path for path, _ in versions],
                 [json.loads(path.read_text()) for path, _ in versions],
-                labels=[label for _, label in versions],
+                [label for _, label in versions],
             ),
             "",
             "What each showed. *A* and *B* throttled a running job from a burst's start, so it "
             "entered the idle period after the burst with few rows in the engine, and the rows "
-            "that entered then, ~5 s in the engine, finished late in the 10 s window: the "
+            "that entered then, a whole call's time in the engine, finished late in the 10 s "
+            "window: the "
             "idle-period target fell. *C* left bursts alone, and the bursts phase's first "
             "seconds, where its job starts, stalled nobody (its slowest requests came at later "
             "bursts' starts). But the continuous phase follows the batch-alone job by less "
