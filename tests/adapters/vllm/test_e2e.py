@@ -260,6 +260,11 @@ def test_engine_metrics_in_info_and_on_rays_metrics_endpoint(deployment):
     assert metrics["queue"] is not None and metrics["prefix_cache_queries"] > 0
     batch = metrics["tokens_by_class"]["batch"]
     assert metrics["rows_by_class"]["batch"] == info["rows"] and batch["generated"] > 0
+    # Counted per engine step, every class: at least what the finished requests generated.
+    steps = metrics["engine_step_tokens"]
+    interactive = metrics["tokens_by_class"]["interactive"]
+    assert steps["generated"] >= batch["generated"] + interactive["generated"]
+    assert steps["prefilled"] > 0
     # vLLM's names (sanitized by its Ray wrappers), and the core's counters.
     wait_for_sample("ray_vllm_time_to_first_token_seconds_count", lambda v: v >= len(QUESTIONS))
     wait_for_sample("ray_vllm_prefix_cache_queries_total", lambda v: v > 0)

@@ -48,6 +48,9 @@ class SummaryStatLogger(StatLoggerBase):
             prefix = scheduler_stats.prefix_cache_stats
             metrics.add_prefix_cache(prefix.queries, prefix.hits)
         if iteration_stats is not None:
+            metrics.add_engine_step(  # prefilled: computed, not found in the prefix cache
+                iteration_stats.prompt_token_stats.computed, iteration_stats.num_generation_tokens
+            )
             for seconds in iteration_stats.time_to_first_tokens_iter:
                 metrics.observe_ttft(seconds)
             for finished in iteration_stats.finished_requests:

@@ -83,6 +83,10 @@ class ReplicaMetrics:
         self.kv_cache_peak: float | None = None  # ...and the most since the replica started
         self.prefix_queries = 0  # prompt tokens looked up in the prefix cache...
         self.prefix_hits = 0  # ...and found there
+        # Tokens the engine's steps processed, every class together, counted as each step
+        # runs (the class counters count a request's tokens only once it finishes, a whole
+        # call's time later): the engine's work over a window shorter than a call.
+        self.engine_step_tokens: dict[str, int] | None = None
         #: Whether the engine figures are exported here (False: the engine exports its own).
         self.export_engine = True
         self.exported_as: str | None = None  # where to find the engine's own metrics, if so
@@ -145,6 +149,14 @@ class ReplicaMetrics:
             self._count(PREFIX_QUERIES, None, queries)
             self._count(PREFIX_HITS, None, hits)
 
+    def add_engine_step(self, prefilled_tokens: int, generated_tokens: int) -> None:
+        """The tokens one engine step computed: prompt tokens prefilled (not found in the prefix
+        cache) and tokens generated, every class together."""
+        if self.engine_step_tokens is None:
+            self.engine_step_tokens = {"prefilled": 0, "generated": 0}
+        self.engine_step_tokens["prefilled"] += prefilled_tokens
+        self.engine_step_tokens["generated"] += generated_tokens
+
     # -- the summary ---------------------------------------------------------------------------
 
     def summary(self) -> dict[str, Any]:
@@ -167,6 +179,9 @@ class ReplicaMetrics:
                 round(self.prefix_hits / self.prefix_queries, 4) if self.prefix_queries else None
             ),
             "prefix_cache_queries": self.prefix_queries,
+            "engine_step_tokens": (
+                None if self.engine_step_tokens is None else dict(self.engine_step_tokens)
+            ),
             # Prometheus names: ray_relayllm_* always; the engine's own where it exports them.
             "exported_as": ["ray_relayllm_*", *([self.exported_as] if self.exported_as else [])],
         }
