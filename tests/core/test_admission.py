@@ -323,7 +323,7 @@ def test_interactive_traffic_leaves_a_running_job_its_rows():
         async def job() -> None:
             for _ in range(12):  # 16-row calls, 0.05 s apart
                 calls.append([])
-                await admission.run(list(range(16)), engine)
+                await admission.run(list(range(16)), engine, job="running")
                 await asyncio.sleep(0.05)
 
         running = asyncio.ensure_future(job())
@@ -337,6 +337,41 @@ def test_interactive_traffic_leaves_a_running_job_its_rows():
     after = asyncio.run(scenario())
     assert after["restarts"] == 0 and after["limit"] == 64, after
     assert all(call == [16] for call in calls), calls  # every call entered whole
+
+
+def test_a_job_starting_right_after_another_enters_a_step_at_a_time():
+    """A job that starts less than idle_s after the one before it ended finds an engine that
+    emptied a moment ago, as a running job's next call does: only the job id its calls carry
+    (the stage's run id) tells the two apart. Beside interactive traffic it restarts the limit
+    at one step as well; the job before, alone, ran at the maximum."""
+    config = AdmissionConfig(
+        target_ttft_s=1.0, max_batch_rows=256, increase_rows=8, interval_s=0.05, idle_s=0.5
+    )
+    chunks: dict[str, list[int]] = {"first": [], "second": []}
+
+    async def scenario() -> dict:
+        admission = Admission(config)
+
+        def engine(job: str):
+            async def run(chunk: list[int]) -> list[int]:
+                chunks[job].append(len(chunk))
+                await asyncio.sleep(0.02)
+                return chunk
+
+            return run
+
+        await admission.run(list(range(64)), engine("first"), job="first")  # alone
+        user = asyncio.ensure_future(stream(admission, tokens=30, gap_s=0.01))
+        await asyncio.sleep(0.02)  # well within idle_s of the first job's end
+        assert await admission.run(list(range(64)), engine("second"), job="second") == list(
+            range(64)
+        )
+        await user
+        return admission.describe()
+
+    after = asyncio.run(scenario())
+    assert chunks["first"] == [64], chunks
+    assert chunks["second"][0] == 8 and after["restarts"] == 1, (chunks, after)
 
 
 def test_a_job_that_starts_after_interactive_traffic_has_gone_gets_the_maximum_at_once():

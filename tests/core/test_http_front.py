@@ -146,6 +146,7 @@ def test_batch_rows_and_http_requests_share_one_replica_at_once(front):
             )
             answers.append(reply.choices[0].message.content)
 
+    jobs_before = ref.handle().info.remote().result(timeout_s=30)["admission"]["jobs"]
     thread = threading.Thread(target=interactive)
     thread.start()
     processor = build_processor(ProcessorConfig(deployment=NAME, task="completion", batch_size=8))
@@ -158,6 +159,9 @@ def test_batch_rows_and_http_requests_share_one_replica_at_once(front):
     assert after["replica_id"] == info["replica_id"]  # one engine served both
     assert after["http"]["rows"] >= info["http"]["rows"] + 20
     assert after["rows"] >= 200
+    # Every call of the run carried its run id, from every stage task: one job, not one per
+    # call or per worker process (what admission's restart tells a job's first call by).
+    assert after["admission"]["jobs"] == jobs_before + 1, after["admission"]
 
 
 def test_rows_and_tokens_by_traffic_class_in_info_status_and_ray_metrics(front):

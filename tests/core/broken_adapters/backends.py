@@ -106,7 +106,7 @@ class Serial(Correct):
 class ComputesTwice(Correct):
     """Bypasses the replica's bookkeeping: a retried call is computed again."""
 
-    async def process_batch(self, requests: list[Request]) -> list[Result]:
+    async def process_batch(self, requests: list[Request], job: str | None = None) -> list[Result]:
         self.rows += len(requests)
         return await self.run_batch(requests)
 

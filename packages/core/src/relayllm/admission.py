@@ -19,9 +19,11 @@ moves it by additive increase, multiplicative decrease (AIMD, as TCP's congestio
   idle periods instead of climbing for many intervals. The default, 1 s, is longer than the
   pause between one program's requests and short enough that an idle period is mostly full:
   with 2 s, batch throughput in 10 s idle windows was 0.78x batch alone (docs/benchmarks.md);
-- a batch job that starts while interactive traffic is present, after the engine has held no
-  batch rows for ``idle_s``, restarts the limit at one step (TCP's restart after idle, RFC 5681
-  section 4.1: a sender idle for a while starts again with a small window). The maximum was
+- a batch job that starts while interactive traffic is present, on an engine holding no batch
+  rows, restarts the limit at one step (TCP's restart after idle, RFC 5681 section 4.1: a
+  sender idle for a while starts again with a small window). A job is told by the ``job`` its
+  calls carry (the stage's run id); a call without one counts as a new job after the engine
+  has held no batch rows for ``idle_s``. The maximum was
   right for batch work alone; left open, the job's first rows all enter at once, in one
   prefill every interactive request waits for. A running job is left as it is when interactive
   traffic comes: the rows it has in the engine are already there, and its next calls enter as
@@ -36,9 +38,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import OrderedDict
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+
+#: Job ids a replica remembers: enough for the jobs that run on it at once.
+KEPT_JOBS = 64
 
 
 class AdmissionConfig(BaseModel):
@@ -107,6 +113,7 @@ class Admission:
         self.raises = 0  # additive steps
         self.refills = 0  # returns to the maximum after idle_s without interactive traffic
         self.restarts = 0  # jobs that started beside interactive traffic at one step
+        self.jobs = 0  # distinct job ids (the stages' run ids) whose calls came
         self.lowest = self.limit
         self.ceiling = self.limit  # raises stop here; a cut lowers it, a refill restores it
         self.last_ttft_s: float | None = None
@@ -115,6 +122,7 @@ class Admission:
         self._last_slow = 0.0
         self._last_fast = 0.0  # when an interactive token last came within its target
         self._batch_left = float("-inf")  # when the engine last became empty of batch rows
+        self._jobs: OrderedDict[str, None] = OrderedDict()  # the latest jobs seen (run ids)
         self._active: set[Interactive] = set()
         self._last_interactive = float("-inf")  # when an interactive request last began or ended
         self._changed: asyncio.Condition | None = None
@@ -152,10 +160,24 @@ class Admission:
             # the interval tick after it (ticks are up to interval_s late).
             asyncio.get_running_loop().call_later(self.config.idle_s + 0.01, self._refill_if_idle)
 
-    def _restart_if_batch_was_idle(self, now: float) -> None:
-        """A job starting beside interactive traffic on an engine with no batch rows for
-        ``idle_s`` enters one step at a time, and grows as interactive tokens show it can."""
-        if self.in_engine or now - self._batch_left < self.config.idle_s:
+    def _seen(self, job: str | None) -> bool:
+        """Whether ``job`` sent a call before (and remember it now)."""
+        if job is None:
+            return False
+        seen = job in self._jobs
+        self.jobs += not seen
+        self._jobs[job] = None
+        self._jobs.move_to_end(job)
+        while len(self._jobs) > KEPT_JOBS:
+            self._jobs.popitem(last=False)
+        return seen
+
+    def _restart_if_job_starts(self, now: float, new_job: bool) -> None:
+        """A job starting beside interactive traffic on an engine with no batch rows enters one
+        step at a time, and grows as interactive tokens show it can. Without a job id, a new
+        job is a call after ``idle_s`` with no batch rows: a running job's calls come closer
+        (the engine empties between its waves of calls)."""
+        if self.in_engine or (not new_job and now - self._batch_left < self.config.idle_s):
             return
         restart = max(self.config.min_batch_rows, self.config.increase_rows)
         if restart < self.limit:
@@ -244,13 +266,15 @@ class Admission:
 
     # -- the gate ------------------------------------------------------------------------------
 
-    async def run(self, rows: list[Any], call: Any) -> list[Any]:
-        """``call(chunk)`` over ``rows`` in chunks the limit admits, results in order."""
+    async def run(self, rows: list[Any], call: Any, job: str | None = None) -> list[Any]:
+        """``call(chunk)`` over ``rows`` in chunks the limit admits, results in order; ``job``
+        names the batch job the rows belong to (the stage's run id)."""
         self._start_ticker()
+        new_job = job is not None and not self._seen(job)
         if self.idle():  # interactive traffic left before any ticker could refill the limit
             self.tick()
         else:
-            self._restart_if_batch_was_idle(time.monotonic())
+            self._restart_if_job_starts(time.monotonic(), new_job)
         tasks = []
         start = 0
         while start < len(rows):
@@ -316,6 +340,7 @@ class Admission:
             "raises": self.raises,
             "refills": self.refills,
             "restarts": self.restarts,
+            "jobs": self.jobs,
             "last_ttft_s": self.last_ttft_s,
             "last_tpot_s": self.last_tpot_s,
             "interactive_in_flight": len(self._active),
@@ -324,4 +349,4 @@ class Admission:
         }
 
 
-__all__ = ["Admission", "AdmissionConfig", "Interactive"]
+__all__ = ["KEPT_JOBS", "Admission", "AdmissionConfig", "Interactive"]

@@ -122,6 +122,9 @@ class Processor:
 
         config = self.config
         stage_kwargs = {
+            # One id per application to a dataset: the deployment tells a job's first call
+            # from a running job's next one by it (admission's restart).
+            "run_id": uuid.uuid4().hex,
             "config": config,
             "processor_id": self.processor_id,
             "preprocess": self.preprocess,
@@ -148,7 +151,7 @@ class Processor:
         task_fn: Any = serve_stage  # Ray Data types a one-argument function; fn_kwargs: the rest
         return dataset.map_batches(
             task_fn,
-            fn_kwargs={"run_id": uuid.uuid4().hex, **stage_kwargs},
+            fn_kwargs=stage_kwargs,
             compute=TaskPoolStrategy(size=workers),
             # Ray Data fuses consecutive task operators into one task, which would run a
             # pipeline's steps one after the other on each block instead of side by side;

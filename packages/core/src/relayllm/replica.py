@@ -1,7 +1,8 @@
 """The replica: the base class of the Serve deployment every backend builds.
 
-The stage calls exactly three methods on a deployment: ``process_batch(requests)`` (one call,
-many rows, one result per row in order, errors as values), ``health()`` and ``info()``.
+The stage calls exactly three methods on a deployment: ``process_batch(requests, job=...)`` (one
+call, many rows, one result per row in order, errors as values; ``job`` names the processor run
+the rows belong to), ``health()`` and ``info()``.
 :class:`BatchDeployment` implements the bookkeeping once -- per-row error capture, idempotency by
 request id, counters -- so an adapter only writes :meth:`BatchDeployment.run_request` (or
 :meth:`BatchDeployment.run_batch` when its engine takes a list in one call).
@@ -117,7 +118,7 @@ class BatchDeployment:
 
     # -- what the stage calls ----------------------------------------------------------------
 
-    async def process_batch(self, requests: list[Request]) -> list[Result]:
+    async def process_batch(self, requests: list[Request], job: str | None = None) -> list[Result]:
         if self.failure:  # a replica on its way out takes no new work: the caller retries
             raise EngineFailedError(self.failure)
         self.serving_loop = asyncio.get_running_loop()
@@ -127,11 +128,11 @@ class BatchDeployment:
         self.ongoing += 1
         self.peak_ongoing = max(self.peak_ongoing, self.ongoing)
         try:
-            return await self._process(requests)
+            return await self._process(requests, job)
         finally:
             self.ongoing -= 1
 
-    async def _process(self, requests: list[Request]) -> list[Result]:
+    async def _process(self, requests: list[Request], job: str | None) -> list[Result]:
         # Each row is answered from memory (finished), joins a computation already running
         # (a retry of a call that timed out on the caller's side), or is computed fresh.
         # Bookkeeping is per batch, not per row: this is the hot path.
@@ -153,7 +154,7 @@ class BatchDeployment:
         if fresh:
             # A separate task: if the caller times out and cancels this call, the work goes on
             # and its retry (same request ids) picks up the same future.
-            task = asyncio.get_running_loop().create_task(self._compute(fresh, batch_future))
+            task = asyncio.get_running_loop().create_task(self._compute(fresh, batch_future, job))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
         else:
@@ -359,10 +360,12 @@ class BatchDeployment:
             logger.exception("stopping the engine of %s failed", type(self).__name__)
         os._exit(1)
 
-    async def _compute(self, fresh: list[Request], future: asyncio.Future[list[Result]]) -> None:
+    async def _compute(
+        self, fresh: list[Request], future: asyncio.Future[list[Result]], job: str | None
+    ) -> None:
         try:
             if self.admission is not None:
-                results = await self.admission.run(fresh, self.run_batch)
+                results = await self.admission.run(fresh, self.run_batch, job=job)
             else:
                 results = await self.run_batch(fresh)
             if len(results) != len(fresh):

@@ -74,11 +74,13 @@ class ServeStage:
         preprocess: RowFn | None = None,
         postprocess: RowFn | None = None,
         *,
+        run_id: str | None = None,
         handles_key: tuple[str, str | None] | None = None,
     ) -> None:
         from relayllm.deployments import check_task_served, handle_for
 
         self.config = config
+        self._run_id = run_id  # sent with each call: the job its rows belong to
         # In a task: the process's handles are shared under this key (see serve_stage below).
         self._handles_key = handles_key
         self._preprocess = preprocess
@@ -228,7 +230,7 @@ class ServeStage:
             self._bind_handles()
         if self._use_fast:
             try:
-                return await _answer(self._fast.remote(requests))
+                return await _answer(self._fast.remote(requests, job=self._run_id))
             except Exception as exc:
                 if not _is_grpc_error(exc):
                     raise
@@ -240,7 +242,7 @@ class ServeStage:
                     self.config.deployment,
                     describe_exception(exc),
                 )
-        return await _answer(self._safe.remote(requests))
+        return await _answer(self._safe.remote(requests, job=self._run_id))
 
     def _bind_handles(self) -> None:
         """A handle of our own (not Serve's per-process cached one) whose router runs on the
@@ -392,6 +394,7 @@ def serve_stage(
                 processor_id,
                 preprocess,
                 postprocess,
+                run_id=run_id,
                 handles_key=(config.deployment, controller),
             )
             _stages[run_id] = stage

@@ -100,11 +100,11 @@ class EchoDeployment(BatchDeployment):
         hangs_after = self.options.engine_hangs_after_rows
         return hangs_after is not None and self.rows >= hangs_after
 
-    async def process_batch(self, requests: list[Request]) -> list[Result]:
+    async def process_batch(self, requests: list[Request], job: str | None = None) -> list[Result]:
         if self.calls < self.options.fail_calls:
             self.calls += 1
             raise ConnectionError(f"injected failure of call {self.calls}")
-        return await super().process_batch(requests)
+        return await super().process_batch(requests, job)
 
     async def run_batch(self, requests: list[Request]) -> list[Result]:
         delay = self.options.delay_s + self.options.delay_per_busy_row_s * self.busy_rows
