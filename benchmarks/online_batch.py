@@ -225,6 +225,19 @@ class EngineRows(Sampler):
         return done / seconds if seconds else 0.0
 
 
+def quiet_parts(
+    windows: list[tuple[float, float]], samples: list[dict[str, Any]]
+) -> list[tuple[float, float]]:
+    """Each window from the end of the last request that began before it (a burst's last)."""
+    out = []
+    for lo, hi in windows:
+        ends = [s["at"] + s["e2e_s"] for s in samples if s["at"] < lo]
+        start = max([lo, *ends])
+        if start < hi:
+            out.append((start, hi))
+    return out
+
+
 def shifted(windows: list[tuple[float, float]], by: float, end: float) -> list[tuple[float, float]]:
     """``windows`` moved by ``by`` seconds, cut at ``end``."""
     moved = [(lo + by, min(hi + by, end)) for lo, hi in windows]
@@ -322,6 +335,9 @@ def run_variant(variant: str, args: argparse.Namespace) -> dict[str, Any]:
         # The same windows, at the same offsets from its start, in the batch-alone job.
         alone_end = alone_job["start"] + alone_job["seconds"]
         alone_windows = shifted(idle, alone_job["start"] - job["start"], alone_end)
+        # Each idle window from the end of the burst's last request: no request in flight.
+        quiet = quiet_parts(idle, user.samples)
+        alone_quiet = shifted(quiet, alone_job["start"] - job["start"], alone_end)
         out["bursts"] = {
             "batch": {k: v for k, v in job.items() if k != "arrivals"},
             "interactive": latency_summary(user.samples),
@@ -337,6 +353,12 @@ def run_variant(variant: str, args: argparse.Namespace) -> dict[str, Any]:
             # (every class; in an idle window, the burst's last request at most).
             "engine_tokens_per_s_idle": burst_rows.tokens_per_s_in(idle),
             "engine_tokens_per_s_alone_same_windows": alone_rows.tokens_per_s_in(alone_windows),
+            # The same from each window's first moment with no interactive request in flight
+            # (the burst's last request ends up to a second or so into the window).
+            "quiet_seconds": sum(hi - lo for lo, hi in quiet),
+            "idle_seconds": sum(hi - lo for lo, hi in idle),
+            "engine_tokens_per_s_quiet": burst_rows.tokens_per_s_in(quiet),
+            "engine_tokens_per_s_alone_same_quiet": alone_rows.tokens_per_s_in(alone_quiet),
             # Rows as their output blocks reached the driver: the measure before, kept to
             # compare (it moves by a whole block, 64 rows, as a block lands in or out).
             "batch_rows_per_s_idle": rows_per_s_in(job["arrivals"], idle),
@@ -432,6 +454,10 @@ def main() -> None:
             summary[name]["idle_engine_tokens_per_s_ratio"] = _ratio(
                 bursts.get("engine_tokens_per_s_idle"),
                 bursts.get("engine_tokens_per_s_alone_same_windows"),
+            )
+            summary[name]["quiet_engine_tokens_per_s_ratio"] = _ratio(
+                bursts.get("engine_tokens_per_s_quiet"),
+                bursts.get("engine_tokens_per_s_alone_same_quiet"),
             )
             summary[name]["idle_batch_rows_per_s_ratio_driver_blocks"] = _ratio(
                 bursts["batch_rows_per_s_idle"], v["batch_alone"]["rows_per_s"]
