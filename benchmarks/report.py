@@ -1872,6 +1872,48 @@ def restart_runs() -> list[str]:
             "",
             *_runs_table(current, [json.loads(path.read_text()) for path in current]),
         ]
+    return lines + idle_length_runs(current)
+
+
+#: What each idle-period row shows: (summary key, label).
+IDLE_KEYS = (
+    ("idle_batch_rows_per_s_ratio", "rows leaving the engine"),
+    ("idle_engine_tokens_per_s_ratio", "tokens the engine's steps generate"),
+    ("quiet_engine_tokens_per_s_ratio", "the same from each burst's last request's end"),
+)
+
+
+def idle_length_runs(ten_s: list[Path]) -> list[str]:
+    """The current controller's idle-period ratio with longer idle windows (bursts phase only:
+    online_batch-idleN-M.json), beside its 10 s runs' median."""
+    paths = sorted(RESULTS.glob("online_batch-idle[0-9]*-*.json"))
+    if not paths:
+        return []
+    runs = [json.loads(path.read_text()) for path in paths]
+    ten = [json.loads(path.read_text())["summary"]["managed"] for path in ten_s]
+    head = ["10 s (median of the runs above)"] + [
+        f"{run['settings']['idle_s']:g} s (results/{path.name})"
+        for path, run in zip(paths, runs, strict=True)
+    ]
+    lines = [
+        "",
+        "### The idle-period ratio and the idle period's length",
+        "",
+        "The controller spends the start of each idle period finding out that the user has "
+        "gone: the burst's last request is still running, then `idle_s` passes before the "
+        "limit returns to the maximum. That cost is fixed per idle period, so its share "
+        "falls as idle periods grow. Command: the one above with `--phases bursts --idle-s "
+        "30` (batch alone, then the bursts phase only). Batch throughput in the idle "
+        "windows ÷ batch alone in the same windows:",
+        "",
+        "| measured by | " + " | ".join(head) + " |",
+        "|---|" + "---:|" * len(head),
+    ]
+    for key, label in IDLE_KEYS:
+        known = [m[key] for m in ten if m.get(key) is not None]
+        cells = [_ratio(statistics.median(known) if known else None)]
+        cells += [_ratio(run["summary"]["managed"].get(key)) for run in runs]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return lines
 
 

@@ -23,12 +23,12 @@ moves it by additive increase, multiplicative decrease (AIMD, as TCP's congestio
   rows, restarts the limit at one step (TCP's restart after idle, RFC 5681 section 4.1: a
   sender idle for a while starts again with a small window). A job is told by the ``job`` its
   calls carry (the stage's run id); a call without one counts as a new job after the engine
-  has held no batch rows for ``idle_s``. The maximum was
-  right for batch work alone; left open, the job's first rows all enter at once, in one
-  prefill every interactive request waits for. A running job is left as it is when interactive
-  traffic comes: the rows it has in the engine are already there, and its next calls enter as
-  its earlier ones finish. The versions that also restarted at a burst's first request, or
-  raised the limit only while batch rows waited at the gate, are in docs/architecture.md.
+  has held no batch rows for ``idle_s``. The maximum was right for batch work alone; left
+  open, the job's first rows all enter at once, in one prefill every interactive request waits
+  for. A running job is left as it is when interactive traffic comes: the rows it has in the
+  engine are already there, and its next calls enter as its earlier ones finish. The versions
+  that also restarted at a burst's first request, or raised the limit only while batch rows
+  waited at the gate, are in docs/architecture.md.
 
 Rows already in the engine stay there: a cut takes effect as they finish. Active only on
 deployments with an HTTP front: batch-only deployments run unchanged.

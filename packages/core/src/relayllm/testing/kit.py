@@ -76,6 +76,8 @@ DISTINCT_PROMPTS = (
 #: Per-row max_tokens: every row's budget differs from both neighbours'.
 BUDGETS = (1, 4, 2, 5, 3, 6, 2, 4)
 TIMEOUT_S = 600
+#: The job id the kit's direct calls carry (the stage sends its run id with every call).
+KIT_JOB = "relayllm-conformance-kit"
 
 
 class BackendConformanceTests(BackendContractTests):
@@ -181,9 +183,10 @@ class BackendConformanceTests(BackendContractTests):
         return processor(ray.data.from_items(rows, override_num_blocks=1)).take_all()
 
     def call(self, requests: list[Request]) -> list[Result]:
-        """One ``process_batch`` call, straight to the deployment (no stage in between)."""
+        """One ``process_batch`` call, straight to the deployment (no stage in between), with
+        a job id as the stage sends one."""
         handle = self.deployed().handle()
-        return handle.process_batch.remote(requests).result(timeout_s=TIMEOUT_S)
+        return handle.process_batch.remote(requests, job=KIT_JOB).result(timeout_s=TIMEOUT_S)
 
     def requests(self, task: Task, texts: list[str], params: dict[str, Any]) -> list[Request]:
         out = []
@@ -359,10 +362,10 @@ class BackendConformanceTests(BackendContractTests):
         requests = self.requests(task, list(DISTINCT_PROMPTS[:4]), params)
         handle = self.deployed().handle()
         before = self.info()["rows"]
-        first = handle.process_batch.remote(requests)
-        again = handle.process_batch.remote(requests)  # the retry of a call that timed out
+        first = handle.process_batch.remote(requests, job=KIT_JOB)
+        again = handle.process_batch.remote(requests, job=KIT_JOB)  # a timed-out call's retry
         answers = [first.result(timeout_s=TIMEOUT_S), again.result(timeout_s=TIMEOUT_S)]
-        later = handle.process_batch.remote(requests).result(timeout_s=TIMEOUT_S)
+        later = handle.process_batch.remote(requests, job=KIT_JOB).result(timeout_s=TIMEOUT_S)
         computed = self.info()["rows"] - before
         assert computed == len(requests), (
             f"{len(requests)} rows sent three times were computed {computed} times over"
