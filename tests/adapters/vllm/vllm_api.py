@@ -54,6 +54,7 @@ ATTRIBUTE_TYPES: dict[tuple[str, str], tuple[str, str] | None] = {
     ("BaseRenderer", "default_chat_tok_params"): ("vllm.renderers.params", "TokenizeParams"),
     ("BaseRenderer", "default_cmpl_tok_params"): ("vllm.renderers.params", "TokenizeParams"),
     ("PoolingRequestOutput", "outputs"): ("vllm.outputs", "PoolingOutput"),
+    ("IterationStats", "prompt_token_stats"): ("vllm.v1.metrics.stats", "PromptTokenStats"),
     ("AsyncLLM", "tokenizer"): None,  # the model's (transformers) tokenizer: not vLLM's
     # Not vLLM's: the check stops here.
     ("PoolingOutput", "data"): None,  # a torch.Tensor
