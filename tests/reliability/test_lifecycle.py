@@ -76,6 +76,35 @@ def test_shutting_down_a_deployment_mid_job_fails_its_rows_in_bounded_time(
     assert _relayllm_actors("going-away") == []
 
 
+def test_a_stage_that_starts_after_its_deployment_shut_down_fails_its_rows_not_the_job():
+    """With stage tasks a worker process can build its stage after the deployment was shut down
+    mid-job (the race the test above can meet): that stage must fail its rows as the running
+    ones do. Only a deployment that was not running when the job was planned (a wrong name)
+    raises, naming the running ones."""
+    import asyncio
+
+    import pyarrow as pa
+
+    from relayllm.errors import DeploymentNotFoundError
+    from relayllm.processor import _running
+    from relayllm.stage import ServeStage
+
+    relayllm.deploy(DeploymentConfig(name="gone-early", backend="echo"))
+    assert _running("gone-early")
+    config = ProcessorConfig(deployment="gone-early", task="completion", max_retries=0)
+    relayllm.shutdown("gone-early")
+    assert not _running("gone-early")
+
+    stage = ServeStage(config, "late", run_id="r", deployment_seen=True)
+    out = asyncio.run(stage(pa.table({"prompt": ["a", "b"]})))
+    assert (
+        out.column("error").to_pylist()
+        == ["deployment 'gone-early' is no longer running (shut down?)"] * 2
+    )
+    with pytest.raises(DeploymentNotFoundError, match="gone-early"):
+        ServeStage(config, "never", run_id="r")
+
+
 def test_a_replica_with_a_placement_group_has_one_while_it_runs():
     """The control for the next test: this echo option does reserve a placement group."""
     relayllm.deploy(

@@ -87,7 +87,9 @@ def test_killed_driver_resumes_where_it_stopped(ray_session, tmp_path, record_re
     second = _job(address, pipeline, out)
     stdout, _ = second.communicate(timeout=300)
     assert second.returncode == 0, out.with_suffix(".log").read_text()[-3000:]
-    report = json.loads(stdout.strip().splitlines()[-1])
+    # The report is the job's last JSON line; Ray's raylet may print a warning after it (the
+    # count of worker processes started) on the driver's stdout.
+    report = json.loads(next(x for x in reversed(stdout.splitlines()) if x.startswith("{")))
     total_computed = ref.handle().info.remote().result(timeout_s=30)["rows"]
 
     rows = [json.loads(line) for line in out.read_text().splitlines()]

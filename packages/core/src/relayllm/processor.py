@@ -125,6 +125,9 @@ class Processor:
             # One id per application to a dataset: the deployment tells a job's first call
             # from a running job's next one by it (admission's restart).
             "run_id": uuid.uuid4().hex,
+            # Running as the job is planned: a stage that finds it gone later (shut down
+            # mid-job) fails its rows instead of the job; a name never seen still raises.
+            "deployment_seen": _running(config.deployment),
             "config": config,
             "processor_id": self.processor_id,
             "preprocess": self.preprocess,
@@ -162,6 +165,22 @@ class Processor:
 
     def __repr__(self) -> str:
         return f"Processor(deployment={self.config.deployment!r}, task={self.config.task!r})"
+
+
+def _running(deployment: str) -> bool:
+    """Whether ``deployment`` runs now (False when that cannot be told: Serve not started)."""
+    import ray
+
+    if not ray.is_initialized():  # not connected yet: this check must not connect the driver
+        return False
+    try:
+        from ray import serve
+
+        from relayllm.deployments import app_name
+
+        return app_name(deployment) in serve.status().applications
+    except Exception:  # the controller unreachable: the stages check again when they start
+        return False
 
 
 def stage_workers(config: ProcessorConfig) -> tuple[int, int, float]:

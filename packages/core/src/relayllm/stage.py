@@ -75,9 +75,11 @@ class ServeStage:
         postprocess: RowFn | None = None,
         *,
         run_id: str | None = None,
+        deployment_seen: bool = False,
         handles_key: tuple[str, str | None] | None = None,
     ) -> None:
         from relayllm.deployments import check_task_served, handle_for
+        from relayllm.errors import DeploymentNotFoundError
 
         self.config = config
         self._run_id = run_id  # sent with each call: the job its rows belong to
@@ -85,12 +87,22 @@ class ServeStage:
         self._handles_key = handles_key
         self._preprocess = preprocess
         self._postprocess = postprocess
-        handle_for(config.deployment)  # unknown name -> an error that lists the running ones
-        # A task the deployment's options do not serve fails here, not on every row.
-        # So does a feature (logprobs, tools...) its sampling_params ask the backend can't do.
-        self._features = check_task_served(
-            config.deployment, config.task, features=features_of(config.sampling_params)
-        )
+        self._gone = False  # the deployment was shut down: fail fast instead of retrying
+        self._features: Any = None
+        try:
+            handle_for(config.deployment)  # unknown name -> an error that lists the running ones
+            # A task the deployment's options do not serve fails here, not on every row.
+            # So does a feature (logprobs, tools...) its sampling_params ask the backend can't do.
+            self._features = check_task_served(
+                config.deployment, config.task, features=features_of(config.sampling_params)
+            )
+        except DeploymentNotFoundError:
+            if not deployment_seen:
+                raise
+            # It ran when the job was planned and was shut down since. A stage built now (a
+            # task in a new worker process) fails its rows as the stages already running do,
+            # and the job goes on instead of ending at this task.
+            self._gone = True
         self._fast: Any = None  # process_batch over gRPC, bound to this actor's event loop
         self._safe: Any = None  # process_batch over actor calls: no size limit
         # Try Serve's gRPC transport first unless the config says actor calls.
@@ -100,7 +112,6 @@ class ServeStage:
         self._slots = asyncio.Semaphore(config.max_in_flight_batches)
         self._input_column = INPUT_COLUMN[config.task]
         self._extra_columns = EXTRA_INPUT_COLUMNS.get(config.task, ())
-        self._gone = False  # the deployment was shut down: fail fast instead of retrying
 
     async def __call__(self, batch: pa.Table) -> pa.Table:
         n = batch.num_rows
@@ -380,6 +391,7 @@ def serve_stage(
     processor_id: str,
     preprocess: RowFn | None = None,
     postprocess: RowFn | None = None,
+    deployment_seen: bool = False,
 ) -> pa.Table:
     """``map_batches`` UDF (a task): the run's stage, kept by this process, on its loop."""
     with _lock:
@@ -395,6 +407,7 @@ def serve_stage(
                 preprocess,
                 postprocess,
                 run_id=run_id,
+                deployment_seen=deployment_seen,
                 handles_key=(config.deployment, controller),
             )
             _stages[run_id] = stage
