@@ -264,7 +264,7 @@ def test_engine_metrics_in_info_and_on_rays_metrics_endpoint(deployment):
     steps = metrics["engine_step_tokens"]
     interactive = metrics["tokens_by_class"]["interactive"]
     assert steps["generated"] >= batch["generated"] + interactive["generated"]
-    assert steps["prefilled"] > 0
+    assert steps["prefilled"] > 0 and metrics["engine_preemptions"] is not None
     # vLLM's names (sanitized by its Ray wrappers), and the core's counters.
     wait_for_sample("ray_vllm_time_to_first_token_seconds_count", lambda v: v >= len(QUESTIONS))
     wait_for_sample("ray_vllm_prefix_cache_queries_total", lambda v: v > 0)

@@ -49,7 +49,9 @@ class SummaryStatLogger(StatLoggerBase):
             metrics.add_prefix_cache(prefix.queries, prefix.hits)
         if iteration_stats is not None:
             metrics.add_engine_step(  # prefilled: computed, not found in the prefix cache
-                iteration_stats.prompt_token_stats.computed, iteration_stats.num_generation_tokens
+                iteration_stats.prompt_token_stats.computed,
+                iteration_stats.num_generation_tokens,
+                iteration_stats.num_preempted_reqs,
             )
             for seconds in iteration_stats.time_to_first_tokens_iter:
                 metrics.observe_ttft(seconds)

@@ -87,6 +87,9 @@ class ReplicaMetrics:
         # runs (the class counters count a request's tokens only once it finishes, a whole
         # call's time later): the engine's work over a window shorter than a call.
         self.engine_step_tokens: dict[str, int] | None = None
+        # Requests the engine's scheduler took out of a step to make room (their work so far
+        # is computed again when they return): where its backend counts them.
+        self.engine_preemptions: int | None = None
         #: Whether the engine figures are exported here (False: the engine exports its own).
         self.export_engine = True
         self.exported_as: str | None = None  # where to find the engine's own metrics, if so
@@ -149,13 +152,17 @@ class ReplicaMetrics:
             self._count(PREFIX_QUERIES, None, queries)
             self._count(PREFIX_HITS, None, hits)
 
-    def add_engine_step(self, prefilled_tokens: int, generated_tokens: int) -> None:
-        """The tokens one engine step computed: prompt tokens prefilled (not found in the prefix
-        cache) and tokens generated, every class together."""
+    def add_engine_step(
+        self, prefilled_tokens: int, generated_tokens: int, preempted_requests: int = 0
+    ) -> None:
+        """One engine step: the prompt tokens it prefilled (not found in the prefix cache) and
+        the tokens it generated, every class together, and the requests it preempted."""
         if self.engine_step_tokens is None:
             self.engine_step_tokens = {"prefilled": 0, "generated": 0}
+            self.engine_preemptions = 0
         self.engine_step_tokens["prefilled"] += prefilled_tokens
         self.engine_step_tokens["generated"] += generated_tokens
+        self.engine_preemptions = (self.engine_preemptions or 0) + preempted_requests
 
     # -- the summary ---------------------------------------------------------------------------
 
@@ -182,6 +189,7 @@ class ReplicaMetrics:
             "engine_step_tokens": (
                 None if self.engine_step_tokens is None else dict(self.engine_step_tokens)
             ),
+            "engine_preemptions": self.engine_preemptions,
             # Prometheus names: ray_relayllm_* always; the engine's own where it exports them.
             "exported_as": ["ray_relayllm_*", *([self.exported_as] if self.exported_as else [])],
         }
