@@ -1931,9 +1931,9 @@ def idle_length_runs(ten_s: list[Path]) -> list[str]:
         "The controller spends the start of each idle period finding out that the user has "
         "gone: the burst's last request is still running, then `idle_s` passes before the "
         "limit returns to the maximum. That cost is fixed per idle period, so its share "
-        "falls as idle periods grow. Command: the one above with `--phases bursts --idle-s "
-        "30` (batch alone, then the bursts phase only). Batch throughput in the idle "
-        "windows ÷ batch alone in the same windows:",
+        "falls as idle periods grow. Command: the one above with `--phases bursts` (batch "
+        "alone, then the bursts phase only) and `--idle-s 30` for 30 s windows. Batch "
+        "throughput in the idle windows ÷ batch alone in the same windows:",
         "",
         "| measured by | " + " | ".join(head) + " |",
         "|---|" + "---:|" * len(head),
@@ -1943,7 +1943,29 @@ def idle_length_runs(ten_s: list[Path]) -> list[str]:
         cells = [_ratio(statistics.median(known) if known else None)]
         cells += [_ratio(run["summary"]["managed"].get(key)) for run in runs]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    return lines
+    return lines + _engine_work(paths, runs)
+
+
+def _engine_work(paths: list[Path], runs: list[dict[str, Any]]) -> list[str]:
+    """Whether the bursts phase made the engine compute rows again (vLLM preempting batch
+    rows for interactive ones): prompt tokens prefilled per row against batch alone."""
+    found = []
+    for path, run in zip(paths, runs, strict=True):
+        v = _managed(run)
+        alone, bursts = v["batch_alone"].get("engine_work"), v["bursts"].get("engine_work")
+        if alone and bursts and alone["prefilled_per_row"]:
+            found.append(
+                f"results/{path.name}: {bursts['prefilled_per_row']:.1f} prompt tokens prefilled "
+                f"per row in the bursts phase against {alone['prefilled_per_row']:.1f} alone, "
+                f"{bursts['preemptions']} preemptions against {alone['preemptions']}"
+            )
+    if not found:
+        return []
+    return [
+        "",
+        "The engine's own counts (`engine_step_tokens`, `engine_preemptions`), over each "
+        "job: " + "; ".join(found) + ".",
+    ]
 
 
 def _slowest_at_start(*names: str) -> list[tuple[float, float]]:
