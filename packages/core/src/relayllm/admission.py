@@ -160,10 +160,8 @@ class Admission:
             # the interval tick after it (ticks are up to interval_s late).
             asyncio.get_running_loop().call_later(self.config.idle_s + 0.01, self._refill_if_idle)
 
-    def _seen(self, job: str | None) -> bool:
+    def _seen(self, job: str) -> bool:
         """Whether ``job`` sent a call before (and remember it now)."""
-        if job is None:
-            return False
         seen = job in self._jobs
         self.jobs += not seen
         self._jobs[job] = None
