@@ -1831,36 +1831,36 @@ def restart_runs() -> list[str]:
             "than `idle_s`, so C's restart did not fire there (the recorded timeline of run 2: "
             "32 rows in the engine 0.4 s after the job's start, the limit 128 by then), and "
             "the first request stalled as before. C's runs made no raise at all; the "
-            "application-limited rule was suspected and taken out, but the current controller's "
+            "application-limited rule was suspected and taken out, but D's "
             "first run below made none without it either, and its second made 13: how many "
             "raises a run makes varies from run to run.",
         ]
     runs_d = sorted(RESULTS.glob("online_batch-jobstart-*.json"))
     if runs_d:
-        lines += [
-            "",
-            "### Several runs of D",
-            "",
+        similar = [
+            json.loads(path.read_text())["summary"]["managed"]["idle_batch_rows_per_s_ratio"]
+            for path in sorted(RESULTS.glob("online_batch-engine-rows-*.json")) + runs_d
+        ]
+        lines += _runs_section(
+            "Several runs of D",
+            runs_d,
             "*D* is *C* without the application-limited rule: a batch job that starts while "
             "interactive traffic is present, on an engine that held no batch rows for "
             "`idle_s`, restarts the limit at one step and grows as interactive tokens stay in "
             "time; a running job is left alone when interactive traffic comes. Same command "
             "as above.",
-            "",
-            *_runs_table(runs_d, [json.loads(path.read_text()) for path in runs_d]),
-            "",
-            "The idle-period ratio of nearly the same controller has ranged from 0.78x to "
-            "0.95x between runs here (the runs before the restart, and these), so one run "
+            "The idle-period ratio of nearly the same controller has ranged from "
+            f"{_ratio(min(similar))} to {_ratio(max(similar))} between runs here (the runs "
+            "before the restart, and these), so one run "
             "does not separate versions that differ by less; *A* and *B* fell further. The "
             "continuous phase follows the batch-alone job by less than `idle_s`, so D's restart "
             "did not fire there: its slowest requests came in that job's first half-minute.",
-        ]
+        )
     current = sorted(RESULTS.glob("online_batch-jobid-*.json"))
     if current:
-        lines += [
-            "",
-            "### Several runs of the current controller",
-            "",
+        lines += _runs_section(
+            "Several runs of the current controller",
+            current,
             "*E* is *D* told by each call's job: the stage sends its run id with every call, "
             "so a job's first call restarts the limit whenever the engine holds no batch rows, "
             "also right after another job (the continuous phase's start); a running job's next "
@@ -1869,12 +1869,23 @@ def restart_runs() -> list[str]:
             "is done: rows count only when they leave the engine, a whole call's time after "
             "they entered, and the stage's calls leave together, so a 10 s window's row count "
             "moves by 64 rows as a wave lands just in or out of it. Same command as above.",
-            "",
-            *_runs_table(current, [json.loads(path.read_text()) for path in current]),
-            "",
             *_current_verdict(current),
-        ]
+        )
     return lines + idle_length_runs(current)
+
+
+def _runs_section(title: str, paths: list[Path], intro: str, *after: str) -> list[str]:
+    """A heading, what the runs are, their table, then what they show."""
+    runs = [json.loads(path.read_text()) for path in paths]
+    return [
+        "",
+        f"### {title}",
+        "",
+        intro,
+        "",
+        *_runs_table(paths, runs),
+        *(x for a in after for x in ("", a)),
+    ]
 
 
 def _current_verdict(paths: list[Path]) -> list[str]:
