@@ -22,6 +22,7 @@ import relayllm
 NAME = "priority-vllm"
 PROMPT = "List the numbers from one to forty, in words, separated by commas."
 MAX_TOKENS = 24
+FIRST_MAX_TOKENS = 240  # seconds of decoding on CPU: the later rows arrive while it runs
 
 
 @pytest.fixture(scope="module")
@@ -38,33 +39,49 @@ def deployment():
     relayllm.shutdown(NAME)
 
 
-def row(request_id: str, priority: int) -> dict[str, Any]:
+def row(request_id: str, priority: int, max_tokens: int = MAX_TOKENS) -> dict[str, Any]:
     return {
         "request_id": request_id,
         "task": "chat",
         "messages": [{"role": "user", "content": PROMPT}],
-        "sampling_params": {"temperature": 0.0, "max_tokens": MAX_TOKENS},
+        "sampling_params": {"temperature": 0.0, "max_tokens": max_tokens},
         "priority": priority,
     }
 
 
+async def engine_holds(handle, requests: int) -> None:
+    """Wait until the engine's scheduler holds ``requests`` requests (running and waiting), as
+    its step stats report them."""
+    deadline = time.monotonic() + 120
+    while True:
+        queue = (await handle.info.remote())["metrics"].get("queue")
+        if queue and queue["waiting"] + queue["running"] >= requests:
+            return
+        assert time.monotonic() < deadline, f"the engine never held {requests} requests: {queue}"
+        await asyncio.sleep(0.01)
+
+
 def finishing_order(handle, priorities: list[int]) -> list[str]:
-    """Send one single-row call per priority, in list order, 50 ms apart (so the engine sees
-    them arrive in that order); return the request ids in the order their answers came back."""
+    """Send one single-row call per priority, in list order, each once the engine's scheduler
+    holds the one before (so the engine sees them arrive in that order, however loaded the
+    machine); return the request ids in the order their answers came back. The first row asks
+    for more tokens, so it is still running when the last one arrives."""
 
     async def send() -> list[str]:
         done: list[str] = []
 
-        async def one(request_id: str, priority: int) -> None:
-            [result] = await handle.process_batch.remote([row(request_id, priority)])
+        async def one(request_id: str, priority: int, max_tokens: int) -> None:
+            [result] = await handle.process_batch.remote([row(request_id, priority, max_tokens)])
             assert result.get("error") is None, result
             assert result["num_generated_tokens"] > 0, result
             done.append(request_id)
 
         tasks = []
         for i, priority in enumerate(priorities):
-            tasks.append(asyncio.ensure_future(one(f"r{i}-p{priority}-{time.time_ns()}", priority)))
-            await asyncio.sleep(0.05)
+            max_tokens = FIRST_MAX_TOKENS if i == 0 else MAX_TOKENS
+            request_id = f"r{i}-p{priority}-{time.time_ns()}"
+            tasks.append(asyncio.ensure_future(one(request_id, priority, max_tokens)))
+            await engine_holds(handle, i + 1)
         await asyncio.gather(*tasks)
         return [request_id.rsplit("-", 1)[0] for request_id in done]
 
@@ -78,7 +95,7 @@ def test_engine_runs_a_lower_priority_number_first(deployment):
     # Control: equal priorities finish in the order they arrived (first come, first served).
     fair = finishing_order(handle, [10, 10, 10, 10])
     assert fair == ["r0-p10", "r1-p10", "r2-p10", "r3-p10"], fair
-    # The same timing with the last row at interactive priority: it overtakes the two batch
+    # The same arrivals with the last row at interactive priority: it overtakes the two batch
     # rows still waiting (r0 was already running; the engine does not preempt it).
     urgent = finishing_order(handle, [10, 10, 10, 0])
     assert urgent.index("r3-p0") < urgent.index("r2-p10"), urgent
