@@ -221,6 +221,13 @@ class EngineRows(Sampler):
             return None  # the engine does not count its steps' tokens
         return self._per_s_in(windows, column=4)
 
+    def work_per_s_in(self, windows: list[tuple[float, float]]) -> float | None:
+        """Tokens the engine's steps processed (prompt tokens prefilled and tokens generated)
+        per second in ``windows``: its work as it is done, whichever step a row is at."""
+        if not self.samples or self.samples[0][5] is None:
+            return None
+        return self._per_s_in(windows, column=4) + self._per_s_in(windows, column=5)
+
     def engine_work(self) -> dict[str, Any] | None:
         """The engine's steps over the whole sampled span: prompt tokens prefilled per row
         answered (above one prompt per row: preempted rows computed again) and preemptions."""
@@ -299,11 +306,18 @@ def run_variant(variant: str, args: argparse.Namespace) -> dict[str, Any]:
         admission = {"min_batch_rows": 256, "max_batch_rows": 256}
     elif variant == "floor":
         admission = {"min_batch_rows": 1, "max_batch_rows": 1}
+    engine_kwargs = {}
+    if args.max_num_batched_tokens is not None:
+        engine_kwargs["max_num_batched_tokens"] = args.max_num_batched_tokens
     ref = relayllm.deploy(
         relayllm.DeploymentConfig(
             name=name,
             backend="vllm",
-            options={"model": args.model, "max_model_len": args.max_model_len},
+            options={
+                "model": args.model,
+                "max_model_len": args.max_model_len,
+                "engine_kwargs": engine_kwargs,
+            },
             http={"route_prefix": f"/{name}", "port": args.port},
             admission=admission,
             startup_timeout_s=1200,
@@ -329,6 +343,7 @@ def run_variant(variant: str, args: argparse.Namespace) -> dict[str, Any]:
     alone_job = job
     out["batch_alone"] = {k: v for k, v in job.items() if k != "arrivals"}
     out["batch_alone"]["engine_work"] = alone_rows.engine_work()
+    out["batch_alone"]["timeline"] = alone_rows.timeline(job["start"])
     print(f"[{variant}] batch alone: {job['rows_per_s']:.2f} rows/s", flush=True)
 
     if "together" in args.phases:
@@ -371,6 +386,10 @@ def run_variant(variant: str, args: argparse.Namespace) -> dict[str, Any]:
             # (every class; in an idle window, the burst's last request at most).
             "engine_tokens_per_s_idle": burst_rows.tokens_per_s_in(idle),
             "engine_tokens_per_s_alone_same_windows": alone_rows.tokens_per_s_in(alone_windows),
+            # Tokens prefilled and generated: the engine's work in the windows, rows that finish
+            # after a window included (a row's prompt is most of its work here).
+            "engine_work_per_s_idle": burst_rows.work_per_s_in(idle),
+            "engine_work_per_s_alone_same_windows": alone_rows.work_per_s_in(alone_windows),
             # The same from each window's first moment with no interactive request in flight
             # (the burst's last request ends up to a second or so into the window).
             "quiet_seconds": sum(hi - lo for lo, hi in quiet),
@@ -412,6 +431,12 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8123)
     parser.add_argument("--model", default="demo")
     parser.add_argument("--max-model-len", type=int, default=1024)
+    parser.add_argument(
+        "--max-num-batched-tokens",
+        type=int,
+        default=None,
+        help="the engine's token budget per step (default: the vllm backend's)",
+    )
     parser.add_argument(
         "--variants",
         nargs="*",
@@ -473,6 +498,10 @@ def main() -> None:
             summary[name]["idle_engine_tokens_per_s_ratio"] = _ratio(
                 bursts.get("engine_tokens_per_s_idle"),
                 bursts.get("engine_tokens_per_s_alone_same_windows"),
+            )
+            summary[name]["idle_engine_work_ratio"] = _ratio(
+                bursts.get("engine_work_per_s_idle"),
+                bursts.get("engine_work_per_s_alone_same_windows"),
             )
             summary[name]["quiet_engine_tokens_per_s_ratio"] = _ratio(
                 bursts.get("engine_tokens_per_s_quiet"),
