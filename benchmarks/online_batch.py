@@ -34,10 +34,16 @@ Writes benchmarks/results/online_batch.json.
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from typing import Any
 
-from _common import Sampler, write_results  # the script's folder is on sys.path
+from _common import (
+    RESULTS,
+    Sampler,
+    git_commit,
+    write_results,
+)  # the script's folder is on sys.path
 
 QUESTIONS = [
     "What is the capital of France?",
@@ -221,13 +227,6 @@ class EngineRows(Sampler):
             return None  # the engine does not count its steps' tokens
         return self._per_s_in(windows, column=4)
 
-    def work_per_s_in(self, windows: list[tuple[float, float]]) -> float | None:
-        """Tokens the engine's steps processed (prompt tokens prefilled and tokens generated)
-        per second in ``windows``: its work as it is done, whichever step a row is at."""
-        if not self.samples or self.samples[0][5] is None:
-            return None
-        return self._per_s_in(windows, column=4) + self._per_s_in(windows, column=5)
-
     def engine_work(self) -> dict[str, Any] | None:
         """The engine's steps over the whole sampled span: prompt tokens prefilled per row
         answered (above one prompt per row: preempted rows computed again) and preemptions."""
@@ -246,6 +245,62 @@ class EngineRows(Sampler):
         done = sum(self.at(hi, column) - self.at(lo, column) for lo, hi in windows)
         seconds = sum(hi - lo for lo, hi in windows)
         return done / seconds if seconds else 0.0
+
+
+def spread_per_s(
+    timeline: list[list[Any]], windows: list[tuple[float, float]], columns: tuple[int, ...] = (4, 5)
+) -> float:
+    """Tokens the engine's steps processed (prompt tokens prefilled and tokens generated) per
+    second in ``windows``, each step's tokens spread evenly over the time the step ran
+    (``columns``: the timeline's counters to add, 4 generated and 5 prefilled).
+
+    A step's counters move when it ends, and on CPU a step that prefills a wave of rows runs
+    for seconds: counted at its end, its work would land in whichever window it ended in. A
+    step ran from the counters' previous move (or from the last sample with no batch rows in
+    the engine, which was idle until then) to its own move, to within a sample."""
+    steps: list[tuple[float, float, int]] = []  # (began, ended, tokens)
+    began, done = timeline[0][0], sum(timeline[0][c] for c in columns)
+    for sample in timeline[1:]:
+        now = sum(sample[c] for c in columns)
+        if now != done:
+            steps.append((began, sample[0], now - done))
+            began, done = sample[0], now
+        elif not sample[3]:  # no batch rows in the engine: idle until the next sample
+            began = sample[0]
+    work = sum(
+        tokens * max(0.0, min(hi, end) - max(lo, start)) / (end - start)
+        for lo, hi in windows
+        for start, end, tokens in steps
+    )
+    return work / sum(hi - lo for lo, hi in windows)
+
+
+def idle_windows(bursts: dict[str, Any], idle_s: float, end: float) -> list[tuple[float, float]]:
+    """The bursts phase's idle windows in its timeline's time base (seconds after the job's
+    start), cut at ``end``."""
+    windows = []
+    t = bursts["bursts_began_s"] + bursts["burst_s"]
+    while t < end:
+        windows.append((t, min(t + idle_s, end)))
+        t += bursts["burst_s"] + idle_s
+    return windows
+
+
+def idle_work_ratio(
+    variant: dict[str, Any], idle_s: float, columns: tuple[int, ...] = (4, 5)
+) -> float | None:
+    """The engine's work in the bursts phase's idle windows (:func:`spread_per_s`) over its
+    work in the same windows of the batch-alone job; None without both timelines and the
+    engine's step counts."""
+    bursts, alone = variant["bursts"], variant["batch_alone"]
+    if not alone.get("timeline") or bursts["timeline"][0][5] is None:
+        return None
+    windows = idle_windows(bursts, idle_s, bursts["batch"]["seconds"])
+    alone_windows = [(lo, min(hi, alone["seconds"])) for lo, hi in windows if lo < alone["seconds"]]
+    return _ratio(
+        spread_per_s(bursts["timeline"], windows, columns),
+        spread_per_s(alone["timeline"], alone_windows, columns),
+    )
 
 
 def quiet_parts(
@@ -386,10 +441,6 @@ def run_variant(variant: str, args: argparse.Namespace) -> dict[str, Any]:
             # (every class; in an idle window, the burst's last request at most).
             "engine_tokens_per_s_idle": burst_rows.tokens_per_s_in(idle),
             "engine_tokens_per_s_alone_same_windows": alone_rows.tokens_per_s_in(alone_windows),
-            # Tokens prefilled and generated: the engine's work in the windows, rows that finish
-            # after a window included (a row's prompt is most of its work here).
-            "engine_work_per_s_idle": burst_rows.work_per_s_in(idle),
-            "engine_work_per_s_alone_same_windows": alone_rows.work_per_s_in(alone_windows),
             # The same from each window's first moment with no interactive request in flight
             # (the burst's last request ends up to a second or so into the window).
             "quiet_seconds": sum(hi - lo for lo, hi in quiet),
@@ -455,7 +506,18 @@ def main() -> None:
         default="online_batch",
         help="benchmarks/results/NAME.json (another name keeps the main results)",
     )
+    parser.add_argument(
+        "--summarise",
+        nargs="+",
+        metavar="NAME",
+        help="no run: recompute the summary of benchmarks/results/NAME.json from what it "
+        "recorded (its timelines), and write it back",
+    )
     args = parser.parse_args()
+    if args.summarise:
+        for name in args.summarise:
+            resummarise(name)
+        return
 
     import os
 
@@ -467,9 +529,29 @@ def main() -> None:
     variants = [run_variant(v, args) for v in args.variants]
     ray.shutdown()
 
-    by = {v["variant"]: v for v in variants}
+    summary = summarise(variants, args.idle_s)
+    path = write_results(
+        args.results_name,
+        {
+            "settings": vars(args),
+            "host": {
+                "load_average_at_start": load_at_start,
+                "load_average_at_end": os.getloadavg()[0],
+            },
+            "summary": summary,
+            "variants": variants,
+        },
+    )
+    for name, s in summary.items():
+        print(f"{name}: {s}")
+    print(f"wrote {path}")
+
+
+def summarise(variants: list[dict[str, Any]], idle_s: float) -> dict[str, Any]:
+    """Each variant's ratios against its own batch-alone job and interactive-alone user."""
     summary: dict[str, Any] = {}
-    for name, v in by.items():
+    for v in variants:
+        name = v["variant"]
         summary[name] = {
             "batch_errors": sum(
                 v[phase]["batch"]["errors"]
@@ -499,10 +581,7 @@ def main() -> None:
                 bursts.get("engine_tokens_per_s_idle"),
                 bursts.get("engine_tokens_per_s_alone_same_windows"),
             )
-            summary[name]["idle_engine_work_ratio"] = _ratio(
-                bursts.get("engine_work_per_s_idle"),
-                bursts.get("engine_work_per_s_alone_same_windows"),
-            )
+            summary[name]["idle_engine_work_ratio"] = idle_work_ratio(v, idle_s)
             summary[name]["quiet_engine_tokens_per_s_ratio"] = _ratio(
                 bursts.get("engine_tokens_per_s_quiet"),
                 bursts.get("engine_tokens_per_s_alone_same_quiet"),
@@ -510,21 +589,23 @@ def main() -> None:
             summary[name]["idle_batch_rows_per_s_ratio_driver_blocks"] = _ratio(
                 bursts["batch_rows_per_s_idle"], v["batch_alone"]["rows_per_s"]
             )
-    path = write_results(
-        args.results_name,
-        {
-            "settings": vars(args),
-            "host": {
-                "load_average_at_start": load_at_start,
-                "load_average_at_end": os.getloadavg()[0],
-            },
-            "summary": summary,
-            "variants": variants,
-        },
-    )
-    for name, s in summary.items():
-        print(f"{name}: {s}")
-    print(f"wrote {path}")
+    return summary
+
+
+def resummarise(name: str) -> None:
+    """The summary of a recorded run computed again by this version of :func:`summarise`."""
+    path = RESULTS / f"{name}.json"
+    run = json.loads(path.read_text())
+    for variant in run["variants"]:  # the step-end count an earlier version kept
+        variant.get("bursts", {}).pop("engine_work_per_s_idle", None)
+        variant.get("bursts", {}).pop("engine_work_per_s_alone_same_windows", None)
+    run["summary"] = summarise(run["variants"], run["settings"]["idle_s"])
+    run["summarised_by"] = {
+        "command": f"python benchmarks/online_batch.py --summarise {name}",
+        "commit": git_commit(),
+    }
+    path.write_text(json.dumps(run, indent=2) + "\n")
+    print(f"{name}: {run['summary']}")
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:

@@ -1,0 +1,51 @@
+"""The idle-window work measure of benchmarks/online_batch.py: a step's tokens are spread over
+the time the step ran, not counted where it ended (a prefill step runs for seconds on CPU, and
+a window it ends just after would lose all of its work). Timelines are the benchmark's rows:
+[seconds, rows answered, limit, batch rows in engine, tokens generated, tokens prefilled,
+preemptions]."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import online_batch
+
+
+def sample(t: float, in_engine: int, generated: int, prefilled: int) -> list:
+    return [t, 0, 256, in_engine, generated, prefilled, 0]
+
+
+# An idle engine until 1 s (the last sample without rows: the step starts there, to within a
+# sample), then one step prefilling 3,000 tokens that ends at 4 s, then one step generating 600
+# tokens that ends at 5 s.
+TIMELINE = [
+    sample(0.0, 0, 0, 0),
+    sample(0.5, 0, 0, 0),
+    sample(1.0, 0, 0, 0),
+    sample(1.5, 64, 0, 0),
+    sample(2.0, 64, 0, 0),
+    sample(3.0, 64, 0, 0),
+    sample(4.0, 64, 0, 3000),
+    sample(5.0, 64, 600, 3000),
+]
+
+
+def test_a_long_steps_tokens_are_spread_over_the_time_it_ran():
+    # The prefill step ran from 1 s (rows entered an idle engine) to 4 s: 1,000 tokens/s.
+    assert online_batch.spread_per_s(TIMELINE, [(1.0, 2.5)]) == pytest.approx(1000)
+    assert online_batch.spread_per_s(TIMELINE, [(2.5, 4.0)]) == pytest.approx(1000)
+    # Counted where it ended, the first window would hold nothing and the second all of it.
+
+
+def test_an_idle_engine_is_not_credited_with_the_next_steps_work():
+    assert online_batch.spread_per_s(TIMELINE, [(0.0, 1.0)]) == 0
+    assert online_batch.spread_per_s(TIMELINE, [(4.0, 5.0)]) == pytest.approx(600)
+
+
+def test_windows_add_up_to_the_whole():
+    whole = online_batch.spread_per_s(TIMELINE, [(0.0, 5.0)])
+    assert whole == pytest.approx(3600 / 5)
+    halves = online_batch.spread_per_s(TIMELINE, [(0.0, 2.5), (2.5, 5.0)])
+    assert halves == pytest.approx(whole)
