@@ -1876,10 +1876,9 @@ def restart_runs() -> list[str]:
             "so a job's first call restarts the limit whenever the engine holds no batch rows, "
             "also right after another job (the continuous phase's start); a running job's next "
             "call, with the same id, does not. These runs also count the tokens the engine's "
-            "steps generate (`engine_step_tokens`), which measure the idle windows' work as it "
-            "is done: rows count only when they leave the engine, a whole call's time after "
-            "they entered, and the stage's calls leave together, so a 10 s window's row count "
-            "moves by 64 rows as a wave lands just in or out of it. Same command as above.",
+            "steps prefill and generate (`engine_step_tokens`); from run 4 on, the batch-alone "
+            "job's timeline of them is kept too, which the idle windows' work is measured "
+            "against (below). Same command as above.",
             *_current_verdict(current),
         )
     return lines + idle_length_runs(current) + step_budget_runs()
