@@ -25,13 +25,21 @@ def machine() -> dict:
 
 
 def git_commit() -> str | None:
+    """The commit the benchmark ran at, "-dirty" when the code it runs (the benchmarks and
+    the packages) differed from it."""
     try:
         out = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
         )
-        return out.stdout.strip() or None
+        changed = subprocess.run(
+            ["git", "diff", "--quiet", "HEAD", "--", "benchmarks/*.py", "packages"],
+            capture_output=True,
+            cwd=Path(__file__).resolve().parents[1],
+        )
     except OSError:
         return None
+    commit = out.stdout.strip()
+    return None if not commit else commit + ("-dirty" if changed.returncode == 1 else "")
 
 
 def write_results(name: str, payload: dict) -> Path:
