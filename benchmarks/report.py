@@ -18,7 +18,11 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from online_batch import idle_work_ratio  # the script's folder is on sys.path
+from online_batch import (
+    idle_windows,
+    idle_work_ratio,
+    spread_per_s,
+)  # the script's folder is on sys.path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -1881,7 +1885,71 @@ def restart_runs() -> list[str]:
             "against (below). Same command as above.",
             *_current_verdict(current),
         )
-    return lines + idle_length_runs(current) + step_budget_runs()
+    return lines + bursts_plot(current) + idle_length_runs(current) + step_budget_runs()
+
+
+def bursts_plot(paths: list[Path]) -> list[str]:
+    """The bursts phase of the latest run that kept both jobs' timelines, second by second: the
+    admission limit and the batch rows in the engine, and the engine's work beside batch
+    alone's at the same offsets."""
+    kept = [p for p in paths if _managed(json.loads(p.read_text()))["batch_alone"].get("timeline")]
+    if not kept:
+        return []
+    path = kept[-1]
+    run = json.loads(path.read_text())
+    v, idle_s = _managed(run), run["settings"]["idle_s"]
+    bursts, alone = v["bursts"], v["batch_alone"]
+    timeline = bursts["timeline"]
+    plt = _plt()
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7.5, 4.2), sharex=True)
+    end = bursts["batch"]["seconds"]
+    windows = idle_windows(bursts, idle_s, end)
+    for ax in (top, bottom):
+        for lo, hi in windows:
+            ax.axvspan(lo, hi, color="#2ca02c", alpha=0.08, lw=0)
+    ts = [s[0] for s in timeline]
+    top.step(ts, [s[2] for s in timeline], where="post", label="admission limit", color="#7f7f7f")
+    top.step(
+        ts,
+        [s[3] for s in timeline],
+        where="post",
+        label="batch rows in the engine",
+        color=COLORS["relayllm"],
+    )
+    top.set_yscale("log", base=2)
+    top.set_ylabel("rows")
+    top.legend(fontsize=7, loc="lower right")
+    seconds = [float(t) for t in range(int(end))]
+    alone_end = alone["seconds"]
+    bottom.plot(
+        seconds,
+        [spread_per_s(timeline, [(t, t + 1)]) for t in seconds],
+        label="bursts phase",
+        color=COLORS["relayllm"],
+        lw=1,
+    )
+    bottom.plot(
+        [t for t in seconds if t + 1 <= alone_end],
+        [spread_per_s(alone["timeline"], [(t, t + 1)]) for t in seconds if t + 1 <= alone_end],
+        label="batch alone (same offsets)",
+        color="#7f7f7f",
+        lw=1,
+    )
+    bottom.set_ylabel("tokens processed/s")
+    bottom.set_xlabel("seconds after the batch job's start (green: idle windows)")
+    bottom.legend(fontsize=7, loc="lower right")
+    top.set_title(f"The bursts phase of results/{path.name}", fontsize=9)
+    png = _save(fig, "online_batch-bursts.png")
+    return [
+        "",
+        f"![the bursts phase]({png})",
+        "",
+        f"The bursts phase of results/{path.name}, second by second. Top: the admission "
+        "limit falls at each burst and returns to the maximum `idle_s` after its last "
+        "request; the batch rows in the engine follow it in whole calls. Bottom: the tokens "
+        "the engine's steps processed each second (each step's spread over the time it ran), "
+        "beside the batch-alone job's at the same offsets.",
+    ]
 
 
 def _runs_section(title: str, paths: list[Path], intro: str, *after: str) -> list[str]:
