@@ -2053,13 +2053,40 @@ def _idle_verdict(paths: list[Path]) -> list[str]:
         f"{_ratio(statistics.median(work))}): the target is met by the engine's work. Counted "
         f"as rows finishing inside the windows, the same runs gave "
         f"{', '.join(_ratio(r) for r in rows)} (median {_ratio(statistics.median(rows))}), "
-        f"and as tokens generated {', '.join(_ratio(g) for g in generated)}. Split by kind "
+        f"and as tokens generated {', '.join(_ratio(g) for g in generated)}. "
+        + _whole_phase_check(counted)
+        + "Split by kind "
         "(each step's tokens spread the same way), the idle windows prefilled "
         f"{_ratio(statistics.median(prefill))} of alone's prompt tokens and generated "
         f"{_ratio(statistics.median(decode))} of its tokens (medians): a window starts with "
         "the few rows a burst left in the engine, and ends with a wave's prefill whose "
         "tokens come after it." + _longer_windows(),
     ]
+
+
+def _whole_phase_check(runs: list[tuple[Path, dict[str, Any]]]) -> str:
+    """Whether the bursts phase's whole-job rows/s agrees with the idle windows' row count: if
+    the windows ran at that rate and the bursts no faster than batch alone, the whole job
+    could go no faster than their time-weighted mean."""
+    whole, bound = [], []
+    for _, run in runs:
+        v, st = _managed(run), run["settings"]
+        rows = run["summary"]["managed"]["idle_batch_rows_per_s_ratio"]
+        whole.append(v["bursts"]["batch"]["rows_per_s"] / v["batch_alone"]["rows_per_s"])
+        bound.append((st["idle_s"] * rows + st["burst_s"]) / (st["idle_s"] + st["burst_s"]))
+    above = sum(1 for w, b in zip(whole, bound, strict=True) if w > b)
+    return (
+        "The whole bursts phase, bursts included, finished rows at "
+        f"{', '.join(_ratio(w) for w in whole)} of batch alone's rate; had the idle windows run "
+        "at their row count's rate and the bursts as fast as batch alone, it could have "
+        f"reached at most {', '.join(_ratio(b) for b in bound)}. "
+        + (
+            f"{above} of {len(whole)} runs went above that, so the windows' row count missed "
+            "rows the windows did the work of (they finished in the next burst). "
+            if above
+            else ""
+        )
+    )
 
 
 def _longer_windows() -> str:
