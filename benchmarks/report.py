@@ -1428,6 +1428,11 @@ def online_batch_section(data: dict[str, Any]) -> list[str]:
             "(`--variants managed`); one run"
         )
         + (f"; 1-minute load average at start: {load:.1f}." if load is not None else "."),
+        *_targets_now(),
+        "",
+        "The run below (results/online_batch.json) is one run of an earlier controller, with "
+        "the unmanaged variant beside it; the controller's versions since, each over several "
+        "runs, follow it.",
         "",
         f"![online and batch]({png})",
         "",
@@ -1564,6 +1569,51 @@ def online_batch_section(data: dict[str, Any]) -> list[str]:
         ]
     lines += engine_rows_runs()
     lines.append("")
+    return lines
+
+
+def _targets_now() -> list[str]:
+    """The targets as the current controller's runs (online_batch-jobid-N.json) and the
+    bursts-only runs with its code (online_batch-idle10-N.json) measured them."""
+    full = [json.loads(p.read_text()) for p in sorted(RESULTS.glob("online_batch-jobid-*.json"))]
+    if not full:
+        return []
+    bursts_only = [
+        json.loads(p.read_text()) for p in sorted(RESULTS.glob("online_batch-idle10-*.json"))
+    ]
+    p99 = [run["summary"]["managed"]["ttft_p99_ratio_with_batch"] for run in full]
+    work = [
+        run["summary"]["managed"]["idle_engine_work_ratio"]
+        for run in full + bursts_only
+        if run["summary"]["managed"].get("idle_engine_work_ratio") is not None
+    ]
+    rows = [run["summary"]["managed"]["idle_batch_rows_per_s_ratio"] for run in full]
+    errors = sum(run["summary"]["managed"]["batch_errors"] for run in full + bursts_only)
+    within = sum(1 for r in p99 if r <= 1.5)
+    lines = [
+        "",
+        "**Where the targets stand** (the current controller, *E*; details in its section below):",
+        "",
+        "| target | measured | |",
+        "|---|---|---|",
+        f"| interactive p99 TTFT with batch running <= 1.5x interactive alone | {within} of "
+        f"{len(p99)} runs within (median {_ratio(statistics.median(p99))}, worst "
+        f"{_ratio(max(p99))}) | {_met(within == len(p99))} |",
+    ]
+    if work:
+        lines.append(
+            "| batch throughput in interactive idle periods >= 0.9x batch alone, as the "
+            f"engine's work (tokens processed) | median {_ratio(statistics.median(work))} over "
+            f"{len(work)} runs, lowest {_ratio(min(work))} | "
+            f"{_met(statistics.median(work) >= 0.9)} |"
+        )
+    lines += [
+        "| the same as rows finishing inside 10 s idle windows (rows finish in waves: "
+        f"below) | median {_ratio(statistics.median(rows))} over {len(rows)} runs | "
+        f"{_met(statistics.median(rows) >= 0.9)} |",
+        f"| no batch row failed | {errors} errors in {len(full) + len(bursts_only)} runs | "
+        f"{_met(errors == 0)} |",
+    ]
     return lines
 
 
