@@ -159,7 +159,9 @@ def test_the_refill_comes_when_idle_s_ends_not_at_the_next_interval():
 
     after, refilled_after = asyncio.run(scenario())
     assert after["refills"] == 1 and after["limit"] == 256, after
-    assert 0.2 <= refilled_after < 0.6, refilled_after
+    # The next tick would come about 1.8 s after the stream; 1.2 s leaves room for a loaded
+    # machine without letting a tick-driven refill pass.
+    assert 0.2 <= refilled_after < 1.2, refilled_after
 
 
 def test_while_interactive_traffic_continues_the_limit_rises_additively_only():
