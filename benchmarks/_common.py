@@ -27,14 +27,15 @@ def machine() -> dict:
 def git_commit() -> str | None:
     """The commit the benchmark ran at, "-dirty" when the code it runs (the benchmarks and
     the packages) differed from it."""
+    root = Path(__file__).resolve().parents[1]  # both commands ask this checkout, wherever run
     try:
         out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=root
         )
         changed = subprocess.run(
             ["git", "diff", "--quiet", "HEAD", "--", "benchmarks/*.py", "packages"],
             capture_output=True,
-            cwd=Path(__file__).resolve().parents[1],
+            cwd=root,
         )
     except OSError:
         return None
