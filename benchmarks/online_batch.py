@@ -275,15 +275,25 @@ def spread_per_s(
     return work / sum(hi - lo for lo, hi in windows)
 
 
-def idle_windows(bursts: dict[str, Any], idle_s: float, end: float) -> list[tuple[float, float]]:
-    """The bursts phase's idle windows in its timeline's time base (seconds after the job's
-    start), cut at ``end``."""
+def idle_windows(
+    began: float, burst_s: float, idle_s: float, end: float
+) -> list[tuple[float, float]]:
+    """The idle windows of bursts that began at ``began`` (``burst_s`` on, ``idle_s`` off),
+    cut at ``end``, in ``began``'s time base."""
     windows = []
-    t = bursts["bursts_began_s"] + bursts["burst_s"]
+    t = began + burst_s
     while t < end:
         windows.append((t, min(t + idle_s, end)))
-        t += bursts["burst_s"] + idle_s
+        t += burst_s + idle_s
     return windows
+
+
+def recorded_idle_windows(bursts: dict[str, Any], idle_s: float) -> list[tuple[float, float]]:
+    """A recorded bursts phase's idle windows, in its timeline's time base (seconds after
+    the job's start)."""
+    return idle_windows(
+        bursts["bursts_began_s"], bursts["burst_s"], idle_s, bursts["batch"]["seconds"]
+    )
 
 
 def idle_work_ratio(
@@ -295,8 +305,8 @@ def idle_work_ratio(
     bursts, alone = variant["bursts"], variant["batch_alone"]
     if not alone.get("timeline") or bursts["timeline"][0][5] is None:
         return None
-    windows = idle_windows(bursts, idle_s, bursts["batch"]["seconds"])
-    alone_windows = [(lo, min(hi, alone["seconds"])) for lo, hi in windows if lo < alone["seconds"]]
+    windows = recorded_idle_windows(bursts, idle_s)
+    alone_windows = shifted(windows, 0.0, alone["seconds"])
     return _ratio(
         spread_per_s(bursts["timeline"], windows, columns),
         spread_per_s(alone["timeline"], alone_windows, columns),
@@ -415,11 +425,7 @@ def run_variant(variant: str, args: argparse.Namespace) -> dict[str, Any]:
         with EngineRows(ref.handle()) as burst_rows:
             job, user = with_user(name, args, url, priority, on=active)
         end = job["start"] + job["seconds"]
-        idle = []
-        t = began + args.burst_s
-        while t < end:
-            idle.append((t, min(t + args.idle_s, end)))
-            t += period
+        idle = idle_windows(began, args.burst_s, args.idle_s, end)
         # The same windows, at the same offsets from its start, in the batch-alone job.
         alone_end = alone_job["start"] + alone_job["seconds"]
         alone_windows = shifted(idle, alone_job["start"] - job["start"], alone_end)

@@ -49,3 +49,13 @@ def test_windows_add_up_to_the_whole():
     assert whole == pytest.approx(3600 / 5)
     halves = online_batch.spread_per_s(TIMELINE, [(0.0, 2.5), (2.5, 5.0)])
     assert halves == pytest.approx(whole)
+
+
+def test_idle_windows_follow_the_bursts_and_stop_at_the_jobs_end():
+    # Bursts from 2 s, 5 s on and 10 s off; the job ends 3 s into its third idle window.
+    assert online_batch.idle_windows(2.0, 5.0, 10.0, 40.0) == [
+        (7.0, 17.0),
+        (22.0, 32.0),
+        (37.0, 40.0),
+    ]
+    assert online_batch.idle_windows(2.0, 5.0, 10.0, 7.0) == []  # ended in the first burst
