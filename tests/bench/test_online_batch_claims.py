@@ -1,0 +1,64 @@
+"""What the README and docs/benchmarks.md say about online and batch traffic on one engine (#16)
+holds for the committed runs of the current controller: full runs (online_batch-jobid-N.json)
+and bursts-only runs (online_batch-idleS-N.json, S the idle windows' length). A new run that
+breaks a claim fails here until the words are changed. No engine runs here."""
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "benchmarks" / "results"
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import report  # noqa: E402 (the benchmarks folder is not a package)
+
+
+def _summaries(pattern: str) -> list[tuple[str, dict]]:
+    found = []
+    for path in sorted(RESULTS.glob(pattern)):
+        run = json.loads(path.read_text())
+        found.append((path.stem, run["settings"], run["summary"]["managed"]))
+    assert found, f"no committed results match {pattern}"
+    return found
+
+
+def test_interactive_p99_with_batch_stayed_within_1_5x_alone_in_every_full_run():
+    over = {
+        name: s["ttft_p99_ratio_with_batch"]
+        for name, _, s in _summaries("online_batch-jobid-*.json")
+        if s["ttft_p99_ratio_with_batch"] > 1.5
+    }
+    assert not over
+
+
+def test_the_engine_did_at_least_0_9x_of_batch_alones_work_in_each_10_s_run_that_measured_it():
+    runs = _summaries("online_batch-jobid-*.json") + _summaries("online_batch-idle10-*.json")
+    work = {
+        name: s["idle_engine_work_ratio"] for name, _, s in runs if s.get("idle_engine_work_ratio")
+    }
+    assert len(work) >= 3
+    assert min(work.values()) >= 0.9, work
+
+
+def test_rows_finishing_fall_short_in_10_s_windows_and_come_closer_in_30_s_windows():
+    ten = _summaries("online_batch-jobid-*.json") + _summaries("online_batch-idle10-*.json")
+    thirty = [
+        s for _, settings, s in _summaries("online_batch-idle*-*.json") if settings["idle_s"] == 30
+    ]
+    assert thirty
+    ten_median = statistics.median(s["idle_batch_rows_per_s_ratio"] for _, _, s in ten)
+    thirty_median = statistics.median(s["idle_batch_rows_per_s_ratio"] for s in thirty)
+    assert ten_median < 0.9
+    assert thirty_median > ten_median
+
+
+def test_no_batch_row_failed_in_any_run():
+    runs = _summaries("online_batch-jobid-*.json") + _summaries("online_batch-idle*-*.json")
+    assert all(s["batch_errors"] == 0 for _, _, s in runs)
+
+
+def test_the_page_shows_where_the_targets_stand_from_the_committed_runs():
+    page = (ROOT / "docs" / "benchmarks.md").read_text()
+    missing = [line for line in report._targets_now() if line and line not in page]
+    assert not missing, f"docs/benchmarks.md is stale: run python benchmarks/report.py\n{missing}"
