@@ -1,6 +1,7 @@
 """What the README and docs/benchmarks.md say about online and batch traffic on one engine (#16)
 holds for the committed runs of the current controller: full runs (online_batch-jobid-N.json)
-and bursts-only runs (online_batch-idleS-N.json, S the idle windows' length). A new run that
+and bursts-only runs (online_batch-idleS-N.json, S the idle windows' length), and the runs on a
+second host (online_batch-host2-*.json), which no median pools with the first's. A new run that
 breaks a claim fails here until the words are changed. No engine runs here."""
 
 import json
@@ -54,11 +55,29 @@ def test_rows_finishing_fall_short_in_10_s_windows_and_come_closer_in_30_s_windo
 
 
 def test_no_batch_row_failed_in_any_run():
-    runs = _summaries("online_batch-jobid-*.json") + _summaries("online_batch-idle*-*.json")
+    runs = (
+        _summaries("online_batch-jobid-*.json")
+        + _summaries("online_batch-idle*-*.json")
+        + _summaries("online_batch-host2-*.json")
+    )
     assert all(s["batch_errors"] == 0 for _, _, s in runs)
+
+
+def test_on_the_second_host_no_full_run_kept_p99_within_1_5x_and_the_scaled_targets_came_closest():
+    # The README says the 1.5x target was not met there, and that targets scaled to the host
+    # with the 512-token step budget came closest; a run that says otherwise changes the words.
+    full = [
+        (s["ttft_p99_ratio_with_batch"], settings)
+        for _, settings, s in _summaries("online_batch-host2-*.json")
+        if "ttft_p99_ratio_with_batch" in s
+    ]
+    assert full and min(ratio for ratio, _ in full) > 1.5, full
+    _, closest = min(full, key=lambda run: run[0])
+    assert closest["target_ttft_s"] < 0.15 and closest["max_num_batched_tokens"] == 512, closest
 
 
 def test_the_page_shows_where_the_targets_stand_from_the_committed_runs():
     page = (ROOT / "docs" / "benchmarks.md").read_text()
-    missing = [line for line in report._targets_now() if line and line not in page]
+    lines = report._targets_now() + report.second_host_runs()
+    missing = [line for line in lines if line and line not in page]
     assert not missing, f"docs/benchmarks.md is stale: run python benchmarks/report.py\n{missing}"
