@@ -2275,18 +2275,24 @@ def _engine_work(paths: list[Path], runs: list[dict[str, Any]]) -> list[str]:
     ]
 
 
+def _runs_with_alone_timeline() -> list[Path]:
+    """The current controller's 10 s runs at the default step budget on the first host that
+    kept the batch-alone job's timeline (what step lengths and waves are read from)."""
+    return [
+        path
+        for path in sorted(RESULTS.glob("online_batch-jobid-*.json"))
+        + sorted(RESULTS.glob("online_batch-idle10-*.json"))
+        if _managed(_run(path))["batch_alone"].get("timeline")
+    ]
+
+
 def step_budget_runs() -> list[str]:
     """Runs with a smaller token budget per engine step (online_batch-mbtN-*.json) beside the
     runs at the vllm backend's default that kept the batch-alone job's timeline."""
     paths = sorted(RESULTS.glob("online_batch-mbt*-*.json"))
     if not paths:
         return []
-    default = [
-        path
-        for path in sorted(RESULTS.glob("online_batch-jobid-*.json"))
-        + sorted(RESULTS.glob("online_batch-idle10-*.json"))
-        if _managed(_run(path))["batch_alone"].get("timeline")
-    ]
+    default = _runs_with_alone_timeline()
 
     def row(path: Path) -> str:
         run = _run(path)
@@ -2335,12 +2341,7 @@ def second_host_runs() -> list[str]:
     paths = sorted(RESULTS.glob("online_batch-host2-*.json"))
     if not paths:
         return []
-    first = [
-        path
-        for path in sorted(RESULTS.glob("online_batch-jobid-*.json"))
-        + sorted(RESULTS.glob("online_batch-idle10-*.json"))
-        if _managed(_run(path))["batch_alone"].get("timeline")
-    ]
+    first = _runs_with_alone_timeline()
 
     def median(values: list[Any]) -> float | None:
         known = [v for v in values if v is not None]
