@@ -4,7 +4,6 @@ and bursts-only runs (online_batch-idleS-N.json, S the idle windows' length), an
 second host (online_batch-host2-*.json), which no median pools with the first's. A new run that
 breaks a claim fails here until the words are changed. No engine runs here."""
 
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -18,7 +17,7 @@ import report  # noqa: E402 (the benchmarks folder is not a package)
 def _summaries(pattern: str) -> list[tuple[str, dict]]:
     found = []
     for path in sorted(RESULTS.glob(pattern)):
-        run = json.loads(path.read_text())
+        run = report._run(path)
         found.append((path.stem, run["settings"], run["summary"]["managed"]))
     assert found, f"no committed results match {pattern}"
     return found

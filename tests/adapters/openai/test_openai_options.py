@@ -139,9 +139,8 @@ def test_token_estimate_counts_max_tokens():
 
 def test_request_pace_is_even():
     # 300 a minute: one every 200 ms, never a burst. A gap is read after the limiter lets a
-    # request through, so a loaded machine can delay one reading (a 130 ms stall made a 50 ms
-    # pace read as a 20 ms gap in CI); half an interval of slack absorbs that, while a limiter
-    # that lets two through together still shows a gap near 0.
+    # request through, so a loaded machine can delay one reading; half an interval of slack
+    # absorbs that, while a limiter that lets two through together still shows a gap near 0.
     interval = 60 / 300
 
     async def admit(n: int) -> list[float]:
