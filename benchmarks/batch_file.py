@@ -179,7 +179,7 @@ def run_batch_cli(source: Path, out: Path, concurrency: int, env: dict[str, str]
 def run_processor(source: Path, out: Path, concurrency: int, rows: int) -> list[str]:
     # The same block size as the command's chunks (batch_file.chunk_lines), so both split
     # the work the same way.
-    from relayllm.batch_file import chunk_lines, stage_batch
+    from relayllm.batch.run import chunk_lines, stage_batch
 
     blocks = max(1, -(-rows // chunk_lines(rows, stage_batch(64))))
     code = PROCESSOR_DRIVER % (DEPLOYMENT, blocks)

@@ -34,11 +34,11 @@ from overhead import DEPLOYMENT, host_facts, start_cluster
 def import_seconds() -> dict[str, float]:
     """Cumulative import time of what a new stage actor imports beyond Ray Data's own modules
     (``python -X importtime`` in a fresh interpreter that has imported ray.data first)."""
-    code = "import ray, ray.data, pyarrow; import relayllm.stage; from ray import serve"
+    code = "import ray, ray.data, pyarrow; import relayllm.stage.udf; from ray import serve"
     done = subprocess.run(
         [sys.executable, "-X", "importtime", "-c", code], capture_output=True, text=True, check=True
     )
-    wanted = {"relayllm.stage": "relayllm modules", "ray.serve": "ray.serve"}
+    wanted = {"relayllm.stage.udf": "relayllm modules", "ray.serve": "ray.serve"}
     found = {}
     for line in done.stderr.splitlines():
         parts = [p.strip() for p in line.removeprefix("import time:").split("|")]

@@ -12,7 +12,7 @@ import relayllm
 from relayllm import DeploymentConfig, ProcessorConfig, build_processor
 from relayllm.backend import Backend
 from relayllm.plugin import hookimpl, manager
-from relayllm.replica import BatchDeployment
+from relayllm.serving.replica import BatchDeployment
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Serve ships the class by value
 

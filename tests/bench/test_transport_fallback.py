@@ -6,7 +6,7 @@ import ray
 
 import relayllm
 from relayllm import DeploymentConfig, ProcessorConfig, build_processor
-from relayllm.stage import _is_grpc_error
+from relayllm.stage.udf import _is_grpc_error
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +51,7 @@ def test_the_stage_really_falls_back_and_only_on_the_call_too_large_for_grpc(ech
 
     import pyarrow as pa
 
-    from relayllm.stage import ServeStage
+    from relayllm.stage.udf import ServeStage
 
     config = ProcessorConfig(deployment="transport-echo", task="completion", max_retries=0)
     stage = ServeStage(config, "fallback-test")
@@ -71,7 +71,7 @@ def test_the_stage_really_falls_back_and_only_on_the_call_too_large_for_grpc(ech
 def test_the_transport_is_a_config_field_whose_default_is_the_environment(echo, monkeypatch):
     from pydantic import ValidationError
 
-    from relayllm.stage import ServeStage
+    from relayllm.stage.udf import ServeStage
 
     config = ProcessorConfig(deployment="transport-echo", task="completion")
     assert config.transport == "grpc"

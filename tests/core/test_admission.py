@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from relayllm.admission import Admission, AdmissionConfig
+from relayllm.serving.admission import Admission, AdmissionConfig
 
 
 class Batch:

@@ -1,4 +1,4 @@
-"""``relayllm batch`` at scale (relayllm.batch_file): a file read from disk in blocks, run on
+"""``relayllm batch`` at scale (relayllm.batch.run): a file read from disk in blocks, run on
 several stage actors, resumed by custom_id. On a real local Ray cluster and the echo backend
 (a real Serve deployment); the kill-and-resume of the command itself is in test_cli.py."""
 
@@ -8,7 +8,7 @@ import json
 import pytest
 
 import relayllm
-from relayllm import batch_file
+from relayllm.batch import run as batch_file
 from relayllm.deployments import DeploymentConfig
 from relayllm.errors import ConfigError
 

@@ -1,6 +1,6 @@
 """calls.split_into_calls: count-based and token-budget grouping of a batch's rows."""
 
-from relayllm.calls import estimated_tokens, split_into_calls
+from relayllm.stage.calls import estimated_tokens, split_into_calls
 
 
 def _rows(*lengths, max_tokens=None):

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from relayllm.batch_api import (
+from relayllm.batch.format import (
     BadLine,
     BatchRequest,
     parse_line,

@@ -231,7 +231,7 @@ def test_http_config_from_yaml_and_its_checks():
 
 def test_priority_http_interactive_rows_batch_overridable_per_processor_and_row():
     from relayllm.rows import build_request
-    from relayllm.traffic import BATCH_PRIORITY, INTERACTIVE_PRIORITY
+    from relayllm.serving.traffic import BATCH_PRIORITY, INTERACTIVE_PRIORITY
 
     assert INTERACTIVE_PRIORITY < BATCH_PRIORITY  # vLLM's order: lower runs first
     assert ProcessorConfig(deployment="d").priority == BATCH_PRIORITY

@@ -16,7 +16,7 @@ from PIL import Image
 
 import relayllm
 from relayllm import DeploymentConfig, ProcessorConfig, build_processor
-from relayllm.images import ImageLimits, checked_data_url, has_images, prepare_images
+from relayllm.stage.images import ImageLimits, checked_data_url, has_images, prepare_images
 
 
 def png(width: int, height: int) -> bytes:

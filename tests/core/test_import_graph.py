@@ -21,23 +21,21 @@ SOURCE = Path(relayllm.__file__).parent
 LAYERS: list[tuple[str, ...]] = [
     # the foundation: errors, the row protocol, policies with no relayllm dependency
     ("relayllm.errors", "relayllm.rows", "relayllm.retry", "relayllm.logs", "relayllm.compat"),
-    ("relayllm.http_config", "relayllm.admission", "relayllm.traffic"),
-    # a replica's metrics, counted by traffic class
-    ("relayllm.metrics",),
+    # what runs in a Serve replica: on the foundation only
+    ("relayllm.serving", "relayllm.serving."),
     # the stage's helpers: image_url parts (also the echo backend's), grouping rows into calls
-    ("relayllm.images", "relayllm.calls"),
+    ("relayllm.stage", "relayllm.stage.images", "relayllm.stage.calls"),
     ("relayllm.plugin", "relayllm.versions", "relayllm.data_context", "relayllm.placement"),
-    # the HTTP front a replica serves (on the row protocol)
-    ("relayllm.http_front",),
     # what an adapter provides, and what adapters share
-    ("relayllm.backend", "relayllm.adapters", "relayllm.replica", "relayllm.cluster"),
+    ("relayllm.backend", "relayllm.adapters", "relayllm.cluster"),
     ("relayllm.plugin.spec", "relayllm.plugin.manager"),
-    # names -> Serve apps; the Ray Data side
+    # the driver: names -> Serve apps, what a pipeline asks of the cluster
     ("relayllm.deployments", "relayllm.resources"),
-    ("relayllm.stage",),
+    # what runs in Ray Data's workers: the stage
+    ("relayllm.stage.udf",),
     ("relayllm.processor",),
-    # pipelines (with their one resume) and the batch format, on processors and deployments
-    ("relayllm.pipelines", "relayllm.pipelines.", "relayllm.batch_api", "relayllm.batch_file"),
+    # pipelines (with their one resume) and batch files, on processors and deployments
+    ("relayllm.pipelines", "relayllm.pipelines.", "relayllm.batch", "relayllm.batch."),
     # the public facade, then what sits on top of it
     ("relayllm",),
     ("relayllm.testing", "relayllm.testing."),
@@ -149,10 +147,10 @@ def test_the_checker_sees_function_local_imports_and_skips_type_checking(tmp_pat
     source = tmp_path / "m.py"
     source.write_text(
         "from typing import TYPE_CHECKING\n"
-        "if TYPE_CHECKING:\n    from relayllm.stage import ServeStage\n"
+        "if TYPE_CHECKING:\n    from relayllm.stage.udf import ServeStage\n"
         "def f():\n    from relayllm import deployments\n"
         "def g():\n    from relayllm import Backend\n",
         encoding="utf-8",
     )
-    known = {"relayllm", "relayllm.stage", "relayllm.deployments"}
+    known = {"relayllm", "relayllm.stage.udf", "relayllm.deployments"}
     assert imports_of(source, known) == {"relayllm", "relayllm.deployments"}

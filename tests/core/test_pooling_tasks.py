@@ -11,10 +11,10 @@ import ray
 
 import relayllm
 from relayllm import DeploymentConfig, ProcessorConfig, build_processor
-from relayllm.batch_api import parse_line, response_line
+from relayllm.batch.format import parse_line, response_line
 from relayllm.pipelines import PipelineError, parse_pipeline, run_pipeline
 from relayllm.rows import ANSWER_COLUMN, build_request, output_fields
-from relayllm.stage import _with_outputs
+from relayllm.stage.udf import _with_outputs
 
 
 @pytest.fixture(scope="module")
@@ -177,7 +177,7 @@ def test_batch_lines_for_score_and_rerank():
 
 
 def test_relayllm_batch_runs_score_and_rerank_lines(echo, tmp_path):
-    from relayllm.batch_api import read_batch_file, route, run_batch
+    from relayllm.batch.format import read_batch_file, route, run_batch
 
     lines = [
         {

@@ -5,7 +5,7 @@ and the Arrow shapes of the new output columns. No cluster."""
 import pyarrow as pa
 import pytest
 
-from relayllm.batch_api import response_line
+from relayllm.batch.format import response_line
 from relayllm.pipelines import PipelineError, load_pipeline
 from relayllm.rows import (
     BASIC_FEATURES,
@@ -17,7 +17,7 @@ from relayllm.rows import (
     output_fields,
     unsupported_features,
 )
-from relayllm.stage import _with_outputs
+from relayllm.stage.udf import _with_outputs
 
 STEP = """\
 deployments:

@@ -87,7 +87,7 @@ def test_a_stage_that_starts_after_its_deployment_shut_down_fails_its_rows_not_t
 
     from relayllm.errors import DeploymentNotFoundError
     from relayllm.processor import _running
-    from relayllm.stage import ServeStage
+    from relayllm.stage.udf import ServeStage
 
     relayllm.deploy(DeploymentConfig(name="gone-early", backend="echo"))
     assert _running("gone-early")

@@ -10,7 +10,7 @@ import ray
 
 import relayllm
 from relayllm import DeploymentConfig, ProcessorConfig, build_processor
-from relayllm.stage import STAGE_OPERATOR_NAMES
+from relayllm.stage.udf import STAGE_OPERATOR_NAMES
 
 ROWS_PER_PIPELINE = 25_000
 

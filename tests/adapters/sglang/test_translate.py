@@ -398,7 +398,7 @@ def test_a_batch_is_one_engine_call_with_results_in_order():
 
 
 def test_meta_info_feeds_the_replicas_prefix_cache_and_latency_figures():
-    from relayllm.metrics import ReplicaMetrics
+    from relayllm.serving.metrics import ReplicaMetrics
 
     async def cached(*, input_ids, sampling_params, lora_path=None):
         outputs = [output("a", {"type": "stop"}, prompt_tokens=len(p)) for p in input_ids]

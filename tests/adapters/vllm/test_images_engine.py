@@ -154,7 +154,7 @@ def check_batch_file_line_with_an_image(name: str, base_url: str) -> None:
     error line, a text line answers (shared with the OpenAI adapter's test)."""
     from openai.types.chat import ChatCompletion
 
-    from relayllm.batch_api import BatchFile, parse_line, run_batch
+    from relayllm.batch.format import BatchFile, parse_line, run_batch
 
     def line(custom_id: str, url: str | None) -> str:
         body = {"messages": chat(url), "max_tokens": 3, "temperature": 0}

@@ -64,7 +64,7 @@ def test_scores_per_pair(deployment):
 
 
 def test_batch_file_score_and_rerank_lines(deployment, tmp_path):
-    from relayllm.batch_api import read_batch_file, route, run_batch
+    from relayllm.batch.format import read_batch_file, route, run_batch
 
     docs = ["Paris is the capital of France.", "Bananas are yellow.", "France is in Europe."]
     lines = [

@@ -286,7 +286,7 @@ def test_batch_file_lines_validate_as_openai_responses(deployment):
     from openai.types import Completion
     from openai.types.chat import ChatCompletion
 
-    from relayllm.batch_api import parse_line, run_batch
+    from relayllm.batch.format import parse_line, run_batch
 
     def line(custom_id, url, body):
         return json.dumps({"custom_id": custom_id, "method": "POST", "url": url, "body": body})
@@ -327,7 +327,7 @@ def test_batch_file_lines_validate_as_openai_responses(deployment):
             },
         ),
     ]
-    from relayllm.batch_api import BatchFile
+    from relayllm.batch.format import BatchFile
 
     parsed = BatchFile(requests=[parse_line(t, i + 1) for i, t in enumerate(texts)])
     output, errors = io.StringIO(), io.StringIO()

@@ -14,8 +14,8 @@ from pydantic import BaseModel
 
 from relayllm.backend import Backend, BackendOptions
 from relayllm.plugin import hookimpl
-from relayllm.replica import BatchDeployment
 from relayllm.rows import Request, Result, error_result, request_text
+from relayllm.serving.replica import BatchDeployment
 
 ROW_SECONDS = 0.2
 CONTEXT_WORDS = 50  # a longer prompt is refused by the "engine"

@@ -18,7 +18,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 import relayllm
 from relayllm.adapters import UnsupportedParameter, check_sampling_support
 from relayllm.rows import Request, Result, error_result
-from relayllm.traffic import BATCH_PRIORITY, INTERACTIVE_PRIORITY
+from relayllm.serving.traffic import BATCH_PRIORITY, INTERACTIVE_PRIORITY
 from relayllm_openai.admission import Admission, class_budgets, estimate_tokens, replicas_of
 from relayllm_openai.options import FEATURE_FIELDS, OPENAI_SAMPLING_PARAMS, OpenAIOptions
 from relayllm_openai.retrying import (

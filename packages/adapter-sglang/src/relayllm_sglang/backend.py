@@ -7,8 +7,8 @@ import logging
 from typing import Any, ClassVar
 
 from relayllm import Backend, ConfigError
-from relayllm.replica import BatchDeployment
 from relayllm.rows import FEATURES, TEXT_TASKS
+from relayllm.serving.replica import BatchDeployment
 from relayllm_sglang import INSTALL_HINT, SGLANG_VERSION
 from relayllm_sglang.options import SGLangOptions, check_server_arg_names, engine_kwargs
 from relayllm_sglang.reasoning import reasoning_parser_problem

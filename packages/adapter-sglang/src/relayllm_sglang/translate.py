@@ -22,8 +22,8 @@ from typing import Any, Literal
 
 from relayllm.adapters import check_sampling_support, parse_response_format
 from relayllm.errors import describe_exception
-from relayllm.metrics import ReplicaMetrics
 from relayllm.rows import Request, Result, error_result
+from relayllm.serving.metrics import ReplicaMetrics
 from relayllm_sglang.reasoning import ReasoningParserLike, split_reasoning
 
 # -- sampling params ---------------------------------------------------------------------------

@@ -18,14 +18,14 @@ from typing import Any
 from vllm.v1.metrics.loggers import StatLoggerBase
 from vllm.v1.metrics.ray_wrappers import RayPrometheusStatLogger
 
-from relayllm.metrics import ReplicaMetrics
+from relayllm.serving.metrics import ReplicaMetrics
 
 #: Where vLLM's own metrics appear on Ray's metrics endpoint.
 EXPORTED_AS = "ray_vllm_*"
 
 
 class SummaryStatLogger(StatLoggerBase):
-    """One engine's step stats into the replica's :class:`~relayllm.metrics.ReplicaMetrics`
+    """One engine's step stats into the replica's :class:`~relayllm.serving.metrics.ReplicaMetrics`
     (summary only: vLLM's own logger exports them)."""
 
     def __init__(self, vllm_config: Any, engine_index: int = 0, *, metrics: ReplicaMetrics):

@@ -29,7 +29,7 @@ from relayllm.errors import (
 from relayllm.logs import configure_logging
 from relayllm.plugin import NAME, hookimpl
 from relayllm.processor import Processor, ProcessorConfig, build_processor
-from relayllm.replica import BatchDeployment
+from relayllm.serving.replica import BatchDeployment
 
 __version__ = "0.1.0"
 

@@ -20,7 +20,7 @@ from relayllm.errors import (
 from relayllm.rows import BASIC_FEATURES, TEXT_TASKS, Task
 
 if TYPE_CHECKING:
-    from relayllm.replica import BatchDeployment
+    from relayllm.serving.replica import BatchDeployment
 
 
 class BackendOptions(BaseModel):
@@ -97,7 +97,7 @@ class Backend:
 
     @classmethod
     def deployment_class(cls) -> type[BatchDeployment]:
-        """The class (a :class:`relayllm.replica.BatchDeployment`) the Serve replicas run.
+        """The class (a :class:`relayllm.serving.replica.BatchDeployment`) the Serve replicas run.
         Import the engine package inside this method, not at module level."""
         raise NotImplementedError
 

@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator
 
 from relayllm import compat
-from relayllm.admission import AdmissionConfig
 from relayllm.errors import (
     ConfigError,
     DeploymentConflictError,
     DeploymentNotFoundError,
     DeploymentStartError,
 )
-from relayllm.http_config import HttpConfig
+from relayllm.serving.admission import AdmissionConfig
+from relayllm.serving.http_config import HttpConfig
 
 if TYPE_CHECKING:
     from ray.serve import Application

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, field_validator
 
 from relayllm.rows import Task, check_sampling_params
-from relayllm.traffic import BATCH_PRIORITY, INTERACTIVE_PRIORITY
+from relayllm.serving.traffic import BATCH_PRIORITY, INTERACTIVE_PRIORITY
 
 if TYPE_CHECKING:
     from ray.data import Dataset
@@ -118,7 +118,7 @@ class Processor:
     def __call__(self, dataset: Dataset) -> Dataset:
         from ray.data import ActorPoolStrategy, TaskPoolStrategy
 
-        from relayllm.stage import ServeStage, serve_stage
+        from relayllm.stage.udf import ServeStage, serve_stage
 
         config = self.config
         stage_kwargs = {

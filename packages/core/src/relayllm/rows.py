@@ -231,7 +231,7 @@ class Request(TypedDict, total=False):
     document: str
     sampling_params: dict[str, Any]
     model: str | None  # LoRA adapter name, where the backend has one
-    priority: int  # lower runs first (vLLM's convention); see relayllm.traffic
+    priority: int  # lower runs first (vLLM's convention); see relayllm.serving.traffic
 
 
 class Result(TypedDict, total=False):

@@ -107,7 +107,7 @@ def batch(
       relayllm batch requests.jsonl --config examples/questions.yaml --output results.jsonl
       relayllm batch requests.jsonl --deployment smollm --output results.jsonl --resume
     """
-    from relayllm import batch_file
+    from relayllm.batch import run as batch_file
 
     if (deployment is None) == (config_file is None):
         fail("give exactly one of --deployment NAME or --config PIPELINE.yaml")

@@ -180,7 +180,7 @@ class StepProgress:
     # -- fed by Ray Data's executor (its own thread) and by the sink (the main thread) ------
 
     def update_from_executor(self, executor: Any) -> None:
-        from relayllm.stage import STAGE_OPERATOR_NAMES
+        from relayllm.stage.udf import STAGE_OPERATOR_NAMES
 
         stages = [
             (op, state)

@@ -15,10 +15,10 @@ from pydantic import BaseModel, Field
 
 from relayllm.backend import Backend, BackendOptions
 from relayllm.errors import EngineFailedError
-from relayllm.images import has_images, image_sizes
 from relayllm.plugin import hookimpl
-from relayllm.replica import BatchDeployment
 from relayllm.rows import TASKS, Request, Result, Task, error_result, request_text
+from relayllm.serving.replica import BatchDeployment
+from relayllm.stage.images import has_images, image_sizes
 
 EMBEDDING_SIZE = 8  # echo "embeds" a text as the lengths of its first 8 words
 #: echo "classifies" a text by its length: ``long`` from this many words on.
@@ -109,8 +109,8 @@ class EchoDeployment(BatchDeployment):
     async def run_batch(self, requests: list[Request]) -> list[Result]:
         delay = self.options.delay_s + self.options.delay_per_busy_row_s * self.busy_rows
         self.busy_rows += len(requests)
-        # The engine figures a backend reports (relayllm.metrics): echo's 'engine' runs every
-        # row it holds (no queue), and a call's rows take its whole time.
+        # The engine figures a backend reports (relayllm.serving.metrics): echo's 'engine' runs
+        # every row it holds (no queue), and a call's rows take its whole time.
         self.metrics.set_queue(waiting=0, running=self.busy_rows)
         began = time.monotonic()
         try:

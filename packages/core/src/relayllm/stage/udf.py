@@ -37,7 +37,6 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from relayllm import compat
-from relayllm.calls import split_into_calls
 from relayllm.errors import RowError, describe_exception
 from relayllm.retry import call_with_retries
 from relayllm.rows import (
@@ -57,6 +56,7 @@ from relayllm.rows import (
     request_text,
     unsupported_features,
 )
+from relayllm.stage.calls import split_into_calls
 
 if TYPE_CHECKING:
     from relayllm.processor import ProcessorConfig, RowFn
@@ -309,9 +309,9 @@ async def _prepare_images(
     pending: list[tuple[int, Request]], results: list[Result]
 ) -> list[tuple[int, Request]]:
     """Chats with ``image_url`` parts get their images fetched, decoded and inlined here, on
-    the CPU worker (relayllm.images), in threads; a row whose image cannot be used gets the
+    the CPU worker (relayllm.stage.images), in threads; a row whose image cannot be used gets the
     reason as its error and is not sent."""
-    from relayllm.images import has_images, prepare_images
+    from relayllm.stage.images import has_images, prepare_images
 
     with_images = [k for k, (_, r) in enumerate(pending) if has_images(r.get("messages"))]
     if not with_images:

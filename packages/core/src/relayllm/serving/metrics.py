@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
-from relayllm.traffic import TRAFFIC_CLASSES, TrafficClass
+from relayllm.serving.traffic import TRAFFIC_CLASSES, TrafficClass
 
 logger = logging.getLogger(__name__)
 

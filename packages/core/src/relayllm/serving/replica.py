@@ -18,10 +18,10 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from relayllm.admission import Admission, AdmissionConfig
 from relayllm.errors import EngineFailedError, describe_exception
-from relayllm.metrics import ReplicaMetrics
 from relayllm.rows import Request, Result, error_result
+from relayllm.serving.admission import Admission, AdmissionConfig
+from relayllm.serving.metrics import ReplicaMetrics
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -75,8 +75,8 @@ class BatchDeployment:
         # batch-only path stays as it was.
         self.admission: Admission | None = None
         if deployment.get("http") is not None:  # built at start: a bad key setup fails deploy
-            from relayllm.http_config import HttpConfig
-            from relayllm.http_front import HttpFront
+            from relayllm.serving.http_config import HttpConfig
+            from relayllm.serving.http_front import HttpFront
 
             config = HttpConfig.model_validate(deployment["http"])
             self.http_front = HttpFront(self, config, str(deployment.get("name")))

@@ -12,7 +12,7 @@ driver (``relayllm batch``).
    per chunk reads its byte range from disk and keeps its group's lines as rows of one
    canonical schema (``line`` int64, ``text`` the line's JSON as a string), so every block
    concatenates with every other whatever the bodies hold. The stage's ``preprocess`` parses
-   the line inside the stage actor (:func:`relayllm.batch_api.parse_line`), its
+   the line inside the stage actor (:func:`relayllm.batch.format.parse_line`), its
    ``postprocess`` renders the output line there; the driver only writes the finished
    blocks' lines, in input order, and flushes each block.
 
@@ -28,7 +28,7 @@ import os
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
-from relayllm.batch_api import (
+from relayllm.batch.format import (
     BadLine,
     BatchRequest,
     duplicate_ids_error,

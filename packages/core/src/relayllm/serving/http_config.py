@@ -2,7 +2,7 @@
 
 Light on purpose (pydantic only): :class:`~relayllm.DeploymentConfig` holds it, and
 ``import relayllm`` must not bring the HTTP stack (starlette, openai) along. The front itself
-is :mod:`relayllm.http_front`, loaded in the replica.
+is :mod:`relayllm.serving.http_front`, loaded in the replica.
 """
 
 from __future__ import annotations

@@ -24,15 +24,15 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from relayllm.errors import ConfigError, EngineFailedError, MissingDependencyError
-from relayllm.http_config import HttpConfig
 from relayllm.rows import Request, Result, Task, build_request
-from relayllm.traffic import INTERACTIVE_PRIORITY
+from relayllm.serving.http_config import HttpConfig
+from relayllm.serving.traffic import INTERACTIVE_PRIORITY
 
 if TYPE_CHECKING:
     from starlette.requests import Request as HttpRequest
     from starlette.responses import Response
 
-    from relayllm.replica import BatchDeployment
+    from relayllm.serving.replica import BatchDeployment
 
 logger = logging.getLogger(__name__)
 

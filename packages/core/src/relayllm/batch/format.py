@@ -538,7 +538,7 @@ def run_batch(
     """Run requests already parsed in memory on their deployments; write each line to
     ``output`` or ``errors`` (text files); return OpenAI's ``request_counts``. Each group is one
     block on one stage actor: for a few requests; ``relayllm batch`` streams a file of any size
-    with :mod:`relayllm.batch_file` instead."""
+    with :mod:`relayllm.batch.run` instead."""
     import ray
 
     from relayllm.data_context import keep_input_order

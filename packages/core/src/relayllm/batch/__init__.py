@@ -1,0 +1,1 @@
+"""OpenAI batch files: the line format, and running a file through the shared deployments."""
