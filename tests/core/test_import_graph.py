@@ -28,6 +28,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("relayllm.plugin", "relayllm.versions", "relayllm.data_context", "relayllm.placement"),
     # what an adapter provides, and what adapters share
     ("relayllm.backend", "relayllm.adapters", "relayllm.cluster"),
+    # deprecated import paths of what moved into serving/ (gone in 0.3)
+    ("relayllm.replica", "relayllm.metrics", "relayllm.traffic"),
     ("relayllm.plugin.spec", "relayllm.plugin.manager"),
     # the driver: names -> Serve apps, what a pipeline asks of the cluster
     ("relayllm.deployments", "relayllm.resources"),

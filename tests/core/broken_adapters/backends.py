@@ -145,6 +145,7 @@ def _backend(
     cls.__qualname__ = cls.__name__
 
     class _Backend(Backend):
+        contract_version = 2
         tasks = frozenset({"chat", "completion", "embedding"})
 
         @classmethod

@@ -37,6 +37,7 @@ class ShoutDeployment(relayllm.BatchDeployment):
 
 class ShoutBackend(relayllm.Backend):
     name = "shout"
+    contract_version = 2
     Options = ShoutOptions  # serves tasks_for(options) = chat and completion (the default)
 
     @classmethod

@@ -21,6 +21,7 @@ class OpenAIBackend(relayllm.Backend):
     """Any OpenAI-compatible endpoint: chat, completion and embedding."""
 
     name = "openai"
+    contract_version = 2
     Options = OpenAIOptions
     requires = ("openai", "aiolimiter")
     install_hint = (

@@ -26,6 +26,7 @@ POOLING_TASK_OF: dict[str, frozenset[str]] = {
 
 class SGLangBackend(Backend):
     name = "sglang"
+    contract_version = 2
     Options = SGLangOptions
     requires: ClassVar[tuple[str, ...]] = ("sglang",)
     install_hint = INSTALL_HINT

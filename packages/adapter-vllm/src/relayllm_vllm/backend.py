@@ -31,6 +31,7 @@ class VLLMBackend(relayllm.Backend):
     """One vLLM ``AsyncLLM`` engine per Serve replica, shared by every processor."""
 
     name: ClassVar[str] = "vllm"
+    contract_version: ClassVar[int | None] = 2
     Options = VLLMOptions
     requires: ClassVar[tuple[str, ...]] = ("vllm",)
     install_hint: ClassVar[str | None] = INSTALL_HINT

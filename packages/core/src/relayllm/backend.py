@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import FrameType
@@ -14,19 +15,53 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from relayllm.errors import (
     ConfigError,
     DuplicateBackendError,
+    IncompatibleAdapterError,
     MissingDependencyError,
     UnknownBackendError,
 )
+from relayllm.plugin import CONTRACT_VERSION, OLDEST_CONTRACT_VERSION
 from relayllm.rows import BASIC_FEATURES, TEXT_TASKS, Task
 
 if TYPE_CHECKING:
     from relayllm.serving.replica import BatchDeployment
 
 
+class AdapterContractWarning(DeprecationWarning):
+    """An adapter uses a part of the adapter contract that goes in a later release."""
+
+
 class BackendOptions(BaseModel):
-    """Base for a backend's ``Options``: unknown keys are an error, not silently ignored."""
+    """Base for a backend's ``Options``: unknown keys are an error, not silently ignored.
+
+    Contract 1 handed a replica its options as a mapping (``self.options["key"]``); contract 2
+    hands it this validated instance. Reading it as a mapping still works, with an
+    :class:`AdapterContractWarning` naming the attribute to use, until contract 3.
+    """
 
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+    def _as_mapping(self, key: str) -> None:
+        warnings.warn(
+            f"{type(self).__name__} read as a mapping (options[{key!r}] or options.get): "
+            f"read the attribute instead (options.{key}); mapping access goes with adapter "
+            f"contract 3",
+            AdapterContractWarning,
+            stacklevel=3,
+        )
+
+    def __getitem__(self, key: str) -> Any:
+        self._as_mapping(key)
+        try:
+            return getattr(self, key)
+        except AttributeError:
+            raise KeyError(key) from None
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self._as_mapping(key)
+        return getattr(self, key, default)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and key in type(self).model_fields
 
 
 class Backend:
@@ -36,6 +71,9 @@ class Backend:
 
     #: The name users put in ``DeploymentConfig.backend``.
     name: ClassVar[str]
+    #: The adapter contract (``relayllm.plugin.CONTRACT_VERSION``) this backend was written
+    #: against. None: written before adapters declared one, which is contract 1.
+    contract_version: ClassVar[int | None] = None
     #: Pydantic model of this backend's ``options``.
     Options: ClassVar[type[BaseModel]] = BackendOptions
     #: Modules that must be importable before deploy (the engine, its client library...).
@@ -134,6 +172,7 @@ class BackendRegistry:
     def __init__(self, locate: Locate | None = None) -> None:
         self._backends: dict[str, type[Backend]] = {}
         self._origins: dict[str, BackendOrigin] = {}
+        self._refused: dict[str, str] = {}  # backend name -> why its adapter was refused
         self._locate = locate
 
     def add(self, backend: type[Backend], *, origin: BackendOrigin | None = None) -> None:
@@ -145,6 +184,10 @@ class BackendRegistry:
             caller = inspect.currentframe()
             origin = self._locate(caller.f_back) if caller and caller.f_back else None
         origin = origin or BackendOrigin(backend.__module__)
+        refusal = contract_problem(backend, origin)
+        if refusal is not None:
+            self._refused[name] = refusal
+            return
         if name in self._backends:
             raise DuplicateBackendError(
                 f"backend {name!r} is registered twice: by {self._origins[name]} and by {origin}. "
@@ -154,6 +197,8 @@ class BackendRegistry:
         self._origins[name] = origin
 
     def get(self, name: str) -> type[Backend]:
+        if name in self._refused:
+            raise IncompatibleAdapterError(self._refused[name])
         try:
             return self._backends[name]
         except KeyError:
@@ -163,6 +208,11 @@ class BackendRegistry:
             raise UnknownBackendError(
                 f"unknown backend {name!r}; installed backends: {installed}.{install}"
             ) from None
+
+    def refused(self) -> dict[str, str]:
+        """Backends whose adapter was built for a contract this relayllm does not implement,
+        with the reason and what to upgrade."""
+        return dict(self._refused)
 
     def origin(self, name: str) -> BackendOrigin | None:
         return self._origins.get(name)
@@ -175,6 +225,35 @@ class BackendRegistry:
 
     def __iter__(self) -> Iterator[type[Backend]]:
         return iter(self._backends.values())
+
+
+def contract_problem(backend: type[Backend], origin: BackendOrigin) -> str | None:
+    """Why ``backend`` cannot be used with this relayllm (None: it can). A deprecated but
+    supported contract warns instead."""
+    declared = backend.contract_version
+    version = OLDEST_CONTRACT_VERSION if declared is None else declared
+    if version > CONTRACT_VERSION:
+        return (
+            f"backend {backend.name!r} from {origin} was built for adapter contract {version}, "
+            f"newer than this relayllm's ({CONTRACT_VERSION}): upgrade relayllm, or install a "
+            f"release of the adapter built for contract {CONTRACT_VERSION}"
+        )
+    if version < OLDEST_CONTRACT_VERSION:
+        return (
+            f"backend {backend.name!r} from {origin} was built for adapter contract {version}, "
+            f"which this relayllm no longer supports (oldest: {OLDEST_CONTRACT_VERSION}): "
+            f"upgrade the adapter (its changes are listed in relayllm's CHANGELOG)"
+        )
+    if version < CONTRACT_VERSION:
+        warnings.warn(
+            f"backend {backend.name!r} from {origin} declares adapter contract {version} "
+            f"(none declared means 1); this relayllm implements {CONTRACT_VERSION}. It works "
+            f"for now: read options as attributes and set contract_version = "
+            f"{CONTRACT_VERSION} on the Backend class (relayllm's CHANGELOG lists the changes)",
+            AdapterContractWarning,
+            stacklevel=2,
+        )
+    return None
 
 
 #: Where the install commands work until the packages are on the package index.
@@ -191,8 +270,10 @@ KNOWN_ADAPTERS = {
 __all__ = [
     "FROM_CLONE",
     "KNOWN_ADAPTERS",
+    "AdapterContractWarning",
     "Backend",
     "BackendOptions",
     "BackendOrigin",
     "BackendRegistry",
+    "contract_problem",
 ]

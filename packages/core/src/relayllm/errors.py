@@ -19,6 +19,11 @@ class DuplicateBackendError(RelayLLMError):
     """Two plugins register the same backend name."""
 
 
+class IncompatibleAdapterError(ConfigError):
+    """An adapter was built for an adapter contract this relayllm does not implement; its
+    backend is refused when it registers, with what to upgrade."""
+
+
 class MissingDependencyError(RelayLLMError, ImportError):
     """A backend's engine package is not installed."""
 

@@ -14,6 +14,7 @@ from pydantic_core import PydanticUndefined
 from relayllm import versions
 from relayllm.backend import KNOWN_ADAPTERS, BackendOrigin
 from relayllm.cli.common import handle_errors, warn_unsupported_versions
+from relayllm.plugin import OLDEST_CONTRACT_VERSION
 
 
 @click.command()
@@ -32,10 +33,13 @@ def backends(as_json, names):
         registry.get(name)  # unknown name: lists installed ones and the pip command
     found = [describe(b, registry.origin(b.name)) for b in registry if not names or b.name in names]
     found.sort(key=lambda b: b["name"])
+    refused = {n: why for n, why in registry.refused().items() if not names or n in names}
     if as_json:
         click.echo(json.dumps(found, indent=2, default=str))
         return
-    if not found:
+    for why in refused.values():
+        click.echo(f"refused: {why}", err=True)
+    if not found and not refused:
         adapters = "; ".join(f"{name}: pip install {hint}" for name, hint in KNOWN_ADAPTERS.items())
         click.echo(f"no backends installed; install an adapter ({adapters})")
     for item in found:
@@ -69,6 +73,7 @@ def describe(backend: Any, origin: BackendOrigin | None) -> dict[str, Any]:
         "engine_installed": not missing,
         "missing": missing,
         "install_hint": backend.install_hint if missing else None,
+        "contract_version": backend.contract_version or OLDEST_CONTRACT_VERSION,
         "options": options,
     }
 
@@ -136,6 +141,7 @@ def _text(item: dict[str, Any]) -> str:
     lines = [
         f"{item['name']}  ({source})",
         f"  tasks: {', '.join(item['tasks'])}",
+        f"  adapter contract: {item['contract_version']}",
         f"  engine: {engine}",
         *(
             f"  supports: {v['distribution']} {v['supported']}"

@@ -13,4 +13,11 @@ NAME = "relayllm"  #: marker project name, plugin manager name and entry-point g
 hookspec = pluggy.HookspecMarker(NAME)
 hookimpl = pluggy.HookimplMarker(NAME)
 
-__all__ = ["NAME", "hookimpl", "hookspec"]
+#: The adapter contract this relayllm implements (``Backend.contract_version``). A change an
+#: adapter could notice raises it, with an entry in core's CHANGELOG and one release in which
+#: the previous version keeps working with a deprecation warning.
+CONTRACT_VERSION = 2
+#: The oldest contract still accepted; older or newer adapters are refused when they register.
+OLDEST_CONTRACT_VERSION = 1
+
+__all__ = ["CONTRACT_VERSION", "NAME", "OLDEST_CONTRACT_VERSION", "hookimpl", "hookspec"]

@@ -72,6 +72,12 @@ class PluginManager:
         with self._lock:
             self._register(plugin, name)
 
+    def unregister(self, name: str) -> None:
+        """Remove a plugin registered in code by ``name``; resets the backend registry."""
+        with self._lock:
+            self.manager.unregister(name=name)
+            self._registry = None
+
     def _register(self, plugin: ModuleType | object, name: str | None) -> None:
         fresh_name = name is None or self.manager.get_plugin(name) is None
         if fresh_name and not self.manager.is_registered(plugin):

@@ -176,6 +176,7 @@ class EchoDeployment(BatchDeployment):
 
 class EchoBackend(Backend):
     name = "echo"
+    contract_version = 2
     Options = EchoOptions
     tasks = frozenset(TASKS)
 

@@ -1,0 +1,16 @@
+"""Deprecated: moved to :mod:`relayllm.serving.replica` (goes in 0.3); kept so adapters that import
+it keep working."""
+
+from __future__ import annotations
+
+import warnings
+
+from relayllm.backend import AdapterContractWarning
+from relayllm.serving.replica import *  # noqa: F403
+from relayllm.serving.replica import __all__ as __all__
+
+warnings.warn(
+    "relayllm.replica moved to relayllm.serving.replica; the old path goes in relayllm 0.3",
+    AdapterContractWarning,
+    stacklevel=2,
+)

@@ -1,0 +1,157 @@
+"""The adapter contract is versioned: an adapter written against contract 1 (options read as a
+mapping, no declared version) still works, with a deprecation warning; one built for a
+contract this relayllm does not implement is refused when it registers, never by error rows."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from typing import Any
+
+import pytest
+import ray
+
+import relayllm
+from relayllm import DeploymentConfig, ProcessorConfig, build_processor
+from relayllm.backend import AdapterContractWarning, BackendRegistry
+from relayllm.errors import IncompatibleAdapterError
+from relayllm.plugin import CONTRACT_VERSION
+from relayllm.rows import Request, Result, request_text
+
+
+class FirstOptions(relayllm.BackendOptions):
+    scale: int = 1
+
+
+class FirstDeployment(relayllm.BatchDeployment):
+    """Written against contract 1: ``self.options`` read as a mapping."""
+
+    backend_name = "first-contract"
+
+    async def run_request(self, request: Request) -> Result:
+        words = request_text(request).split()
+        return {
+            "generated_text": " ".join(words * self.options["scale"]),
+            "finish_reason": "stop",
+            "num_input_tokens": len(words),
+            "num_generated_tokens": len(words) * self.options.get("scale", 1),
+        }
+
+    def engine_info(self) -> dict[str, Any]:
+        return {"model": "first-contract"}
+
+
+class FirstBackend(relayllm.Backend):
+    name = "first-contract"  # no contract_version: written before adapters declared one
+    Options = FirstOptions
+
+    @classmethod
+    def deployment_class(cls):
+        return FirstDeployment
+
+    @classmethod
+    def deployment_options(cls, options):
+        return {"ray_actor_options": {"num_cpus": 0}}
+
+
+def _backend(version: int | None) -> type[relayllm.Backend]:
+    return type(f"Backend{version}", (FirstBackend,), {"contract_version": version})
+
+
+def test_an_adapter_without_a_declared_version_registers_with_a_warning():
+    registry = BackendRegistry()
+    with pytest.warns(AdapterContractWarning, match="contract_version = 2"):
+        registry.add(_backend(None))
+    assert registry.get("first-contract").Options is FirstOptions
+
+
+def test_the_current_contract_registers_silently():
+    registry = BackendRegistry()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        registry.add(_backend(CONTRACT_VERSION))
+
+
+@pytest.mark.parametrize(
+    ("version", "advice"),
+    [(CONTRACT_VERSION + 1, "upgrade relayllm"), (0, "upgrade the adapter")],
+)
+def test_an_incompatible_adapter_is_refused_when_it_registers(version, advice):
+    registry = BackendRegistry()
+    registry.add(_backend(version))
+    assert "first-contract" not in registry
+    assert advice in registry.refused()["first-contract"]
+    with pytest.raises(IncompatibleAdapterError, match=advice):
+        registry.get("first-contract")
+
+
+def test_options_read_as_a_mapping_warn_and_name_the_attribute():
+    options = FirstOptions(scale=3)
+    with pytest.warns(AdapterContractWarning, match=r"options\.scale"):
+        assert options["scale"] == 3
+    with pytest.warns(AdapterContractWarning):
+        assert options.get("scale") == 3 and options.get("missing", 7) == 7
+    with pytest.warns(AdapterContractWarning), pytest.raises(KeyError):
+        options["missing"]
+    assert "scale" in options and "missing" not in options
+
+
+@pytest.fixture(scope="module")
+def first_contract(ray_session):
+    from relayllm.plugin import manager
+
+    class Plugin:
+        @relayllm.hookimpl
+        def relayllm_register_backends(self, registry):
+            registry.add(FirstBackend)
+
+    # The replicas cannot import a test module: its classes travel by value.
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    with pytest.warns(AdapterContractWarning):
+        manager.MANAGER.register(Plugin(), "first-contract-plugin")
+        manager.get_registry()
+    ref = relayllm.deploy(
+        DeploymentConfig(name="first", backend="first-contract", options={"scale": 2})
+    )
+    yield ref
+    relayllm.shutdown("first")
+    manager.MANAGER.unregister("first-contract-plugin")
+
+
+def test_a_first_contract_adapter_runs_a_two_step_pipeline_without_error_rows(first_contract):
+    def ask(row):
+        return {**row, "messages": [{"role": "user", "content": row["text"]}]}
+
+    def again(row):
+        return {
+            "text": row["text"],
+            "first": row["generated_text"],
+            "messages": [{"role": "user", "content": row["generated_text"]}],
+        }
+
+    step1 = build_processor(ProcessorConfig(deployment="first", batch_size=4), preprocess=ask)
+    step2 = build_processor(ProcessorConfig(deployment="first", batch_size=4), preprocess=again)
+    rows = step2(step1(ray.data.from_items([{"text": f"w{i}"} for i in range(10)]))).take_all()
+    assert len(rows) == 10
+    assert [r["error"] for r in rows] == [None] * 10
+    by_text = {r["text"]: r for r in rows}
+    assert by_text["w3"]["first"] == "w3 w3"  # options["scale"] == 2 reached the replica
+    assert by_text["w3"]["generated_text"] == "w3 w3 w3 w3"
+
+
+@pytest.mark.parametrize(
+    ("old", "name"),
+    [("replica", "BatchDeployment"), ("metrics", "ReplicaMetrics"), ("traffic", "BATCH_PRIORITY")],
+)
+def test_moved_modules_keep_their_old_import_path_with_a_warning(old, name):
+    import subprocess
+
+    code = (
+        "import warnings; warnings.simplefilter('always')\n"
+        f"from relayllm.{old} import {name} as old\n"
+        f"from relayllm.serving.{old} import {name} as new\n"
+        "assert old is new\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert f"relayllm.{old} moved to relayllm.serving.{old}" in done.stderr
