@@ -131,3 +131,19 @@ def test_another_driver_finds_the_deployment_by_name(ray_session):
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout.strip().splitlines()[-1])[0]["generated_text"] == "c b a"
     relayllm.shutdown("shared-across-drivers")
+
+
+def test_not_found_lists_the_deployments_of_the_cluster_asked_about(monkeypatch):
+    """get_deployment(name, address=A): the running deployments it lists are A's (the
+    regression: the message listed those of the default cluster)."""
+    from relayllm import deployments
+    from relayllm.deployments import DeploymentRef
+
+    def listed(*, address=None):
+        name = "on-a" if address == "ray://a:10001" else "on-default"
+        return [DeploymentRef(name, deployments.app_name(name), name)]
+
+    monkeypatch.setattr(deployments, "list_deployments", listed)
+    with pytest.raises(relayllm.DeploymentNotFoundError) as err:
+        relayllm.get_deployment("nope", address="ray://a:10001")
+    assert "running deployments: on-a." in str(err.value), str(err.value)

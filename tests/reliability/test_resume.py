@@ -16,7 +16,7 @@ import relayllm
 from relayllm import DeploymentConfig, run_pipeline
 from relayllm.pipelines import load_pipeline
 from relayllm.pipelines.resume import RowIds, content_id, jsonl_ids
-from relayllm.pipelines.transforms import block_rows
+from relayllm.pipelines.transforms import input_block_rows
 
 N = 3000
 BATCH_SIZE, IN_FLIGHT = 25, 2
@@ -104,7 +104,7 @@ def test_killed_driver_resumes_where_it_stopped(ray_session, tmp_path, record_re
     # batches (batch_size * max_in_flight_batches rows) inside the stage actor
     # (docs/reliability.md). A block is 1/16 of this input (188 rows), and the reader's block
     # count rounds down: 15 blocks of 200 rows.
-    blocks = max(1, N // block_rows(load_pipeline(pipeline), N))
+    blocks = max(1, N // input_block_rows(load_pipeline(pipeline), N))
     block = -(-N // blocks)
     bound = 2 * block + 4 * BATCH_SIZE * IN_FLIGHT
     assert lost <= bound, f"{lost} rows recomputed"

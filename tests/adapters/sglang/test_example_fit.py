@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from relayllm import ResourceFitError
+from relayllm.deployments import engine_demand
+from relayllm.fit import check_fit, stage_demand, task_demand
 from relayllm.pipelines import load_pipeline
 from relayllm.plugin.manager import get_registry
-from relayllm.resources import check_fit, engine_demand, stage_demand, task_demand
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "multiturn-sglang.yaml"
 

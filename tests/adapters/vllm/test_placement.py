@@ -55,7 +55,7 @@ def test_shutdown_releases_every_bundle(placed):
 
 def test_more_gpus_than_the_cluster_has_fails_before_any_replica_starts(placed):
     too_big = placed["too_big"]
-    assert too_big["type"] == "DoesNotFitError"
-    assert "asks for 12 GPUs (3 replica(s) x 4 GPUs" in too_big["error"]
-    assert "the cluster has 8" in too_big["error"]
+    assert too_big["type"] == "ResourceFitError"
+    assert "GPU: needs 12, the cluster has 8" in too_big["error"]
+    assert "deployment 'too-big' (3 replicas)" in too_big["error"]
     assert too_big["groups"] == 0 and "too-big" not in too_big["apps"]

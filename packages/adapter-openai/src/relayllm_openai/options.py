@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, NonNegativeInt, PositiveInt, field_validator
 
 import relayllm
-from relayllm.rows import Task
+from relayllm.rows import OPENAI_SAMPLING_PARAMS, Task
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: Headers that carry credentials: those belong in the variable ``api_key_env`` names.
@@ -34,7 +34,9 @@ class OpenAIOptions(relayllm.BackendOptions):
         description="Name of the environment variable holding the key; None for endpoints "
         "that need no key (a local vLLM server).",
     )
-    organization: str | None = None
+    organization: str | None = Field(
+        default=None, description="OpenAI organization id sent with each request, if any."
+    )
     headers: dict[str, str] = Field(
         default_factory=dict, description="Extra HTTP headers (not credentials)."
     )
@@ -128,13 +130,6 @@ class OpenAIOptions(relayllm.BackendOptions):
         return value
 
 
-#: OpenAI's own request parameters a row's ``sampling_params`` may set.
-OPENAI_SAMPLING_PARAMS = frozenset(
-    {"temperature", "top_p", "max_tokens", "max_completion_tokens", "stop", "seed", "n",
-     "presence_penalty", "frequency_penalty", "logit_bias", "logprobs", "top_logprobs",
-     "response_format", "reasoning_effort", "best_of", "suffix", "echo", "tools",
-     "tool_choice", "parallel_tool_calls"}
-)  # fmt: skip
 #: The optional features OpenAI's own API has.
 OPENAI_FEATURES = frozenset({"logprobs", "n", "tools", "structured_outputs.json"})
 #: Body fields a feature beyond OpenAI's adds (vLLM server names), sent when it is declared.

@@ -32,10 +32,16 @@ class SGLangOptions(BackendOptions):
     mem_fraction_static: float | None = Field(
         default=None, gt=0, lt=1, description="GPU memory share for weights and KV cache."
     )
-    context_length: PositiveInt | None = None
+    context_length: PositiveInt | None = Field(
+        default=None, description="Longest prompt plus answer in tokens; default: the model's."
+    )
     chunked_prefill_size: int | None = Field(default=None, description="-1 disables chunking.")
-    max_running_requests: PositiveInt | None = None
-    dtype: Literal["auto", "half", "float16", "bfloat16", "float", "float32"] = "auto"
+    max_running_requests: PositiveInt | None = Field(
+        default=None, description="Rows the engine runs at once at most; default: SGLang's."
+    )
+    dtype: Literal["auto", "half", "float16", "bfloat16", "float", "float32"] = Field(
+        default="auto", description="Weights' and activations' dtype (SGLang's --dtype)."
+    )
     chat_template: str | None = Field(
         default=None, description="Path of a .jinja chat template replacing the model's."
     )

@@ -50,11 +50,25 @@ class VLLMOptions(BackendOptions):
         description=f"HF model id or local path; {DEMO_MODEL!r} is the bundled "
         "SmolLM2-135M-Instruct.",
     )
-    tokenizer: str | None = None
-    dtype: str = "auto"
-    max_model_len: PositiveInt | None = None
-    tensor_parallel_size: PositiveInt = 1
-    pipeline_parallel_size: PositiveInt = 1
+    tokenizer: str | None = Field(
+        default=None, description="HF id or local path of the tokenizer; default: the model's."
+    )
+    dtype: str = Field(
+        default="auto", description="Weights' and activations' dtype (vLLM's --dtype)."
+    )
+    max_model_len: PositiveInt | None = Field(
+        default=None,
+        description="Longest prompt plus answer in tokens; default: the model's own. Lower, "
+        "the KV cache holds more rows at once.",
+    )
+    tensor_parallel_size: PositiveInt = Field(
+        default=1, description="GPUs one model layer is split across, on one node."
+    )
+    pipeline_parallel_size: PositiveInt = Field(
+        default=1,
+        description="Stages the model's layers are split into, each on its own GPUs (may span "
+        "nodes); a replica reserves tensor_parallel_size x pipeline_parallel_size GPUs.",
+    )
     gpu_memory_utilization: float | None = Field(
         default=None,
         gt=0,
@@ -72,8 +86,13 @@ class VLLMOptions(BackendOptions):
     enforce_eager: bool | None = Field(
         default=None, description="vLLM's default on GPU, true on the CPU build."
     )
-    enable_prefix_caching: bool | None = None
-    max_num_seqs: PositiveInt | None = None
+    enable_prefix_caching: bool | None = Field(
+        default=None,
+        description="Reuse the KV cache of prompts' shared prefixes; default: vLLM's.",
+    )
+    max_num_seqs: PositiveInt | None = Field(
+        default=None, description="Rows the engine runs at once at most; default: vLLM's."
+    )
     chat_template: str | None = Field(
         default=None, description="A Jinja chat template (text); default: the model's own."
     )
@@ -95,14 +114,19 @@ class VLLMOptions(BackendOptions):
         description="With a reasoning_parser: constrain the reasoning too, from the first token "
         "(vLLM's structured_outputs_config.enable_in_reasoning).",
     )
-    lora: LoRAOptions | None = None
+    lora: LoRAOptions | None = Field(
+        default=None, description="LoRA adapters rows select by name (their model column)."
+    )
     task: Literal["generate", "embed", "classify", "score"] = Field(
         default="generate",
         description="generate: chat/completion; embed: embedding; classify: label/probs of a "
         "sequence-classification model; score: a cross-encoder's relevance score of a "
         "(query, document) pair.",
     )
-    seed: int | None = None
+    seed: int | None = Field(
+        default=None,
+        description="The engine's random seed (a row's sampling_params.seed sets its own).",
+    )
     engine_metrics: bool = Field(
         default=True,
         description="Collect vLLM's per-step stats: time to first token, time per output "

@@ -5,6 +5,7 @@ engine packages (vllm, sglang, torch, openai) only inside the adapters that use 
 """
 
 from relayllm.backend import Backend, BackendOptions, BackendRegistry
+from relayllm.config import ProcessorConfig
 from relayllm.deployments import (
     DeploymentConfig,
     DeploymentRef,
@@ -28,13 +29,19 @@ from relayllm.errors import (
 )
 from relayllm.logs import configure_logging
 from relayllm.plugin import NAME, hookimpl
-from relayllm.processor import Processor, ProcessorConfig, build_processor
+from relayllm.processor import Processor, build_processor
+from relayllm.serving.admission import AdmissionConfig
+from relayllm.serving.http_config import HttpConfig
 from relayllm.serving.replica import BatchDeployment
 
 __version__ = "0.1.0"
 
 # Loaded on first use: the pipelines package brings YAML and the run machinery along.
-_LAZY = {"run_pipeline": "relayllm.pipelines.run", "RunSummary": "relayllm.pipelines.run"}
+_LAZY = {
+    "run_pipeline": "relayllm.pipelines.run",
+    "RunSummary": "relayllm.pipelines.run",
+    "run_batch_file": "relayllm.batch.run",
+}
 
 
 def __getattr__(name: str) -> object:
@@ -47,6 +54,7 @@ def __getattr__(name: str) -> object:
 
 __all__ = [
     "NAME",
+    "AdmissionConfig",
     "Backend",
     "BackendOptions",
     "BackendRegistry",
@@ -59,6 +67,7 @@ __all__ = [
     "DeploymentStartError",
     "DuplicateBackendError",
     "EngineFailedError",
+    "HttpConfig",
     "MissingDependencyError",
     "Processor",
     "ProcessorConfig",
@@ -73,6 +82,7 @@ __all__ = [
     "get_deployment",
     "hookimpl",
     "list_deployments",
+    "run_batch_file",
     "run_pipeline",
     "shutdown",
 ]

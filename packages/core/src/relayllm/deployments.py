@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator
 
-from relayllm import compat
+from relayllm import compat, fit
+from relayllm.config import ConfigModel
 from relayllm.errors import (
     ConfigError,
     DeploymentConflictError,
@@ -39,23 +40,47 @@ APP_PREFIX = "relayllm-"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
 
-class DeploymentConfig(BaseModel):
+class DeploymentConfig(ConfigModel):
     """One named, shareable engine. ``options`` are checked by the backend's own model."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(description="Name processors use to find this deployment.")
     backend: str = Field(description="Backend name, e.g. 'vllm', 'openai', 'sglang'.")
-    options: dict[str, Any] = Field(default_factory=dict, description="Backend options.")
-    num_replicas: PositiveInt = 1
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="Backend options, checked by the backend's own model."
+    )
+    num_replicas: PositiveInt = Field(
+        default=1, description="Replicas of the engine (ignored with autoscaling_config)."
+    )
     max_ongoing_requests: PositiveInt = Field(
         default=8, description="Batches one replica works on at once: the global admission limit."
     )
-    autoscaling_config: dict[str, Any] | None = None
-    ray_actor_options: dict[str, Any] | None = None
-    startup_timeout_s: float = Field(default=900.0, gt=0)
-    health_check_period_s: float = Field(default=10.0, gt=0)
-    health_check_timeout_s: float = Field(default=30.0, gt=0)
+    autoscaling_config: dict[str, Any] | None = Field(
+        default=None,
+        description="Serve's autoscaling_config (min_replicas, max_replicas, ...): replicas "
+        "follow the load instead of num_replicas.",
+    )
+    ray_actor_options: dict[str, Any] | None = Field(
+        default=None,
+        description="Ray actor options of each replica (num_cpus, num_gpus, resources, ...), "
+        "over the backend's own.",
+    )
+    startup_timeout_s: float = Field(
+        default=900.0,
+        gt=0,
+        description="How long deploy() waits for the replicas to be running (model download "
+        "and load included) before it fails.",
+    )
+    health_check_period_s: float = Field(
+        default=10.0, gt=0, description="Serve's interval between health checks of a replica."
+    )
+    health_check_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="A health check unanswered this long marks the replica unhealthy "
+        "(Serve replaces it).",
+    )
     http: HttpConfig | None = Field(
         default=None,
         description="Serve an OpenAI-compatible HTTP API from these replicas too "
@@ -228,10 +253,21 @@ def deploy(config: DeploymentConfig, *, address: str | None = None) -> Deploymen
 
 
 def _check_fits(backend: type[Backend], config: DeploymentConfig, options: BaseModel) -> None:
-    """Fail before anything starts when the replicas need more GPUs than the cluster has."""
-    from relayllm.placement import check_fits, cluster_gpus
+    """Fail before anything starts when the replicas ask for more than the cluster's nodes
+    have (not what is free: a replica may wait for running work to end)."""
+    demand = fit.engine_demand(config.name, serve_options(backend, config, options))
+    _, total, nodes = fit.cluster_view()
+    fit.check_fit([demand], None, total, nodes, subject=f"deployment {config.name!r}")
 
-    check_fits(config.name, serve_options(backend, config, options), cluster_gpus())
+
+def engine_demand(config: DeploymentConfig) -> fit.Demand:
+    """What ``config``'s replicas reserve at start (pure: no cluster, no engine; the engine
+    package need not be installed here)."""
+    from relayllm.plugin.manager import get_registry
+
+    backend = get_registry().get(config.backend)
+    options = backend.parse_options(config.options)
+    return fit.engine_demand(config.name, serve_options(backend, config, options))
 
 
 def _wait_running(ref: DeploymentRef, timeout_s: float) -> None:
@@ -297,10 +333,11 @@ def list_deployments(*, address: str | None = None) -> list[DeploymentRef]:
 
 def get_deployment(name: str, *, address: str | None = None) -> DeploymentRef:
     """The running deployment called ``name``; the error lists the running ones."""
-    for ref in list_deployments(address=address):
+    running = list_deployments(address=address)
+    for ref in running:
         if ref.name == name:
             return ref
-    raise DeploymentNotFoundError(not_found_message(name, [r.name for r in list_deployments()]))
+    raise DeploymentNotFoundError(not_found_message(name, [r.name for r in running]))
 
 
 def handle_for(name: str) -> DeploymentHandle[Any]:
@@ -348,6 +385,7 @@ __all__ = [
     "app_name",
     "build_application",
     "deploy",
+    "engine_demand",
     "get_deployment",
     "handle_for",
     "list_deployments",

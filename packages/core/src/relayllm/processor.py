@@ -1,103 +1,15 @@
-"""Processors: ``Dataset -> Dataset`` callables that send rows to a named deployment."""
+"""Processors: ``Dataset -> Dataset`` callables that send rows to a named deployment (their
+config: :mod:`relayllm.config`)."""
 
 from __future__ import annotations
 
-import os
 import uuid
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, field_validator
-
-from relayllm.rows import Task, check_sampling_params
-from relayllm.serving.traffic import BATCH_PRIORITY, INTERACTIVE_PRIORITY
+from relayllm.config import ProcessorConfig, RowFn
 
 if TYPE_CHECKING:
     from ray.data import Dataset
-
-RowFn = Callable[[dict[str, Any]], dict[str, Any]]
-
-#: The default of ``ProcessorConfig.transport`` (read when a config is made, in the driver).
-TRANSPORT_ENV = "RELAYLLM_SERVE_TRANSPORT"
-
-
-def default_transport() -> Literal["grpc", "actor"]:
-    return "actor" if os.environ.get(TRANSPORT_ENV, "grpc").strip().lower() == "actor" else "grpc"
-
-
-class ProcessorConfig(BaseModel):
-    """How a processor talks to its deployment."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    deployment: str = Field(description="Name of a running relayllm deployment.")
-    task: Task = "chat"
-    batch_size: PositiveInt = Field(default=64, description="Rows per call to the deployment.")
-    token_budget: PositiveInt | None = Field(
-        default=None,
-        description="Also close a call when its rows' estimated tokens (prompt characters / 4, "
-        "plus each row's max_tokens) would pass this: long rows travel in small calls. "
-        "None: calls of batch_size rows.",
-    )
-    concurrency: PositiveInt = Field(
-        default=1,
-        description="Units of stage work: two stage tasks at once each, or one stage actor "
-        "(compute='actors'); see stage_workers.",
-    )
-    compute: Literal["actors", "tasks"] = Field(
-        default="tasks",
-        description="How Ray Data runs the stage: 'tasks' (Ray's reused worker processes, "
-        "which keep the deployment handle between runs: no process starts per run) or "
-        "'actors' (an actor per unit of concurrency, started with the run: a little faster "
-        "on long runs against a very fast deployment).",
-    )
-    max_in_flight_batches: PositiveInt = Field(
-        default=4,
-        description="Calls one unit of concurrency keeps outstanding (split between its two "
-        "tasks, or all on its actor).",
-    )
-    timeout_s: float = Field(default=600.0, gt=0, description="Limit on one call.")
-    max_retries: NonNegativeInt = Field(
-        default=3,
-        description="Retries of a failed call (backoff with jitter) before its rows fail.",
-    )
-    on_error: Literal["record", "raise"] = "record"
-    sampling_params: dict[str, Any] = Field(default_factory=dict)
-    id_column: str | None = Field(
-        default=None, description="Input column that identifies a row in error messages."
-    )
-    num_cpus: float = Field(
-        default=0.25,
-        gt=0,
-        description="CPUs reserved per unit of concurrency (split between its two tasks); "
-        "the stage mostly waits on I/O.",
-    )
-    transport: Literal["grpc", "actor"] = Field(
-        default_factory=default_transport,
-        description="How the stage calls the deployment: 'grpc' (Serve's gRPC transport, "
-        "falling back to actor calls on a gRPC error) or 'actor' (actor calls from the start). "
-        f"Default: ${TRANSPORT_ENV}, else 'grpc'.",
-    )
-    priority: int = Field(
-        default=BATCH_PRIORITY,
-        description="Scheduling priority of this processor's rows in engines that schedule by "
-        f"priority (lower runs first; HTTP requests get {INTERACTIVE_PRIORITY}). A row's "
-        "sampling_params.priority overrides it.",
-    )
-    order_by_prefix: bool = Field(
-        default=False,
-        description="Sort each Ray Data batch by prompt text before splitting it into calls, so "
-        "rows sharing a long prefix (system prompt, few-shot block) travel together and the "
-        "engine's prefix cache hits; output row order is unchanged.",
-    )
-
-    @field_validator("sampling_params")
-    @classmethod
-    def _valid_params(cls, value: dict[str, Any]) -> dict[str, Any]:
-        problem = check_sampling_params(value)
-        if problem:
-            raise ValueError(problem)
-        return value
 
 
 class Processor:
@@ -236,11 +148,4 @@ def build_processor(
     return Processor(config, preprocess, postprocess)
 
 
-__all__ = [
-    "TRANSPORT_ENV",
-    "Processor",
-    "ProcessorConfig",
-    "build_processor",
-    "default_transport",
-    "stage_workers",
-]
+__all__ = ["Processor", "build_processor", "stage_workers"]

@@ -9,16 +9,18 @@ swapping ``backend:``/``options:`` leaves every step as it is.
 One module per concern: :mod:`~relayllm.pipelines.spec` (the file's model),
 :mod:`~relayllm.pipelines.located` (YAML with line numbers, errors naming file/line/field),
 :mod:`~relayllm.pipelines.templates`, :mod:`~relayllm.pipelines.load` (env expansion,
-validation), :mod:`~relayllm.pipelines.inputs`, :mod:`~relayllm.pipelines.transforms` (per-step
-row transforms), :mod:`~relayllm.pipelines.deploy` (deploy, shut down what the run started),
+validation), :mod:`~relayllm.pipelines.pipeline` (the validated file and its checks),
+:mod:`~relayllm.pipelines.inputs`, :mod:`~relayllm.pipelines.transforms` (per-step row
+transforms), :mod:`~relayllm.pipelines.deploy` (deploy, shut down what the run started),
 :mod:`~relayllm.pipelines.resume`, :mod:`~relayllm.pipelines.outputs` and
 :mod:`~relayllm.pipelines.run` (:func:`run_pipeline`). Importing this package does not import
 Ray.
 """
 
 from relayllm.pipelines.deploy import deployed
-from relayllm.pipelines.load import Pipeline, load_pipeline, parse_pipeline
+from relayllm.pipelines.load import load_pipeline, parse_pipeline
 from relayllm.pipelines.located import PipelineError
+from relayllm.pipelines.pipeline import Pipeline
 from relayllm.pipelines.run import RunHooks, RunSummary, StepStats, run_pipeline
 from relayllm.pipelines.spec import InputSpec, OutputSpec, PipelineSpec, StepSpec
 

@@ -10,14 +10,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from relayllm.errors import ConfigError
+from relayllm.fit import TASK_NUM_CPUS
 from relayllm.pipelines.located import not_utf8
 from relayllm.pipelines.spec import EXTENSIONS
-from relayllm.resources import TASK_NUM_CPUS
 
 if TYPE_CHECKING:
     from ray.data import Dataset
 
-    from relayllm.pipelines.load import Pipeline
+    from relayllm.pipelines.pipeline import Pipeline
 
 
 @dataclass(frozen=True)
@@ -142,18 +142,18 @@ def open_dataset(
     import ray
 
     from relayllm.data_context import keep_input_order
-    from relayllm.pipelines.transforms import block_rows, in_blocks
+    from relayllm.pipelines.transforms import in_blocks, input_block_rows
 
     plan = plan or check_input(pipeline, input_override)
     # Rows come out in input order. Set before the dataset exists: a dataset keeps the context
     # it was created with, and a read of small tasks otherwise finishes blocks out of order.
     keep_input_order()
-    # Output is written block by block (transforms.block_rows): an input whose size is known
+    # Output is written block by block (transforms.input_block_rows): an input whose size is known
     # is split into blocks by its reader; any other is cut by a repartition.
     total = count_rows(pipeline, plan, None)
     # Rounded down: a block smaller than the stage's Ray Data batch would be bundled with its
     # neighbours into one task, and their rows would reach the output together.
-    blocks = None if total is None else max(1, total // block_rows(pipeline, total))
+    blocks = None if total is None else max(1, total // input_block_rows(pipeline, total))
     dataset: Dataset
     if plan.paths is None or plan.format is None:
         dataset = ray.data.from_items(pipeline.spec.input.rows or [], override_num_blocks=blocks)
@@ -165,7 +165,7 @@ def open_dataset(
             "parquet": ray.data.read_parquet,
         }[plan.format]
         # A read asks one whole CPU by default: next to an engine replica and the stage
-        # actors on a small machine it may never be scheduled (relayllm.resources).
+        # actors on a small machine it may never be scheduled (relayllm.fit).
         paths = plan.paths
         dataset = reader(
             paths if len(paths) > 1 else paths[0],

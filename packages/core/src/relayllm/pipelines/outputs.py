@@ -12,7 +12,7 @@ from relayllm.errors import ConfigError
 from relayllm.pipelines.spec import EXTENSIONS
 
 if TYPE_CHECKING:
-    from relayllm.pipelines.load import Pipeline
+    from relayllm.pipelines.pipeline import Pipeline
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,8 @@ if TYPE_CHECKING:
     from ray.data import Dataset
 
     from relayllm.pipelines.inputs import InputPlan
-    from relayllm.pipelines.load import Pipeline
     from relayllm.pipelines.outputs import OutputTarget
+    from relayllm.pipelines.pipeline import Pipeline
 
 
 def content_id(row: dict[str, Any]) -> str:
@@ -172,7 +172,7 @@ def skip_done(dataset: Dataset, ids: RowIds, done: set[Any]) -> Dataset:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from relayllm.resources import TASK_NUM_CPUS
+    from relayllm.fit import TASK_NUM_CPUS
 
     if ids.id_column:
         column = ids.id_column

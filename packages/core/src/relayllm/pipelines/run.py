@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from ray.data import Dataset
 
     from relayllm.deployments import DeploymentConfig
-    from relayllm.pipelines.load import Pipeline
+    from relayllm.pipelines.pipeline import Pipeline
 
 
 @dataclass
@@ -166,8 +166,9 @@ def run_pipeline(
     from relayllm.pipelines import resume as resuming
     from relayllm.pipelines.deploy import deployed
     from relayllm.pipelines.inputs import check_input, count_rows, open_dataset
-    from relayllm.pipelines.load import Pipeline, load_pipeline
+    from relayllm.pipelines.load import load_pipeline
     from relayllm.pipelines.outputs import open_writer, output_target, stdout_sink
+    from relayllm.pipelines.pipeline import Pipeline
 
     startup = time.monotonic()
     hooks = hooks or RunHooks()

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from relayllm.config import ProcessorConfig, ProcessorSettings
 from relayllm.deployments import DeploymentConfig
-from relayllm.processor import ProcessorConfig
 from relayllm.rows import (
     EXTRA_INPUT_COLUMNS,
     INPUT_COLUMN,
@@ -84,7 +84,12 @@ class MessageTemplate(_Strict):
     content: str | Annotated[list[ContentPart], Field(min_length=1)]
 
 
-class StepSpec(_Strict):
+class StepSpec(ProcessorSettings):
+    """One step: a processor on a named deployment (every :class:`ProcessorSettings` field is
+    a key of the step), its template and where its answer goes."""
+
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     deployment: str
     task: Task | None = None
@@ -105,16 +110,6 @@ class StepSpec(_Strict):
         description="Which of the step's output columns (rows.OUTPUT_SCHEMA) goes to "
         "output_column: reasoning_content, tool_calls, logprobs, samples... Default: the answer.",
     )
-    # How the step's processor talks to the deployment (see ProcessorConfig).
-    batch_size: PositiveInt | None = None
-    concurrency: PositiveInt | None = None
-    compute: Literal["actors", "tasks"] | None = None
-    max_in_flight_batches: PositiveInt | None = None
-    timeout_s: float | None = Field(default=None, gt=0)
-    max_retries: int | None = Field(default=None, ge=0)
-    on_error: Literal["record", "raise"] | None = None
-    token_budget: PositiveInt | None = None
-    order_by_prefix: bool | None = None
 
     @model_validator(mode="after")
     def _one_template(self) -> StepSpec:
@@ -155,26 +150,11 @@ class StepSpec(_Strict):
         params = dict(self.sampling_params)
         if self.response_format is not None:
             params["response_format"] = self.response_format
-        tuning = {
-            k: getattr(self, k)
-            for k in (
-                "batch_size",
-                "concurrency",
-                "compute",
-                "max_in_flight_batches",
-                "timeout_s",
-                "max_retries",
-                "on_error",
-                "token_budget",
-                "order_by_prefix",
-            )
-            if getattr(self, k) is not None
-        }
         return ProcessorConfig(
             deployment=self.deployment,
             task=self.resolved_task,
             sampling_params=params,
-            **tuning,
+            **self.settings(),
         )
 
 

@@ -9,10 +9,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from relayllm import compat
+from relayllm.blocks import block_rows, stage_batch
+from relayllm.fit import TASK_NUM_CPUS
 from relayllm.pipelines.spec import HIDDEN_PREFIX, StepSpec
 from relayllm.pipelines.templates import render, render_content
 from relayllm.processor import build_processor
-from relayllm.resources import TASK_NUM_CPUS
 from relayllm.rows import (
     ANSWER_COLUMN,
     ERROR,
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 
     import pyarrow as pa
 
-    from relayllm.pipelines.load import Pipeline
+    from relayllm.pipelines.pipeline import Pipeline
 
 ERROR_COLUMN = ERROR
 FIRST_ERROR = f"{HIDDEN_PREFIX}error"  # the first failure of the row, across steps (the
@@ -185,38 +186,21 @@ def task_operators(pipeline: Pipeline) -> int:
     return 2
 
 
-#: Output reaches the disk block by block; a block is at most this many rows...
-MAX_BLOCK_ROWS = 4096
-#: ...and at most this share of the input (so a small job still writes as it goes).
-BLOCKS_PER_INPUT = 16
-
-
-def block_rows(pipeline: Pipeline, total: int | None = None) -> int:
-    """Rows per input block, for an input of ``total`` rows (None: not known in advance).
-
-    A block reaches the output (and the disk) only when every row of it has passed every
-    step, and a kill loses the blocks in flight (docs/reliability.md). Every block also costs
-    a Ray Data task and a drain of the stage's calls at its end: blocks of one stage batch
-    (``batch_size * max_in_flight_batches`` rows) made a YAML pipeline 0.38x a hand-written
-    client on the echo backend (docs/benchmarks.md, 1c). So a block is 1/16 of the input, at
-    most 4,096 rows, and never less than one stage batch; one stage batch when the size is
-    not known.
-    """
+def input_block_rows(pipeline: Pipeline, total: int | None = None) -> int:
+    """Rows per input block of ``pipeline`` (:func:`relayllm.blocks.block_rows`, with the
+    stage batch of its first step), for an input of ``total`` rows (None: not known)."""
     config = pipeline.spec.steps[0].processor_config()
-    stage_batch = config.batch_size * config.max_in_flight_batches
-    if total is None:
-        return stage_batch
-    return max(stage_batch, min(MAX_BLOCK_ROWS, -(-total // BLOCKS_PER_INPUT)))
+    return block_rows(total, stage_batch(config.batch_size, config.max_in_flight_batches))
 
 
 def in_blocks(pipeline: Pipeline, dataset):
-    """Cut an input of unknown size into blocks of :func:`block_rows` rows: Ray Data's
+    """Cut an input of unknown size into blocks of :func:`input_block_rows` rows: Ray Data's
     streaming repartition (no shuffle), a task per block. Inputs whose size is known are
     split by their reader instead (``inputs.open_dataset``), which costs nothing extra."""
     # strict: without it, small blocks are merged and larger ones left whole (a 400-row block).
-    blocks = dataset.repartition(target_num_rows_per_block=block_rows(pipeline), strict=True)
+    blocks = dataset.repartition(target_num_rows_per_block=input_block_rows(pipeline), strict=True)
     # Its tasks would ask a whole CPU each, which next to an engine replica on a small machine
-    # may never be scheduled (relayllm.resources); repartition() takes no ray_remote_args in
+    # may never be scheduled (relayllm.fit); repartition() takes no ray_remote_args in
     # Ray 2.60, so they are set on the operator it adds.
     return compat.set_task_num_cpus(blocks, TASK_NUM_CPUS)
 

@@ -32,11 +32,12 @@ import logging
 import threading
 import uuid
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 
 from relayllm import compat
+from relayllm.config import ProcessorConfig, RowFn
 from relayllm.errors import RowError, describe_exception
 from relayllm.retry import call_with_retries
 from relayllm.rows import (
@@ -57,9 +58,6 @@ from relayllm.rows import (
     unsupported_features,
 )
 from relayllm.stage.calls import split_into_calls
-
-if TYPE_CHECKING:
-    from relayllm.processor import ProcessorConfig, RowFn
 
 logger = logging.getLogger(__name__)
 

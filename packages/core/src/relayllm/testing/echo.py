@@ -27,7 +27,10 @@ ECHO_LABELS = ("short", "long")
 
 
 class EchoOptions(BackendOptions):
-    mode: Literal["echo", "reverse"] = "echo"
+    mode: Literal["echo", "reverse"] = Field(
+        default="echo",
+        description="Answer with the prompt's words as they are, or in reverse order.",
+    )
     delay_s: float = Field(default=0.0, ge=0, description="Sleep per call: models engine time.")
     delay_per_busy_row_s: float = Field(
         default=0.0,

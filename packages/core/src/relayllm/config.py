@@ -1,0 +1,247 @@
+"""The user-facing config models: their strict base, and a processor's settings.
+
+:class:`ConfigModel` is the base of every config a user builds in Python: an unknown key or a
+bad value raises :class:`~relayllm.ConfigError` naming the field, with the closest known name
+for a misspelled key. ``model_validate`` keeps pydantic's error, whose field paths the pipeline
+loader maps to lines of the file (:func:`flat_errors`). :class:`ProcessorSettings` is how a
+processor talks to its deployment: :class:`ProcessorConfig` and a pipeline step both inherit it,
+so every setting is declared, described and validated once.
+
+Below the stage and the deployments on purpose: it imports neither.
+"""
+
+from __future__ import annotations
+
+import os
+import typing
+from collections.abc import Callable
+from typing import Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    PositiveInt,
+    ValidationError,
+    field_validator,
+)
+
+from relayllm.adapters import did_you_mean
+from relayllm.errors import ConfigError
+from relayllm.rows import Task, check_sampling_params
+from relayllm.serving.traffic import BATCH_PRIORITY, INTERACTIVE_PRIORITY
+
+#: A processor's preprocess or postprocess: one row in, one row out.
+RowFn = Callable[[dict[str, Any]], dict[str, Any]]
+#: The default of ``ProcessorConfig.transport`` (read when a config is made, in the driver).
+TRANSPORT_ENV = "RELAYLLM_SERVE_TRANSPORT"
+
+
+def default_transport() -> Literal["grpc", "actor"]:
+    return "actor" if os.environ.get(TRANSPORT_ENV, "grpc").strip().lower() == "actor" else "grpc"
+
+
+def unknown_key_hint(model: type[BaseModel], loc: tuple[int | str, ...]) -> str:
+    """`` (did you mean 'x'?)`` for the unknown key at ``loc`` (a pydantic error's path from
+    ``model``), or an empty string. Parts of the path that name no field (list indexes,
+    pydantic's union labels) are stepped over."""
+    models = [model]
+    for part in loc[:-1]:
+        fields = {n: f for m in models for n, f in m.model_fields.items()}
+        if isinstance(part, str) and part in fields:
+            models = _models_in(fields[part].annotation) or models
+    known = {name for m in models for name in m.model_fields}
+    return did_you_mean(str(loc[-1]), known) if known else ""
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models an annotation holds (``X | None``, ``list[X]``, unions of models)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in typing.get_args(annotation) for m in _models_in(arg)]
+
+
+def error_message(model: type[BaseModel], error: Any) -> str:
+    """One pydantic error as the configs word it: the unknown key with its closest known
+    name, a missing key, or pydantic's own message."""
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        return "unknown key" + unknown_key_hint(model, tuple(error["loc"]))
+    if kind == "missing":
+        return "required key is missing"
+    return str(error["msg"]).removeprefix("Value error, ")
+
+
+class InvalidConfigError(ConfigError):
+    """A config model failed validation. ``errors``: pydantic's errors, without the input
+    values (one may be a secret), for callers that point at the field themselves."""
+
+    def __init__(self, message: str, errors: list[Any] | None = None) -> None:
+        super().__init__(message)  # one argument: the error pickles and unpickles as it is
+        self.errors = errors or []
+
+
+def flat_errors(exc: ValidationError) -> list[Any]:
+    """``exc.errors()`` without input values, with the errors of a nested config model in
+    place of the :class:`InvalidConfigError` it raised (pydantic builds a nested model through
+    its ``__init__``), each at its full path."""
+    out: list[Any] = []
+    for error in exc.errors(include_url=False, include_input=False):
+        raised = (error.get("ctx") or {}).get("error")
+        if isinstance(raised, InvalidConfigError):
+            out += [{**e, "loc": (*error["loc"], *e["loc"])} for e in raised.errors]
+        else:
+            out.append(error)
+    return out
+
+
+def config_error(model: type[BaseModel], exc: ValidationError) -> InvalidConfigError:
+    """``exc`` (the validation of ``model``) as one error naming each field. Raise it ``from
+    None``: the ValidationError as its cause would print the values."""
+    errors = flat_errors(exc)
+    problems = [
+        f"{'.'.join(str(p) for p in e['loc']) or '(the config)'}: {error_message(model, e)}"
+        for e in errors
+    ]
+    return InvalidConfigError(f"invalid {model.__name__}: " + "; ".join(problems), errors)
+
+
+def undescribed_fields(model: type[BaseModel]) -> list[str]:
+    """``Model.field`` for every field of ``model`` and of the models it holds that has no
+    description: a config's fields are documented where they are declared."""
+    found: list[str] = []
+    seen: set[type[BaseModel]] = set()
+    todo = [model]
+    while todo:
+        current = todo.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        for name, field in current.model_fields.items():
+            if not field.description:
+                found.append(f"{current.__name__}.{name}")
+            todo.extend(_models_in(field.annotation))
+    return sorted(found)
+
+
+class ConfigModel(BaseModel):
+    """Strict keys; building one with a bad key or value raises :class:`ConfigError`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    def __init__(self, /, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise config_error(type(self), exc) from None
+
+
+class ProcessorSettings(ConfigModel):
+    """How a processor talks to its deployment: what a pipeline step sets too."""
+
+    batch_size: PositiveInt = Field(default=64, description="Rows per call to the deployment.")
+    token_budget: PositiveInt | None = Field(
+        default=None,
+        description="Also close a call when its rows' estimated tokens (prompt characters / 4, "
+        "plus each row's max_tokens) would pass this: long rows travel in small calls. "
+        "None: calls of batch_size rows.",
+    )
+    concurrency: PositiveInt = Field(
+        default=1,
+        description="Units of stage work: two stage tasks at once each, or one stage actor "
+        "(compute='actors'); see stage_workers.",
+    )
+    compute: Literal["actors", "tasks"] = Field(
+        default="tasks",
+        description="How Ray Data runs the stage: 'tasks' (Ray's reused worker processes, "
+        "which keep the deployment handle between runs: no process starts per run) or "
+        "'actors' (an actor per unit of concurrency, started with the run: a little faster "
+        "on long runs against a very fast deployment).",
+    )
+    max_in_flight_batches: PositiveInt = Field(
+        default=4,
+        description="Calls one unit of concurrency keeps outstanding (split between its two "
+        "tasks, or all on its actor).",
+    )
+    timeout_s: float = Field(default=600.0, gt=0, description="Limit on one call.")
+    max_retries: NonNegativeInt = Field(
+        default=3,
+        description="Retries of a failed call (backoff with jitter) before its rows fail.",
+    )
+    on_error: Literal["record", "raise"] = Field(
+        default="record",
+        description="A failed row: 'record' its error in the row's error column and go on, or "
+        "'raise' RowError and stop the job.",
+    )
+    id_column: str | None = Field(
+        default=None, description="Input column that identifies a row in error messages."
+    )
+    num_cpus: float = Field(
+        default=0.25,
+        gt=0,
+        description="CPUs reserved per unit of concurrency (split between its two tasks); "
+        "the stage mostly waits on I/O.",
+    )
+    transport: Literal["grpc", "actor"] = Field(
+        default_factory=default_transport,
+        description="How the stage calls the deployment: 'grpc' (Serve's gRPC transport, "
+        "falling back to actor calls on a gRPC error) or 'actor' (actor calls from the start). "
+        f"Default: ${TRANSPORT_ENV}, else 'grpc'.",
+    )
+    priority: int = Field(
+        default=BATCH_PRIORITY,
+        description="Scheduling priority of this processor's rows in engines that schedule by "
+        f"priority (lower runs first; HTTP requests get {INTERACTIVE_PRIORITY}). A row's "
+        "sampling_params.priority overrides it.",
+    )
+    order_by_prefix: bool = Field(
+        default=False,
+        description="Sort each Ray Data batch by prompt text before splitting it into calls, so "
+        "rows sharing a long prefix (system prompt, few-shot block) travel together and the "
+        "engine's prefix cache hits; output row order is unchanged.",
+    )
+
+    def settings(self) -> dict[str, Any]:
+        """The settings alone (what a :class:`ProcessorConfig` takes from a step)."""
+        return {name: getattr(self, name) for name in ProcessorSettings.model_fields}
+
+
+class ProcessorConfig(ProcessorSettings):
+    """How a processor talks to its deployment."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    deployment: str = Field(description="Name of a running relayllm deployment.")
+    task: Task = Field(
+        default="chat", description="What the rows ask of the deployment; picks the input column."
+    )
+    sampling_params: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Sampling parameters of every row (OpenAI names); a row's own "
+        "sampling_params column overrides them key by key.",
+    )
+
+    @field_validator("sampling_params")
+    @classmethod
+    def _valid_params(cls, value: dict[str, Any]) -> dict[str, Any]:
+        problem = check_sampling_params(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+
+__all__ = [
+    "TRANSPORT_ENV",
+    "ConfigModel",
+    "InvalidConfigError",
+    "ProcessorConfig",
+    "ProcessorSettings",
+    "RowFn",
+    "config_error",
+    "default_transport",
+    "error_message",
+    "flat_errors",
+    "undescribed_fields",
+    "unknown_key_hint",
+]
