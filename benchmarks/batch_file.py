@@ -177,11 +177,11 @@ def run_batch_cli(source: Path, out: Path, concurrency: int, env: dict[str, str]
 
 
 def run_processor(source: Path, out: Path, concurrency: int, rows: int) -> list[str]:
-    # The same block size as the command's chunks (batch_file.chunk_lines), so both split
-    # the work the same way.
-    from relayllm.batch.run import chunk_lines, stage_batch
+    # The same block size as the command's chunks (relayllm.blocks), so both split the work
+    # the same way.
+    from relayllm.blocks import block_rows, stage_batch
 
-    blocks = max(1, -(-rows // chunk_lines(rows, stage_batch(64))))
+    blocks = max(1, -(-rows // block_rows(rows, stage_batch(64))))
     code = PROCESSOR_DRIVER % (DEPLOYMENT, blocks)
     return [sys.executable, "-c", code, str(source), str(out), str(concurrency)]
 

@@ -1,6 +1,8 @@
-"""``relayllm batch`` at scale (relayllm.batch.run): a file read from disk in blocks, run on
-several stage actors, resumed by custom_id. On a real local Ray cluster and the echo backend
-(a real Serve deployment); the kill-and-resume of the command itself is in test_cli.py."""
+"""``relayllm batch`` at scale (relayllm.batch.run, relayllm.batch.scan): a file read from
+disk in blocks, run on several stage actors, resumed by custom_id; and
+:func:`relayllm.run_batch_file`, on a running deployment or on a deployments file's. On a real
+local Ray cluster and the echo backend (a real Serve deployment); the kill-and-resume of the
+command itself is in test_cli.py."""
 
 import io
 import json
@@ -8,7 +10,8 @@ import json
 import pytest
 
 import relayllm
-from relayllm.batch import run as batch_file
+from relayllm.batch import run as batch_run
+from relayllm.batch import scan as batch_file
 from relayllm.deployments import DeploymentConfig
 from relayllm.errors import ConfigError
 
@@ -32,7 +35,7 @@ def run(path, concurrency=2, done=None, batch_size=16, deployment=NAME, compute=
     scan = batch_file.scan_batch_file(str(path), batch_file.stage_batch(batch_size), done)
     out, err = io.StringIO(), io.StringIO()
     fields = {"batch_size": batch_size, "concurrency": concurrency, "compute": compute}
-    counts = batch_file.run_scanned(scan, [deployment], deployment, out, err, fields, done)
+    counts = batch_run.run_scanned(scan, [deployment], deployment, out, err, fields, done)
     return (
         scan,
         counts,
@@ -153,3 +156,46 @@ def test_duplicates_are_found_across_chunks(tmp_path):
     path.write_text("\n".join([chat(i) for i in range(600)] + [chat(3)]) + "\n")
     with pytest.raises(ConfigError, match="'c3' on lines 4, 601"):
         batch_file.scan_batch_file(str(path), 16)
+
+
+def test_run_batch_file_on_a_deployments_only_file_starts_and_stops_its_deployment(tmp_path):
+    config = tmp_path / "deployments.yaml"
+    config.write_text("deployments:\n  - name: bf-own\n    backend: echo\n")
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join([chat(i, max_tokens=1) for i in range(5)] + ["{bad"]) + "\n")
+    counts = relayllm.run_batch_file(path, pipeline=config, output=tmp_path / "out.jsonl")
+    assert (counts.total, counts.completed, counts.failed) == (6, 5, 1)
+    assert counts.errors == str(tmp_path / "out.errors.jsonl")
+    assert counts.request_counts() == {"total": 6, "completed": 5, "failed": 1}
+    with open(counts.output) as out:
+        answers = [json.loads(x)["response"]["body"] for x in out]
+    assert [a["choices"][0]["message"]["content"] for a in answers] == ["hello"] * 5
+    assert "bf-own" not in [r.name for r in relayllm.list_deployments()]  # it started it
+
+    again = relayllm.run_batch_file(
+        path, pipeline=config, output=tmp_path / "out.jsonl", resume=True, retry_errors=True
+    )
+    assert (again.completed, again.failed) == (5, 1)  # the bad line again, nothing else
+    with pytest.raises(ConfigError, match="exactly one of"):
+        relayllm.run_batch_file(path, output=tmp_path / "o.jsonl")
+
+
+def test_relayllm_batch_takes_a_file_that_declares_only_deployments(tmp_path, capsys):
+    """Regression: ``--config`` read the file as a whole pipeline, and a file with only
+    ``deployments:`` failed with 'input: required key is missing'."""
+    from relayllm.cli import main
+
+    config = tmp_path / "deployments.yaml"
+    config.write_text("deployments:\n  - name: bf-cli\n    backend: echo\n")
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(chat(i) for i in range(3)) + "\n")
+    out = tmp_path / "out.jsonl"
+    args = ["batch", str(path), "--config", str(config), "--output", str(out)]
+    # In this process, on the session's cluster; verbose, so the command keeps the process's
+    # stderr where it is (quiet, it would send it to its log file).
+    main.main([*args, "--verbose"], standalone_mode=False)
+    printed = capsys.readouterr()
+    assert json.loads(printed.out.splitlines()[-1]) == {
+        "request_counts": {"total": 3, "completed": 3, "failed": 0}
+    }
+    assert [json.loads(x)["custom_id"] for x in out.open()] == ["c0", "c1", "c2"]

@@ -1,17 +1,12 @@
-"""The OpenAI Batch file format, line by line (no cluster): parsing, routing, output shapes."""
+"""The OpenAI Batch file format, line by line (no cluster): parsing, routing, output shapes;
+the one OpenAI body translation both doors use; a deployments file read alone."""
 
 import json
 
 import pytest
 
-from relayllm.batch.format import (
-    BadLine,
-    BatchRequest,
-    parse_line,
-    read_batch_file,
-    response_line,
-    route,
-)
+from relayllm.batch.format import BadLine, BatchRequest, parse_line, response_line, route_models
+from relayllm.batch.scan import scan_batch_file
 from relayllm.errors import ConfigError
 
 
@@ -114,29 +109,32 @@ def test_duplicate_ids_reject_the_file(tmp_path):
     with pytest.raises(
         ConfigError, match=r"duplicate custom_id values, nothing was run: 'a' on lines 1, 4"
     ):
-        read_batch_file(str(path))
+        scan_batch_file(str(path))
     path.write_text("\n\n")
     with pytest.raises(ConfigError, match="no request lines"):
-        read_batch_file(str(path))
+        scan_batch_file(str(path))
 
 
-def requests(*models):
-    return [BatchRequest(i + 1, f"c{i}", "chat", [], {}, m) for i, m in enumerate(models)]
+def first_lines(*models):
+    """Each model value and the first line that uses it, as the scan finds them."""
+    found = {}
+    for i, model in enumerate(models):
+        found.setdefault(model, i + 1)
+    return found
 
 
 def test_routing_by_model():
-    assert route(requests("a", "b", "a"), ["a", "b"], None) == {1: "a", 2: "b", 3: "a"}
+    assert route_models(first_lines("a", "b", "a"), ["a", "b"], None) == {"a": "a", "b": "b"}
     # One model value that names no deployment (an OpenAI model name): the default takes it.
-    assert route(requests("gpt-4o", "gpt-4o", None), ["dep"], "dep") == {
-        1: "dep",
-        2: "dep",
-        3: "dep",
+    assert route_models(first_lines("gpt-4o", "gpt-4o", None), ["dep"], "dep") == {
+        "gpt-4o": "dep",
+        None: "dep",
     }
-    assert route(requests("a", None), ["a", "dep"], "dep") == {1: "a", 2: "dep"}
+    assert route_models(first_lines("a", None), ["a", "dep"], "dep") == {"a": "a", None: "dep"}
     with pytest.raises(ConfigError, match=r"mixes model values .* \['x'\] do not"):
-        route(requests("a", "x"), ["a", "dep"], "dep")
+        route_models(first_lines("a", "x"), ["a", "dep"], "dep")
     with pytest.raises(ConfigError, match="line 1: model 'x' names none of the deployments"):
-        route(requests("x"), ["a", "b"], None)
+        route_models(first_lines("x"), ["a", "b"], None)
 
 
 def test_response_lines_follow_openai_shapes():
@@ -180,3 +178,106 @@ def test_response_lines_follow_openai_shapes():
         "prompt_tokens": 1,
         "total_tokens": 1,
     }
+
+
+def test_one_body_translation_passes_engine_extensions_and_renames_openai_names():
+    """Both doors make a row's sampling_params with this one function: OpenAI's names and an
+    engine's extensions alike reach the backend (which refuses what it cannot do, by name);
+    only the door's own fields and OpenAI bookkeeping stay behind."""
+    from relayllm.openai_body import sampling_params
+
+    body = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "hi"}],
+        "stream": False,
+        "max_completion_tokens": 5,
+        "temperature": None,  # null: OpenAI's default
+        "logprobs": False,  # chat's "no logprobs"
+        "logit_bias": {"42": -100},
+        "top_k": 1,
+        "min_p": 0.1,
+        "repetition_penalty": 1.2,
+        "chat_template_kwargs": {"enable_thinking": False},
+        "structured_outputs": {"choice": ["yes", "no"]},
+        "priority": 3,
+        "user": "u1",
+        "metadata": {"team": "a"},
+    }
+    assert sampling_params("chat", body) == {
+        "max_tokens": 5,
+        "logit_bias": {"42": -100},
+        "top_k": 1,
+        "min_p": 0.1,
+        "repetition_penalty": 1.2,
+        "chat_template_kwargs": {"enable_thinking": False},
+        "structured_outputs": {"choice": ["yes", "no"]},
+        "priority": 3,
+    }
+    assert sampling_params("completion", {"prompt": "x", "logprobs": 0}) == {"logprobs": 0}
+    assert sampling_params("embedding", {"input": "x", "dimensions": 8, "priority": 2}) == {
+        "priority": 2
+    }
+    request = parse_line(line(body=body), 1)
+    assert request.sampling_params == sampling_params("chat", body)  # the batch door's
+
+
+def test_the_openai_sampling_names_are_openais_own():
+    """One list of OpenAI's sampling names (rows.py: the row protocol's vocabulary, which
+    every adapter reads), each a field of the openai package's request types."""
+    pytest.importorskip("openai")
+    from openai.types import completion_create_params
+    from openai.types.chat import completion_create_params as chat_params
+
+    from relayllm.openai_body import DOOR_FIELDS, UNUSED_FIELDS
+    from relayllm.rows import OPENAI_SAMPLING_PARAMS
+
+    fields = set()
+    for params in (
+        chat_params.CompletionCreateParamsBase,
+        completion_create_params.CompletionCreateParamsBase,
+    ):
+        fields |= params.__required_keys__ | params.__optional_keys__
+    assert fields >= OPENAI_SAMPLING_PARAMS, OPENAI_SAMPLING_PARAMS - fields
+    assert not OPENAI_SAMPLING_PARAMS & (DOOR_FIELDS | UNUSED_FIELDS)
+    not_base = {"stream", "input", "encoding_format", "dimensions"}  # other request types
+    assert (DOOR_FIELDS | UNUSED_FIELDS) - not_base <= fields
+
+
+def test_finish_reasons_outside_openais_read_as_stop():
+    line_out = response_line(
+        BatchRequest(1, "c", "chat", [], {}, None),
+        {"generated_text": "x", "finish_reason": "abort", "request_id": "r"},
+        "m",
+    )
+    assert line_out["response"]["body"]["choices"][0]["finish_reason"] == "stop"
+
+
+def test_a_deployments_file_is_read_alone_with_errors_at_their_lines(tmp_path):
+    from relayllm.pipelines import PipelineError
+    from relayllm.pipelines.deployments_file import load_deployments
+
+    alone = tmp_path / "deployments.yaml"
+    alone.write_text(
+        "deployments:\n  - name: a\n    backend: echo\n  - name: b\n    backend: echo\n"
+    )
+    assert load_deployments(alone).names == ["a", "b"]
+    pipeline = load_deployments("examples/questions.yaml")  # a whole pipeline file works too
+    assert pipeline.names
+
+    cases = {
+        "deployments:\n  - name: a\n    backend: echo\nstepz: []\n": ":4: stepz: unknown key",
+        "deployments:\n  - name: a\n    backend: echo\n    replicas: 2\n": "replicas: unknown key",
+        "deployments: []\n": ":1: deployments: List should have at least 1 item",
+        "input: {rows: []}\n": "a 'deployments:' list",
+        "deployments:\n  - name: a\n    backend: echo\n  - name: a\n    backend: echo\n": (
+            ":4: deployments[1].name: deployment 'a' is declared twice"
+        ),
+    }
+    for text, expected in cases.items():
+        alone.write_text(text)
+        with pytest.raises(PipelineError) as err:
+            load_deployments(alone)
+        assert expected in str(err.value), str(err.value)
+    alone.write_text("deployments:\n  - name: a\n    backend: echo\n    options:\n      mode: up\n")
+    with pytest.raises(PipelineError, match=r"deployments\[0\]\.options.*mode"):
+        load_deployments(alone).check_backends()

@@ -301,3 +301,168 @@ def test_admission_backs_batch_rows_off_while_interactive_is_slow_and_refills_af
     # idle_s (tests/core/test_admission.py tells the two apart).
     assert after["limit"] == 64 and after["raises"] + after["refills"] >= 1, after
     relayllm.shutdown("httpadmit")
+
+
+class _RecordingReplica:
+    """A replica stand-in for the front alone: it keeps the rows it is sent and answers with
+    the logprobs an engine gives when asked."""
+
+    backend_name = "recording"
+    deployment = {"name": "recording"}  # declares no features: the front checks none
+
+    def __init__(self):
+        self.rows = []
+
+    def engine_info(self):
+        return {"model": "recording-model"}
+
+    async def serve_http_row(self, row):
+        self.rows.append(row)
+        top = [{"token": "Paris", "logprob": -0.1}, {"token": "Rome", "logprob": -2.5}]
+        return {
+            "generated_text": "Paris",
+            "finish_reason": "stop",
+            "num_input_tokens": 3,
+            "num_generated_tokens": 1,
+            "logprobs": [{"token": "Paris", "logprob": -0.1, "top_logprobs": top}],
+        }
+
+
+def test_logprobs_and_engine_extensions_cross_the_http_front():
+    """Regressions: the front answered logprobs=True with ``logprobs: null``, and dropped the
+    engine extensions (top_k, min_p, repetition_penalty, logit_bias...) a client sends."""
+    import asyncio
+    import importlib
+
+    from starlette.requests import Request
+
+    from relayllm.serving.http_config import HttpConfig
+    from relayllm.serving.http_front import HttpFront
+
+    replica = _RecordingReplica()
+    front = HttpFront(replica, HttpConfig(), "recording")
+
+    async def app(scope, receive, send):
+        response = await front(Request(scope, receive))
+        await response(scope, receive, send)
+
+    # The HTTP library the openai client is built on: its ASGI transport calls the app in
+    # this process, no server.
+    http_library = importlib.import_module(
+        openai.DefaultAsyncHttpxClient.__mro__[1].__module__.split(".")[0]
+    )
+
+    async def ask():
+        transport = http_library.ASGITransport(app=app)
+        async with openai.DefaultAsyncHttpxClient(transport=transport) as http:
+            client = openai.AsyncOpenAI(base_url="http://front/v1", api_key="-", http_client=http)
+            return await client.chat.completions.create(
+                model="recording",
+                messages=[{"role": "user", "content": "capital of France?"}],
+                logprobs=True,
+                top_logprobs=2,
+                logit_bias={"42": -100},
+                max_completion_tokens=4,
+                extra_body={
+                    "top_k": 1,
+                    "min_p": 0.1,
+                    "repetition_penalty": 1.2,
+                    "chat_template_kwargs": {"enable_thinking": False},
+                },
+            )
+
+    reply = asyncio.run(ask())
+    content = reply.choices[0].logprobs.content
+    assert [t.token for t in content[0].top_logprobs] == ["Paris", "Rome"]
+    assert content[0].bytes == list(b"Paris")
+    (row,) = replica.rows
+    assert row["sampling_params"] == {
+        "logprobs": True,
+        "top_logprobs": 2,
+        "logit_bias": {"42": -100},
+        "max_tokens": 4,
+        "top_k": 1,
+        "min_p": 0.1,
+        "repetition_penalty": 1.2,
+        "chat_template_kwargs": {"enable_thinking": False},
+    }
+
+
+#: Request bodies sent through both doors: the HTTP front and a batch file.
+BOTH_DOORS = [
+    (
+        "/v1/chat/completions",
+        {
+            "model": NAME,
+            "messages": [{"role": "user", "content": "one two three four"}],
+            "max_completion_tokens": 2,
+            "temperature": 0,
+            "user": "u1",
+        },
+    ),
+    (
+        "/v1/chat/completions",
+        {
+            "model": NAME,
+            "messages": [
+                {"role": "system", "content": "be brief"},
+                {"role": "user", "content": [{"type": "text", "text": "parts of text"}]},
+            ],
+            "seed": 7,
+        },
+    ),
+    ("/v1/completions", {"model": NAME, "prompt": "a b c", "max_tokens": 5, "stop": ["z"]}),
+    ("/v1/completions", {"model": NAME, "prompt": ["x y z"], "max_tokens": 1}),
+    ("/v1/embeddings", {"model": NAME, "input": "aa bbb", "encoding_format": "float"}),
+    # refused: echo declares no logprobs; the engine refuses a row with its fail marker
+    (
+        "/v1/chat/completions",
+        {"model": NAME, "messages": [{"role": "user", "content": "hi"}], "logprobs": True},
+    ),
+    ("/v1/completions", {"model": NAME, "prompt": "a POISON b"}),
+]
+
+
+def _post(url: str, body: dict) -> tuple[int, dict]:
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def _without_ids(body: dict) -> dict:
+    """A response body without what differs by request (ids, time) or by door (``model``:
+    the HTTP front names its served model, a batch line the engine's)."""
+    return {k: v for k, v in body.items() if k not in ("id", "created", "model")}
+
+
+def test_the_same_bodies_answer_the_same_through_both_doors(front, tmp_path):
+    _, info, _ = front
+    base = info["http"]["url"].removesuffix("/v1")
+    path = tmp_path / "in.jsonl"
+    path.write_text(
+        "".join(
+            json.dumps({"custom_id": f"c{i}", "method": "POST", "url": url, "body": body}) + "\n"
+            for i, (url, body) in enumerate(BOTH_DOORS)
+        )
+    )
+    counts = relayllm.run_batch_file(path, deployment=NAME, output=tmp_path / "out.jsonl")
+    assert (counts.total, counts.completed, counts.failed) == (7, 5, 2)
+    with open(counts.output) as out, open(counts.errors) as err:
+        lines = [json.loads(x) for x in [*out, *err]]
+    by_id = {line["custom_id"]: line for line in lines}
+    for i, (url, body) in enumerate(BOTH_DOORS):
+        status, answer = _post(base + url, body)
+        line = by_id[f"c{i}"]
+        if status == 200:
+            assert line["error"] is None, line
+            assert _without_ids(line["response"]["body"]) == _without_ids(answer), (url, body)
+        else:
+            assert status == 400 and line["response"] is None, (status, answer)
+            assert answer["error"]["message"] in line["error"]["message"], (answer, line)

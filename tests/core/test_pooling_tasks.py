@@ -177,8 +177,6 @@ def test_batch_lines_for_score_and_rerank():
 
 
 def test_relayllm_batch_runs_score_and_rerank_lines(echo, tmp_path):
-    from relayllm.batch.format import read_batch_file, route, run_batch
-
     lines = [
         {
             "custom_id": "s",
@@ -194,10 +192,9 @@ def test_relayllm_batch_runs_score_and_rerank_lines(echo, tmp_path):
     ]
     path = tmp_path / "in.jsonl"
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    parsed = read_batch_file(str(path))
     out, err = tmp_path / "out.jsonl", tmp_path / "err.jsonl"
-    with out.open("w") as o, err.open("w") as e:
-        counts = run_batch(parsed, route(parsed.requests, ["pool-echo"], "pool-echo"), o, e)
+    counts = relayllm.run_batch_file(path, deployment="pool-echo", output=out, errors=err)
+    counts = counts.request_counts()
     assert counts == {"total": 3, "completed": 2, "failed": 1}
     done = {r["custom_id"]: r["response"]["body"] for r in map(json.loads, out.open())}
     assert [d["score"] for d in done["s"]["data"]] == [1.0, 0.0, 1.0]

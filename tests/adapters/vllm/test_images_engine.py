@@ -152,9 +152,12 @@ def check_batch_file_line_with_an_image(name: str, base_url: str) -> None:
     """Batch-file lines on deployment ``name``, images served at ``base_url``: a line with an
     image validates as a ChatCompletion whose prompt has the image's tokens, a bad URL is an
     error line, a text line answers (shared with the OpenAI adapter's test)."""
+    import tempfile
+    from pathlib import Path
+
     from openai.types.chat import ChatCompletion
 
-    from relayllm.batch.format import BatchFile, parse_line, run_batch
+    import relayllm
 
     def line(custom_id: str, url: str | None) -> str:
         body = {"messages": chat(url), "max_tokens": 3, "temperature": 0}
@@ -163,16 +166,19 @@ def check_batch_file_line_with_an_image(name: str, base_url: str) -> None:
         )
 
     texts = [line("text", None), line("image", f"{base_url}/dog.png"), line("bad", f"{base_url}/x")]
-    parsed = BatchFile(requests=[parse_line(t, i + 1) for i, t in enumerate(texts)])
-    output, errors = io.StringIO(), io.StringIO()
-    counts = run_batch(parsed, {1: name, 2: name, 3: name}, output, errors)
-    assert counts == {"total": 3, "completed": 2, "failed": 1}, errors.getvalue()
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder, "in.jsonl")
+        path.write_text("".join(t + "\n" for t in texts))
+        done = relayllm.run_batch_file(path, deployment=name, output=Path(folder, "out.jsonl"))
+        output, errors = Path(done.output).read_text(), Path(done.errors).read_text()
+    counts = done.request_counts()
+    assert counts == {"total": 3, "completed": 2, "failed": 1}, errors
     bodies = {
         item["custom_id"]: ChatCompletion.model_validate(item["response"]["body"])
-        for item in map(json.loads, output.getvalue().splitlines())
+        for item in map(json.loads, output.splitlines())
     }
     usage = {k: body.usage for k, body in bodies.items()}
     assert usage["image"].prompt_tokens == usage["text"].prompt_tokens + IMAGE_TOKENS
     assert bodies["image"].choices[0].message.content and usage["image"].completion_tokens > 0
-    (bad,) = map(json.loads, errors.getvalue().splitlines())
+    (bad,) = map(json.loads, errors.splitlines())
     assert bad["custom_id"] == "bad" and "HTTP 404" in bad["error"]["message"]

@@ -64,8 +64,6 @@ def test_scores_per_pair(deployment):
 
 
 def test_batch_file_score_and_rerank_lines(deployment, tmp_path):
-    from relayllm.batch.format import read_batch_file, route, run_batch
-
     docs = ["Paris is the capital of France.", "Bananas are yellow.", "France is in Europe."]
     lines = [
         {"custom_id": "s", "url": "/v1/score", "body": {"text_1": "capital?", "text_2": docs}},
@@ -77,10 +75,9 @@ def test_batch_file_score_and_rerank_lines(deployment, tmp_path):
     ]
     path = tmp_path / "in.jsonl"
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    parsed = read_batch_file(str(path))
     out, err = tmp_path / "out.jsonl", tmp_path / "err.jsonl"
-    with out.open("w") as o, err.open("w") as e:
-        counts = run_batch(parsed, route(parsed.requests, [NAME], NAME), o, e)
+    counts = relayllm.run_batch_file(path, deployment=NAME, output=out, errors=err)
+    counts = counts.request_counts()
     assert counts == {"total": 2, "completed": 2, "failed": 0}, err.read_text()
     bodies = {r["custom_id"]: r["response"]["body"] for r in map(json.loads, out.open())}
     scores = [d["score"] for d in bodies["s"]["data"]]

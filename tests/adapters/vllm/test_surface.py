@@ -11,10 +11,10 @@ One engine for the module (its own options: parsers and a chat template with a k
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import re
+from pathlib import Path
 
 import pytest
 
@@ -282,11 +282,9 @@ def test_bad_surface_requests_fail_their_row_only(deployment):
     assert out[3]["error"] is None and out[3]["generated_text"]
 
 
-def test_batch_file_lines_validate_as_openai_responses(deployment):
+def test_batch_file_lines_validate_as_openai_responses(deployment, tmp_path):
     from openai.types import Completion
     from openai.types.chat import ChatCompletion
-
-    from relayllm.batch.format import parse_line, run_batch
 
     def line(custom_id, url, body):
         return json.dumps({"custom_id": custom_id, "method": "POST", "url": url, "body": body})
@@ -327,15 +325,15 @@ def test_batch_file_lines_validate_as_openai_responses(deployment):
             },
         ),
     ]
-    from relayllm.batch.format import BatchFile
-
-    parsed = BatchFile(requests=[parse_line(t, i + 1) for i, t in enumerate(texts)])
-    output, errors = io.StringIO(), io.StringIO()
-    counts = run_batch(parsed, {i + 1: NAME for i in range(4)}, output, errors)
-    assert counts == {"total": 4, "completed": 4, "failed": 0}, errors.getvalue()
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(t + "\n" for t in texts))
+    done = relayllm.run_batch_file(path, deployment=NAME, output=tmp_path / "out.jsonl")
+    output = Path(done.output)
+    counts = done.request_counts()
+    assert counts == {"total": 4, "completed": 4, "failed": 0}, Path(done.errors).read_text()
     bodies = {
         item["custom_id"]: item["response"]["body"]
-        for item in map(json.loads, output.getvalue().splitlines())
+        for item in map(json.loads, output.read_text().splitlines())
     }
     lp = ChatCompletion.model_validate(bodies["lp"])
     assert len(lp.choices[0].logprobs.content) == 4

@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from relayllm.adapters import check_sampling_support, parse_response_format
 from relayllm.errors import describe_exception
-from relayllm.rows import Request, Result, error_result
+from relayllm.rows import OPENAI_SAMPLING_PARAMS, Request, Result, error_result
 from relayllm.serving.metrics import ReplicaMetrics
 from relayllm_sglang.reasoning import ReasoningParserLike, split_reasoning
 
@@ -35,20 +35,26 @@ RENAMED_SAMPLING_PARAMS = {
     "min_tokens": "min_new_tokens",
     "seed": "sampling_seed",
 }
-#: Names both sides share: passed as they are.
-SHARED_SAMPLING_PARAMS = (
-    "temperature",
-    "top_p",
+#: OpenAI names (relayllm.rows.OPENAI_SAMPLING_PARAMS) not passed on as they are: taken
+#: elsewhere (n, response_format, logprobs: see REQUEST_KEYS) or not done here (a row setting
+#: one fails, naming it).
+OPENAI_NOT_SHARED = frozenset(
+    {"n", "response_format", "logprobs", "top_logprobs", "tools", "tool_choice",
+     "reasoning_effort", "best_of", "suffix", "echo", "parallel_tool_calls"}
+)  # fmt: skip
+#: Engine names SGLang shares with vLLM.
+ENGINE_SHARED_SAMPLING_PARAMS = (
     "top_k",
     "min_p",
-    "stop",
     "stop_token_ids",
-    "frequency_penalty",
-    "presence_penalty",
     "repetition_penalty",
-    "logit_bias",
     "ignore_eos",
     "skip_special_tokens",
+)
+#: Names both sides share: passed as they are.
+SHARED_SAMPLING_PARAMS = (
+    *sorted(OPENAI_SAMPLING_PARAMS - RENAMED_SAMPLING_PARAMS.keys() - OPENAI_NOT_SHARED),
+    *ENGINE_SHARED_SAMPLING_PARAMS,
 )
 #: SGLang's name for structured output; ``response_format`` becomes it.
 JSON_SCHEMA_PARAM = "json_schema"

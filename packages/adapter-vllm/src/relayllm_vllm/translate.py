@@ -15,22 +15,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from relayllm.adapters import UnsupportedParameter, check_sampling_support, parse_response_format
+from relayllm.rows import OPENAI_SAMPLING_PARAMS
 
-#: OpenAI names that vLLM spells the same way.
-OPENAI_SAME_NAME = frozenset(
-    {
-        "temperature",
-        "top_p",
-        "max_tokens",
-        "stop",
-        "seed",
-        "n",
-        "presence_penalty",
-        "frequency_penalty",
-        "logit_bias",
-        "logprobs",
-    }
+#: OpenAI names (relayllm.rows.OPENAI_SAMPLING_PARAMS) this adapter translates below...
+OPENAI_TRANSLATED = frozenset(
+    {"max_completion_tokens", "response_format", "top_logprobs", "tools", "tool_choice"}
 )
+#: ...and those vLLM's offline engine does not do: a row setting one fails, naming it.
+OPENAI_UNSUPPORTED = frozenset(
+    {"reasoning_effort", "best_of", "suffix", "echo", "parallel_tool_calls"}
+)
+#: OpenAI names that vLLM spells the same way: the rest.
+OPENAI_SAME_NAME = OPENAI_SAMPLING_PARAMS - OPENAI_TRANSLATED - OPENAI_UNSUPPORTED
 #: vLLM-only sampling fields a row may set (a subset of ``vllm.SamplingParams`` fields).
 VLLM_EXTRA = frozenset(
     {

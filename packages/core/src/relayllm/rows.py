@@ -31,6 +31,15 @@ EXTRA_INPUT_COLUMNS: dict[Task, tuple[str, ...]] = {"score": ("document",)}
 TASK_OF_INPUT: dict[str, Task] = {column: task for task, column in INPUT_COLUMN.items()}
 SAMPLING_PARAMS_COLUMN = "sampling_params"
 MODEL_COLUMN = "model"
+#: OpenAI's own request parameters that shape an answer: what a row's ``sampling_params``
+#: may set under OpenAI's names. Every adapter reads the names from here and adds its engine's
+#: own (top_k, min_p...); a body's other OpenAI fields (user, metadata...) change no answer.
+OPENAI_SAMPLING_PARAMS = frozenset(
+    {"temperature", "top_p", "max_tokens", "max_completion_tokens", "stop", "seed", "n",
+     "presence_penalty", "frequency_penalty", "logit_bias", "logprobs", "top_logprobs",
+     "response_format", "reasoning_effort", "best_of", "suffix", "echo", "tools",
+     "tool_choice", "parallel_tool_calls"}
+)  # fmt: skip
 
 # Output column names, for the code that reads one by meaning (the answer, the error).
 GENERATED_TEXT = "generated_text"
@@ -505,6 +514,7 @@ __all__ = [
     "request_text",
     "INPUT_COLUMN",
     "MODEL_COLUMN",
+    "OPENAI_SAMPLING_PARAMS",
     "OUTPUT_COLUMNS",
     "SAMPLING_PARAMS_COLUMN",
     "Request",

@@ -14,31 +14,13 @@ fails sends the whole line to the error file, naming the document).
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from relayllm import openai_body
 from relayllm.errors import ConfigError
-from relayllm.rows import (
-    EMBEDDING,
-    ERROR,
-    FINISH_REASON,
-    GENERATED_TEXT,
-    INPUT_COLUMN,
-    LOGPROBS,
-    NUM_GENERATED_TOKENS,
-    NUM_INPUT_TOKENS,
-    REASONING_CONTENT,
-    REQUEST_ID,
-    SAMPLES,
-    SAMPLING_PARAMS_COLUMN,
-    SCORE,
-    TOOL_CALLS,
-    Task,
-    check_messages,
-    check_sampling_params,
-)
+from relayllm.rows import ERROR, REQUEST_ID, Task, check_messages, check_sampling_params
 
 URL_TASKS: dict[str, Task] = {
     "/v1/chat/completions": "chat",
@@ -49,21 +31,6 @@ URL_TASKS: dict[str, Task] = {
 }
 #: Body keys of a scoring line: (queries, documents) as vLLM's server names them.
 _SCORE_KEYS = (("text_1", "text_2"), ("queries", "documents"), ("query", "documents"))
-
-#: Body keys that are not sampling parameters (the rest are passed to the backend as such).
-_NOT_SAMPLING = {
-    "model",
-    "messages",
-    "prompt",
-    "input",
-    "stream",
-    "stream_options",
-    "user",
-    "metadata",
-    "store",
-    "encoding_format",
-    "dimensions",
-}
 
 
 @dataclass
@@ -86,46 +53,6 @@ class BadLine:
     custom_id: str | None
     code: str
     message: str
-
-
-@dataclass
-class BatchFile:
-    requests: list[BatchRequest] = field(default_factory=list)
-    bad: list[BadLine] = field(default_factory=list)
-
-    @property
-    def total(self) -> int:
-        return len(self.requests) + len(self.bad)
-
-
-def read_batch_file(path: str) -> BatchFile:
-    """Parse every line; duplicate ``custom_id``s reject the whole file (as OpenAI does)."""
-    parsed = BatchFile()
-    try:
-        with open(path, encoding="utf-8") as handle:
-            for number, text in enumerate(handle, start=1):
-                if not text.strip():
-                    continue
-                item = parse_line(text, number)
-                if isinstance(item, BadLine):
-                    parsed.bad.append(item)
-                else:
-                    parsed.requests.append(item)
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read the batch file: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    lines_of: dict[str, list[int]] = {}
-    items: list[BatchRequest | BadLine] = [*parsed.requests, *parsed.bad]
-    for item in items:
-        if item.custom_id is not None:
-            lines_of.setdefault(item.custom_id, []).append(item.line)
-    duplicates = {cid: sorted(lines) for cid, lines in lines_of.items() if len(lines) > 1}
-    if duplicates:
-        raise duplicate_ids_error(path, duplicates)
-    if not parsed.total:
-        raise ConfigError(f"{path}: the batch file has no request lines")
-    return parsed
 
 
 @dataclass
@@ -220,25 +147,12 @@ def parse_body(envelope: Envelope, line: int, check: bool = True) -> BatchReques
 
     if task == "score":
         return _score_line(line, custom_id, str(url), body, model, bad)
-    key = INPUT_COLUMN[task]
-    value = body.get(key)
-    if task == "chat":
-        problem = check_messages(value) if check else None
-        if problem:
-            return bad("invalid_request", problem)
-    else:
-        if isinstance(value, list) and len(value) == 1:
-            value = value[0]  # one prompt/input per line: the row protocol's shape
-        if not isinstance(value, str) or not value:
-            return bad(
-                "invalid_request", f"'{key}' must be a non-empty string (or a list of exactly one)"
-            )
-
-    params = (
-        {k: v for k, v in body.items() if k not in _NOT_SAMPLING} if task != "embedding" else {}
-    )
-    if "max_completion_tokens" in params:
-        params.setdefault("max_tokens", params.pop("max_completion_tokens"))
+    value, problem = openai_body.single_input(task, body)
+    if task == "chat" and check:
+        problem = check_messages(value)
+    if problem:
+        return bad("invalid_request", problem)
+    params = openai_body.sampling_params(task, body)
     problem = check_sampling_params(params) if check else None
     if problem:
         return bad("invalid_request", problem.replace("sampling_params.", "body."))
@@ -283,17 +197,6 @@ def _score_line(
     return BatchRequest(line, custom_id, "score", None, {}, model, pairs, rerank, top_n)
 
 
-def route(
-    requests: list[BatchRequest], deployments: list[str], default: str | None
-) -> dict[int, str]:
-    """The deployment each request goes to, by line (see :func:`route_models`)."""
-    first_line: dict[str | None, int] = {}
-    for request in requests:
-        first_line.setdefault(request.model, request.line)
-    to = route_models(first_line, deployments, default)
-    return {request.line: to[request.model] for request in requests}
-
-
 def route_models(
     first_line: dict[str | None, int], deployments: list[str], default: str | None
 ) -> dict[str | None, str]:
@@ -330,166 +233,24 @@ def batch_request_id() -> str:
 
 
 def response_line(request: BatchRequest, result: dict[str, Any], model: str) -> dict[str, Any]:
-    """The OpenAI batch output line for a request that succeeded."""
-    now = int(time.time())
+    """The OpenAI batch output line for a request that succeeded (a scoring line's
+    ``result["pairs"]``: each pair's row)."""
     rid = result.get(REQUEST_ID) or uuid.uuid4().hex
-    prompt_tokens = result.get(NUM_INPUT_TOKENS) or 0
-    completion_tokens = result.get(NUM_GENERATED_TOKENS) or 0
-    if request.task == "score":
-        return _score_response(request, result, model, rid)
-    if request.task == "embedding":
-        body: dict[str, Any] = {
-            "object": "list",
-            "data": [
-                {"object": "embedding", "index": 0, "embedding": list(result.get(EMBEDDING) or [])}
-            ],
-            "model": model,
-            "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens},
-        }
+    if request.task == "score" and request.rerank:
+        documents = [document for _, document in request.pairs]
+        body = openai_body.rerank_body(result["pairs"], documents, request.top_n, model, rid)
+    elif request.task == "score":
+        body = openai_body.score_body(result["pairs"], model, rid)
+    elif request.task == "embedding":
+        body = openai_body.embeddings_body([result], model)
     else:
-        # n > 1: one choice per sample; otherwise the row's own columns are the one choice.
-        samples = result.get(SAMPLES) or [result]
-        choices = [_choice(request.task, i, s) for i, s in enumerate(samples)]
-        if request.task == "chat":
-            kind, prefix = "chat.completion", "chatcmpl"
-        else:
-            kind, prefix = "text_completion", "cmpl"
-        body = {
-            "id": f"{prefix}-{rid}",
-            "object": kind,
-            "created": now,
-            "model": model,
-            "choices": choices,
-            "usage": {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens,
-                "total_tokens": prompt_tokens + completion_tokens,
-            },
-        }
+        body = openai_body.completion_body(request.task, result, model, rid)
     return {
         "id": batch_request_id(),
         "custom_id": request.custom_id,
         "response": {"status_code": 200, "request_id": rid, "body": body},
         "error": None,
     }
-
-
-def _score_response(
-    request: BatchRequest, result: dict[str, Any], model: str, rid: str
-) -> dict[str, Any]:
-    """vLLM's score / rerank response body for a line whose pairs all succeeded
-    (``result["pairs"]``: each pair's row)."""
-    rows = result["pairs"]
-    tokens = sum(r.get(NUM_INPUT_TOKENS) or 0 for r in rows)
-    usage = {"prompt_tokens": tokens, "total_tokens": tokens}
-    if request.rerank:
-        ranked = sorted(range(len(rows)), key=lambda i: rows[i][SCORE], reverse=True)
-        ranked = ranked[: request.top_n] if request.top_n else ranked
-        body: dict[str, Any] = {
-            "id": f"rerank-{rid}",
-            "model": model,
-            "usage": usage,
-            "results": [
-                {
-                    "index": i,
-                    "document": {"text": request.pairs[i][1]},
-                    "relevance_score": rows[i][SCORE],
-                }
-                for i in ranked
-            ],
-        }
-    else:
-        body = {
-            "id": f"score-{rid}",
-            "object": "list",
-            "created": int(time.time()),
-            "model": model,
-            "data": [
-                {"index": i, "object": "score", "score": r[SCORE]} for i, r in enumerate(rows)
-            ],
-            "usage": usage,
-        }
-    return {
-        "id": batch_request_id(),
-        "custom_id": request.custom_id,
-        "response": {"status_code": 200, "request_id": rid, "body": body},
-        "error": None,
-    }
-
-
-def _choice(task: str, index: int, sample: dict[str, Any]) -> dict[str, Any]:
-    """One of a response's ``choices`` from a row (or one of its ``samples``), in OpenAI's
-    shape: tool calls in ``message.tool_calls``, logprobs in ``logprobs.content`` (chat) or
-    the completions API's parallel lists."""
-    text = sample.get(GENERATED_TEXT)
-    finish = sample.get(FINISH_REASON) or "stop"
-    logprobs = sample.get(LOGPROBS)
-    if task == "chat":
-        message: dict[str, Any] = {"role": "assistant", "content": text}
-        if sample.get(TOOL_CALLS):
-            message["tool_calls"] = sample[TOOL_CALLS]
-        if sample.get(REASONING_CONTENT) is not None:
-            message["reasoning_content"] = sample[REASONING_CONTENT]
-        if message["content"] is None and "tool_calls" not in message:
-            message["content"] = ""
-        chat_logprobs = None
-        if logprobs is not None:
-            chat_logprobs = {"content": [_token_logprob(t) for t in logprobs], "refusal": None}
-        return {
-            "index": index,
-            "message": message,
-            "finish_reason": finish,
-            "logprobs": chat_logprobs,
-        }
-    completion_logprobs = None
-    if logprobs is not None:
-        offsets, at = [], 0
-        for entry in logprobs:
-            offsets.append(at)
-            at += len(entry.get("token") or "")
-        completion_logprobs = {
-            "tokens": [t.get("token") for t in logprobs],
-            "token_logprobs": [t.get("logprob") for t in logprobs],
-            "top_logprobs": [
-                {a["token"]: a["logprob"] for a in t.get("top_logprobs") or []} for t in logprobs
-            ],
-            "text_offset": offsets,
-        }
-    return {
-        "index": index,
-        "text": text or "",
-        "finish_reason": finish,
-        "logprobs": completion_logprobs,
-    }
-
-
-def _token_logprob(entry: dict[str, Any]) -> dict[str, Any]:
-    """A row's logprob entry in OpenAI's chat shape (with the token's UTF-8 bytes)."""
-
-    def one(token: str | None, logprob: float | None) -> dict[str, Any]:
-        token = token or ""
-        return {"token": token, "logprob": logprob, "bytes": list(token.encode("utf-8"))}
-
-    out = one(entry.get("token"), entry.get("logprob"))
-    out["top_logprobs"] = [
-        one(a.get("token"), a.get("logprob")) for a in entry.get("top_logprobs") or []
-    ]
-    return out
-
-
-def _rows_of(request: BatchRequest) -> list[dict[str, Any]]:
-    """The stage rows of one request line: one, or one per (query, document) pair."""
-    if request.task == "score":
-        return [
-            {"line": request.line, "pair": i, "query": q, "document": d}
-            for i, (q, d) in enumerate(request.pairs)
-        ]
-    row = {
-        "line": request.line,
-        INPUT_COLUMN[request.task]: request.value,
-        SAMPLING_PARAMS_COLUMN: request.sampling_params or None,
-    }
-    return [row]
 
 
 def gathered(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -528,80 +289,16 @@ def served_model(deployment: str) -> str:
     return str(model) if model else deployment
 
 
-def run_batch(
-    parsed: BatchFile,
-    routes: dict[int, str],
-    output: Any,
-    errors: Any,
-    processor_fields: dict[str, Any] | None = None,
-) -> dict[str, int]:
-    """Run requests already parsed in memory on their deployments; write each line to
-    ``output`` or ``errors`` (text files); return OpenAI's ``request_counts``. Each group is one
-    block on one stage actor: for a few requests; ``relayllm batch`` streams a file of any size
-    with :mod:`relayllm.batch.run` instead."""
-    import ray
-
-    from relayllm.data_context import keep_input_order
-    from relayllm.processor import ProcessorConfig, build_processor
-
-    keep_input_order()
-    failed = 0
-    for bad in parsed.bad:
-        errors.write(json.dumps(error_line(bad.line, bad.custom_id, bad.code, bad.message)) + "\n")
-        failed += 1
-    groups: dict[tuple[str, Task], list[BatchRequest]] = {}
-    for request in parsed.requests:
-        groups.setdefault((routes[request.line], request.task), []).append(request)
-    completed = 0
-    served: dict[str, str] = {}
-    for (deployment, task), requests in groups.items():
-        if deployment not in served:
-            served[deployment] = served_model(deployment)
-        by_line = {r.line: r for r in requests}
-        rows = [row for r in requests for row in _rows_of(r)]
-        config = ProcessorConfig(deployment=deployment, task=task, **(processor_fields or {}))
-        # One block: request bodies differ in shape (string vs list content, different
-        # params), which Arrow can hold in one block but not concatenate across blocks.
-        dataset = build_processor(config)(ray.data.from_items(rows, override_num_blocks=1))
-        pending: dict[int, list[dict[str, Any]]] = {}  # a scoring line's pairs so far
-        for batch in dataset.iter_batches(batch_format="pyarrow", batch_size=None):
-            for row in batch.to_pylist():  # type: ignore[union-attr]
-                request = by_line[row["line"]]
-                if task == "score":
-                    pending.setdefault(request.line, []).append(row)
-                    if len(pending[request.line]) < len(request.pairs):
-                        continue
-                    row = gathered(sorted(pending.pop(request.line), key=lambda r: r["pair"]))
-                if row.get(ERROR):
-                    failed += 1
-                    line = error_line(
-                        request.line,
-                        request.custom_id,
-                        "engine_error",
-                        f"deployment {deployment!r}: {row[ERROR]}",
-                    )
-                    errors.write(json.dumps(line, ensure_ascii=False) + "\n")
-                else:
-                    completed += 1
-                    line = response_line(request, row, served[deployment])
-                    output.write(json.dumps(line, ensure_ascii=False) + "\n")
-    return request_counts(parsed.total, completed, failed)
-
-
 __all__ = [
     "URL_TASKS",
     "BadLine",
-    "BatchFile",
     "BatchRequest",
     "Envelope",
     "error_line",
     "parse_line",
-    "read_batch_file",
     "request_counts",
     "response_line",
     "parse_body",
     "parse_envelope",
-    "route",
     "route_models",
-    "run_batch",
 ]

@@ -1,20 +1,13 @@
 """Running an OpenAI Batch API file of any size: read from disk in blocks, never whole in the
-driver (``relayllm batch``).
+driver. :func:`run_batch_file` is the library's entry point (``relayllm batch`` calls it).
 
-1. :func:`scan_batch_file` (driver, before anything runs): one pass over the file that keeps
-   only what must be known up front -- each line's ``custom_id`` (duplicates reject the file),
-   the ``model`` values (routing errors reject it), and per line one byte: which (model,
-   task) it belongs to, or that it does not run (blank, already done on ``--resume``, or bad
-   at a glance: not JSON, no ``custom_id``, another url). The file is cut into chunks of
-   lines at byte offsets found on the way; a chunk is a byte range, its first line number
-   and those bytes, so the driver holds about one byte per line.
-2. :func:`run_scanned` runs each (deployment, task) group as one Ray Data job: a read task
-   per chunk reads its byte range from disk and keeps its group's lines as rows of one
-   canonical schema (``line`` int64, ``text`` the line's JSON as a string), so every block
-   concatenates with every other whatever the bodies hold. The stage's ``preprocess`` parses
-   the line inside the stage actor (:func:`relayllm.batch.format.parse_line`), its
-   ``postprocess`` renders the output line there; the driver only writes the finished
-   blocks' lines, in input order, and flushes each block.
+After the driver's scan (:mod:`relayllm.batch.scan`), :func:`run_scanned` runs each
+(deployment, task) group as one Ray Data job: a read task per chunk reads its byte range from
+disk and keeps its group's lines as rows of one canonical schema (``line`` int64, ``text`` the
+line's JSON as a string), so every block concatenates with every other whatever the bodies
+hold. The stage's ``preprocess`` parses the line inside the stage actor
+(:func:`relayllm.batch.format.parse_line`), its ``postprocess`` renders the output line there;
+the driver only writes the finished blocks' lines, in input order, and flushes each block.
 
 A scoring line (``/v1/score``, ``/v1/rerank``) is one row per (query, document) pair: its read
 task parses it and emits the pairs (all in one block), and the driver gathers them into the
@@ -23,210 +16,194 @@ line's response as they arrive.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from relayllm.batch.format import (
     BadLine,
     BatchRequest,
-    duplicate_ids_error,
     error_line,
     gathered,
-    parse_envelope,
     parse_line,
     request_counts,
     response_line,
     route_models,
     served_model,
 )
+from relayllm.batch.scan import Done, Scan, read_done, scan_batch_file, stage_batch
 from relayllm.errors import ConfigError
 from relayllm.rows import ERROR, INPUT_COLUMN, SAMPLING_PARAMS_COLUMN, Task
 
 if TYPE_CHECKING:
     from ray.data import Dataset
 
-#: A line's byte in a chunk when it does not run in any group.
-SKIP = 255
-#: Chunks are at most this many lines, and at most this share of the file (so a small file
-#: still runs as several blocks, on several stage actors, and reaches the disk as it goes):
-#: the same sizes as a pipeline's input blocks (relayllm.pipelines.transforms.block_rows).
-MAX_CHUNK_LINES = 4096
-CHUNKS_PER_FILE = 16
-
-
-@dataclass
-class Chunk:
-    start: int  # byte offset of its first line
-    end: int  # byte offset after its last line
-    first_line: int  # 1-based number of its first line
-    keys: bytearray = field(default_factory=bytearray)  # one per line: a key index, or SKIP
-
-
-@dataclass
-class Scan:
-    """What :func:`scan_batch_file` found: the work to do and what is known to fail."""
-
-    path: str
-    lines: int = 0  # request lines (blank ones not counted)
-    keys: list[tuple[str | None, Task]] = field(default_factory=list)  # (model, task)
-    key_lines: list[int] = field(default_factory=list)  # lines per key (to run)
-    first_line: dict[str | None, int] = field(default_factory=dict)  # model -> first line
-    chunks: list[Chunk] = field(default_factory=list)
-    bad: list[BadLine] = field(default_factory=list)  # bad at a glance, to write
-    already: int = 0  # lines skipped because a resumed run's files hold them
-
-    @property
-    def to_run(self) -> int:
-        return sum(self.key_lines)
+    from relayllm.deployments import DeploymentConfig
 
 
 @dataclass(frozen=True)
-class Done:
-    """What a stopped run left in its output and error files (``--resume``)."""
+class BatchCounts:
+    """OpenAI's ``request_counts`` for a whole file (a resumed run's earlier lines included),
+    and where the lines went."""
 
-    ids: frozenset[str] = frozenset()  # custom_ids with a line in either file
-    bad_lines: frozenset[int] = frozenset()  # error lines without a custom_id, by line number
-    completed: int = 0
-    failed: int = 0
+    total: int
+    completed: int
+    failed: int
+    output: str
+    errors: str
 
-
-def stage_batch(batch_size: int) -> int:
-    """Rows of one Ray Data batch of the stage (``batch_size`` x the in-flight calls)."""
-    from relayllm.processor import ProcessorConfig
-
-    in_flight = ProcessorConfig.model_fields["max_in_flight_batches"].default
-    return int(batch_size * in_flight)
+    def request_counts(self) -> dict[str, int]:
+        return request_counts(self.total, self.completed, self.failed)
 
 
-def chunk_lines(total_lines: int, stage_batch: int) -> int:
-    """Lines per chunk (a read task, and a block of the stage): 1/16 of the file, at most
-    4,096, never less than one stage batch (a smaller block would be bundled with its
-    neighbours into one stage task)."""
-    return max(stage_batch, min(MAX_CHUNK_LINES, -(-total_lines // CHUNKS_PER_FILE)))
+@dataclass(frozen=True)
+class BatchPlan:
+    """What is about to run: the (deployment, task) groups in order, the lines of each."""
+
+    groups: list[tuple[str, Task, int]]
+    already_done: int  # lines a resumed run found in its files and does not run again
+
+    @property
+    def to_run(self) -> int:
+        return sum(lines for _, _, lines in self.groups)
 
 
-def count_lines(path: str) -> int:
-    """Physical lines of a file (a last line without a newline counts), read in big pieces."""
-    count, last = 0, b"\n"
-    with open(path, "rb") as handle:
-        while piece := handle.read(1 << 22):
-            count += piece.count(b"\n")
-            last = piece[-1:]
-    return count + (last != b"\n")
+class BatchHooks:
+    """What a batch run shows as it goes. The default shows nothing and connects with
+    :func:`relayllm.cluster.connect`; the command line's display overrides these."""
+
+    def connect(self, address: str | None) -> None:
+        """Called once the file, the deployments file and the output are checked."""
+        from relayllm.cluster import connect
+
+        connect(address)
+
+    def deploying(self, config: DeploymentConfig, running: bool) -> AbstractContextManager[Any]:
+        """Held while ``config`` is deployed (``running``: reused, already up)."""
+        return contextlib.nullcontext()
+
+    def running(self, plan: BatchPlan) -> AbstractContextManager[Any]:
+        """Held while the groups run, one after another."""
+        return contextlib.nullcontext()
 
 
-def scan_batch_file(path: str, stage_batch: int = 256, done: Done | None = None) -> Scan:
-    """One pass over the file in the driver; see the module's docstring. Duplicate
-    ``custom_id``s (bad lines included) and a file with no request lines are ConfigErrors,
-    raised before anything runs."""
-    done = done or Done()
-    scan = Scan(path)
-    key_index: dict[tuple[str | None, Task], int] = {}
-    seen: dict[str, int] = {}  # custom_id -> its first line
-    duplicates: dict[str, list[int]] = {}
-    try:
-        per_chunk = chunk_lines(count_lines(path), stage_batch)
-        with open(path, "rb") as handle:
-            offset, chunk = 0, None
-            for number, raw in enumerate(handle, start=1):
-                if chunk is None or len(chunk.keys) == per_chunk:
-                    chunk = Chunk(offset, offset, number)
-                    scan.chunks.append(chunk)
-                offset += len(raw)
-                chunk.end = offset
-                chunk.keys.append(_scan_line(raw, number, scan, key_index, seen, duplicates, done))
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read the batch file: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    if duplicates:
-        raise duplicate_ids_error(path, duplicates)
-    if not scan.lines:
-        raise ConfigError(f"{path}: the batch file has no request lines")
-    # A chunk with nothing to run costs a read task for nothing (most of a resumed file).
-    scan.chunks = [c for c in scan.chunks if c.keys.count(SKIP) != len(c.keys)]
-    return scan
+def run_batch_file(
+    path: str | os.PathLike[str],
+    *,
+    deployment: str | None = None,
+    pipeline: str | os.PathLike[str] | None = None,
+    output: str | os.PathLike[str],
+    errors: str | os.PathLike[str] | None = None,
+    resume: bool = False,
+    retry_errors: bool = False,
+    batch_size: int = 64,
+    concurrency: int = 1,
+    address: str | None = None,
+    hooks: BatchHooks | None = None,
+) -> BatchCounts:
+    """Run an OpenAI Batch API file; every line ends up in ``output`` or ``errors`` (default:
+    ``OUTPUT.errors.jsonl``), each failure with its reason.
+
+    Exactly one of ``deployment`` (a running deployment's name) or ``pipeline`` (a YAML file
+    whose ``deployments:`` are started, or reused, for the run and the ones this call started
+    shut down after; a pipeline file or one that declares only deployments). A body's
+    ``model`` naming one of them routes its line there. ``resume`` keeps the lines already in
+    both files and runs only the others (by ``custom_id``); ``retry_errors`` with it runs the
+    errors file's lines again. Everything that can be wrong with the files is found before the
+    cluster is touched.
+    """
+    if (deployment is None) == (pipeline is None):
+        raise ConfigError("give exactly one of deployment= (a running one) or pipeline= (a file)")
+    if retry_errors and not resume:
+        raise ConfigError("retry_errors goes with resume: it runs the errors file's lines again")
+    hooks = hooks or BatchHooks()
+    output, errors = str(output), str(errors or default_errors_path(str(output)))
+    # Read (and a line cut short by a kill trimmed) before the input scan: it skips those.
+    done = read_done(output, errors, retry_errors) if resume else Done()
+    scan = scan_batch_file(str(path), stage_batch(batch_size), done)
+    fields = {"batch_size": batch_size, "concurrency": concurrency}
+    declared = None
+    if pipeline is not None:
+        from relayllm.pipelines.deployments_file import load_deployments
+
+        declared = load_deployments(pipeline)
+        declared.check_backends()
+        names = declared.names
+        default = names[0] if len(names) == 1 else None
+        groups_of(scan, names, default)  # routing errors before the cluster
+    hooks.connect(address)
+    with _deployments(declared, deployment, fields, address, hooks) as (names, default):
+        groups = groups_of(scan, names, default)
+        plan = BatchPlan(
+            [(d, t, sum(scan.key_lines[k] for k in keys)) for (d, t), keys in groups.items()],
+            scan.already,
+        )
+        mode = "a" if resume else "w"
+        try:
+            with (
+                open(output, mode, encoding="utf-8") as out,
+                open(errors, mode, encoding="utf-8") as err,
+                hooks.running(plan),
+            ):
+                counts = run_scanned(scan, names, default, out, err, fields, done)
+        except OSError as exc:
+            raise ConfigError(f"cannot write {exc.filename}: {exc.strerror}") from None
+    return BatchCounts(counts["total"], counts["completed"], counts["failed"], output, errors)
 
 
-def _scan_line(
-    raw: bytes,
-    number: int,
-    scan: Scan,
-    key_index: dict[tuple[str | None, Task], int],
-    seen: dict[str, int],
-    duplicates: dict[str, list[int]],
-    done: Done,
-) -> int:
-    """The line's byte in its chunk (see :class:`Chunk`), noting what the scan keeps."""
-    if not raw.strip():
-        return SKIP
-    scan.lines += 1
-    envelope = parse_envelope(raw.decode("utf-8"), number)
-    custom_id = envelope.custom_id
-    if custom_id is not None:
-        first = seen.setdefault(custom_id, number)
-        if first != number:
-            duplicates.setdefault(custom_id, [first]).append(number)
-    if custom_id in done.ids or (custom_id is None and number in done.bad_lines):
-        scan.already += 1
-        return SKIP
-    if isinstance(envelope, BadLine):
-        scan.bad.append(envelope)
-        return SKIP
-    key = (envelope.model, envelope.task)
-    index = key_index.get(key)
-    if index is None:
-        if len(scan.keys) == SKIP:
-            raise ConfigError(
-                f"{scan.path}: more than {SKIP} different (model, url) pairs; split the file"
-            )
-        index = key_index[key] = len(scan.keys)
-        scan.keys.append(key)
-        scan.key_lines.append(0)
-        scan.first_line.setdefault(envelope.model, number)
-    scan.key_lines[index] += 1
-    return index
+@contextlib.contextmanager
+def _deployments(
+    declared: Any, deployment: str | None, fields: dict[str, Any], address: str | None, hooks: Any
+) -> Iterator[tuple[list[str], str | None]]:
+    """The deployments to route to and the default one, up for the run."""
+    from relayllm import deployments
+
+    if declared is None:
+        running = [r.name for r in deployments.list_deployments(address=address)]
+        if deployment not in running:
+            from relayllm.errors import DeploymentNotFoundError
+
+            raise DeploymentNotFoundError(deployments.not_found_message(str(deployment), running))
+        yield running, deployment
+        return
+    from relayllm.pipelines.deploy import deployed_configs
+
+    def fits(running: set[str]) -> None:
+        _check_fit(declared.deployments, running, fields)
+
+    names = declared.names
+    with deployed_configs(
+        declared.deployments, fits=fits, address=address, on_deploy=hooks.deploying
+    ):
+        yield names, names[0] if len(names) == 1 else None
 
 
-def read_done(output_file: str, errors_file: str, retry_errors: bool) -> Done:
-    """The custom_ids a stopped run already wrote (a last line cut short by a kill is trimmed,
-    as ``relayllm run --resume`` does); with ``retry_errors`` the errors file is emptied, so
-    its lines run again."""
-    from relayllm.pipelines.resume import RowIds, jsonl_ids
+def _check_fit(configs: list[DeploymentConfig], running: set[str], fields: dict[str, Any]) -> None:
+    """The engines not running yet, the stage and the read task fit on the cluster at once
+    (groups run one after another: one stage at a time)."""
+    from relayllm import fit
+    from relayllm.config import ProcessorConfig
+    from relayllm.deployments import engine_demand
+    from relayllm.processor import stage_workers
 
-    ids = RowIds("custom_id")
-    completed = jsonl_ids(output_file, ids)
-    if retry_errors:
-        if os.path.exists(errors_file):
-            open(errors_file, "w").close()
-        failed: set[Any] = set()
-    else:
-        failed = jsonl_ids(errors_file, ids)
-    bad_lines = frozenset(_lines_without_id(errors_file)) if failed else frozenset()
-    return Done(
-        frozenset(i for i in completed | failed if i is not None),
-        bad_lines,
-        len(completed),
-        _count_lines(errors_file) if failed else 0,
-    )
+    config = ProcessorConfig(deployment=configs[0].name, **fields)
+    workers, _, cpus = stage_workers(config)
+    demands = [engine_demand(d) for d in configs if d.name not in running]
+    demands.append(fit.stage_demand("batch", cpus, workers, config.compute))
+    demands.append(fit.task_demand(1))
+    free, total, nodes = fit.cluster_view()
+    fit.check_fit(demands, free, total, nodes)
 
 
-def _lines_without_id(path: str) -> list[int]:
-    """Line numbers of the error lines that have no custom_id (not JSON, no custom_id...)."""
-    found = []
-    with open(path, "rb") as lines:
-        for text in lines:
-            row = json.loads(text) if text.strip() else None
-            if isinstance(row, dict) and row.get("custom_id") is None:
-                found.append((row.get("error") or {}).get("line"))
-    return [n for n in found if isinstance(n, int)]
-
-
-def _count_lines(path: str) -> int:
-    with open(path, "rb") as lines:
-        return sum(1 for text in lines if text.strip())
+def default_errors_path(output: str) -> str:
+    """``OUT.jsonl`` -> ``OUT.errors.jsonl``, next to it."""
+    path = Path(output)
+    return str(path.with_name(path.name.removesuffix(".jsonl") + ".errors.jsonl"))
 
 
 def groups_of(
@@ -284,8 +261,9 @@ def group_dataset(
     """One group's lines as a lazy dataset: read from disk chunk by chunk, through the stage."""
     import ray
 
-    from relayllm.processor import ProcessorConfig, build_processor
-    from relayllm.resources import TASK_NUM_CPUS
+    from relayllm.config import ProcessorConfig
+    from relayllm.fit import TASK_NUM_CPUS
+    from relayllm.processor import build_processor
 
     wanted = bytes(keys)
     chunks = [
@@ -508,13 +486,11 @@ class _ScoreWriter:
 
 
 __all__ = [
-    "Chunk",
-    "Done",
-    "Scan",
-    "chunk_lines",
+    "BatchCounts",
+    "BatchHooks",
+    "BatchPlan",
+    "default_errors_path",
     "groups_of",
-    "read_done",
+    "run_batch_file",
     "run_scanned",
-    "scan_batch_file",
-    "stage_batch",
 ]

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Iterator
 from contextlib import AbstractContextManager
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
+from relayllm.batch.run import BatchHooks, BatchPlan, default_errors_path
 from relayllm.cli.common import (
     address_option,
     check_writable,
@@ -20,7 +21,10 @@ from relayllm.cli.common import (
     verbose_option,
 )
 from relayllm.cli.progress import Console
-from relayllm.errors import ConfigError, DeploymentNotFoundError
+from relayllm.errors import DeploymentNotFoundError
+
+if TYPE_CHECKING:
+    from relayllm.deployments import DeploymentConfig
 
 
 @click.command()
@@ -29,9 +33,10 @@ from relayllm.errors import ConfigError, DeploymentNotFoundError
 @click.option(
     "--config",
     "config_file",
-    metavar="PIPELINE.yaml",
+    metavar="DEPLOYMENTS.yaml",
     type=click.Path(dir_okay=False),
-    help="Start (or reuse) the deployments this pipeline file declares and use them.",
+    help="Start (or reuse) the deployments this file declares (a pipeline file, or one with "
+    "only deployments:) and use them; the ones this run started stop at its end.",
 )
 @click.option(
     "--output",
@@ -107,83 +112,67 @@ def batch(
       relayllm batch requests.jsonl --config examples/questions.yaml --output results.jsonl
       relayllm batch requests.jsonl --deployment smollm --output results.jsonl --resume
     """
-    from relayllm.batch import run as batch_file
+    from relayllm.batch.run import run_batch_file
 
     if (deployment is None) == (config_file is None):
         fail("give exactly one of --deployment NAME or --config PIPELINE.yaml")
     if retry_errors and not resume:
         fail("--retry-errors goes with --resume: it runs the lines of the errors file again")
-    errors_file = errors_file or _default_errors_path(output_file)
+    errors_file = errors_file or default_errors_path(output_file)
     check_writable(output_file)
     check_writable(errors_file)
-    # Read (and a line cut short by a kill trimmed) before the input scan: it skips those.
-    done = (
-        batch_file.read_done(output_file, errors_file, retry_errors)
-        if resume
-        else batch_file.Done()
-    )
-    fields = {"batch_size": batch_size, "concurrency": concurrency}
-    scan = batch_file.scan_batch_file(input_file, batch_file.stage_batch(batch_size), done)
-
-    pipeline = None
-    if config_file:
-        from relayllm.pipelines import load_pipeline
-
-        pipeline = load_pipeline(config_file)
-        pipeline.check_backends()
-        names = [d.name for d in pipeline.spec.deployments]
-        default = names[0] if len(names) == 1 else None
-        groups = batch_file.groups_of(scan, names, default)  # routing errors before the cluster
-    console = Console()
-    connect(address, verbose, console=console)
-    if pipeline is None:
+    try:
+        counts = run_batch_file(
+            input_file,
+            deployment=deployment,
+            pipeline=config_file,
+            output=output_file,
+            errors=errors_file,
+            resume=resume,
+            retry_errors=retry_errors,
+            batch_size=batch_size,
+            concurrency=concurrency,
+            address=address,
+            hooks=_ConsoleBatchHooks(Console(), verbose),
+        )
+    except DeploymentNotFoundError:
+        if deployment is None:
+            raise
         import relayllm
 
-        names = [r.name for r in relayllm.list_deployments(address=address)]
-        if deployment not in names:
-            raise DeploymentNotFoundError(not_running_advice(deployment, names, address))
-        default = deployment
-        groups = batch_file.groups_of(scan, names, default)
-    if pipeline is not None:
-        from relayllm.cli.run import ConsoleHooks
-        from relayllm.pipelines import deployed
-
-        hooks = ConsoleHooks(console, verbose)
-        lifecycle: AbstractContextManager[Any] = deployed(
-            pipeline, address=address, on_deploy=hooks.deploying
-        )
-    else:
-        lifecycle = contextlib.nullcontext()
-    mode = "a" if resume else "w"
-    with lifecycle:
-        try:
-            with (
-                open(output_file, mode, encoding="utf-8") as out,
-                open(errors_file, mode, encoding="utf-8") as err,
-            ):
-                already = f" ({scan.already} already done)" if scan.already else ""
-                console.say(
-                    f"running {scan.to_run} requests on "
-                    f"{', '.join(sorted({d for d, _ in groups}))}{already}"
-                )
-                counts_of = [sum(scan.key_lines[k] for k in keys) for keys in groups.values()]
-                steps = [(f"{d}/{t}", d) for d, t in groups]
-                with console.steps(steps, counts_of, sequential=True) if steps else _nothing():
-                    counts = batch_file.run_scanned(scan, names, default, out, err, fields, done)
-        except OSError as exc:
-            raise ConfigError(f"cannot write {exc.filename}: {exc.strerror}") from None
+        running = [r.name for r in relayllm.list_deployments(address=address)]
+        raise DeploymentNotFoundError(not_running_advice(deployment, running, address)) from None
     click.echo(
-        f"{counts['completed']} completed -> {output_file}; "
-        f"{counts['failed']} failed -> {errors_file}",
+        f"{counts.completed} completed -> {counts.output}; "
+        f"{counts.failed} failed -> {counts.errors}",
         err=True,
     )
-    click.echo(json.dumps({"request_counts": counts}))
+    click.echo(json.dumps({"request_counts": counts.request_counts()}))
 
 
-def _nothing() -> AbstractContextManager[Any]:
-    return contextlib.nullcontext()
+class _ConsoleBatchHooks(BatchHooks):
+    """The batch's progress on the console: connecting, each engine starting, a bar per group."""
 
+    def __init__(self, console: Console, verbose: bool) -> None:
+        from relayllm.cli.run import ConsoleHooks
 
-def _default_errors_path(output_file: str) -> str:
-    path = Path(output_file)
-    return str(path.with_name(path.name.removesuffix(".jsonl") + ".errors.jsonl"))
+        self.console, self.verbose = console, verbose
+        self.pipeline_hooks = ConsoleHooks(console, verbose)  # engines start as a run's do
+
+    def connect(self, address: str | None) -> None:
+        connect(address, self.verbose, console=self.console)
+
+    def deploying(self, config: DeploymentConfig, running: bool) -> AbstractContextManager[Any]:
+        return self.pipeline_hooks.deploying(config, running)
+
+    @contextlib.contextmanager
+    def running(self, plan: BatchPlan) -> Iterator[None]:
+        already = f" ({plan.already_done} already done)" if plan.already_done else ""
+        on = ", ".join(sorted({d for d, _, _ in plan.groups}))
+        self.console.say(f"running {plan.to_run} requests on {on}{already}")
+        steps = [(f"{d}/{t}", d) for d, t, _ in plan.groups]
+        if not steps:
+            yield
+            return
+        with self.console.steps(steps, [n for _, _, n in plan.groups], sequential=True):
+            yield

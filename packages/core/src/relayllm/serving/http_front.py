@@ -3,8 +3,10 @@
 Ray Serve's HTTP proxy hands each request to the replica's ``__call__`` (a starlette
 ``Request``); :class:`HttpFront` turns it into one row of the row protocol, runs it on the
 same engine the batch processors reach by name, and answers with the ``openai`` package's own
-response models. Request bodies are checked against the ``openai`` package's request types
-(``CompletionCreateParams`` and friends): the schema is that library's, not written here.
+response bodies. Request bodies are checked against the ``openai`` package's request types
+(``CompletionCreateParams`` and friends): the schema is that library's, not written here. Body
+-> row and result -> response are :mod:`relayllm.openai_body`'s, the translation batch files
+use too, so a request answers the same through either door.
 
 Loaded only inside a replica whose deployment has an ``http`` section (it imports openai and
 starlette), never by ``import relayllm``.
@@ -12,19 +14,18 @@ starlette), never by ``import relayllm``.
 
 from __future__ import annotations
 
-import base64
 import hmac
 import json
 import logging
 import os
-import struct
 import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
+from relayllm import openai_body
 from relayllm.errors import ConfigError, EngineFailedError, MissingDependencyError
-from relayllm.rows import Request, Result, Task, build_request
+from relayllm.rows import Request, Result, Task, build_request, features_of, unsupported_features
 from relayllm.serving.http_config import HttpConfig
 from relayllm.serving.traffic import INTERACTIVE_PRIORITY
 
@@ -36,27 +37,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: The request body fields that travel to the engine as the row's sampling params (the row
-#: protocol's OpenAI names); other OpenAI fields (user, metadata, ...) are accepted, unused.
-SAMPLING_KEYS = (
-    "temperature",
-    "top_p",
-    "max_tokens",
-    "stop",
-    "seed",
-    "n",
-    "response_format",
-    "logprobs",
-    "top_logprobs",
-    "tools",
-    "tool_choice",
-    "presence_penalty",
-    "frequency_penalty",
-    # vLLM's extensions of the OpenAI body, sent by clients as extra_body
-    "chat_template_kwargs",
-    "structured_outputs",
-)
-_FINISH = {"stop", "length", "tool_calls", "content_filter", "function_call"}
 ROUTES: dict[str, tuple[str, str]] = {
     "/v1/chat/completions": ("POST", "chat"),
     "/v1/completions": ("POST", "completion"),
@@ -180,20 +160,28 @@ class HttpFront:
     # -- rows ----------------------------------------------------------------------------------
 
     def _row(self, task: Task, value: Any, body: dict[str, Any]) -> Request:
-        params = {k: body[k] for k in SAMPLING_KEYS if body.get(k) is not None}
-        if body.get("max_completion_tokens") is not None:
-            params.setdefault("max_tokens", body["max_completion_tokens"])
-        if task == "chat" and body.get("logprobs") is False:
-            params.pop("logprobs", None)
+        params = openai_body.sampling_params(task, body)
         model = body.get("model")
         adapter = model if model not in (None, self.model, self._engine_model()) else None
-        if body.get("priority") is not None:  # vLLM's server takes it in the body too
-            params["priority"] = body["priority"]
         row = build_request(task, value, {}, params, adapter, f"http-{uuid.uuid4().hex}")
         if isinstance(row, str):
             raise HttpError(400, row, "invalid_request_error")
+        # What the backend cannot do is refused by name, as a batch row's is by the stage.
+        supported = self.replica.deployment.get("features")
+        if supported is not None and (
+            problem := unsupported_features(
+                self.replica.backend_name, features_of(row["sampling_params"]), supported
+            )
+        ):
+            raise HttpError(400, problem, "invalid_request_error")
         row.setdefault("priority", INTERACTIVE_PRIORITY)
         return row
+
+    def _single_input(self, task: Task, body: dict[str, Any]) -> Any:
+        value, problem = openai_body.single_input(task, body)
+        if problem:
+            raise HttpError(400, f"{problem} here", "invalid_request_error")
+        return value
 
     def _engine_model(self) -> str | None:
         model = self.replica.engine_info().get("model")
@@ -222,47 +210,15 @@ class HttpFront:
         return {"object": "list", "data": [model.model_dump()]}
 
     async def _complete(self, route: str, body: dict[str, Any]) -> Response:
-        task: Task = "chat" if route == "chat" else "completion"
-        value = body["messages"] if task == "chat" else body["prompt"]
-        if task == "completion" and not isinstance(value, str):
-            raise HttpError(400, "prompt must be one string here", "invalid_request_error")
-        result = await self._run(self._row(task, value, body))
-        samples: list[Any] = list(result.get("samples") or ()) or [result]
-        usage = _usage(result)
-        if task == "chat":
-            from openai.types.chat import ChatCompletion
-
-            chat = ChatCompletion.model_validate(
-                {
-                    "id": f"chatcmpl-{uuid.uuid4().hex}",
-                    "object": "chat.completion",
-                    "created": int(time.time()),
-                    "model": self.model,
-                    "choices": [_chat_choice(i, s) for i, s in enumerate(samples)],
-                    "usage": usage,
-                }
-            )
-            return _json(chat.model_dump(exclude_none=True))
         from openai.types import Completion
+        from openai.types.chat import ChatCompletion
 
-        completion = Completion.model_validate(
-            {
-                "id": f"cmpl-{uuid.uuid4().hex}",
-                "object": "text_completion",
-                "created": int(time.time()),
-                "model": self.model,
-                "choices": [
-                    {
-                        "index": i,
-                        "text": s.get("generated_text") or "",
-                        "finish_reason": _finish(s.get("finish_reason")),
-                    }
-                    for i, s in enumerate(samples)
-                ],
-                "usage": usage,
-            }
-        )
-        return _json(completion.model_dump(exclude_none=True))
+        task: Task = "chat" if route == "chat" else "completion"
+        row = self._row(task, self._single_input(task, body), body)
+        result = await self._run(row)
+        answer = openai_body.completion_body(task, result, self.model, row["request_id"])
+        (ChatCompletion if task == "chat" else Completion).model_validate(answer)  # a guard
+        return _json(answer)
 
     async def _embeddings(self, body: dict[str, Any]) -> Response:
         import asyncio
@@ -277,29 +233,10 @@ class HttpFront:
             )
         rows = [self._row("embedding", text, body) for text in texts]
         results = await asyncio.gather(*(self._run(row) for row in rows))
-        as_base64 = body.get("encoding_format") == "base64"
-        response = CreateEmbeddingResponse.model_validate(
-            {
-                "object": "list",
-                "model": self.model,
-                "data": [
-                    {"object": "embedding", "index": i, "embedding": r.get("embedding") or []}
-                    for i, r in enumerate(results)
-                ],
-                "usage": {
-                    "prompt_tokens": sum(r.get("num_input_tokens") or 0 for r in results),
-                    "total_tokens": sum(r.get("num_input_tokens") or 0 for r in results),
-                },
-            }
-        )
-        data = response.model_dump()
-        if as_base64:  # what the openai client asks for by default: float32, little-endian
-            for item in data["data"]:
-                vector = item["embedding"]
-                item["embedding"] = base64.b64encode(
-                    struct.pack(f"<{len(vector)}f", *vector)
-                ).decode()
-        return _json(data)
+        answer = openai_body.embeddings_body(results, self.model, body.get("encoding_format"))
+        if body.get("encoding_format") != "base64":
+            CreateEmbeddingResponse.model_validate(answer)  # a guard
+        return _json(answer)
 
     # -- streaming -----------------------------------------------------------------------------
 
@@ -307,10 +244,7 @@ class HttpFront:
         from starlette.responses import StreamingResponse
 
         task: Task = "chat" if route == "chat" else "completion"
-        value = body["messages"] if task == "chat" else body["prompt"]
-        if task == "completion" and not isinstance(value, str):
-            raise HttpError(400, "prompt must be one string here", "invalid_request_error")
-        row = self._row(task, value, body)
+        row = self._row(task, self._single_input(task, body), body)
         if (row.get("sampling_params") or {}).get("n", 1) != 1:
             raise HttpError(400, "streaming serves n=1 only", "invalid_request_error")
         usage = bool((body.get("stream_options") or {}).get("include_usage"))
@@ -345,7 +279,8 @@ class HttpFront:
                     raise HttpError(400, str(part["error"]), "invalid_request_error")
                 last = part
                 text = part.get("generated_text") or ""
-                finish = _finish(part["finish_reason"]) if part.get("finish_reason") else None
+                reason = part.get("finish_reason")
+                finish = openai_body.finish_reason(reason) if reason else None
                 if not text and finish is None:
                     continue
                 if task == "chat":
@@ -363,36 +298,8 @@ class HttpFront:
             yield f"data: {json.dumps(_error_body(failure))}\n\n"
             return
         if include_usage:
-            yield event([], _usage(last))
+            yield event([], openai_body.usage(last))
         yield "data: [DONE]\n\n"
-
-
-def _usage(result: Result) -> dict[str, int]:
-    prompt = result.get("num_input_tokens") or 0
-    generated = result.get("num_generated_tokens") or 0
-    return {
-        "prompt_tokens": prompt,
-        "completion_tokens": generated,
-        "total_tokens": prompt + generated,
-    }
-
-
-def _finish(reason: Any) -> str:
-    # OpenAI's types allow five reasons; an engine's own (abort, ...) reads as a plain stop.
-    return reason if reason in _FINISH else "stop"
-
-
-def _chat_choice(index: int, sample: Any) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": sample.get("generated_text")}
-    if sample.get("tool_calls"):
-        message["tool_calls"] = sample["tool_calls"]
-    if sample.get("reasoning_content"):
-        message["reasoning_content"] = sample["reasoning_content"]  # vLLM's extension
-    return {
-        "index": index,
-        "message": message,
-        "finish_reason": _finish(sample.get("finish_reason")),
-    }
 
 
 def _error_body(exc: HttpError) -> dict[str, Any]:
