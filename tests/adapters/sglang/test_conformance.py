@@ -9,9 +9,9 @@ and its Ray fixture skips elsewhere with a reason saying to run ``tox -e sglang-
 from __future__ import annotations
 
 import pytest
+from sglang_support import engine_skip_reason, engine_test_model
 
 from relayllm.testing import BackendConformanceTests, BackendContractTests
-from relayllm_sglang.testing import engine_skip_reason, engine_test_model
 
 # A small share of GPU memory: the kit and the end-to-end test never hold an engine at once,
 # but the GPU may be shared with other work.

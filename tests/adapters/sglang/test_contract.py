@@ -16,9 +16,17 @@ import zipfile
 import pytest
 
 import relayllm_sglang.deployment as deployment_module
+from relayllm.testing.source import function_signature
 from relayllm_sglang.options import FIRST_CLASS_OPTIONS, SGLangOptions, engine_kwargs
 from relayllm_sglang.reasoning import REASONING_PARSERS, split_reasoning
-from relayllm_sglang.source import ENGINE_MODULE, REASONING_PARSER_MODULE
+from relayllm_sglang.source import (
+    ENGINE_MODULE,
+    REASONING_PARSER_MODULE,
+    reasoning_parser_names,
+    reasoning_parsers,
+    sampling_param_fields,
+    server_args_fields,
+)
 from relayllm_sglang.translate import (
     ABORT,
     CACHED_TOKENS,
@@ -61,6 +69,12 @@ ENGINE_ATTRIBUTE_TYPES = {
 }
 
 
+def method_parameters(sglang_source, module: str, cls: str, method: str) -> tuple[set[str], bool]:
+    """Keyword-passable parameter names of ``cls.method`` and whether it takes ``**kwargs``."""
+    signature = function_signature(sglang_source.method(module, cls, method), method=True)
+    return set(signature.keywords), signature.varkw
+
+
 def every_option_set() -> SGLangOptions:
     """Options with every first-class field set, so every Engine kwarg they map to appears."""
     return SGLangOptions(
@@ -92,10 +106,10 @@ def test_engine_kwargs_are_serverargs_fields(sglang_source):
     for task in ("embed", "classify", "score"):
         kwargs.update(engine_kwargs(SGLangOptions(model_path="m", task=task)))
     assert "is_embedding" in kwargs
-    params, takes_kwargs = sglang_source.method_parameters(ENGINE_MODULE, "Engine", "__init__")
+    params, takes_kwargs = method_parameters(sglang_source, ENGINE_MODULE, "Engine", "__init__")
     # Engine(**kwargs) builds ServerArgs(**kwargs): each name must be a ServerArgs field.
     assert takes_kwargs or set(kwargs) <= params
-    missing = set(kwargs) - sglang_source.server_args_fields()
+    missing = set(kwargs) - server_args_fields(sglang_source)
     assert not missing, (
         f"sglang {sglang_source.root.name} has no ServerArgs field(s) {sorted(missing)}"
     )
@@ -106,21 +120,21 @@ def test_server_args_the_adapter_reads_are_serverargs_fields(sglang_source):
     source = inspect.getsource(SGLangOptions) + inspect.getsource(deployment_module)
     read = set(re.findall(r"server_args\.get\(\"(\w+)\"\)", source))
     assert {"is_embedding", "enable_deterministic_inference", "enable_dp_attention"} <= read
-    missing = read - sglang_source.server_args_fields()
+    missing = read - server_args_fields(sglang_source)
     assert not missing, f"ServerArgs has no {sorted(missing)}"
 
 
 def test_async_generate_keywords_exist(sglang_source):
     rows = [EngineInput("generate", input_ids=[1], sampling_params={}, lora="a", priority=10)]
     used = set(generate_kwargs(rows))
-    params, _ = sglang_source.method_parameters(ENGINE_MODULE, "Engine", "async_generate")
+    params, _ = method_parameters(sglang_source, ENGINE_MODULE, "Engine", "async_generate")
     assert {"input_ids", "sampling_params", "lora_path", "priority"} <= used
     assert used <= params, f"Engine.async_generate has no {sorted(used - params)}"
 
 
 def test_async_encode_keywords_exist(sglang_source):
     used = set(encode_kwargs([EngineInput("encode", text="x", lora="a")]))
-    params, _ = sglang_source.method_parameters(ENGINE_MODULE, "Engine", "async_encode")
+    params, _ = method_parameters(sglang_source, ENGINE_MODULE, "Engine", "async_encode")
     assert {"prompt", "lora_path"} <= used
     assert used <= params, f"Engine.async_encode has no {sorted(used - params)}"
 
@@ -136,7 +150,7 @@ def test_sampling_param_names_the_adapter_emits_exist(sglang_source):
     }
     emitted = set(sglang_sampling_params(every))
     assert set(RENAMED_SAMPLING_PARAMS.values()) | {JSON_SCHEMA_PARAM} <= emitted
-    missing = emitted - sglang_source.sampling_param_fields()
+    missing = emitted - sampling_param_fields(sglang_source)
     assert not missing, f"SamplingParams has no {sorted(missing)}"
 
 
@@ -146,14 +160,14 @@ def test_surface_names_the_adapter_emits_exist(sglang_source):
     these names (n and tools are refused up front, SGLangBackend.features)."""
     item = EngineInput("generate", input_ids=[1], sampling_params={}, top_logprobs=2)
     used = set(generate_kwargs([item, EngineInput("generate", input_ids=[2], prompt_logprobs=1)]))
-    params, _ = sglang_source.method_parameters(ENGINE_MODULE, "Engine", "async_generate")
+    params, _ = method_parameters(sglang_source, ENGINE_MODULE, "Engine", "async_generate")
     assert set(LOGPROB_ARGS) <= used <= params, sorted(used - params)
     forms = {"json": {"type": "object"}, "regex": "a+", "choice": ["a"], "grammar": 'root ::= "a"'}
     assert set(forms) == set(STRUCTURED_PARAMS)
     for form, value in forms.items():
         emitted = set(sglang_sampling_params({"structured_outputs": {form: value}}))
         assert emitted == {STRUCTURED_PARAMS[form]}
-        assert emitted <= sglang_source.sampling_param_fields(), emitted
+        assert emitted <= sampling_param_fields(sglang_source), emitted
     module = sglang_source.module(TOKENIZER_MANAGER[0])
     subscripts = {
         node.slice.value
@@ -226,7 +240,7 @@ def test_sglang_imports_of_the_deployment_exist(sglang_source):
     }
     assert EMBEDDING_REQUEST in imported
     for module, name in imported:
-        sglang_source.resolve(module, name)  # raises SourceLayoutError if it is gone
+        sglang_source.definition(module, name)  # raises SourceLayoutError if it is gone
 
 
 def test_pooling_requests_use_the_engines_own_names(sglang_source):
@@ -234,11 +248,11 @@ def test_pooling_requests_use_the_engines_own_names(sglang_source):
     Engine.rerank builds (text pairs, the cross-encoder flag), awaited the way async_encode
     awaits its own."""
     encode = set(encode_kwargs([EngineInput("classify", text="x", lora="a")]))
-    params, _ = sglang_source.method_parameters(ENGINE_MODULE, "Engine", "async_encode")
+    params, _ = method_parameters(sglang_source, ENGINE_MODULE, "Engine", "async_encode")
     assert encode <= params, sorted(encode - params)
     pairs = rerank_kwargs([EngineInput("score", pair=("q", "d"), lora="a")])
     assert {"text", CROSS_ENCODER_FLAG, "lora_path"} == set(pairs)
-    fields = sglang_source.struct_fields(*EMBEDDING_REQUEST)
+    fields = sglang_source.fields(*EMBEDDING_REQUEST)
     assert set(pairs) <= fields, f"EmbeddingReqInput has no {sorted(set(pairs) - fields)}"
     rerank = engine_method(sglang_source, "rerank")
     built = [
@@ -271,8 +285,7 @@ def test_pooling_outputs_are_read_as_sglang_builds_and_reads_them(sglang_source)
 
 def engine_method(sglang_source, name: str) -> ast.FunctionDef | ast.AsyncFunctionDef:
     """The definition of ``Engine.<name>`` in the pinned release (its own or a mixin's)."""
-    where, node = sglang_source.find_class(ENGINE_MODULE, "Engine")
-    for _, klass in sglang_source._classes(where, node):
+    for _, klass in sglang_source.mro(ENGINE_MODULE, "Engine"):
         for item in klass.body:
             if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name == name:
                 return item
@@ -281,8 +294,7 @@ def engine_method(sglang_source, name: str) -> ast.FunctionDef | ast.AsyncFuncti
 
 def class_method(sglang_source, module: str, cls: str, name: str) -> ast.FunctionDef:
     """The definition of ``cls.<name>`` in the pinned release (its own or a base's)."""
-    where, node = sglang_source.find_class(module, cls)
-    for _, klass in sglang_source._classes(where, node):
+    for _, klass in sglang_source.mro(module, cls):
         for item in klass.body:
             if isinstance(item, ast.FunctionDef) and item.name == name:
                 return item
@@ -292,7 +304,7 @@ def class_method(sglang_source, module: str, cls: str, name: str) -> ast.Functio
 def test_the_reasoning_parser_option_takes_the_releases_parser_names(sglang_source):
     """The option accepts exactly the names of the pinned release's ReasoningParser registry
     (DetectorMap), which are also the names its server's --reasoning-parser offers."""
-    registry = sglang_source.reasoning_parser_names()
+    registry = reasoning_parser_names(sglang_source)
     assert registry == REASONING_PARSERS, (
         f"update relayllm_sglang.reasoning.REASONING_PARSERS: the release adds "
         f"{sorted(registry - REASONING_PARSERS)} and drops {sorted(REASONING_PARSERS - registry)}"
@@ -323,7 +335,7 @@ def test_the_reasoning_parser_is_built_and_called_as_the_release_defines_it(sgla
         if isinstance(node, ast.Call) and getattr(node.func, "id", None) == REASONING_PARSER[1]
     ]
     assert len(built) == 1 and "model_type" in built[0], built
-    params, _ = sglang_source.method_parameters(*REASONING_PARSER, "__init__")
+    params, _ = method_parameters(sglang_source, *REASONING_PARSER, "__init__")
     assert built[0] <= params, f"ReasoningParser() has no {sorted(built[0] - params)}"
     # force_reasoning=None must leave each detector its own default: the constructor passes
     # it on only when set.
@@ -351,7 +363,7 @@ def test_the_reasoning_parser_is_built_and_called_as_the_release_defines_it(sgla
 
     assert ".detector.think_start_token" in inspect.getsource(deployment_module)
     assert "detector" in sglang_source.members(*REASONING_PARSER)
-    for name, detector in sglang_source.reasoning_parsers().items():
+    for name, detector in reasoning_parsers(sglang_source).items():
         assert "think_start_token" in sglang_source.members(REASONING_PARSER_MODULE, detector), (
             f"the {name!r} parser's {detector} has no think_start_token"
         )
@@ -360,7 +372,7 @@ def test_the_reasoning_parser_is_built_and_called_as_the_release_defines_it(sgla
 def test_the_grammar_fields_that_keep_an_answer_whole_are_sampling_params(sglang_source):
     """A chat row with one of these is not split into reasoning (see EngineInput.may_reason):
     each must be a SamplingParams field, and every form of structured output one of them."""
-    missing = GRAMMAR_PARAMS - sglang_source.sampling_param_fields()
+    missing = GRAMMAR_PARAMS - sampling_param_fields(sglang_source)
     assert not missing, f"SamplingParams has no {sorted(missing)}"
     assert {JSON_SCHEMA_PARAM, *STRUCTURED_PARAMS.values()} <= GRAMMAR_PARAMS
 

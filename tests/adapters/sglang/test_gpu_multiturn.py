@@ -9,9 +9,9 @@ import json
 from typing import Any
 
 import pytest
+from sglang_support import engine_skip_reason, engine_test_model
 
 import relayllm
-from relayllm_sglang.testing import engine_skip_reason, engine_test_model
 
 pytestmark = pytest.mark.gpu
 

@@ -238,3 +238,24 @@ def test_a_pipeline_step_is_checked_against_the_task_option_before_any_engine(tm
     unserved = "steps[0].task" in problems and "does not serve task 'score'" in problems
     assert unserved == (task == "classify"), problems
     assert not ray.is_initialized()
+
+
+SECRET = "sk-live-0123456789abcdef-not-for-logs"
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"tp_size": SECRET},
+        {"api_key": SECRET},
+        {"lora_paths": {"a": {"k": SECRET}}},
+        {"server_args": SECRET},
+    ],
+)
+def test_an_options_error_never_shows_the_value(bad):
+    """A value may be a key pasted in the wrong field: the message names the field only."""
+    with pytest.raises(relayllm.ConfigError) as caught:
+        parse(model_path="m", **bad)
+    assert SECRET not in str(caught.value)
+    assert SECRET not in relayllm.errors.describe_exception(caught.value, causes=5)
+    assert str(caught.value).startswith(f"invalid options for backend 'sglang': {next(iter(bad))}")

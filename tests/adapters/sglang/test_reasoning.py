@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 import relayllm
+from relayllm.adapters.source import SourceTree
 from relayllm_sglang.backend import SGLangBackend, check_reasoning_parser
 from relayllm_sglang.options import engine_kwargs
 from relayllm_sglang.reasoning import prompt_opens_reasoning, split_reasoning
-from relayllm_sglang.source import SourceTree
 from relayllm_sglang.translate import EngineInput, generation_result, serve_batch
 
 
@@ -41,10 +41,10 @@ def test_the_option_takes_sglangs_names_and_reaches_the_engine():
 @pytest.mark.parametrize(
     ("name", "message"),
     [
-        ("qwen-3", r"reasoning_parser\n.*'qwen-3' is not one of sglang's reasoning parsers "
+        ("qwen-3", r"reasoning_parser: .*'qwen-3' is not one of sglang's reasoning parsers "
          r"\(did you mean 'qwen3'\?\); known: apertus2509, "),
-        ("deepseek_r1", r"reasoning_parser\n.*\(did you mean 'deepseek-r1'\?\)"),  # vLLM's name
-        ("auto", r"reasoning_parser\n.*'auto' \(SGLang's server guessing the parser from the "
+        ("deepseek_r1", r"reasoning_parser: .*\(did you mean 'deepseek-r1'\?\)"),  # vLLM's name
+        ("auto", r"reasoning_parser: .*'auto' \(SGLang's server guessing the parser from the "
          r"chat template\) is not supported: name the model's parser"),
     ],
 )  # fmt: skip

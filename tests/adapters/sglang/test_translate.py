@@ -16,6 +16,7 @@ import re
 
 import pytest
 
+from relayllm_sglang.source import sampling_param_fields
 from relayllm_sglang.translate import (
     EngineInput,
     call_per_batch,
@@ -170,7 +171,7 @@ def test_params_sglang_cannot_take_fail_the_row(params, message):
 
 
 def test_unknown_name_fails_with_a_suggestion_when_names_are_known(sglang_source):
-    known = sglang_source.sampling_param_fields()
+    known = sampling_param_fields(sglang_source)
     with pytest.raises(ValueError, match=r"temprature.*did you mean 'temperature'"):
         sglang_sampling_params({"temprature": 0.5}, known)
     assert sglang_sampling_params({"max_tokens": 4, "ebnf": "root ::= 'a'"}, known) == {

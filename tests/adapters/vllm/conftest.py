@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -37,57 +33,18 @@ def ray_session():
 # -- the GPU build's source (the API contract test) --------------------------------------------
 
 
-def _wheel_cache() -> Path:
-    base = (
-        os.environ.get("RELAYLLM_TEST_CACHE")
-        or os.environ.get("XDG_CACHE_HOME")
-        or Path.home() / ".cache"
-    )
-    return Path(base) / "relayllm" / "wheels"
-
-
-def download_wheel(dist: str, version: str) -> Path:
-    """``pip download --no-deps DIST==VERSION`` (vllm's GPU wheel: ~330 MB), kept in the user's
-    cache dir so CI downloads it once; never installed."""
-    cache = _wheel_cache()
-    cached = sorted(cache.glob(f"{dist}-{version}-*.whl"))
-    if cached:
-        return cached[0]
-    cache.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=cache) as tmp:
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "--no-deps",
-                "--only-binary=:all:",
-                "--disable-pip-version-check",
-                "-q",
-                "-d",
-                tmp,
-                f"{dist}=={version}",
-            ],
-            check=True,
-            timeout=1800,
-        )
-        (wheel,) = Path(tmp).glob(f"{dist}-*.whl")
-        final = cache / wheel.name
-        shutil.move(str(wheel), final)  # whole files only: a cut download never lands here
-    return final
-
-
 @pytest.fixture(scope="session")
 def vllm_gpu_wheel() -> Path:
+    """The pinned GPU release's wheel (~330 MB), fetched once into the user's cache dir."""
+    from relayllm.testing.source import pinned_wheel
     from relayllm_vllm.versions import VLLM_DISTRIBUTIONS, VLLM_VERSION
 
-    return download_wheel(VLLM_DISTRIBUTIONS["gpu"], VLLM_VERSION)
+    return pinned_wheel(VLLM_DISTRIBUTIONS["gpu"], VLLM_VERSION)
 
 
 @pytest.fixture(scope="session")
 def vllm_gpu_source(vllm_gpu_wheel):
     """The pinned GPU release's source, read from its wheel (never imported)."""
-    from vllm_api import SourceTree
+    from relayllm.testing.source import SourceTree
 
     return SourceTree(vllm_gpu_wheel)

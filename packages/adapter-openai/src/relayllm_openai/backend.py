@@ -9,8 +9,6 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
-
 import relayllm
 from relayllm.errors import ConfigError
 from relayllm.rows import FEATURES, TASKS
@@ -39,19 +37,6 @@ class OpenAIBackend(relayllm.Backend):
     def features_for(cls, options: OpenAIOptions) -> frozenset[str]:
         """What the endpoint supports, as ``options.features`` declares it."""
         return frozenset(options.features)
-
-    @classmethod
-    def parse_options(cls, options: dict[str, Any]) -> BaseModel:
-        # pydantic's own message repeats each bad value; a value here may be a key pasted in
-        # the wrong field, so the message names fields and reasons only.
-        try:
-            return cls.Options.model_validate(options)
-        except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc']) or 'options'}: {e['msg']}"
-                for e in exc.errors(include_url=False, include_input=False, include_context=False)
-            )
-            raise ConfigError(f"invalid options for backend 'openai': {problems}") from None
 
     @classmethod
     def check_options(cls, options: OpenAIOptions) -> None:

@@ -16,11 +16,16 @@ import openai
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 import relayllm
-from relayllm.adapters import UnsupportedParameter, check_sampling_support
+from relayllm.adapters import (
+    UnsupportedParameter,
+    check_sampling_support,
+    estimated_tokens,
+    replica_count,
+)
 from relayllm.rows import Request, Result, error_result
 from relayllm.serving.traffic import BATCH_PRIORITY, INTERACTIVE_PRIORITY
-from relayllm_openai.admission import Admission, class_budgets, estimate_tokens, replicas_of
 from relayllm_openai.options import FEATURE_FIELDS, OPENAI_SAMPLING_PARAMS, OpenAIOptions
+from relayllm_openai.rate_gate import RateGate, class_budgets
 from relayllm_openai.retrying import (
     BackoffHonouringRetryAfter,
     MalformedResponse,
@@ -68,11 +73,13 @@ class OpenAIDeployment(relayllm.BatchDeployment):
         # Batch rows and interactive (HTTP front) requests each have a budget of their own.
         share = options.interactive_share if deployment.get("http") else 0.0
         gates = [
-            Admission(**budget, replicas=replicas_of(deployment))
+            RateGate(**budget, replicas=replica_count(deployment, "max"))
             for budget in class_budgets(options, share)
         ]
-        self._admission = gates[0]
-        self._interactive_admission = gates[-1]
+        # The provider's rate limits, per traffic class (self.admission, the base class's, is
+        # the latency controller of an HTTP front and another thing).
+        self._batch_gate = gates[0]
+        self._interactive_gate = gates[-1]
         self.attempts = 0  # HTTP requests sent for rows, retries included
         self.retries = 0
         self._models: list[str] = []  # what the endpoint listed at the last health()
@@ -81,7 +88,7 @@ class OpenAIDeployment(relayllm.BatchDeployment):
             deployment.get("name"),
             options.model,
             self.base_url,
-            self._admission.describe(),
+            self._batch_gate.describe(),
         )
 
     @property
@@ -101,10 +108,10 @@ class OpenAIDeployment(relayllm.BatchDeployment):
             )
         except UnsupportedParameter as exc:
             return error_result(f"{exc} (or list it in options.extra_sampling_params)")
-        estimate = estimate_tokens(request)
+        estimate = estimated_tokens(request)
         attempts = 0
         interactive = request.get("priority", BATCH_PRIORITY) <= INTERACTIVE_PRIORITY
-        gate = self._interactive_admission if interactive else self._admission
+        gate = self._interactive_gate if interactive else self._batch_gate
 
         async def attempt() -> Result:
             nonlocal attempts
@@ -140,8 +147,8 @@ class OpenAIDeployment(relayllm.BatchDeployment):
         exc = state.outcome.exception() if state.outcome else None
         asked = retry_after_s(exc)
         if isinstance(exc, openai.RateLimitError) and asked:
-            self._admission.pause(asked)  # the endpoint's limit covers both classes
-            self._interactive_admission.pause(asked)
+            self._batch_gate.pause(asked)  # the endpoint's limit covers both classes
+            self._interactive_gate.pause(asked)
         logger.warning(
             "retrying a request to %s in %.2fs: %s",
             self.base_url,
@@ -217,8 +224,8 @@ class OpenAIDeployment(relayllm.BatchDeployment):
         return {
             "model": self.options.model,
             "base_url": self.base_url,
-            "limits": self._admission.describe(),
-            "interactive_limits": self._interactive_admission.describe(),
+            "limits": self._batch_gate.describe(),
+            "interactive_limits": self._interactive_gate.describe(),
             "attempts": self.attempts,
             "retries": self.retries,
         }

@@ -7,21 +7,15 @@ import logging
 from typing import Any, ClassVar
 
 from relayllm import Backend, ConfigError
-from relayllm.rows import FEATURES, TEXT_TASKS
+from relayllm.adapters import row_tasks
+from relayllm.rows import FEATURES
 from relayllm.serving.replica import BatchDeployment
-from relayllm_sglang import INSTALL_HINT, SGLANG_VERSION
+from relayllm_sglang import INSTALL_HINT, SGLANG_VERSION, source
 from relayllm_sglang.options import SGLangOptions, check_server_arg_names, engine_kwargs
 from relayllm_sglang.reasoning import reasoning_parser_problem
 from relayllm_sglang.source import SourceLayoutError, SourceTree
 
 logger = logging.getLogger(__name__)
-
-#: The row task each pooling ``task`` option serves.
-POOLING_TASK_OF: dict[str, frozenset[str]] = {
-    "embed": frozenset({"embedding"}),
-    "classify": frozenset({"classify"}),
-    "score": frozenset({"score"}),
-}
 
 
 class SGLangBackend(Backend):
@@ -37,7 +31,7 @@ class SGLangBackend(Backend):
     def tasks_for(cls, options: SGLangOptions) -> frozenset[str]:
         """One engine runs one kind of model (``options.task``): a generation model serves
         text; a pooling model embeddings, class probabilities or cross-encoder scores."""
-        return POOLING_TASK_OF.get(options.model_task, TEXT_TASKS)
+        return row_tasks(options.model_task)
 
     #: What the adapter translates to the engine's API (relayllm_sglang.translate). Refused up
     #: front: n > 1 (one output per prompt in a batched call) and tools (SGLang parses tool
@@ -51,7 +45,7 @@ class SGLangBackend(Backend):
     @classmethod
     def check_options(cls, options: SGLangOptions) -> None:
         """Every ServerArgs name the options produce exists in the installed sglang."""
-        tree = SourceTree.installed()
+        tree = source.installed()
         if tree is not None:
             check_options_against(options, tree)
 
@@ -72,7 +66,7 @@ def check_options_against(options: SGLangOptions, tree: SourceTree) -> None:
     installed release may have others)."""
     check_reasoning_parser(options, tree)
     try:
-        known = tree.server_args_fields()
+        known = source.server_args_fields(tree)
     except SourceLayoutError as exc:
         # A release laid out differently from the pinned one: the engine still rejects unknown
         # names itself when it starts, only later.
@@ -96,7 +90,7 @@ def check_reasoning_parser(options: SGLangOptions, tree: SourceTree) -> None:
     if options.reasoning_parser is None:
         return
     try:
-        known = tree.reasoning_parser_names()
+        known = source.reasoning_parser_names(tree)
     except SourceLayoutError as exc:
         # The engine still refuses an unknown parser itself when it starts, only later.
         logger.warning("cannot read sglang's reasoning parsers (%s); not checked", exc)
@@ -125,7 +119,6 @@ def placement(options: SGLangOptions) -> dict[str, Any]:
 
 
 __all__ = [
-    "POOLING_TASK_OF",
     "SGLangBackend",
     "check_options_against",
     "check_reasoning_parser",

@@ -16,7 +16,7 @@ from relayllm.rows import Request, Result
 from relayllm_sglang import INSTALL_HINT
 from relayllm_sglang.options import SGLangOptions, engine_kwargs
 from relayllm_sglang.reasoning import prompt_opens_reasoning
-from relayllm_sglang.source import SourceLayoutError, SourceTree
+from relayllm_sglang.source import SourceLayoutError, installed, sampling_param_fields
 from relayllm_sglang.translate import EngineInput, engine_input, id2label, serve_batch
 
 logger = logging.getLogger(__name__)
@@ -163,9 +163,9 @@ class SGLangDeployment(BatchDeployment):
 def _sampling_param_names() -> set[str] | None:
     """SamplingParams' names in the installed sglang, so a row's unknown name is that row's
     error up front; None if unreadable (the engine then rejects it, still only for that row)."""
-    tree = SourceTree.installed()
+    tree = installed()
     try:
-        return tree.sampling_param_fields() if tree else None
+        return sampling_param_fields(tree) if tree else None
     except SourceLayoutError:
         return None
 

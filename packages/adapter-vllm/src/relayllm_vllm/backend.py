@@ -11,8 +11,8 @@ from typing import Any, ClassVar
 
 import relayllm
 from relayllm import ConfigError
-from relayllm.adapters import did_you_mean
-from relayllm.rows import FEATURES, TEXT_TASKS
+from relayllm.adapters import did_you_mean, row_tasks
+from relayllm.rows import FEATURES
 from relayllm_vllm.options import VLLMOptions
 from relayllm_vllm.versions import VLLM_DISTRIBUTIONS, VLLM_VERSION
 
@@ -48,12 +48,7 @@ class VLLMBackend(relayllm.Backend):
         """One engine runs one kind of model: ``task: generate`` serves text (chat,
         completion), ``embed`` embeddings, ``classify`` class probabilities, ``score``
         relevance scores of (query, document) pairs."""
-        return {
-            "generate": TEXT_TASKS,
-            "embed": frozenset({"embedding"}),
-            "classify": frozenset({"classify"}),
-            "score": frozenset({"score"}),
-        }[options.task]
+        return row_tasks(options.task)
 
     features: ClassVar[frozenset[str]] = frozenset(FEATURES)
 

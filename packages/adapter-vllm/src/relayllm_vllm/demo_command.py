@@ -10,8 +10,14 @@ from pathlib import Path
 
 import click
 
-from relayllm.cli.common import address_option, handle_errors, verbose_option
-from relayllm.cli.progress import Console
+from relayllm.cli.kit import (
+    Console,
+    ConsoleHooks,
+    address_option,
+    format_summary,
+    handle_errors,
+    verbose_option,
+)
 
 
 @click.command()
@@ -29,7 +35,6 @@ def demo(output_path, address, verbose):
     beyond the package index), deploys it with the vllm backend, runs the pipeline of
     examples/questions.yaml, prints the answers and the per-step summary.
     """
-    from relayllm.cli.run import ConsoleHooks, format_summary
     from relayllm.pipelines import parse_pipeline, run_pipeline
     from relayllm_vllm.demo import ensure_demo_model
     from relayllm_vllm.demo_pipeline import QUESTIONS_YAML

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
+from relayllm.adapters.options import parse_options
 from relayllm.errors import (
-    ConfigError,
     DuplicateBackendError,
     IncompatibleAdapterError,
     MissingDependencyError,
@@ -110,11 +110,9 @@ class Backend:
 
     @classmethod
     def parse_options(cls, options: dict[str, Any]) -> BaseModel:
-        """Validate ``options``; the error names the backend and the field."""
-        try:
-            return cls.Options.model_validate(options)
-        except ValidationError as exc:
-            raise ConfigError(f"invalid options for backend {cls.name!r}: {exc}") from exc
+        """Validate ``options``; the error names the backend, the fields and the reasons, never
+        a value (one may be a secret)."""
+        return parse_options(cls.name, cls.Options, options)
 
     @classmethod
     def missing_requirements(cls) -> list[str]:

@@ -1,4 +1,7 @@
-"""The ``relayllm`` command: one module per subcommand, wired into one click group here."""
+"""The ``relayllm`` command: one module per subcommand, wired into one click group here.
+
+Public: :func:`main`, and :mod:`relayllm.cli.kit` for plugins' commands; the other modules
+are internal."""
 
 from __future__ import annotations
 

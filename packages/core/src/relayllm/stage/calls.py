@@ -7,8 +7,10 @@ at once. With ``ProcessorConfig.token_budget`` a call also closes when the estim
 its rows would pass the budget: long rows travel in small calls, short rows in full ones.
 
 The estimate is deliberately cheap (no tokenizer in the stage): about four characters a token
-for the prompt (English text on BPE vocabularies), plus the row's ``max_tokens`` when it sets
-one. It only decides where calls split; nothing is truncated or refused because of it.
+for the prompt (English text on BPE vocabularies), plus the answer the row allows (its
+``max_tokens``) when it sets one. It only decides where calls split; nothing is truncated or
+refused because of it. Rate budgets charge the same estimate (:mod:`relayllm.adapters`
+re-exports it), so a row costs one number everywhere.
 """
 
 from __future__ import annotations
@@ -25,11 +27,14 @@ T = TypeVar("T")
 
 
 def estimated_tokens(request: Request) -> int:
-    """Prompt tokens (characters / 4, at least 1) plus the row's ``max_tokens`` if set."""
+    """Prompt tokens (characters / 4, at least 1) plus the answer the row allows: its
+    ``max_tokens`` (or ``max_completion_tokens``), none for an embedding."""
     prompt = -(-len(request_text(request)) // CHARS_PER_TOKEN) or 1
-    max_tokens: Any = (request.get("sampling_params") or {}).get("max_tokens")
-    answer = max_tokens if isinstance(max_tokens, int) and max_tokens > 0 else 0
-    return prompt + answer
+    if request.get("task") == "embedding":
+        return prompt
+    params: Any = request.get("sampling_params") or {}
+    limit = params.get("max_tokens") or params.get("max_completion_tokens")
+    return prompt + (limit if isinstance(limit, int) and limit > 0 else 0)
 
 
 def split_into_calls(

@@ -12,7 +12,8 @@ What it checks (no Ray cluster, no engine):
 - ``test_backend_discovered_through_entry_point``: the backend is registered, by the named
   distribution's ``relayllm`` entry point (not by an import side effect).
 - ``test_options_reject_unknown_keys``: the kit's options are valid and a misspelled key is an
-  error naming the key (an ``Options`` model without ``extra="forbid"`` drops it silently).
+  error naming the key (an ``Options`` model without ``extra="forbid"`` drops it silently) and
+  not its value (a value may be a secret).
 - ``test_import_stays_light``: importing relayllm and the adapter's plugin module loads none of
   vllm, sglang, torch, openai, transformers (checked in a fresh interpreter).
 - ``test_tasks_for_options``: ``Backend.tasks_for(options)`` names known tasks, at least one,
@@ -113,8 +114,13 @@ class BackendContractTests(metaclass=_KitMeta):
     def test_options_reject_unknown_keys(self):
         backend = self.backend_class()
         backend.parse_options(self.options)  # the kit's own options are valid
-        with pytest.raises(relayllm.ConfigError, match="no_such_option_xyz"):
-            backend.parse_options({**self.options, "no_such_option_xyz": 1})
+        secret = "sk-kit-0123456789abcdef-not-for-messages"
+        with pytest.raises(relayllm.ConfigError, match="no_such_option_xyz") as caught:
+            backend.parse_options({**self.options, "no_such_option_xyz": secret})
+        assert secret not in str(caught.value), (
+            "the options error repeats a value (it may be a secret); build it with "
+            "relayllm.adapters.options_error, or leave parse_options to relayllm.Backend"
+        )
 
     def test_import_stays_light(self):
         modules = ["relayllm"]

@@ -1,4 +1,4 @@
-"""What every adapter shares, so the three of them (and third-party ones) speak one dialect.
+"""The sampling-parameter policy every adapter shares, and ``response_format`` parsed once.
 
 - :func:`check_sampling_support`: the one policy for a sampling parameter a backend does not
   support -- that row fails with an error naming the backend and the parameter (and the closest
@@ -7,8 +7,6 @@
 - :func:`parse_response_format`: OpenAI's ``response_format`` as one :class:`StructuredOutput`
   that each adapter turns into its engine's constraint.
 - :func:`did_you_mean`: the suggestion for a misspelled name (options, engine kwargs, params).
-
-Pure Python: no engine import, so adapters' translations are unit-tested without an engine.
 """
 
 from __future__ import annotations
@@ -18,19 +16,6 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
-
-from relayllm.rows import Request, Result, error_result
-
-__all__ = [
-    "StructuredOutput",
-    "UnsupportedParameter",
-    "check_sampling_support",
-    "did_you_mean",
-    "error_result",
-    "parse_response_format",
-    "Request",
-    "Result",
-]
 
 
 def did_you_mean(name: str, known: Iterable[str]) -> str:
@@ -99,3 +84,12 @@ def parse_response_format(value: Any) -> StructuredOutput | None:
             )
         return StructuredOutput("json_schema", dict(schema))
     raise ValueError(f"{where}.type must be 'text', 'json_object' or 'json_schema', got {kind!r}")
+
+
+__all__ = [
+    "StructuredOutput",
+    "UnsupportedParameter",
+    "check_sampling_support",
+    "did_you_mean",
+    "parse_response_format",
+]

@@ -1,4 +1,4 @@
-"""Admission control for the endpoint: a concurrency cap, a request pace and a token bucket.
+"""The endpoint's rate gate: a concurrency cap, a request pace and a token bucket.
 
 An instance lives in each Serve replica of the deployment, so every processor that sends rows
 to the deployment passes through the same gate: the limits are global, not per processor or
@@ -9,21 +9,15 @@ others), so the deployment as a whole stays within the configured numbers.
 from __future__ import annotations
 
 import asyncio
-import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 from aiolimiter import AsyncLimiter
 
-from relayllm.rows import Request, request_text
-
-#: Providers estimate a request's prompt tokens from its length before counting them; so do we.
-CHARS_PER_TOKEN = 4
-
 
 def class_budgets(options: Any, interactive_share: float) -> tuple[dict[str, Any], ...]:
-    """The Admission arguments of the batch and of the interactive class: the options'
+    """The :class:`RateGate` arguments of the batch and of the interactive class: the options'
     budgets split by ``interactive_share`` (0: one budget, all batch; then only one)."""
 
     def part(share: float) -> dict[str, Any]:
@@ -41,8 +35,10 @@ def class_budgets(options: Any, interactive_share: float) -> tuple[dict[str, Any
     return part(1.0 - interactive_share), part(interactive_share)
 
 
-class Admission:
-    """The gate every request to the endpoint passes, retries included."""
+class RateGate:
+    """The gate every request to the endpoint passes, retries included. (Not the replica's
+    latency controller, ``relayllm.serving.admission``, nor Serve's ``max_ongoing_requests``:
+    this one keeps within the provider's rate limits.)"""
 
     def __init__(
         self,
@@ -117,24 +113,4 @@ class Admission:
         }
 
 
-def estimate_tokens(request: Request) -> int:
-    """What a request costs before its usage is known: prompt characters / 4 plus
-    ``max_tokens`` (providers charge a request's ``max_tokens`` against the token budget)."""
-    chars = len(request_text(request))
-    params = request.get("sampling_params") or {}
-    completion = 0
-    if request.get("task") != "embedding":
-        completion = params.get("max_tokens") or params.get("max_completion_tokens") or 0
-    return math.ceil(chars / CHARS_PER_TOKEN) + int(completion)
-
-
-def replicas_of(deployment: dict[str, Any]) -> int:
-    """How many replicas share the budget: ``num_replicas``, or the autoscaling maximum (the
-    most that can run at once), so the deployment never exceeds it."""
-    autoscaling = deployment.get("autoscaling_config") or {}
-    if autoscaling:
-        return max(1, int(autoscaling.get("max_replicas") or 1))
-    return max(1, int(deployment.get("num_replicas") or 1))
-
-
-__all__ = ["class_budgets", "CHARS_PER_TOKEN", "Admission", "estimate_tokens", "replicas_of"]
+__all__ = ["RateGate", "class_budgets"]

@@ -1,0 +1,30 @@
+"""What a plugin's command uses from the ``relayllm`` command: public, kept stable.
+
+A plugin adds commands through the ``relayllm_register_commands`` hook (relayllm-vllm adds
+``relayllm demo``). Built from these, its command takes the same options, prints progress and
+the per-step summary the same way, and turns relayllm's errors into the same one-line message
+and exit code as relayllm's own commands. Everything else under ``relayllm.cli`` is internal and
+may change in any release; an adapter imports only this module.
+
+- :func:`address_option` / :func:`verbose_option`: the ``--address`` and ``-v`` options.
+- :func:`handle_errors`: relayllm's errors as ``error: ...`` and a non-zero exit, no traceback.
+- :class:`Console`: phases and progress lines on stderr.
+- :class:`ConsoleHooks`: a pipeline run's progress on a :class:`Console`
+  (``run_pipeline(..., hooks=ConsoleHooks(console, verbose))``).
+- :func:`format_summary`: a run's per-step summary as text.
+"""
+
+from __future__ import annotations
+
+from relayllm.cli.common import address_option, handle_errors, verbose_option
+from relayllm.cli.progress import Console
+from relayllm.cli.run import ConsoleHooks, format_summary
+
+__all__ = [
+    "Console",
+    "ConsoleHooks",
+    "address_option",
+    "format_summary",
+    "handle_errors",
+    "verbose_option",
+]
