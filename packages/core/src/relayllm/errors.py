@@ -45,8 +45,8 @@ class RowError(RelayLLMError):
 
 
 class ResourceFitError(ConfigError):
-    """What a pipeline runs at once does not fit on the Ray cluster; raised before any engine
-    starts, naming what does not fit and what to change."""
+    """A deployment's replicas, or what a pipeline runs at once, do not fit on the Ray cluster;
+    raised before any engine starts, naming what is short and what to change."""
 
 
 class EngineFailedError(RelayLLMError):
