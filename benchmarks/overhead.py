@@ -90,7 +90,8 @@ def run_relayllm(ds, batch_size: int = BATCH_SIZE):
 
 
 def run_relayllm_actor_transport(ds, batch_size: int = BATCH_SIZE):
-    """relayllm as it was before the transport change: Serve's actor calls."""
+    """relayllm over Serve's actor calls, the transport the stage falls back to when gRPC
+    cannot carry a call: the same stage, so the difference is the transport's alone."""
     proc = build_processor(
         ProcessorConfig(
             deployment=DEPLOYMENT, task="completion", batch_size=batch_size, transport="actor"
@@ -430,7 +431,7 @@ def main() -> None:
         for label, value in results[-1]["ratios"].items():
             print(f"  {rows:>9,} rows: {label} = {value:.2f}x", flush=True)
 
-    from report import overhead_targets  # the one place that judges the targets
+    from reporting.overhead import overhead_targets  # the one place that judges them
 
     report = {
         "host": host,

@@ -1,10 +1,14 @@
-"""Write the measured figures of docs/reliability.md from the results file the tests fill.
+"""Write the measured figures of docs/reliability.md from docs/results/reliability.json.
 
+    export RELAYLLM_RESULTS_FILE=docs/results/reliability.json   # else a temporary file
     pytest tests/reliability tests/adapters/vllm/test_engine_faults.py   # records figures
     python docs/reliability.py                                           # rewrites the table
+    python docs/reliability.py --check   # exit 1 if the page differs from its source
 
 Every figure in the generated table was asserted by the test that recorded it (the bound is
 in the last column); a fault with no recorded run says so instead of showing an old number.
+Tests record into a temporary file unless told otherwise, so the committed source changes only
+when someone means to record, and the page is regenerated in the same change.
 """
 
 from __future__ import annotations
@@ -96,14 +100,24 @@ def render(results: dict) -> str:
     return "\n".join(lines)
 
 
-def main() -> int:
-    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    page = PAGE.read_text()
-    head, rest = page.split(START, 1)
+def page(results_path: Path = RESULTS, page_path: Path = PAGE) -> str:
+    """The page as the results file makes it: the text around the markers kept as written."""
+    results = json.loads(results_path.read_text()) if results_path.exists() else {}
+    head, rest = page_path.read_text().split(START, 1)
     _, tail = rest.split(END, 1)
-    PAGE.write_text(f"{head}{START}\n{render(results)}\n{END}{tail}")
+    return f"{head}{START}\n{render(results)}\n{END}{tail}"
+
+
+def main(argv: list[str]) -> int:
+    expected = page()
+    if "--check" in argv:
+        if PAGE.read_text() != expected:
+            print(f"{PAGE} differs from {RESULTS}: run python docs/reliability.py")
+            return 1
+        return 0
+    PAGE.write_text(expected)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

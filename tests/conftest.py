@@ -23,17 +23,20 @@ RESULTS_ENV = "RELAYLLM_RESULTS_FILE"
 
 
 @pytest.fixture(scope="session")
-def record_result():
-    """``record_result(key, value)``: a measured figure into the results file that
-    docs/reliability.md's figures are generated from (``python docs/reliability.py``)."""
+def record_result(tmp_path_factory):
+    """``record_result(key, value)``: a measured figure into a results file.
+
+    By default the file is a temporary one: a test run never changes a tracked file, so an
+    unrelated commit cannot carry new figures that docs/reliability.md does not show. To record
+    the figures the page is generated from, name the file:
+    ``RELAYLLM_RESULTS_FILE=docs/results/reliability.json pytest tests/reliability``, then
+    ``python docs/reliability.py``."""
     import json
     import os
     from pathlib import Path
 
-    path = Path(
-        os.environ.get(RESULTS_ENV)
-        or Path(__file__).parents[1] / "docs" / "results" / "reliability.json"
-    )
+    named = os.environ.get(RESULTS_ENV)
+    path = Path(named) if named else tmp_path_factory.mktemp("results") / "reliability.json"
 
     def record(key: str, value) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)

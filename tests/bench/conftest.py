@@ -1,19 +1,8 @@
-"""The echo deployment the benchmark smoke tests share (benchmarks/overhead.py's)."""
+"""The benchmarks folder is not a package: its scripts, and the ``reporting`` package beside
+them, import one another by name, so the tests here put that folder on the path as a script
+run from it would."""
 
 import sys
 from pathlib import Path
 
-import pytest
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import overhead
-
-
-@pytest.fixture(scope="module")
-def echo(ray_session):
-    ray_session.data.DataContext.get_current().enable_progress_bars = False
-    overhead.deploy_echo()
-    yield
-    import relayllm
-
-    relayllm.shutdown(overhead.DEPLOYMENT)

@@ -69,8 +69,6 @@ def test_the_stage_really_falls_back_and_only_on_the_call_too_large_for_grpc(ech
 
 
 def test_the_transport_is_a_config_field_whose_default_is_the_environment(echo, monkeypatch):
-    from pydantic import ValidationError
-
     from relayllm.stage.udf import ServeStage
 
     config = ProcessorConfig(deployment="transport-echo", task="completion")
@@ -79,7 +77,7 @@ def test_the_transport_is_a_config_field_whose_default_is_the_environment(echo, 
     actor = ProcessorConfig(deployment="transport-echo", task="completion")
     assert actor.transport == "actor"
     assert ProcessorConfig(deployment="d", transport="grpc").transport == "grpc"
-    with pytest.raises(ValidationError, match="transport"):
+    with pytest.raises(relayllm.ConfigError, match="transport"):
         ProcessorConfig(deployment="d", transport="http")
     # The stage follows the config it is given, whatever its own process's environment says.
     monkeypatch.delenv("RELAYLLM_SERVE_TRANSPORT")

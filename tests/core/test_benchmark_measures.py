@@ -1,8 +1,11 @@
-"""The idle-window work measure of benchmarks/online_batch.py: a step's tokens are spread over
-the time the step ran, not counted where it ended (a prefill step runs for seconds on CPU, and
-a window it ends just after would lose all of its work). Timelines are the benchmark's rows:
-[seconds, rows answered, limit, batch rows in engine, tokens generated, tokens prefilled,
-preemptions]."""
+"""The measures the benchmarks compute from what they record, on hand-made samples: the
+report shows these figures, so a wrong measure would show a wrong figure without failing a run.
+
+benchmarks/online_batch.py spreads a step's tokens over the time the step ran, not where it
+ended (a prefill step runs for seconds on CPU, and a window it ends just after would lose all of
+its work). Its timelines are the benchmark's rows: [seconds, rows answered, limit, batch rows in
+engine, tokens generated, tokens prefilled, preemptions]. benchmarks/engine.py pairs the two
+sides of each run before it takes a median, so a slow minute that slows both sides cancels."""
 
 import sys
 from pathlib import Path
@@ -10,6 +13,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import engine  # the benchmarks folder is not a package: its scripts import as modules
 import online_batch
 
 
@@ -59,3 +63,32 @@ def test_idle_windows_follow_the_bursts_and_stop_at_the_jobs_end():
         (37.0, 40.0),
     ]
     assert online_batch.idle_windows(2.0, 5.0, 10.0, 7.0) == []  # ended in the first burst
+
+
+def _pass(tokens_per_s: float, cpu_us: int = 500) -> dict:
+    return {
+        "output_tokens_per_s": tokens_per_s,
+        "cpu_us_per_row_outside_engine": cpu_us,
+        "errors": 0,
+    }
+
+
+def test_ratio_pairs_the_sides_of_each_run_and_takes_the_median():
+    # Run 2 is slow on both sides (a noisy minute): its pair still reads 1.0x.
+    runs = [
+        {"raw": {"passes": [_pass(400)]}, "relayllm": {"passes": [_pass(380)]}},
+        {"raw": {"passes": [_pass(200)]}, "relayllm": {"passes": [_pass(200)]}},
+        {"raw": {"passes": [_pass(410)]}, "relayllm": {"passes": [_pass(369)]}},
+    ]
+    (row,) = engine.summarize(runs, [64])
+    assert row["ratio"] == {"median": 0.95, "min": 0.9, "max": 1.0}
+    assert row["raw_tokens_per_s"] == {"median": 400, "min": 200, "max": 410}
+    assert row["target_met"] is True
+    runs[0]["relayllm"]["passes"][0]["output_tokens_per_s"] = 300  # 0.75x
+    assert engine.summarize(runs, [64])[0]["target_met"] is False
+
+
+def test_cpu_by_kind_counts_only_what_was_spent_between_snapshots():
+    before = {1: ("driver", 2.0), 2: ("engine", 10.0)}
+    after = {1: ("driver", 2.5), 2: ("engine", 14.0), 3: ("replica", 0.75)}
+    assert engine.cpu_by_kind(before, after) == {"driver": 0.5, "engine": 4.0, "replica": 0.75}
