@@ -141,7 +141,12 @@ def test_a_first_contract_adapter_runs_a_two_step_pipeline_without_error_rows(fi
 
 @pytest.mark.parametrize(
     ("old", "name"),
-    [("replica", "BatchDeployment"), ("metrics", "ReplicaMetrics"), ("traffic", "BATCH_PRIORITY")],
+    [
+        ("replica", "BatchDeployment"),
+        ("metrics", "ReplicaMetrics"),
+        ("traffic", "BATCH_PRIORITY"),
+        ("engine", "BatchDeployment"),
+    ],
 )
 def test_moved_modules_keep_their_old_import_path_with_a_warning(old, name):
     import subprocess
@@ -149,9 +154,12 @@ def test_moved_modules_keep_their_old_import_path_with_a_warning(old, name):
     code = (
         "import warnings; warnings.simplefilter('always')\n"
         f"from relayllm.{old} import {name} as old\n"
-        f"from relayllm.serving.{old} import {name} as new\n"
+        f"from relayllm.serving.{_NEW.get(old, old)} import {name} as new\n"
         "assert old is new\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert f"relayllm.{old} moved to relayllm.serving.{old}" in done.stderr
+    assert f"relayllm.{old} moved to relayllm.serving.{_NEW.get(old, old)}" in done.stderr
+
+
+_NEW = {"engine": "replica"}  # 0.1.0's name of the replica module

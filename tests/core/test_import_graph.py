@@ -39,7 +39,7 @@ LAYERS: list[tuple[str, ...]] = [
     # the config models (below the stage, which needs ProcessorConfig) and the block sizes
     ("relayllm.config", "relayllm.blocks"),
     # deprecated import paths of what moved into serving/ (gone in 0.3)
-    ("relayllm.replica", "relayllm.metrics", "relayllm.traffic"),
+    ("relayllm.engine", "relayllm.replica", "relayllm.metrics", "relayllm.traffic"),
     ("relayllm.plugin.spec", "relayllm.plugin.manager"),
     # the driver: names -> Serve apps, what a pipeline asks of the cluster
     ("relayllm.deployments",),
