@@ -1,8 +1,11 @@
 """A correct echo-style adapter and broken variants of it, one defect each.
 
 Each row "costs" ``ROW_SECONDS`` of engine time, spent concurrently by a correct adapter, so
-the kit can tell rows served together from rows served in turn. Imported by the kit run's
-Ray workers too (the meta-test puts this directory on their ``PYTHONPATH``).
+the kit can tell rows served together from rows served in turn. The correct adapter follows
+every sampling parameter the row protocol promises the way the echo backend does
+(:func:`relayllm.testing.echo.generate`, sampling on); an ``Ignores...`` variant drops exactly
+one of them before its "engine" sees the row. Imported by the kit run's Ray workers too (the
+meta-test puts this directory on their ``PYTHONPATH``).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from relayllm.backend import Backend, BackendOptions
 from relayllm.plugin import hookimpl
 from relayllm.rows import Request, Result, error_result, request_text
 from relayllm.serving.replica import BatchDeployment
+from relayllm.testing.echo import ECHO_FEATURES, generate
 
 ROW_SECONDS = 0.2
 CONTEXT_WORDS = 50  # a longer prompt is refused by the "engine"
@@ -23,6 +27,8 @@ CONTEXT_WORDS = 50  # a longer prompt is refused by the "engine"
 
 class Correct(BatchDeployment):
     backend_name = "correct"
+    #: Sampling params this adapter drops before its "engine" sees the row (none: correct).
+    ignored: tuple[str, ...] = ()
 
     def __init__(self, options: Any, deployment: dict[str, Any]) -> None:
         super().__init__(options, deployment)
@@ -38,20 +44,10 @@ class Correct(BatchDeployment):
             return error_result(f"{len(words)} words is over the context of {CONTEXT_WORDS}")
         if request["task"] == "embedding":
             return {"embedding": self.embed(words), "num_input_tokens": len(words)}
-        out = list(reversed(words))
-        budget = self.budget(request)
-        finish = "stop"
-        if budget and len(out) > budget:
-            out, finish = out[:budget], "length"
-        return {
-            "generated_text": " ".join(out),
-            "finish_reason": finish,
-            "num_input_tokens": len(words),
-            "num_generated_tokens": len(out),
-        }
-
-    def budget(self, request: Request) -> int | None:
-        return request["sampling_params"].get("max_tokens")
+        params = request["sampling_params"]
+        kept = {k: v for k, v in params.items() if k not in self.ignored}
+        answer = generate(list(reversed(words)), kept, sampling=True)
+        return {**answer, "num_input_tokens": len(words)}
 
     def embed(self, words: list[str]) -> list[float]:
         return ([float(len(w)) for w in words] + [0.0] * 8)[:8]
@@ -74,9 +70,9 @@ class Shifted(Correct):
         return [{**r, "generated_text": t} for r, t in zip(results, texts, strict=True)]
 
 
-class IgnoresMaxTokens(Correct):
-    def budget(self, request: Request) -> int | None:
-        return None
+def ignores(*params: str) -> type[Correct]:
+    """The correct adapter, except that it drops ``params`` from every row."""
+    return type("Ignores", (Correct,), {"ignored": params})
 
 
 class SameEmbedding(Correct):
@@ -147,6 +143,7 @@ def _backend(
     class _Backend(Backend):
         contract_version = 2
         tasks = frozenset({"chat", "completion", "embedding"})
+        features = frozenset(ECHO_FEATURES)
 
         @classmethod
         def deployment_class(cls_):
@@ -168,8 +165,39 @@ BROKEN = {
     "correct": (_backend("correct", Correct), None),
     "shifted": (_backend("shifted", Shifted), "test_each_row_gets_its_own_answer"),
     "ignores-max-tokens": (
-        _backend("ignores-max-tokens", IgnoresMaxTokens),
+        _backend("ignores-max-tokens", ignores("max_tokens")),
         "test_max_tokens_honoured",
+    ),
+    "ignores-temperature": (
+        _backend("ignores-temperature", ignores("temperature")),
+        "test_temperature_zero_is_deterministic",
+    ),
+    "ignores-seed": (
+        _backend("ignores-seed", ignores("seed")),
+        "test_seed_makes_sampling_reproducible",
+    ),
+    "ignores-top-p": (_backend("ignores-top-p", ignores("top_p")), "test_small_top_p_is_greedy"),
+    "ignores-stop": (_backend("ignores-stop", ignores("stop")), "test_stop_sequences_honoured"),
+    "ignores-n": (_backend("ignores-n", ignores("n")), "test_n_samples"),
+    "ignores-logprobs": (
+        _backend("ignores-logprobs", ignores("logprobs", "top_logprobs")),
+        "test_logprobs_and_top_logprobs",
+    ),
+    "ignores-response-format": (
+        _backend("ignores-response-format", ignores("response_format")),
+        "test_response_format_json_schema",
+    ),
+    "ignores-structured-outputs": (
+        _backend("ignores-structured-outputs", ignores("structured_outputs")),
+        "test_structured_output_choice",
+    ),
+    "ignores-presence-penalty": (
+        _backend("ignores-presence-penalty", ignores("presence_penalty")),
+        "test_presence_penalty_honoured",
+    ),
+    "ignores-frequency-penalty": (
+        _backend("ignores-frequency-penalty", ignores("frequency_penalty")),
+        "test_frequency_penalty_honoured",
     ),
     "same-embedding": (_backend("same-embedding", SameEmbedding), "test_embedding"),
     "refusal-fails-call": (

@@ -5,9 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 import relayllm
+from relayllm.adapters import check_sampling_support
 from relayllm.rows import Request, Result, request_text
 
 CONTEXT_WORDS = 100  # shout's "context length": a longer prompt is refused
+#: The sampling params shout takes: it honours max_tokens and stop; temperature, top_p and
+#: seed change nothing, since shout has one answer per prompt (the greedy one). Any other
+#: param fails its row, naming it (the policy every adapter shares), never silently dropped.
+SUPPORTED = ("max_tokens", "stop", "temperature", "top_p", "seed")
 
 
 class ShoutOptions(relayllm.BackendOptions):
@@ -19,14 +24,23 @@ class ShoutDeployment(relayllm.BatchDeployment):
     options: ShoutOptions  # the validated options, typed
 
     async def run_request(self, request: Request) -> Result:
+        params = request["sampling_params"]
+        check_sampling_support("shout", params, SUPPORTED)  # raising fails this row only
         words = request_text(request).upper().split()
-        if len(words) > CONTEXT_WORDS:  # raising fails this row only
+        if len(words) > CONTEXT_WORDS:
             raise ValueError(f"{len(words)} words is over shout's context of {CONTEXT_WORDS}")
-        budget = request["sampling_params"].get("max_tokens") or len(words)
+        budget = params.get("max_tokens") or len(words)
         out = words[:budget]
+        finish = "length" if len(words) > budget else "stop"
+        text = " ".join(out) + self.options.suffix
+        stop = params.get("stop") or []
+        hits = [text.find(s) for s in ([stop] if isinstance(stop, str) else stop) if s in text]
+        if hits:  # the answer ends where its first stop string starts
+            text, finish = text[: min(hits)], "stop"
+            out = text.split()
         return {
-            "generated_text": " ".join(out) + self.options.suffix,
-            "finish_reason": "length" if len(words) > budget else "stop",
+            "generated_text": text,
+            "finish_reason": finish,
             "num_input_tokens": len(words),
             "num_generated_tokens": len(out),
         }
@@ -39,6 +53,7 @@ class ShoutBackend(relayllm.Backend):
     name = "shout"
     contract_version = 2
     Options = ShoutOptions  # serves tasks_for(options) = chat and completion (the default)
+    features = frozenset()  # no optional request features: no logprobs, n or JSON output
 
     @classmethod
     def deployment_class(cls):

@@ -93,6 +93,13 @@ class BackendContractTests(metaclass=_KitMeta):
         backend = cls.backend_class()
         return backend.tasks_for(backend.parse_options(cls.options))
 
+    @classmethod
+    def served_features(cls) -> frozenset[str]:
+        """The optional request features a deployment with the kit's options declares
+        (``Backend.features_for``): the kit checks each one it declares."""
+        backend = cls.backend_class()
+        return backend.features_for(backend.parse_options(cls.options))
+
     # -- checks --------------------------------------------------------------------------------
 
     def test_backend_discovered_through_entry_point(self):

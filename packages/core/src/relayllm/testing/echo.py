@@ -3,20 +3,40 @@
 It exists for contract tests and for measuring relayllm's own overhead; it is registered only
 when asked for (:func:`relayllm.testing.enable_echo_backend` or ``RELAYLLM_ECHO_BACKEND=1``),
 never as a user-facing backend by default. Tokens are whitespace-separated words.
+
+Echo honours the sampling parameters the row protocol promises in a deterministic, checkable
+way (:func:`generate`), since it is the reference adapter of the conformance kit: ``max_tokens``
+and ``stop`` cut its words, ``n`` gives n samples, ``logprobs``/``top_logprobs`` give one entry
+per word, ``response_format`` and ``structured_outputs.choice`` give a conforming answer, and
+a presence or frequency penalty drops repeated words. With the ``sampling`` option on,
+``temperature``, ``top_p`` and ``seed`` decide whether and how its words are shuffled.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import math
+import random
 import time
+from collections.abc import Mapping
 from typing import Any, Literal, cast
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
+from relayllm.adapters.sampling import parse_response_format
 from relayllm.backend import Backend, BackendOptions
 from relayllm.errors import EngineFailedError
 from relayllm.plugin import hookimpl
-from relayllm.rows import TASKS, Request, Result, Task, error_result, request_text
+from relayllm.rows import (
+    BASIC_FEATURES,
+    TASKS,
+    Request,
+    Result,
+    Task,
+    error_result,
+    request_text,
+)
 from relayllm.serving.replica import BatchDeployment
 from relayllm.stage.images import has_images, image_sizes
 
@@ -24,6 +44,11 @@ EMBEDDING_SIZE = 8  # echo "embeds" a text as the lengths of its first 8 words
 #: echo "classifies" a text by its length: ``long`` from this many words on.
 ECHO_LONG = 4
 ECHO_LABELS = ("short", "long")
+#: echo's "model": its most likely next word holds this share of the probability, so a nucleus
+#: (``top_p``) no larger holds that word alone and sampling is greedy.
+ECHO_TOP_WORD_P = 0.5
+#: What the ``features`` option accepts: the optional features :func:`generate` implements.
+ECHO_FEATURES = ("logprobs", "n", "structured_outputs.json", "structured_outputs.choice")
 
 
 class EchoOptions(BackendOptions):
@@ -67,12 +92,32 @@ class EchoOptions(BackendOptions):
         default_factory=lambda: list(TASKS),
         description="What this deployment serves (EchoBackend.tasks_for), for tests of the check.",
     )
+    sampling: bool = Field(
+        default=False,
+        description="Sample as an engine does: at temperature > 0 (the default when a row sets "
+        "none) and top_p > 0.5 the answer's words are shuffled, reproducibly for a row's seed. "
+        "Off: every answer is the greedy one.",
+    )
+    features: list[str] = Field(
+        default=sorted(BASIC_FEATURES),
+        description="The optional request features this deployment declares "
+        "(EchoBackend.features_for): any of logprobs, n, structured_outputs.json, "
+        "structured_outputs.choice.",
+    )
     placement_group_cpus: float | None = Field(
         default=None,
         gt=0,
         description="Reserve a placement group (one bundle of this many CPUs) per replica, as "
         "a multi-device engine does: for tests that nothing is left behind.",
     )
+
+    @field_validator("features")
+    @classmethod
+    def _known_features(cls, value: list[str]) -> list[str]:
+        unknown = sorted(set(value) - set(ECHO_FEATURES))
+        if unknown:
+            raise ValueError(f"echo cannot do {unknown}; it can do {', '.join(ECHO_FEATURES)}")
+        return value
 
 
 class EchoDeployment(BatchDeployment):
@@ -156,16 +201,16 @@ class EchoDeployment(BatchDeployment):
                 return error_result(f"echo engine cannot read an image: {exc}")
         out = list(reversed(words)) if self.options.mode == "reverse" else words
         params = request.get("sampling_params", {})
-        limit = params.get("max_tokens") or self.options.max_tokens_default
-        finish = "stop"
-        if limit and len(out) > limit:
-            out, finish = out[:limit], "length"
-        return {
-            "generated_text": " ".join(out),
-            "finish_reason": finish,
-            "num_input_tokens": len(words),
-            "num_generated_tokens": len(out),
-        }
+        try:
+            result = generate(
+                out,
+                params,
+                sampling=self.options.sampling,
+                max_tokens_default=self.options.max_tokens_default,
+            )
+        except ValueError as exc:
+            return error_result(f"echo engine cannot follow the row's sampling_params: {exc}")
+        return {**result, "num_input_tokens": len(words)}
 
     async def chat_stream(self, request: dict[str, Any]):
         """The streaming one-row method ``ray.data.llm``'s Serve stage calls (benchmarks)."""
@@ -182,6 +227,11 @@ class EchoBackend(Backend):
     contract_version = 2
     Options = EchoOptions
     tasks = frozenset(TASKS)
+    features = frozenset(ECHO_FEATURES)
+
+    @classmethod
+    def features_for(cls, options: BaseModel) -> frozenset[str]:
+        return frozenset(cast(EchoOptions, options).features)
 
     @classmethod
     def tasks_for(cls, options: BaseModel) -> frozenset[Task]:
@@ -201,6 +251,142 @@ class EchoBackend(Backend):
                 "placement_group_bundles": [{"CPU": options.placement_group_cpus}],
             }
         return {"ray_actor_options": {"num_cpus": 0}}
+
+
+# -- how echo follows a row's sampling params ------------------------------------------------
+
+
+def generate(
+    words: list[str],
+    params: Mapping[str, Any],
+    *,
+    sampling: bool = False,
+    max_tokens_default: int | None = None,
+) -> Result:
+    """Echo's answer to a text row whose greedy answer is ``words``, following ``params`` as
+    an engine does (the properties the conformance kit checks): ``n`` samples (the first one
+    also in the row's own fields, ``num_generated_tokens`` their sum), each cut by
+    ``max_tokens`` and ``stop``, with ``logprobs`` when asked. Raises ``ValueError`` for a
+    ``response_format`` it cannot read."""
+    n = params.get("n") or 1
+    samples = [_sample(words, params, i, sampling, max_tokens_default) for i in range(n)]
+    result: Result = {
+        **samples[0],  # type: ignore[typeddict-item]
+        "num_generated_tokens": sum(s["num_generated_tokens"] for s in samples),
+    }
+    if n > 1:
+        result["samples"] = samples
+    return result
+
+
+def _sample(
+    words: list[str], params: Mapping[str, Any], index: int, sampling: bool, default: int | None
+) -> dict[str, Any]:
+    structured = _structured_text(words, params)
+    if structured is not None:
+        out = structured.split()
+    else:
+        out = list(words)
+        if (params.get("presence_penalty") or 0) > 0 or (params.get("frequency_penalty") or 0) > 0:
+            out = list(dict.fromkeys(out))  # a penalised word is not said twice
+        if sampling and _samples(params):
+            seed = params.get("seed")
+            # A string seed hashes the same in every process (an int seed would too, but
+            # each of the n samples needs its own stream).
+            rng = random.Random(f"{seed}/{index}") if seed is not None else random.Random()
+            rng.shuffle(out)
+    limit = params.get("max_tokens") or params.get("max_completion_tokens") or default
+    finish = "stop"
+    if limit and len(out) > limit:
+        out, finish = out[:limit], "length"
+    text = " ".join(out)
+    stop = params.get("stop") or []
+    hits = [(text.find(s), s) for s in ([stop] if isinstance(stop, str) else stop) if s in text]
+    if hits:
+        at, string = min(hits)
+        out = text[: at + len(string)].split()  # the words generated up to the stop string
+        text, finish = text[:at], "stop"
+    sample: dict[str, Any] = {
+        "generated_text": text,
+        "finish_reason": finish,
+        "num_generated_tokens": len(out),
+    }
+    top = _top_logprobs(params)
+    if top is not None:
+        sample["logprobs"] = [_logprob_entry(w, top) for w in out]
+    return sample
+
+
+def _samples(params: Mapping[str, Any]) -> bool:
+    """Whether the row samples (else it is greedy): temperature > 0 (OpenAI's default is 1)
+    and a nucleus larger than echo's most likely word."""
+    temperature = params.get("temperature")
+    top_p = params.get("top_p")
+    return (1.0 if temperature is None else temperature) > 0 and (
+        1.0 if top_p is None else top_p
+    ) > ECHO_TOP_WORD_P
+
+
+def _top_logprobs(params: Mapping[str, Any]) -> int | None:
+    """How many alternatives each logprobs entry lists, or None when none were asked for.
+    Chat: ``logprobs: true`` plus ``top_logprobs: k``; completions: ``logprobs: k``."""
+    asked, top = params.get("logprobs"), params.get("top_logprobs")
+    if asked is True or (top and asked is None):
+        return int(top or 0)
+    if isinstance(asked, int) and not isinstance(asked, bool):
+        return asked
+    return None
+
+
+def _logprob_entry(word: str, top: int) -> dict[str, Any]:
+    best = math.log(ECHO_TOP_WORD_P)
+    alternatives = [{"token": word, "logprob": best}]
+    alternatives += [{"token": f"<alt{j}>", "logprob": best - j} for j in range(1, top)]
+    return {"token": word, "logprob": best, "top_logprobs": alternatives[:top]}
+
+
+def _structured_text(words: list[str], params: Mapping[str, Any]) -> str | None:
+    """The answer a structured-output row gets (JSON for a schema, one of the choices), or
+    None for a free-text row."""
+    structured = params.get("structured_outputs")
+    if isinstance(structured, Mapping) and structured.get("choice"):
+        choices = list(structured["choice"])
+        return next((c for c in choices if c in words), choices[0])
+    schema: Any = None
+    if isinstance(structured, Mapping) and structured.get("json") is not None:
+        schema = structured["json"]
+        schema = json.loads(schema) if isinstance(schema, str) else schema
+    elif params.get("response_format") is not None:
+        parsed = parse_response_format(params["response_format"])
+        schema = parsed.schema_or_object() if parsed is not None else None
+    if schema is None:
+        return None
+    return json.dumps(_instance(schema, words))
+
+
+def _instance(schema: Mapping[str, Any], words: list[str]) -> Any:
+    """A value valid for ``schema`` (the common JSON-schema keywords), built from ``words``."""
+    if "const" in schema:
+        return schema["const"]
+    if schema.get("enum"):
+        return schema["enum"][0]
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "null")
+    if kind == "object" or (kind is None and "properties" in schema):
+        properties = schema.get("properties") or {}
+        return {name: _instance(sub, words) for name, sub in properties.items()}
+    if kind == "array":
+        return [_instance(schema.get("items") or {}, words)] * int(schema.get("minItems", 0))
+    if kind == "integer":
+        return len(words)
+    if kind == "number":
+        return float(len(words))
+    if kind == "boolean":
+        return True
+    if kind == "null":
+        return None
+    return words[0] if words else "echo"
 
 
 @hookimpl
