@@ -30,6 +30,10 @@ class TestSGLangConformance(BackendConformanceTests):
     options = OPTIONS
     deployment_fields = {"startup_timeout_s": 1800}
     context_length = 2048  # a longer prompt is refused by the engine: that row alone fails
+    engine_down_untestable = (
+        "no stop_engine for SGLang yet: killing its scheduler and detokenizer processes needs "
+        "a CUDA machine to be written and verified on, and none is available to this project"
+    )
 
     @pytest.fixture(scope="class")
     @classmethod

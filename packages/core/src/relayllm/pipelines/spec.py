@@ -44,8 +44,14 @@ class InputSpec(_Strict):
     """Where rows come from: ``path`` (a file, a directory, a glob, or a list of them) or
     ``rows`` written inline."""
 
-    path: str | list[str] | None = None
-    rows: list[dict[str, Any]] | None = None
+    path: str | list[str] | None = Field(
+        default=None,
+        description="A file, a directory, a glob, or a list of them (jsonl, json, csv, "
+        "parquet); relative to the pipeline file's folder.",
+    )
+    rows: list[dict[str, Any]] | None = Field(
+        default=None, description="Rows written inline, instead of path."
+    )
     format: Format | None = Field(default=None, description="Inferred from the extension if unset.")
     id_column: str | None = Field(default=None, description="A column that identifies each row.")
 
@@ -57,8 +63,8 @@ class InputSpec(_Strict):
 
 
 class TextPart(_Strict):
-    type: Literal["text"]
-    text: str
+    type: Literal["text"] = Field(description="A text part of a message's content.")
+    text: str = Field(description="A template: {column} is replaced by the row's value.")
 
 
 class ImageURL(_Strict):
@@ -66,12 +72,14 @@ class ImageURL(_Strict):
         description="http(s)://, data: or a local file; a relative path is read from the "
         "pipeline file's folder (as input.path)."
     )
-    detail: Literal["auto", "low", "high"] | None = None
+    detail: Literal["auto", "low", "high"] | None = Field(
+        default=None, description="OpenAI's image detail, passed to the backend."
+    )
 
 
 class ImagePart(_Strict):
-    type: Literal["image_url"]
-    image_url: ImageURL
+    type: Literal["image_url"] = Field(description="An image part of a message's content.")
+    image_url: ImageURL = Field(description="Where the image is read from.")
 
 
 #: A part of a message's content, in OpenAI's shape; ``text`` and ``image_url.url`` are
@@ -80,8 +88,12 @@ ContentPart = Annotated[TextPart | ImagePart, Field(discriminator="type")]
 
 
 class MessageTemplate(_Strict):
-    role: Literal["system", "user", "assistant", "developer"]
-    content: str | Annotated[list[ContentPart], Field(min_length=1)]
+    role: Literal["system", "user", "assistant", "developer"] = Field(
+        description="The message's role, as in OpenAI's chat format."
+    )
+    content: str | Annotated[list[ContentPart], Field(min_length=1)] = Field(
+        description="A template string, or OpenAI content parts (text and image_url)."
+    )
 
 
 class StepSpec(ProcessorSettings):
@@ -90,18 +102,33 @@ class StepSpec(ProcessorSettings):
 
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    deployment: str
-    task: Task | None = None
-    messages: list[MessageTemplate] | None = None
-    prompt: str | None = None
-    input: str | None = None
-    text: str | None = None  # classify
-    query: str | None = None  # score, with document
-    document: str | None = None
-    sampling_params: dict[str, Any] = Field(default_factory=dict)
-    response_format: dict[str, Any] | None = None
-    output_column: str = Field(pattern=_COLUMN)
+    name: str = Field(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+        description="The step's name, in progress lines, errors and the run's summary.",
+    )
+    deployment: str = Field(description=ProcessorConfig.model_fields["deployment"].description)
+    task: Task | None = Field(
+        default=None, description="Inferred from the template key given (default: chat)."
+    )
+    messages: list[MessageTemplate] | None = Field(
+        default=None, description="Chat template: the messages sent for each row."
+    )
+    prompt: str | None = Field(default=None, description="Completion template.")
+    input: str | None = Field(default=None, description="Embedding template.")
+    text: str | None = Field(default=None, description="Classify template.")
+    query: str | None = Field(default=None, description="Score template, with document.")
+    document: str | None = Field(default=None, description="Score: the document's template.")
+    sampling_params: dict[str, Any] = Field(
+        default_factory=dict,
+        description=ProcessorConfig.model_fields["sampling_params"].description,
+    )
+    response_format: dict[str, Any] | None = Field(
+        default=None,
+        description="OpenAI's response_format (json_schema, json_object) for every row.",
+    )
+    output_column: str = Field(
+        pattern=_COLUMN, description="The column the step's answer is written to."
+    )
     output_json_field: str | None = Field(
         default=None, description="Parse the answer as JSON and keep this field of it."
     )
@@ -159,13 +186,15 @@ class StepSpec(ProcessorSettings):
 
 
 class OutputSpec(_Strict):
-    path: str
-    format: Format | None = None
+    path: str = Field(description="The output file (jsonl, json, csv or parquet).")
+    format: Format | None = Field(default=None, description="Inferred from the extension if unset.")
     columns: list[str] | None = Field(default=None, description="Keep only these columns.")
 
 
 class PipelineSpec(_Strict):
-    deployments: list[DeploymentConfig] = Field(min_length=1)
-    input: InputSpec
-    steps: list[StepSpec] = Field(min_length=1)
+    deployments: list[DeploymentConfig] = Field(
+        min_length=1, description="The deployments the steps use: started, or reused if running."
+    )
+    input: InputSpec = Field(description="Where rows come from.")
+    steps: list[StepSpec] = Field(min_length=1, description="Run in order, each on every row.")
     output: OutputSpec | None = Field(default=None, description="Unset: rows go to stdout.")
