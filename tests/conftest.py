@@ -1,10 +1,36 @@
+"""Fixtures every suite shares. Ray is started one way only, by ``ray_session``: a test (or a
+module, with ``pytestmark = pytest.mark.usefixtures("ray_session")``) that needs a cluster asks
+for it, and the tests that need none run without one (tests/unit runs none at all)."""
+
 import pytest
+
+ECHO_PLUGIN = "relayllm.testing.echo"
+
+
+@pytest.fixture
+def echo_backend():
+    """The echo backend registered in this process for one test, then unregistered, so a test
+    that lists the installed backends sees the same list whatever ran before it."""
+    from relayllm.plugin import manager
+    from relayllm.testing import enable_echo_backend
+
+    if manager.MANAGER.manager.get_plugin(ECHO_PLUGIN) is not None:
+        yield  # ray_session registered it for the whole run
+        return
+    enable_echo_backend()
+    try:
+        yield
+    finally:
+        manager.MANAGER.unregister(ECHO_PLUGIN)
 
 
 @pytest.fixture(scope="session")
 def ray_session():
     """One real local Ray cluster (2 CPUs, like the machine) for a whole test run, with the
-    echo backend registered in this process."""
+    echo backend registered in this process.
+
+    ``address="local"`` always starts a new cluster: a ``RAY_ADDRESS`` passed through by tox
+    (or a cluster another run left on the machine) is never joined."""
     import ray
 
     from relayllm.testing import enable_echo_backend

@@ -14,6 +14,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import overhead  # the benchmarks folder is not a package: its scripts import as modules
 import userpath
 
+pytestmark = pytest.mark.usefixtures("ray_session")
+
 ROWS = 2000
 USERPATH_ROWS = 1000
 

@@ -14,6 +14,8 @@ from relayllm.backend import Backend
 from relayllm.plugin import hookimpl, manager
 from relayllm.serving.replica import BatchDeployment
 
+pytestmark = pytest.mark.usefixtures("ray_session")
+
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Serve ships the class by value
 
 PREFIXES = {key: f"{key} " + "shared few-shot block " * 20 for key in "ABCD"}

@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -18,16 +17,9 @@ import time
 from pathlib import Path
 
 import pytest
+from support import CLI_TIMEOUT, RELAYLLM, cli, free_port
 
 BIN = Path(sys.executable).parent
-RELAYLLM = str(BIN / "relayllm")
-CLI_TIMEOUT = 600
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -35,7 +27,7 @@ def head_node():
     """Starts ``ray start --head`` as the module begins, so the cluster boots while the tests
     that need none run; stops it at the end."""
     temp = tempfile.mkdtemp(prefix="rlcli-")  # short: Ray's socket paths live under it
-    port = _free_port()
+    port = free_port()
     # Ray 2.60 clusters use token auth; drivers that pass an address must opt in to send it.
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RELAYLLM_ECHO_BACKEND": "1"}
     subprocess.run(
@@ -57,11 +49,11 @@ def head_node():
             "--include-dashboard=false",
             "--disable-usage-stats",
             f"--temp-dir={temp}",
-            f"--ray-client-server-port={_free_port()}",
-            f"--dashboard-agent-listen-port={_free_port()}",
-            f"--dashboard-agent-grpc-port={_free_port()}",
-            f"--runtime-env-agent-port={_free_port()}",
-            f"--metrics-export-port={_free_port()}",
+            f"--ray-client-server-port={free_port()}",
+            f"--dashboard-agent-listen-port={free_port()}",
+            f"--dashboard-agent-grpc-port={free_port()}",
+            f"--runtime-env-agent-port={free_port()}",
+            f"--metrics-export-port={free_port()}",
         ],
         env=env,
         stdout=log,
@@ -81,6 +73,13 @@ def head_node():
         shutil.rmtree(temp, ignore_errors=True)
 
 
+def drivers(head_node) -> set[str]:
+    """The drivers that ever connected to this module's cluster: Ray writes a log file per
+    driver process into the session's folder, under the cluster's private temp dir."""
+    _, log, _ = head_node
+    return {p.name for p in log.parent.glob("session_*/logs/python-core-driver-*.log")}
+
+
 @pytest.fixture(scope="module")
 def cluster(head_node):
     """The environment of a driver of the (now running) cluster."""
@@ -91,22 +90,6 @@ def cluster(head_node):
         assert time.monotonic() < deadline, "ray start did not come up in 300 s"
         time.sleep(0.5)
     return env
-
-
-def cli(*args, env=None, cwd=None, check=None):
-    done = subprocess.run(
-        [RELAYLLM, *map(str, args)],
-        env=env or {**os.environ, "RELAYLLM_ECHO_BACKEND": "1"},
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=CLI_TIMEOUT,
-    )
-    if check is not None:
-        assert done.returncode == check, (
-            f"exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
-        )
-    return done
 
 
 def write(path: Path, text: str) -> Path:
@@ -239,7 +222,7 @@ steps: [{name: s, deployment: alpha, prompt: "{q}", output_column: a}]
 # -- on the cluster -----------------------------------------------------------------------
 
 
-def test_bad_pipeline_files_fail_before_any_engine_starts(cluster, tmp_path):
+def test_bad_pipeline_files_fail_before_any_engine_starts(cluster, head_node, tmp_path):
     questions(tmp_path, 3)
     good = TWO_STEPS.format(name="never-started")
     cases = {
@@ -285,7 +268,7 @@ def test_bad_pipeline_files_fail_before_any_engine_starts(cluster, tmp_path):
         good.replace("path: questions.jsonl", "path: empty.jsonl"),
         f"empty-input.yaml:6: input.path: {tmp_path / 'empty.jsonl'} has no rows (an empty file?)",
     )
-    started = time.monotonic()
+    connected = drivers(head_node)
     running = {}
     for name, (text, _) in cases.items():  # in parallel: each is a short-lived process
         if isinstance(text, bytes):
@@ -304,8 +287,11 @@ def test_bad_pipeline_files_fail_before_any_engine_starts(cluster, tmp_path):
         assert process.returncode == 2, (name, stderr[-3000:])
         assert cases[name][1] in stderr, (name, stderr[-3000:])
         assert "Traceback" not in stderr
-    # No cluster work happened: connecting alone takes longer than these checks.
-    assert time.monotonic() - started < 60
+    # Every file was refused before its process connected to the cluster: no new driver...
+    assert drivers(head_node) == connected
+    # ...where a command that connects does leave one (what the check above would have seen).
+    cli("status", env=cluster, check=0)
+    assert len(drivers(head_node) - connected) == 1
     assert not (tmp_path / "out").exists()
     # (test_deploy_status_and_shutdown... checks that 'never-started' never ran on the cluster.)
 

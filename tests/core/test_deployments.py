@@ -11,6 +11,8 @@ import pytest
 import relayllm
 from relayllm import DeploymentConfig
 
+pytestmark = pytest.mark.usefixtures("ray_session")
+
 
 def _echo(name, **options):
     return DeploymentConfig(name=name, backend="echo", options=options)
@@ -35,21 +37,6 @@ def test_same_name_with_another_config_is_an_error_showing_the_difference():
     message = str(err.value)
     assert '-    "mode": "echo"' in message and '+    "mode": "reverse"' in message
     relayllm.shutdown("conflict")
-
-
-def test_bad_options_fail_before_anything_starts_naming_the_field():
-    with pytest.raises(relayllm.ConfigError, match="delay_s"):
-        relayllm.deploy(_echo("bad-options", delay_s="slow"))
-    with pytest.raises(relayllm.ConfigError, match="no_such_field"):
-        relayllm.deploy(_echo("bad-options", no_such_field=1))
-    assert "bad-options" not in [r.name for r in relayllm.list_deployments()]
-
-
-def test_config_itself_rejects_unknown_fields_and_bad_names():
-    with pytest.raises(ValueError, match="replicas"):
-        DeploymentConfig(name="x", backend="echo", replicas=2)
-    with pytest.raises(ValueError, match="name"):
-        DeploymentConfig(name="has space", backend="echo")
 
 
 def test_unknown_deployment_lists_running_ones():
@@ -103,14 +90,16 @@ def test_info_counts_the_time_a_busy_replica_has_gone_without_an_answer():
 
 
 def test_engine_that_fails_to_start_is_reported_and_removed():
-    start = time.monotonic()
-    with pytest.raises(relayllm.DeploymentStartError, match="fail_start"):
+    # The failure itself is reported (the replica's error, as Serve gives up on it), not the
+    # startup deadline passing: that one says "did not start within" and names no cause.
+    with pytest.raises(relayllm.DeploymentStartError) as err:
         relayllm.deploy(
             DeploymentConfig(
                 name="broken", backend="echo", options={"fail_start": True}, startup_timeout_s=120
             )
         )
-    assert time.monotonic() - start < 120
+    assert "'broken' failed to start: " in str(err.value), str(err.value)
+    assert "fail_start" in str(err.value) and "did not start within" not in str(err.value)
     assert "broken" not in [r.name for r in relayllm.list_deployments()]
 
 
@@ -133,17 +122,9 @@ def test_another_driver_finds_the_deployment_by_name(ray_session):
     relayllm.shutdown("shared-across-drivers")
 
 
-def test_not_found_lists_the_deployments_of_the_cluster_asked_about(monkeypatch):
-    """get_deployment(name, address=A): the running deployments it lists are A's (the
-    regression: the message listed those of the default cluster)."""
-    from relayllm import deployments
-    from relayllm.deployments import DeploymentRef
-
-    def listed(*, address=None):
-        name = "on-a" if address == "ray://a:10001" else "on-default"
-        return [DeploymentRef(name, deployments.app_name(name), name)]
-
-    monkeypatch.setattr(deployments, "list_deployments", listed)
-    with pytest.raises(relayllm.DeploymentNotFoundError) as err:
-        relayllm.get_deployment("nope", address="ray://a:10001")
-    assert "running deployments: on-a." in str(err.value), str(err.value)
+def test_bad_options_fail_before_anything_starts_naming_the_field():
+    with pytest.raises(relayllm.ConfigError, match="delay_s"):
+        relayllm.deploy(_echo("bad-options", delay_s="slow"))
+    with pytest.raises(relayllm.ConfigError, match="no_such_field"):
+        relayllm.deploy(_echo("bad-options", no_such_field=1))
+    assert "bad-options" not in [r.name for r in relayllm.list_deployments()]

@@ -16,7 +16,9 @@ from PIL import Image
 
 import relayllm
 from relayllm import DeploymentConfig, ProcessorConfig, build_processor
-from relayllm.stage.images import ImageLimits, checked_data_url, has_images, prepare_images
+from relayllm.stage.images import ImageLimits, checked_data_url, prepare_images
+
+pytestmark = pytest.mark.usefixtures("ray_session")
 
 
 def png(width: int, height: int) -> bytes:
@@ -104,11 +106,6 @@ def test_an_error_never_shows_the_url_path_or_query(server):
     assert "SECRET" not in problem and "missing.png" not in problem
 
 
-def test_text_only_chats_are_left_alone():
-    messages = [{"role": "user", "content": "hi"}]
-    assert not has_images(messages) and prepare_images(messages) == messages
-
-
 @pytest.fixture(scope="module")
 def echo():
     ref = relayllm.deploy(DeploymentConfig(name="image-echo", backend="echo"))
@@ -187,16 +184,3 @@ def test_a_pipeline_steps_image_part_is_a_template_and_reads_paths_from_its_fold
     ], rows
     assert rows[3]["description"] is None
     assert f"cannot read {tmp_path / 'pics' / 'missing.png'}" in rows[3]["error"]
-
-
-def test_a_pipeline_image_part_names_its_column_and_field(tmp_path):
-    from relayllm.pipelines import PipelineError, load_pipeline
-
-    (tmp_path / "p.yaml").write_text(PIPELINE.replace('"{picture}"', '"{photo}"'))
-    with pytest.raises(PipelineError) as info:
-        load_pipeline(tmp_path / "p.yaml").check_columns(["id", "picture"])
-    assert "column 'photo' is not in the input" in str(info.value)
-    assert "steps[0].messages[0].content[1].image_url.url" in str(info.value), str(info.value)
-    (tmp_path / "p.yaml").write_text(PIPELINE.replace("type: image_url,", "type: video,"))
-    with pytest.raises(PipelineError):
-        load_pipeline(tmp_path / "p.yaml")

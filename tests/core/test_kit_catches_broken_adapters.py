@@ -25,6 +25,10 @@ from broken_adapters.backends import BROKEN  # noqa: E402
 
 from relayllm.testing.kit import STANDARD_TESTS  # noqa: E402
 
+# The whole kit runs once, in a subprocess, inside the first test: longer than one test's
+# default limit.
+pytestmark = pytest.mark.timeout(1500)
+
 CONFTEST = """
 import pytest
 

@@ -5,11 +5,14 @@ and the deployment handles: after Serve is shut down and started again, those po
 controller. A run after the restart must find the new one.
 """
 
+import pytest
 import ray
 from ray import serve
 
 import relayllm
 from relayllm import DeploymentConfig, ProcessorConfig, build_processor
+
+pytestmark = pytest.mark.usefixtures("ray_session")
 
 
 def _run(rows):

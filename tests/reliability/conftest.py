@@ -4,11 +4,6 @@ import time
 import pytest
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _ray(ray_session):
-    yield ray_session
-
-
 class BackgroundJob:
     """A processor running over rows in a thread, so a test can break things mid-job."""
 
@@ -39,5 +34,5 @@ class BackgroundJob:
 
 
 @pytest.fixture
-def background_job():
+def background_job(ray_session):
     return BackgroundJob

@@ -11,6 +11,7 @@ import time
 
 import ray
 from ray.cluster_utils import Cluster
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 import relayllm
 from relayllm import DeploymentConfig, ProcessorConfig, build_processor
@@ -19,10 +20,59 @@ from relayllm.testing import enable_echo_backend
 N = 2000
 
 
+@ray.remote(num_cpus=0)
+class Attempts:
+    """How many attempts each stage call took (one entry per call, in the order they ended)."""
+
+    def __init__(self) -> None:
+        self.per_call: list[int] = []
+
+    def add(self, attempts: int) -> None:
+        self.per_call.append(attempts)
+
+    def all(self) -> list[int]:
+        return self.per_call
+
+
+def count_attempts() -> None:
+    """Runs in each of the job's worker processes as it starts (Ray's worker setup hook): the
+    stage's retry loop reports how many attempts each call took. The retry policy itself is
+    relayllm's own, unchanged."""
+    from relayllm.stage import udf
+
+    retried = udf.call_with_retries
+
+    async def counted(attempt, **options):
+        attempts = 0
+
+        async def one():
+            nonlocal attempts
+            attempts += 1
+            return await attempt()
+
+        try:
+            return await retried(one, **options)
+        finally:
+            ray.get_actor("attempts").add.remote(attempts)
+
+    udf.call_with_retries = counted
+
+
 def main() -> None:
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
     engine_nodes = [cluster.add_node(num_cpus=0, resources={"engine": 1}) for _ in range(2)]
-    ray.init(address=cluster.address, log_to_driver=False)
+    ray.init(
+        address=cluster.address,
+        log_to_driver=False,
+        runtime_env={"worker_process_setup_hook": count_attempts},
+    )
+    # On the head, which stays: the engine nodes (one of them removed below) hold no CPUs.
+    attempts = Attempts.options(
+        name="attempts",
+        scheduling_strategy=NodeAffinitySchedulingStrategy(
+            ray.get_runtime_context().get_node_id(), soft=False
+        ),
+    ).remote()
     ray.data.DataContext.get_current().enable_progress_bars = False
     enable_echo_backend()
     ref = relayllm.deploy(
@@ -39,7 +89,11 @@ def main() -> None:
 
     proc = build_processor(
         ProcessorConfig(
-            deployment="spread", task="completion", batch_size=20, max_retries=8, timeout_s=30
+            deployment="spread",
+            task="completion",
+            batch_size=20,
+            max_retries=8,
+            timeout_s=30,
         )
     )
     out: dict = {}
@@ -67,6 +121,8 @@ def main() -> None:
                 "rows": len(rows),
                 "distinct_ids": len({r["id"] for r in rows}),
                 "errors": sum(1 for r in rows if r["error"]),
+                "error_messages": sorted({r["error"] for r in rows if r["error"]})[:3],
+                "attempts_per_call": sorted(ray.get(attempts.all.remote())),
                 "replica_node_before": before["node_id"],
                 "replica_node_after": after["node_id"],
                 "replica_was_on_head": before["node_id"] == head,

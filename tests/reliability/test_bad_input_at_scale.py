@@ -38,7 +38,7 @@ def _dataset():
 
 
 @pytest.fixture(scope="module")
-def strict_echo():
+def strict_echo(ray_session):
     relayllm.deploy(
         DeploymentConfig(name="scale", backend="echo", options={"fail_marker": "FAILME"})
     )

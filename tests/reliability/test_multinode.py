@@ -5,7 +5,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 
+
+# Three nodes on one machine, started and stopped inside the script: more than pytest.ini's
+# default per-test timeout allows; the script's own timeout comes first.
+@pytest.mark.timeout(1200)
 def test_losing_the_engine_node_mid_job_loses_no_rows(record_result):
     script = Path(__file__).with_name("multinode_job.py")
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=900)
@@ -15,9 +20,13 @@ def test_losing_the_engine_node_mid_job_loses_no_rows(record_result):
     assert not result["replica_was_on_head"], "the replica ran on an engine node"
     assert result["replica_node_after"] != result["replica_node_before"], "Serve moved the replica"
     assert result["rows"] == 2000 and result["distinct_ids"] == 2000, "every row exactly once"
-    assert result["errors"] == 0, "retries outlasted the move"
-    # The stage's retries wait out the move; minutes would mean they kept failing and backing off.
-    assert result["seconds_to_finish_after_kill"] < 120
+    assert result["errors"] == 0, ("retries outlasted the move", result["error_messages"])
+    # The stage's retries wait out the move: the calls in flight on the lost node fail once and
+    # their retry waits for the new replica. A call that kept failing and backing off (8 retries
+    # are ~95 s of backoff) would take more attempts, whatever the time it took.
+    attempts = result["attempts_per_call"]
+    assert len(attempts) >= 2000 // 20, "every call of the job reported its attempts"
+    assert max(attempts) <= 3, attempts
     record_result(
         "engine_node_lost",
         {k: result[k] for k in ("rows", "distinct_ids", "errors", "seconds_to_finish_after_kill")},

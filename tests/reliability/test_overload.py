@@ -4,23 +4,18 @@ nothing hangs, the limit holds, and memory stays bounded."""
 import resource
 import threading
 import time
-from pathlib import Path
 
+import pytest
 import ray
+from support import children, peak_rss_mib
 
 import relayllm
 from relayllm import DeploymentConfig, ProcessorConfig, build_processor
 from relayllm.stage.udf import STAGE_OPERATOR_NAMES
 
+pytestmark = pytest.mark.usefixtures("ray_session")
+
 ROWS_PER_PIPELINE = 25_000
-
-
-def _peak_rss_mib(pid: int) -> float:
-    """Peak resident set size of a process (Linux: VmHWM; 0 for a process already exiting)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 def _stage_pids() -> set[int]:
@@ -28,20 +23,7 @@ def _stage_pids() -> set[int]:
     ("ray::MapBatches(serve_stage)" while a worker runs a stage task, or
     "ray::MapWorker(MapBatches(ServeStage))" for an actor). Other Ray clusters are ignored."""
     raylet = ray._private.worker._global_node.all_processes["raylet"][0].process.pid
-    pids = set()
-    for proc in Path("/proc").iterdir():
-        try:
-            if not proc.name.isdigit():
-                continue
-            title = (proc / "cmdline").read_bytes()
-            if not any(name.encode() in title for name in STAGE_OPERATOR_NAMES):
-                continue
-            parent = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            if parent == raylet:
-                pids.add(int(proc.name))
-        except (OSError, ValueError, IndexError):
-            pass
-    return pids
+    return children(raylet, *(name.encode() for name in STAGE_OPERATOR_NAMES))
 
 
 def test_four_pipelines_share_one_small_deployment_without_hanging_or_growing(record_result):
@@ -77,7 +59,7 @@ def test_four_pipelines_share_one_small_deployment_without_hanging_or_growing(re
         stage_pids.update(_stage_pids())
         for pid in stage_pids:
             try:
-                peaks[pid] = max(peaks.get(pid, 0.0), _peak_rss_mib(pid))
+                peaks[pid] = max(peaks.get(pid, 0.0), peak_rss_mib(pid))
             except (FileNotFoundError, ProcessLookupError):
                 pass
         time.sleep(1)

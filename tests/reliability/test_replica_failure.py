@@ -4,8 +4,12 @@ import os
 import signal
 import time
 
+import pytest
+
 import relayllm
 from relayllm import DeploymentConfig, ProcessorConfig, build_processor
+
+pytestmark = pytest.mark.usefixtures("ray_session")
 
 
 def test_replica_killed_mid_job_loses_and_duplicates_nothing(background_job, record_result):

@@ -19,6 +19,9 @@ from relayllm.rows import (
 )
 from relayllm.stage.udf import _with_outputs
 
+# Registered for each test and removed after it (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("echo_backend")
+
 STEP = """\
 deployments:
   - name: echo-a

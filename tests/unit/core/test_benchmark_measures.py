@@ -8,11 +8,11 @@ engine, tokens generated, tokens prefilled, preemptions]. benchmarks/engine.py p
 sides of each run before it takes a median, so a slow minute that slows both sides cancels."""
 
 import sys
-from pathlib import Path
 
 import pytest
+from support import REPO
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+sys.path.insert(0, str(REPO / "benchmarks"))
 import engine  # the benchmarks folder is not a package: its scripts import as modules
 import online_batch
 

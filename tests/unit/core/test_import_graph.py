@@ -12,7 +12,12 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import relayllm
+
+# Registered for each test and removed after it (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("echo_backend")
 
 SOURCE = Path(relayllm.__file__).parent
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from support import REPO
+
 import relayllm
 
 SOURCE = Path(relayllm.__file__).parent
-DOC = Path(__file__).resolve().parents[2] / "docs" / "architecture.md"
+DOC = REPO / "docs" / "architecture.md"
 
 
 def test_every_core_module_has_a_row_in_the_architecture_page():

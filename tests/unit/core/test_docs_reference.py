@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from support import REPO
+
+ROOT = REPO
 GENERATOR = ROOT / "docs" / "gen_reference.py"
 
 

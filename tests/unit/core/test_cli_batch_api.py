@@ -9,6 +9,9 @@ from relayllm.batch.format import BadLine, BatchRequest, parse_line, response_li
 from relayllm.batch.scan import scan_batch_file
 from relayllm.errors import ConfigError
 
+# Registered for each test and removed after it (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("echo_backend")
+
 
 def line(**fields):
     base = {

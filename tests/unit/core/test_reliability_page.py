@@ -3,9 +3,10 @@ the page's table is generated from that file (``python docs/reliability.py``), a
 to either without the other is caught here rather than by a reader. No cluster is needed."""
 
 import importlib.util
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from support import REPO
+
+ROOT = REPO
 
 
 def _generator():

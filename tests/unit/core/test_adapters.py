@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from support import REPO
 
 from relayllm import Backend, BackendOptions, ConfigError
 from relayllm.adapters import (
@@ -21,6 +22,9 @@ from relayllm.adapters import (
 )
 from relayllm.errors import describe_exception
 from relayllm.rows import OUTPUT_COLUMNS, OUTPUT_SCHEMA, output_fields, request_text
+
+# Registered for each test and removed after it (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("echo_backend")
 
 
 def test_one_message_for_an_unsupported_sampling_parameter():
@@ -148,8 +152,6 @@ def test_one_token_estimate_for_call_splitting_and_rate_budgets():
 
 
 # -- adapters use the CLI's public kit only ----------------------------------------------------
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def cli_imports(root: Path) -> list[str]:

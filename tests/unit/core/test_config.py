@@ -13,6 +13,9 @@ from relayllm.serving.admission import AdmissionConfig
 from relayllm.serving.http_config import HttpConfig
 from relayllm.testing.echo import EchoOptions
 
+# Registered for each test and removed after it (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("echo_backend")
+
 STEP = """\
 deployments:
   - name: echo-a

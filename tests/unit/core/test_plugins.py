@@ -13,6 +13,9 @@ import relayllm
 from relayllm.backend import Backend, BackendOrigin, BackendRegistry
 from relayllm.plugin import manager
 
+# Registered for each test and removed after it (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("echo_backend")
+
 
 class _Alpha(Backend):
     name = "alpha"

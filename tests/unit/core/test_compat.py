@@ -1,0 +1,34 @@
+"""The contract with Ray's private APIs (relayllm.compat) that can be checked without a cluster:
+the names exist in the installed Ray (the ones that need Serve running:
+tests/core/test_compat.py)."""
+
+from __future__ import annotations
+
+import inspect
+
+from relayllm import compat, versions
+
+
+def test_serve_run_without_blocking_exists():
+    from ray.serve.api import _run
+
+    params = inspect.signature(_run).parameters
+    assert {"name", "route_prefix", "_blocking"} <= set(params), (
+        "ray.serve.api._run changed; relayllm.compat.run_application needs updating"
+    )
+
+
+def test_execution_callback_hook_exists():
+    base = compat.execution_callback_class()
+    assert callable(getattr(base, "on_execution_step", None)), (
+        "Ray Data's ExecutionCallback changed; relayllm's progress bars need updating"
+    )
+
+
+def test_every_private_api_is_listed_and_ray_is_a_supported_release():
+    assert len(compat.PRIVATE_APIS) == 7
+    installed = versions.installed("ray")
+    assert installed and versions.matches(installed, versions.RAY_VERSIONS), (
+        f"Ray {installed} is not the release relayllm.compat is written for "
+        f"({versions.RAY_VERSIONS}): check every private API above, then move the pin"
+    )
