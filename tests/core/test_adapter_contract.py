@@ -4,57 +4,16 @@ contract this relayllm does not implement is refused when it registers, never by
 
 from __future__ import annotations
 
-import sys
-from typing import Any
-
+import first_contract_adapter
 import pytest
 import ray
+from first_contract_adapter import FirstBackend
 
 import relayllm
 from relayllm import DeploymentConfig, ProcessorConfig, build_processor
 from relayllm.backend import AdapterContractWarning
-from relayllm.rows import Request, Result, request_text
 
 pytestmark = pytest.mark.usefixtures("ray_session")
-
-
-class FirstOptions(relayllm.BackendOptions):
-    scale: int = 1
-
-
-class FirstDeployment(relayllm.BatchDeployment):
-    """Written against contract 1: ``self.options`` read as a mapping."""
-
-    backend_name = "first-contract"
-
-    async def run_request(self, request: Request) -> Result:
-        words = request_text(request).split()
-        return {
-            "generated_text": " ".join(words * self.options["scale"]),
-            "finish_reason": "stop",
-            "num_input_tokens": len(words),
-            "num_generated_tokens": len(words) * self.options.get("scale", 1),
-        }
-
-    def engine_info(self) -> dict[str, Any]:
-        return {"model": "first-contract"}
-
-
-class FirstBackend(relayllm.Backend):
-    name = "first-contract"  # no contract_version: written before adapters declared one
-    Options = FirstOptions
-
-    @classmethod
-    def deployment_class(cls):
-        return FirstDeployment
-
-    @classmethod
-    def deployment_options(cls, options):
-        return {"ray_actor_options": {"num_cpus": 0}}
-
-
-def _backend(version: int | None) -> type[relayllm.Backend]:
-    return type(f"Backend{version}", (FirstBackend,), {"contract_version": version})
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +26,7 @@ def first_contract(ray_session):
             registry.add(FirstBackend)
 
     # The replicas cannot import a test module: its classes travel by value.
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    ray.cloudpickle.register_pickle_by_value(first_contract_adapter)
     with pytest.warns(AdapterContractWarning):
         manager.MANAGER.register(Plugin(), "first-contract-plugin")
         manager.get_registry()

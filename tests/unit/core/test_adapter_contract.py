@@ -7,53 +7,17 @@ from __future__ import annotations
 
 import sys
 import warnings
-from typing import Any
 
 import pytest
+from first_contract_adapter import FirstBackend, FirstOptions
 
 import relayllm
 from relayllm.backend import AdapterContractWarning, BackendRegistry
 from relayllm.errors import IncompatibleAdapterError
 from relayllm.plugin import CONTRACT_VERSION
-from relayllm.rows import Request, Result, request_text
 
 # Registered for each test and removed after it (tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("echo_backend")
-
-
-class FirstOptions(relayllm.BackendOptions):
-    scale: int = 1
-
-
-class FirstDeployment(relayllm.BatchDeployment):
-    """Written against contract 1: ``self.options`` read as a mapping."""
-
-    backend_name = "first-contract"
-
-    async def run_request(self, request: Request) -> Result:
-        words = request_text(request).split()
-        return {
-            "generated_text": " ".join(words * self.options["scale"]),
-            "finish_reason": "stop",
-            "num_input_tokens": len(words),
-            "num_generated_tokens": len(words) * self.options.get("scale", 1),
-        }
-
-    def engine_info(self) -> dict[str, Any]:
-        return {"model": "first-contract"}
-
-
-class FirstBackend(relayllm.Backend):
-    name = "first-contract"  # no contract_version: written before adapters declared one
-    Options = FirstOptions
-
-    @classmethod
-    def deployment_class(cls):
-        return FirstDeployment
-
-    @classmethod
-    def deployment_options(cls, options):
-        return {"ray_actor_options": {"num_cpus": 0}}
 
 
 def _backend(version: int | None) -> type[relayllm.Backend]:
