@@ -53,6 +53,9 @@ class BadLine:
     custom_id: str | None
     code: str
     message: str
+    #: The field at fault (``custom_id``, ``url``, ``body.model``...), for the ``param`` of
+    #: OpenAI's batch ``errors`` entries; None when it is the line as a whole.
+    param: str | None = None
 
 
 @dataclass
@@ -103,11 +106,15 @@ def parse_envelope(text: str, line: int) -> Envelope | BadLine:
     custom_id = item.get("custom_id")
     if not isinstance(custom_id, str) or not custom_id:
         return BadLine(
-            line, None, "missing_custom_id", f"line {line}: 'custom_id' must be a non-empty string"
+            line,
+            None,
+            "missing_custom_id",
+            f"line {line}: 'custom_id' must be a non-empty string",
+            "custom_id",
         )
 
-    def bad(code: str, message: str) -> BadLine:
-        return BadLine(line, custom_id, code, f"line {line}: {message}")
+    def bad(code: str, message: str, param: str | None = None) -> BadLine:
+        return BadLine(line, custom_id, code, f"line {line}: {message}", param)
 
     unknown = sorted(set(item) - {"custom_id", "method", "url", "body"})
     if unknown:
@@ -115,21 +122,25 @@ def parse_envelope(text: str, line: int) -> Envelope | BadLine:
             "invalid_request", f"unknown keys {unknown}; a line has custom_id, method, url, body"
         )
     if item.get("method", "POST") != "POST":
-        return bad("invalid_request", f"'method' must be POST, got {item.get('method')!r}")
+        return bad(
+            "invalid_request", f"'method' must be POST, got {item.get('method')!r}", "method"
+        )
     url = item.get("url")
     task = URL_TASKS.get(url) if isinstance(url, str) else None
     if task is None:
         return bad(
-            "unsupported_url", f"'url' {url!r} is not supported; use one of {', '.join(URL_TASKS)}"
+            "unsupported_url",
+            f"'url' {url!r} is not supported; use one of {', '.join(URL_TASKS)}",
+            "url",
         )
     body = item.get("body")
     if not isinstance(body, dict):
-        return bad("invalid_request", "'body' must be a JSON object")
+        return bad("invalid_request", "'body' must be a JSON object", "body")
     if body.get("stream"):
-        return bad("invalid_request", "'stream' is not supported in a batch")
+        return bad("invalid_request", "'stream' is not supported in a batch", "body.stream")
     model = body.get("model")
     if model is not None and not isinstance(model, str):
-        return bad("invalid_request", f"'model' must be a string, got {model!r}")
+        return bad("invalid_request", f"'model' must be a string, got {model!r}", "body.model")
     return Envelope(custom_id, task, str(url), body, model)
 
 
