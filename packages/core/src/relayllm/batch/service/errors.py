@@ -1,0 +1,52 @@
+"""The batch service's errors: each is one HTTP answer at the gateway (``objects.http_error``),
+and each message is safe to show a client (no key, no other project's data, no server path)."""
+
+from __future__ import annotations
+
+from relayllm.errors import RelayLLMError
+
+
+class ServiceError(RelayLLMError):
+    """Base class of the batch service's errors."""
+
+
+class NotFoundError(ServiceError, LookupError):
+    """No such file or batch in this project: the same answer whether the id does not exist or
+    belongs to another project, so a client cannot probe for others' ids (HTTP 404)."""
+
+
+class InvalidRequestError(ServiceError, ValueError):
+    """A request the service refuses as asked: a bad parameter, an unsupported endpoint (400)."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+class TooLargeError(InvalidRequestError):
+    """An upload over the size limit; nothing of it is kept (HTTP 413)."""
+
+
+class IllegalTransitionError(ServiceError):
+    """A batch status change OpenAI's life cycle does not allow (cancelling a completed batch
+    is a 400 to a client; for a runner it means the batch moved on without it)."""
+
+
+class StaleClaimError(ServiceError):
+    """A runner wrote with a claim number a newer claim has replaced: nothing was written, and
+    the runner must stop (another runner owns the batch now)."""
+
+
+class UnauthorizedError(ServiceError):
+    """No API key, or one no project has (HTTP 401). Never carries the key."""
+
+
+__all__ = [
+    "IllegalTransitionError",
+    "InvalidRequestError",
+    "NotFoundError",
+    "ServiceError",
+    "StaleClaimError",
+    "TooLargeError",
+    "UnauthorizedError",
+]

@@ -1,0 +1,136 @@
+"""The bytes of uploaded and produced files, behind ``pyarrow.fs``: a local directory on one
+machine, object storage (any URI ``pyarrow.fs.FileSystem.from_uri`` accepts, or any
+``pyarrow.fs.FileSystem``, fsspec ones through ``PyFileSystem``) when several nodes share the
+files.
+
+Only bytes live here; who owns a file, its name and purpose are the job store's. A file is
+written under a temporary name and moved into place when complete, so a killed upload never
+leaves a partial file under an id, and an upload over the size limit is stopped as it crosses
+the limit (the body is streamed, never held whole) and deleted. File ids are checked before
+they become paths: a client's id can never name anything outside the storage's root.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import secrets
+from collections.abc import Iterable
+from typing import Any, BinaryIO
+
+import pyarrow.fs as pafs
+
+from relayllm.batch.service.errors import InvalidRequestError, NotFoundError, TooLargeError
+from relayllm.batch.service.ids import is_file_id
+
+#: OpenAI's limit for one uploaded file (512 MB); a server setting.
+DEFAULT_MAX_BYTES = 512 * 1024 * 1024
+#: The piece read or written at a time: what an upload or a download holds in memory.
+CHUNK = 1 << 20
+
+
+class FileStorage:
+    """Files by id under one root of one ``pyarrow.fs`` filesystem."""
+
+    def __init__(self, filesystem: Any, base: str = "", max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        if max_bytes <= 0:
+            raise ValueError(f"max_bytes must be positive, got {max_bytes}")
+        self._fs = filesystem
+        self._base = base.rstrip("/")
+        self.max_bytes = max_bytes
+        if self._base:
+            self._fs.create_dir(self._base, recursive=True)
+
+    @classmethod
+    def from_uri(cls, location: str, max_bytes: int = DEFAULT_MAX_BYTES) -> FileStorage:
+        """A local directory (created if missing; a relative path is made absolute, as
+        pyarrow wants) or a URI (``file://``, ``s3://``, ``gs://``...)."""
+        if "://" not in location:
+            location = os.path.abspath(location)
+        filesystem, base = pafs.FileSystem.from_uri(location)
+        return cls(filesystem, base, max_bytes)
+
+    def __repr__(self) -> str:
+        return f"FileStorage({type(self._fs).__name__}, {self._base!r})"
+
+    def _path(self, file_id: str) -> str:
+        if not is_file_id(file_id):
+            raise InvalidRequestError(f"{file_id!r} is not a file id", "file_id")
+        return f"{self._base}/{file_id}" if self._base else file_id
+
+    def put(
+        self, file_id: str, source: BinaryIO | Iterable[bytes], max_bytes: int | None = None
+    ) -> int:
+        """Write ``source`` (a readable binary stream, or an iterable of byte pieces) as the
+        file ``file_id``; returns its size. Over ``max_bytes`` (default: the storage's) it
+        raises :class:`TooLargeError` and keeps nothing."""
+        limit = self.max_bytes if max_bytes is None else max_bytes
+        path = self._path(file_id)
+        partial = f"{path}.part-{secrets.token_hex(4)}"
+        written = 0
+        try:
+            with self._fs.open_output_stream(partial) as out:
+                for piece in _pieces(source):
+                    written += len(piece)
+                    if written > limit:
+                        raise TooLargeError(
+                            f"the file is larger than the limit of {limit:,} bytes", "file"
+                        )
+                    out.write(piece)
+            self._fs.move(partial, path)
+        except BaseException:
+            _delete_quietly(self._fs, partial)
+            raise
+        return written
+
+    def open(self, file_id: str, offset: int = 0) -> io.BufferedReader:
+        """The file for reading, buffered (iterating it gives its lines), from byte ``offset``."""
+        path = self._path(file_id)
+        try:
+            if offset:
+                raw = self._fs.open_input_file(path)
+                raw.seek(offset)
+            else:
+                raw = self._fs.open_input_stream(path)
+        except FileNotFoundError:
+            raise NotFoundError(f"no file {file_id!r}") from None
+        except OSError:
+            # Object stores do not all say FileNotFoundError; ask before blaming the id.
+            if not self.exists(file_id):
+                raise NotFoundError(f"no file {file_id!r}") from None
+            raise
+        return io.BufferedReader(raw, CHUNK)
+
+    def size(self, file_id: str) -> int:
+        info = self._fs.get_file_info(self._path(file_id))
+        if info.type != pafs.FileType.File:
+            raise NotFoundError(f"no file {file_id!r}")
+        return int(info.size)
+
+    def exists(self, file_id: str) -> bool:
+        return bool(self._fs.get_file_info(self._path(file_id)).type == pafs.FileType.File)
+
+    def delete(self, file_id: str) -> None:
+        path = self._path(file_id)
+        if not self.exists(file_id):
+            raise NotFoundError(f"no file {file_id!r}")
+        self._fs.delete_file(path)
+
+
+def _pieces(source: BinaryIO | Iterable[bytes]) -> Iterable[bytes]:
+    read = getattr(source, "read", None)
+    if read is None:
+        yield from source
+        return
+    while piece := read(CHUNK):
+        yield piece
+
+
+def _delete_quietly(filesystem: Any, path: str) -> None:
+    try:
+        filesystem.delete_file(path)
+    except OSError:
+        pass  # never written, or already gone: nothing to clean
+
+
+__all__ = ["CHUNK", "DEFAULT_MAX_BYTES", "FileStorage"]
