@@ -1,0 +1,167 @@
+"""API keys to projects: who is asking, so each request sees only its project's files and
+batches.
+
+Keys come from ``RELAYLLM_API_KEYS`` (entries ``PROJECT=KEY`` separated by commas or new
+lines) and/or a keys file (``RELAYLLM_API_KEYS_FILE``, or the path given: one ``PROJECT=KEY``
+per line, ``#`` comments and blank lines skipped). A project may have several keys (one per
+person or service, each revocable alone); a key belongs to one project.
+
+A :class:`KeyMap` keeps only SHA-256 digests of the keys, so no key is in its memory to leak
+through a repr, a log line, a traceback or a pickle (Serve ships a gateway's arguments to its
+replicas by pickling them). Errors name the source and the entry's position, never its text:
+a malformed entry may well be a key written the wrong way round.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Iterable, Mapping
+
+from relayllm.batch.service.errors import UnauthorizedError
+from relayllm.errors import ConfigError
+
+ENV_KEYS = "RELAYLLM_API_KEYS"
+ENV_KEYS_FILE = "RELAYLLM_API_KEYS_FILE"
+#: Shorter keys are refused: a guessable key is every project's files.
+MIN_KEY_LENGTH = 16
+_PROJECT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+_HOW = "give each entry as PROJECT=KEY"
+
+
+def _digest(key: str) -> bytes:
+    # A dict lookup by digest compares digests, not keys: its timing tells nothing of a key.
+    return hashlib.sha256(key.encode("utf-8")).digest()
+
+
+class KeyMap:
+    """Which project each API key belongs to (``anonymous``: the project of requests without
+    a key, for a server without keys; None refuses them)."""
+
+    __slots__ = ("_anonymous", "_projects")
+
+    def __init__(self, pairs: Iterable[tuple[str, str]] = (), anonymous: str | None = None):
+        self._projects: dict[bytes, str] = {}
+        self._anonymous = anonymous
+        for number, (project, key) in enumerate(pairs, start=1):
+            self._add(project, key, f"entry {number}")
+
+    def _add(self, project: str, key: str, where: str) -> None:
+        if not _PROJECT.fullmatch(project):
+            raise ConfigError(
+                f"{where}: the project name must be 1-64 letters, digits, '_', '.' or '-' "
+                f"(starting with a letter or digit); {_HOW}"
+            )
+        if len(key) < MIN_KEY_LENGTH or any(c.isspace() for c in key):
+            raise ConfigError(
+                f"{where}: a key must be at least {MIN_KEY_LENGTH} characters without spaces "
+                f"(make one with: python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+            )
+        digest = _digest(key)
+        owner = self._projects.setdefault(digest, project)
+        if owner != project:
+            raise ConfigError(
+                f"{where}: the same key is given to projects {owner!r} and {project!r}; "
+                f"a key belongs to one project"
+            )
+
+    @classmethod
+    def parse(cls, text: str, source: str, anonymous: str | None = None) -> KeyMap:
+        """Entries ``PROJECT=KEY`` separated by new lines or commas; ``source`` names the
+        text in errors (``RELAYLLM_API_KEYS``, a file's path)."""
+        keys = cls(anonymous=anonymous)
+        keys._read(text, source)
+        return keys
+
+    def _read(self, text: str, source: str) -> None:
+        number = 0
+        for line_number, line in enumerate(text.splitlines(), start=1):
+            for entry in line.split(","):
+                entry = entry.strip()
+                if not entry or entry.startswith("#"):
+                    continue
+                number += 1
+                where = f"{source} line {line_number}, entry {number}"
+                project, sep, key = entry.partition("=")
+                if not sep:
+                    raise ConfigError(f"{where}: no '='; {_HOW}")
+                self._add(project.strip(), key.strip(), where)
+
+    @property
+    def projects(self) -> frozenset[str]:
+        return frozenset(self._projects.values())
+
+    def __len__(self) -> int:
+        return len(self._projects)
+
+    def __repr__(self) -> str:
+        anonymous = f", anonymous={self._anonymous!r}" if self._anonymous else ""
+        return f"KeyMap({len(self)} keys, projects={sorted(self.projects)}{anonymous})"
+
+    __str__ = __repr__
+
+    def project_for(self, key: str | None) -> str:
+        """The project of ``key``; :class:`UnauthorizedError` for a key no project has, or
+        for no key when requests without one are refused."""
+        if not key:
+            if self._anonymous is not None:
+                return self._anonymous
+            raise UnauthorizedError(
+                "no API key: send it as 'Authorization: Bearer KEY' (the openai client's api_key)"
+            )
+        project = self._projects.get(_digest(key))
+        if project is None:
+            raise UnauthorizedError("the API key is not valid")
+        return project
+
+    def project_for_header(self, authorization: str | None) -> str:
+        """The project of an ``Authorization: Bearer KEY`` header's value."""
+        if not authorization:
+            return self.project_for(None)
+        scheme, _, key = authorization.strip().partition(" ")
+        if scheme.lower() != "bearer":
+            raise UnauthorizedError("the Authorization header must be 'Bearer KEY'")
+        return self.project_for(key.strip())
+
+
+def load_keys(
+    environ: Mapping[str, str] | None = None,
+    path: str | None = None,
+    anonymous: str | None = None,
+) -> KeyMap:
+    """The keys of ``RELAYLLM_API_KEYS`` and of the keys file (``path``, else
+    ``RELAYLLM_API_KEYS_FILE``), merged. No key at all is a ConfigError unless ``anonymous``
+    names the project of keyless requests (a server for one trusted user)."""
+    environ = os.environ if environ is None else environ
+    keys = KeyMap(anonymous=anonymous)
+    text = environ.get(ENV_KEYS, "")
+    if text.strip():
+        keys._read(text, ENV_KEYS)
+    path = path or environ.get(ENV_KEYS_FILE) or None
+    if path:
+        content, problem = _read_file(path)
+        if content is None:
+            raise ConfigError(problem)  # outside the except: no __context__ holds the bytes
+        keys._read(content, path)
+    if not len(keys) and anonymous is None:
+        raise ConfigError(
+            f"no API keys: set {ENV_KEYS} (PROJECT=KEY,...) or {ENV_KEYS_FILE} (a file of "
+            f"PROJECT=KEY lines)"
+        )
+    return keys
+
+
+def _read_file(path: str) -> tuple[str | None, str]:
+    """The keys file's text, or None and why not (never the decode error itself: it carries
+    the file's bytes, keys and all)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read(), ""
+    except OSError as exc:
+        return None, f"cannot read the API keys file {path!r}: {exc.strerror or exc}"
+    except UnicodeDecodeError:
+        return None, f"the API keys file {path!r} is not UTF-8 text"
+
+
+__all__ = ["ENV_KEYS", "ENV_KEYS_FILE", "MIN_KEY_LENGTH", "KeyMap", "load_keys"]
