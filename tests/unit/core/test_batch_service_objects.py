@@ -174,3 +174,21 @@ def test_error_body_is_openais_envelope():
     assert error_body("m", param="p", code="c") == {
         "error": {"message": "m", "type": "invalid_request_error", "param": "p", "code": "c"}
     }
+
+
+def test_the_service_layers_import_neither_ray_nor_openai():
+    """The gateway and the runner import these; the openai package is the tests' judge, not a
+    dependency of core, and the store must load where Ray does not (a CLI, a tool)."""
+    import subprocess
+    import sys
+
+    modules = ["errors", "ids", "files", "store", "validate", "objects", "keys"]
+    code = (
+        "import sys\n"
+        + "".join(f"import relayllm.batch.service.{m}\n" for m in modules)
+        + "print(sorted(m for m in ('ray', 'openai') if m in sys.modules))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.strip() == "[]"
