@@ -107,3 +107,21 @@ def peak_rss_mib(pid: int) -> float:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return 0.0
+
+
+# -- how a Ray actor ended ---------------------------------------------------------------------
+
+
+def actor_death_reason(pid: int) -> str:
+    """Why the actor whose process was ``pid`` died, as Ray's GCS recorded it: ``WORKER_DIED``
+    when its process ended by itself (or by a signal), ``RAY_KILL`` when Ray killed it (as Serve
+    kills a replica after failed health checks). The GCS is asked directly: the state API needs
+    the dashboard, which the test clusters do not start."""
+    from ray._private import state
+
+    for actor in state.actors().values():
+        if actor.get("Pid") == pid and actor.get("State") == "DEAD":
+            context = actor["DeathCause"].actor_died_error_context
+            reason = context.DESCRIPTOR.fields_by_name["reason"].enum_type
+            return reason.values_by_number[context.reason].name
+    raise AssertionError(f"no dead actor had pid {pid}")

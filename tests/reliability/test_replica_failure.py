@@ -5,6 +5,7 @@ import signal
 import time
 
 import pytest
+from support import actor_death_reason
 
 import relayllm
 from relayllm import DeploymentConfig, ProcessorConfig, build_processor
@@ -68,6 +69,9 @@ def test_an_engine_that_dies_fails_its_calls_not_its_rows(background_job):
     assert all(r["generated_text"] == f"row {r['id']}" for r in out)
     last = ref.handle().info.remote().result(timeout_s=30)
     assert last["pid"] != first["pid"], "the replica retired and Serve started another"
+    # It ended its own process when its engine died, rather than waiting for Serve to kill it
+    # after three failed health checks (RAY_KILL).
+    assert actor_death_reason(first["pid"]) == "WORKER_DIED"
     relayllm.shutdown("engine-dies")
 
 
@@ -105,5 +109,6 @@ def test_an_engine_that_hangs_is_found_by_the_health_check_and_loses_no_row(back
     assert [r["error"] for r in out if r["error"]] == [], "no row got the hang as its error"
     last = ref.handle().info.remote().result(timeout_s=30)
     assert last["pid"] != first["pid"], "the replica retired and Serve started another"
+    assert actor_death_reason(first["pid"]) == "WORKER_DIED", "it retired on the first check"
     assert elapsed < 300, "the hung calls were freed by the health check, not by timeout_s"
     relayllm.shutdown("engine-hangs")
