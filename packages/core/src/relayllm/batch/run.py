@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -225,10 +225,15 @@ def run_scanned(
     errors: IO[str],
     processor_fields: dict[str, Any] | None = None,
     done: Done | None = None,
+    on_block: Callable[[int, int], None] | None = None,
 ) -> dict[str, int]:
     """Run the scanned file's groups one after another; write each line to ``output`` or
     ``errors`` as its block arrives; return OpenAI's ``request_counts`` for the whole file
-    (a resumed run's earlier lines included)."""
+    (a resumed run's earlier lines included).
+
+    ``on_block(completed, failed)`` is called after each block is written and flushed (the
+    counts so far, earlier runs' lines included); an exception it raises stops the run there,
+    every line written so far kept (the batch service's cancel and expiry)."""
     from relayllm.data_context import keep_input_order
 
     done = done or Done()
@@ -252,6 +257,8 @@ def run_scanned(
             completed, failed = completed + ok, failed + bad
             output.flush()  # each block reaches the disk as it finishes: a kill keeps it
             errors.flush()
+            if on_block is not None:
+                on_block(completed, failed)
     return request_counts(scan.lines, completed, failed)
 
 

@@ -93,7 +93,7 @@ class HttpFront:
             route = self._route(request)
             self._authorize(request)
             if route == "models":
-                return _json(self._models())
+                return _json(self.models_body())
             body = await self._body(request, route)
             if route == "embedding":
                 answer = await self._embeddings(body)
@@ -203,7 +203,8 @@ class HttpFront:
 
     # -- endpoints -----------------------------------------------------------------------------
 
-    def _models(self) -> dict[str, Any]:
+    def models_body(self) -> dict[str, Any]:
+        """The ``/v1/models`` answer (the batch service's gateway lists every deployment's)."""
         from openai.types import Model
 
         model = Model(id=self.model, object="model", created=0, owned_by="relayllm")

@@ -95,6 +95,16 @@ class KeyMap:
     def __len__(self) -> int:
         return len(self._projects)
 
+    @property
+    def fingerprint(self) -> str:
+        """A digest of the whole map (digests, projects, the anonymous project): equal maps,
+        equal fingerprints; it tells whether a running gateway has these keys, and no key."""
+        whole = hashlib.sha256()
+        for digest, project in sorted(self._projects.items()):
+            whole.update(digest + project.encode("utf-8") + b"\n")
+        whole.update(f"anonymous={self._anonymous!r}".encode())
+        return whole.hexdigest()
+
     def __repr__(self) -> str:
         anonymous = f", anonymous={self._anonymous!r}" if self._anonymous else ""
         return f"KeyMap({len(self)} keys, projects={sorted(self.projects)}{anonymous})"

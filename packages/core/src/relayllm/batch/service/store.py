@@ -192,7 +192,14 @@ class JobStore(Protocol):
         errors: list[dict[str, Any]] | None = None,
     ) -> BatchRecord: ...
     def add_batch_file(
-        self, batch_id: str, claim: int, *, filename: str, purpose: str, bytes: int
+        self,
+        batch_id: str,
+        claim: int,
+        *,
+        filename: str,
+        purpose: str,
+        bytes: int,
+        file_id: str | None = None,
     ) -> FileRecord: ...
 
     def close(self) -> None: ...
@@ -579,17 +586,28 @@ class SQLiteJobStore:
             return _batch(self._batch_row(db, batch_id, None))
 
     def add_batch_file(
-        self, batch_id: str, claim: int, *, filename: str, purpose: str, bytes: int
+        self,
+        batch_id: str,
+        claim: int,
+        *,
+        filename: str,
+        purpose: str,
+        bytes: int,
+        file_id: str | None = None,
     ) -> FileRecord:
         """A file a runner produced (output, errors), in the batch's project; refused like
-        :meth:`update` for a stale claim, so a replaced runner leaves no file behind."""
+        :meth:`update` for a stale claim, so a replaced runner leaves no file behind.
+        ``file_id``: the id its bytes were already stored under (bytes first, then the
+        record: a crash between leaves orphan bytes, never a record without them)."""
         if purpose not in FILE_PURPOSES:
             raise InvalidRequestError(f"purpose {purpose!r} is not supported", "purpose")
+        if file_id is not None and not is_file_id(file_id):
+            raise InvalidRequestError(f"{file_id!r} is not a file id", "file_id")
         with self._write() as db:
             row = self._batch_row(db, batch_id, None)
             self._check_claim(row, claim)
             record = FileRecord(
-                new_file_id(), row["project"], filename, purpose, int(bytes), self._now()
+                file_id or new_file_id(), row["project"], filename, purpose, int(bytes), self._now()
             )
             self._insert_file(db, record)
         return record
