@@ -1,0 +1,188 @@
+"""Starting the batch service on a cluster (``relayllm serve``): a file's deployments, then the
+gateway on Serve's HTTP proxy (which starts the runner); listing and stopping gateways."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from relayllm.batch.service.errors import ServiceError
+from relayllm.batch.service.keys import KeyMap
+from relayllm.batch.service.settings import GATEWAY_APP_PREFIX, ServiceSettings
+
+logger = logging.getLogger(__name__)
+
+#: The Serve deployment's name inside a gateway's application.
+GATEWAY_DEPLOYMENT = "gateway"
+
+
+@dataclass(frozen=True)
+class GatewayRef:
+    """A gateway on the cluster: its Serve application, base URL and what it knows."""
+
+    name: str
+    app_name: str
+    status: str
+    url: str | None = None
+    unfinished: int | None = None  # batches not in a final status
+    state_dir: str | None = None
+
+
+def deploy_gateway(
+    settings: ServiceSettings,
+    keys: KeyMap,
+    *,
+    address: str | None = None,
+    timeout_s: float = 120.0,
+) -> GatewayRef:
+    """Start the gateway ``settings`` describes, or reuse the running one with the same
+    settings and keys (another one of the same name is replaced)."""
+    from ray import serve
+
+    from relayllm import compat
+    from relayllm.batch.service.gateway import Gateway
+    from relayllm.batch.service.runner import HEAD_RESOURCE
+    from relayllm.cluster import connect, ensure_http_proxy
+    from relayllm.deployments import DeploymentRef, _wait_running
+
+    connect(address)
+    ensure_http_proxy(settings.host, settings.port)
+    if settings.app_name in serve.status().applications:
+        running = _describe(settings.app_name) or {}
+        if (running.get("settings"), running.get("keys")) == _wanted(settings, keys):
+            logger.info("reusing the running gateway %r", settings.name)
+            return _ref(settings.app_name)
+    deployment: Any = serve.deployment(Gateway)
+    app = deployment.options(
+        name=GATEWAY_DEPLOYMENT,
+        num_replicas=1,
+        max_ongoing_requests=256,
+        ray_actor_options={"num_cpus": 0, "resources": HEAD_RESOURCE},
+        logging_config={"enable_access_log": False},
+    ).bind(settings, keys)
+    compat.run_application(app, settings.app_name, route_prefix=settings.route_prefix)
+    ref = DeploymentRef(settings.name, settings.app_name, GATEWAY_DEPLOYMENT, None)
+    _wait_running(ref, timeout_s)
+    return _ref(settings.app_name)
+
+
+def serve_file(
+    path: str | os.PathLike[str],
+    settings: ServiceSettings,
+    keys: KeyMap,
+    *,
+    address: str | None = None,
+    on_deploy: Callable[[str, str], None] | None = None,
+) -> GatewayRef:
+    """Deploy (or reuse) the deployments a YAML file declares and the gateway; they stay up
+    after this returns (``relayllm shutdown`` and :func:`shutdown_gateway` stop them).
+    ``on_deploy(name, status)`` after each one is up."""
+    from relayllm.cluster import connect, ensure_http_proxy
+    from relayllm.deployments import deploy
+    from relayllm.pipelines.deployments_file import load_deployments
+
+    declared = load_deployments(path)
+    declared.check_backends()
+    connect(address)
+    # Before any application exists: Serve can still be restarted with its proxy.
+    ensure_http_proxy(settings.host, settings.port)
+    for config in declared.deployments:
+        ref = deploy(config, address=address)
+        if on_deploy is not None:
+            on_deploy(ref.name, ref.status or "RUNNING")
+    return deploy_gateway(settings, keys, address=address)
+
+
+def list_gateways(*, address: str | None = None) -> list[GatewayRef]:
+    """The batch service gateways on the cluster (the running ones with their URL)."""
+    from ray import serve
+
+    from relayllm.cluster import connect
+
+    connect(address)
+    found = []
+    for app in sorted(serve.status().applications):
+        if app.startswith(GATEWAY_APP_PREFIX):
+            found.append(_ref(app))
+    return found
+
+
+def shutdown_gateway(
+    name: str | None = None,
+    *,
+    address: str | None = None,
+    stop_runner: bool = True,
+    timeout_s: float = 60.0,
+) -> list[str]:
+    """Stop the gateway ``name`` (every gateway when None) and, with ``stop_runner``, its
+    runner (batches in progress resume when a gateway on the same state starts again)."""
+    import ray
+    from ray import serve
+
+    from relayllm.batch.service.runner import RUNNER_NAMESPACE
+
+    stopped = [g for g in list_gateways(address=address) if name is None or g.name == name]
+    for ref in stopped:
+        if stop_runner and ref.state_dir:
+            runner = ServiceSettings(state_dir=ref.state_dir).runner_name
+            try:
+                ray.kill(ray.get_actor(runner, namespace=RUNNER_NAMESPACE), no_restart=True)
+            except ValueError:
+                pass  # not running
+        serve.delete(ref.app_name, _blocking=False)  # all at once, then wait for them
+    deadline = time.monotonic() + timeout_s
+    while any(r.app_name in serve.status().applications for r in stopped):
+        if time.monotonic() > deadline:
+            raise ServiceError(f"the gateways did not stop within {timeout_s:.0f}s")
+        time.sleep(0.2)
+    return [r.name for r in stopped]
+
+
+def _wanted(settings: ServiceSettings, keys: KeyMap) -> tuple[dict[str, Any], str]:
+    return settings.model_dump(mode="json"), keys.fingerprint
+
+
+def _describe(app: str) -> dict[str, Any] | None:
+    from ray import serve
+
+    try:
+        handle = serve.get_deployment_handle(GATEWAY_DEPLOYMENT, app)
+        described: dict[str, Any] = handle.describe.remote().result(timeout_s=30)
+        return described
+    except Exception:  # a sick gateway: replaced, or listed with its status
+        logger.warning("gateway %s did not describe itself", app, exc_info=True)
+        return None
+
+
+def _ref(app: str) -> GatewayRef:
+    from ray import serve
+
+    status = serve.status().applications.get(app)
+    text = str(status.status).rsplit(".", 1)[-1] if status else "MISSING"
+    name = app[len(GATEWAY_APP_PREFIX) :]
+    described = _describe(app) if text == "RUNNING" else None
+    if not described:
+        return GatewayRef(name, app, text)
+    settings = described["settings"]
+    return GatewayRef(
+        name,
+        app,
+        text,
+        described.get("url"),
+        described.get("unfinished"),
+        settings.get("state_dir"),
+    )
+
+
+__all__ = [
+    "GATEWAY_DEPLOYMENT",
+    "GatewayRef",
+    "deploy_gateway",
+    "list_gateways",
+    "serve_file",
+    "shutdown_gateway",
+]

@@ -1,0 +1,394 @@
+"""The runner: claims the store's unfinished batches and runs them on the shared deployments.
+
+One runner per state directory, in a detached Ray actor on the head node
+(:func:`start_runner`; the gateway starts it, or finds it running). Ray restarts the actor
+when its process dies (``max_restarts=-1``): the new one claims every unfinished batch again,
+and the claim numbers fence off anything the old one might still try to write.
+
+A batch, once claimed (:class:`BatchJob`): ``validating`` -> its input copied to the work
+directory and checked (:mod:`relayllm.batch.service.validate`; a problem fails it with
+OpenAI's ``errors``) -> ``in_progress``: its lines through :func:`relayllm.batch.run.run_scanned`
+(the path ``relayllm batch`` takes: processors at batch priority on the deployments named by
+``model``), each finished block appended to the claim's own work files and the counts written
+after it -> ``finalizing`` -> the output and error files stored, the batch ``completed``.
+Between blocks a ``cancelling`` batch stops (``cancelled``, its finished lines kept) and an
+expired one stops too, its unfinished lines written to the error file as ``batch_expired``.
+
+**Exactly once.** The work files of claim N are ``out.N.jsonl`` / ``err.N.jsonl``. A new claim
+starts from a copy of the newest earlier claim's files (a line cut short by a kill trimmed) and
+skips their ``custom_id`` s (``relayllm batch --resume``'s :func:`~relayllm.batch.scan.read_done`);
+an older runner that is somehow still alive writes only to its own files, which nothing reads
+again, and its store writes are refused. Recomputed after a crash: the blocks in flight.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import logging
+import os
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from relayllm.batch.format import error_line, parse_envelope
+from relayllm.batch.service.errors import (
+    IllegalTransitionError,
+    NotFoundError,
+    StaleClaimError,
+)
+from relayllm.batch.service.files import FileStorage
+from relayllm.batch.service.ids import new_file_id
+from relayllm.batch.service.settings import ServiceSettings
+from relayllm.batch.service.store import BatchRecord, RequestCounts, SQLiteJobStore, Status
+from relayllm.batch.service.validate import Limits, validate_input
+
+logger = logging.getLogger(__name__)
+
+#: OpenAI's message for a line the completion window ran out on.
+EXPIRED_MESSAGE = "This request could not be executed before the completion window expired."
+#: Ray's resource that only the head node has: the runner and the gateway sit beside the store.
+HEAD_RESOURCE = {"node:__internal_head__": 0.001}
+#: The runner's actor is named in this namespace, whatever namespace its starter has.
+RUNNER_NAMESPACE = "relayllm"
+
+
+class _Stop(Exception):
+    """Raised between blocks to stop a batch's run: ``cancelled`` or ``expired``."""
+
+    def __init__(self, status: Status) -> None:
+        super().__init__(status)
+        self.status: Status = status
+
+
+def deployment_names() -> list[str]:
+    """The relayllm deployments running now (Serve's view; no connect: we run in the cluster)."""
+    from ray import serve
+
+    from relayllm.deployments import APP_PREFIX
+
+    return sorted(
+        app[len(APP_PREFIX) :] for app in serve.status().applications if app.startswith(APP_PREFIX)
+    )
+
+
+class BatchJob:
+    """One claim on one batch, run to its end (or until the claim is lost)."""
+
+    def __init__(
+        self,
+        settings: ServiceSettings,
+        store: SQLiteJobStore,
+        storage: FileStorage,
+        batch_id: str,
+        claim: int,
+        deployments: Callable[[], list[str]] = deployment_names,
+    ) -> None:
+        self.settings, self.store, self.storage = settings, store, storage
+        self.batch_id, self.claim = batch_id, claim
+        self.deployments = deployments
+        self.dir = os.path.join(settings.work_dir, batch_id)
+        self.input = os.path.join(self.dir, "input.jsonl")
+        self.output = os.path.join(self.dir, f"out.{claim}.jsonl")
+        self.errors = os.path.join(self.dir, f"err.{claim}.jsonl")
+
+    def update(self, **changes: Any) -> BatchRecord:
+        return self.store.update(self.batch_id, self.claim, **changes)
+
+    def expired(self, record: BatchRecord) -> bool:
+        return time.time() >= record.expires_at
+
+    # -- the life cycle --------------------------------------------------------------------
+
+    def run(self) -> None:
+        record = self.update()  # the batch as it is now (and: our claim is current)
+        os.makedirs(self.dir, exist_ok=True)
+        self._carry_over()
+        if record.status == "cancelling":
+            return self.finish(record, "cancelled")
+        if self.expired(record) and record.status in ("validating", "in_progress"):
+            return self.finish(record, "expired")
+        if record.status == "validating":
+            record = self.validate(record)
+            if record.status != "in_progress":
+                return
+        if record.status == "in_progress":
+            try:
+                self.run_lines(record)
+            except _Stop as stop:
+                return self.finish(self.update(), stop.status)
+            record = self.update(status="finalizing")
+        if record.status == "finalizing":
+            self.finish(record, "completed")
+
+    def validate(self, record: BatchRecord) -> BatchRecord:
+        self._fetch_input(record)
+        names = self.deployments()
+        limits = Limits(max_lines=self.settings.max_lines, max_bytes=self.settings.max_file_bytes)
+        with open(self.input, "rb") as source:
+            found = validate_input(
+                source,
+                record.endpoint,
+                limits,
+                deployments=names,
+                default=names[0] if len(names) == 1 else None,
+            )
+        if not found.ok:
+            errors = found.errors()
+            assert errors is not None
+            self._cleanup()
+            return self.update(status="failed", errors=errors["data"])
+        return self.update(status="in_progress", request_counts=RequestCounts(found.lines, 0, 0))
+
+    def run_lines(self, record: BatchRecord) -> None:
+        """The lines not in the work files yet, through the batch-file run; raises
+        :class:`_Stop` between blocks for a cancel or the window's end."""
+        from relayllm.batch.run import run_scanned
+        from relayllm.batch.scan import read_done, scan_batch_file, stage_batch
+
+        self._fetch_input(record)
+        done = read_done(self.output, self.errors, False)
+        scan = scan_batch_file(self.input, stage_batch(self.settings.batch_size), done)
+        names = self.deployments()
+        default = names[0] if len(names) == 1 else None
+        total = scan.lines
+        self.update(request_counts=RequestCounts(total, done.completed, done.failed))
+
+        def on_block(completed: int, failed: int) -> None:
+            now = self.update(request_counts=RequestCounts(total, completed, failed))
+            if now.status == "cancelling":
+                raise _Stop("cancelled")
+            if self.expired(now):
+                raise _Stop("expired")
+
+        fields = {"batch_size": self.settings.batch_size, "concurrency": self.settings.concurrency}
+        with (
+            open(self.output, "a", encoding="utf-8") as out,
+            open(self.errors, "a", encoding="utf-8") as err,
+        ):
+            run_scanned(scan, names, default, out, err, fields, done, on_block)
+
+    def finish(self, record: BatchRecord, status: Status) -> None:
+        """Store the work files as the batch's output and error files and end it in
+        ``status`` (an expired batch's unfinished lines written to the error file first)."""
+        if status == "expired":
+            self._fetch_input(record)
+            self._expire_rest()
+        output = self._publish(self.output, "output")
+        errors = self._publish(self.errors, "error")
+        counts = RequestCounts(
+            max(record.request_counts.total, _lines(self.output) + _lines(self.errors)),
+            _lines(self.output),
+            _lines(self.errors),
+        )
+        self.update(
+            status=status, request_counts=counts, output_file_id=output, error_file_id=errors
+        )
+        self._cleanup()
+
+    # -- files -----------------------------------------------------------------------------
+
+    def _carry_over(self) -> None:
+        """This claim's work files start as copies of the newest earlier claim's (copies, not
+        renames: a runner still writing to the old files must not reach these)."""
+        if os.path.exists(self.output) or os.path.exists(self.errors):
+            return
+        earlier = sorted(
+            (
+                int(path.rsplit(".", 2)[-2])
+                for path in glob.glob(os.path.join(self.dir, "out.*.jsonl"))
+                if path.rsplit(".", 2)[-2].isdigit()
+            ),
+            reverse=True,
+        )
+        for claim in earlier:
+            if claim < self.claim:
+                for kind, mine in (("out", self.output), ("err", self.errors)):
+                    theirs = os.path.join(self.dir, f"{kind}.{claim}.jsonl")
+                    if os.path.exists(theirs):
+                        shutil.copyfile(theirs, mine)
+                break
+        for path in glob.glob(os.path.join(self.dir, "*.*.jsonl")):
+            if path not in (self.output, self.errors):
+                os.unlink(path)  # an older claim's: never read again
+
+    def _fetch_input(self, record: BatchRecord) -> None:
+        """The input file's bytes in the work directory (the read tasks read byte ranges)."""
+        if os.path.exists(self.input):
+            return
+        partial = f"{self.input}.part-{self.claim}"
+        with self.storage.open(record.input_file_id) as source, open(partial, "wb") as copy:
+            shutil.copyfileobj(source, copy, 1 << 20)
+        os.replace(partial, self.input)
+
+    def _expire_rest(self) -> None:
+        """Every line in neither work file to the error file as ``batch_expired``."""
+        from relayllm.batch.scan import read_done
+
+        done = read_done(self.output, self.errors, False)
+        with open(self.input, "rb") as source, open(self.errors, "a", encoding="utf-8") as err:
+            for number, raw in enumerate(source, start=1):
+                if not raw.strip():
+                    continue
+                custom_id = parse_envelope(raw.decode("utf-8", "replace"), number).custom_id
+                if custom_id in done.ids or (custom_id is None and number in done.bad_lines):
+                    continue
+                line = error_line(number, custom_id, "batch_expired", EXPIRED_MESSAGE)
+                err.write(json.dumps(line, ensure_ascii=False) + "\n")
+
+    def _publish(self, path: str, kind: str) -> str | None:
+        """A work file as a ``batch_output`` file of the batch's project (none when empty):
+        bytes first, then the record, fenced by the claim."""
+        if not _lines(path):
+            return None
+        file_id = new_file_id()
+        with open(path, "rb") as source:
+            size = self.storage.put(file_id, source, max_bytes=1 << 62)
+        try:
+            self.store.add_batch_file(
+                self.batch_id,
+                self.claim,
+                file_id=file_id,
+                filename=f"{self.batch_id}_{kind}.jsonl",
+                purpose="batch_output",
+                bytes=size,
+            )
+        except BaseException:
+            try:
+                self.storage.delete(file_id)
+            except Exception:
+                logger.exception("could not delete the unrecorded file %s", file_id)
+            raise
+        return file_id
+
+    def _cleanup(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _lines(path: str) -> int:
+    if not os.path.exists(path):
+        return 0
+    with open(path, "rb") as lines:
+        return sum(1 for text in lines if text.strip())
+
+
+class BatchRunner:
+    """The runner's loop: every ``poll_s`` (or when woken) it claims the unfinished batches
+    it is not running yet, up to ``max_batches`` at once, each in its own thread."""
+
+    def __init__(self, settings: ServiceSettings) -> None:
+        self.settings = settings
+        os.makedirs(settings.work_dir, exist_ok=True)
+        self.store = SQLiteJobStore(settings.store_path)
+        self.storage = FileStorage.from_uri(settings.files_location, settings.max_file_bytes)
+        self.name = f"{socket.gethostname()}:{os.getpid()}"
+        self.active: dict[str, threading.Thread] = {}
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._quiet_ray_data()
+        self._thread = threading.Thread(target=self._loop, name="batch-runner", daemon=True)
+        self._thread.start()
+
+    @staticmethod
+    def _quiet_ray_data() -> None:
+        try:
+            from ray.data import DataContext
+
+            DataContext.get_current().enable_progress_bars = False
+        except ImportError:  # a unit test without Ray
+            pass
+
+    def wake(self) -> None:
+        """Look for work now (the gateway calls it after a create or a cancel)."""
+        self._wake.set()
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def running(self) -> list[str]:
+        return sorted(b for b, t in self.active.items() if t.is_alive())
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._start_due()
+            except Exception:
+                logger.exception("the batch runner could not read the job store")
+            self._wake.wait(self.settings.poll_s)
+            self._wake.clear()
+
+    def _start_due(self) -> None:
+        self.active = {b: t for b, t in self.active.items() if t.is_alive()}
+        for record in self.store.unfinished():
+            if record.id in self.active:
+                continue
+            if len(self.active) >= self.settings.max_batches:
+                break
+            thread = threading.Thread(
+                target=self._run, args=(record.id,), name=f"batch-{record.id}", daemon=True
+            )
+            self.active[record.id] = thread
+            thread.start()
+
+    def _run(self, batch_id: str) -> None:
+        try:
+            claim = self.store.claim(batch_id, self.name)
+        except (IllegalTransitionError, NotFoundError):
+            return  # finished meanwhile
+        job = BatchJob(self.settings, self.store, self.storage, batch_id, claim)
+        try:
+            job.run()
+        except StaleClaimError:
+            logger.warning("batch %s: another runner claimed it; stopping", batch_id)
+        except Exception as exc:
+            logger.exception("batch %s failed in the runner", batch_id)
+            self._fail(job, exc)
+        finally:
+            self._wake.set()  # a slot is free
+
+    def _fail(self, job: BatchJob, exc: Exception) -> None:
+        from relayllm.errors import describe_exception
+
+        problem = {
+            "code": "runner_error",
+            "message": f"the batch could not run: {describe_exception(exc)}",
+            "param": None,
+            "line": None,
+        }
+        try:
+            record = job.update()
+            if record.status == "cancelling":
+                job.finish(record, "cancelled")
+            elif not record.terminal:
+                job.update(status="failed", errors=[problem])
+                job._cleanup()
+        except Exception:
+            logger.exception("batch %s: could not record its failure", job.batch_id)
+
+
+def start_runner(settings: ServiceSettings) -> Any:
+    """The runner of ``settings.state_dir``: found by name if it runs, else started (a
+    detached actor on the head node that Ray restarts whenever its process dies)."""
+    import ray
+
+    actor: Any = ray.remote(BatchRunner)
+    return actor.options(
+        name=settings.runner_name,
+        namespace=RUNNER_NAMESPACE,
+        lifetime="detached",
+        get_if_exists=True,
+        max_restarts=-1,
+        max_concurrency=4,  # wake() and pid() answer while nothing else blocks
+        num_cpus=0,
+        resources=HEAD_RESOURCE,
+    ).remote(settings)
+
+
+__all__ = ["EXPIRED_MESSAGE", "BatchJob", "BatchRunner", "deployment_names", "start_runner"]

@@ -1,0 +1,108 @@
+"""The batch service's server settings: where its state lives, where the gateway listens, the
+limits, and how the runner sizes its work. One frozen model, pickled to the gateway's replicas
+and the runner (pydantic only: no Ray, no HTTP stack)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from relayllm.batch.service.files import DEFAULT_MAX_BYTES
+
+#: Where the state lives unless told (on the node the gateway and the runner run on).
+DEFAULT_STATE_DIR = "~/.relayllm/batch-service"
+STATE_DIR_ENV = "RELAYLLM_STATE_DIR"
+#: Serve application names of gateways start with this (never ``relayllm-``: that prefix is
+#: the deployments', and ``list_deployments`` would list a gateway as one).
+GATEWAY_APP_PREFIX = "relayllm_"
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+_PREFIX = re.compile(r"^/([A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*)?$")
+
+
+class ServiceSettings(BaseModel):
+    """One batch service: a gateway (Serve application) and the runner of its state."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(default="gateway", description="The gateway's name (its Serve app).")
+    state_dir: str = Field(
+        default=DEFAULT_STATE_DIR,
+        description="Directory of the job store (SQLite) and the runner's work files, on the "
+        "head node's local disk (the gateway and the runner are placed there).",
+    )
+    files: str | None = Field(
+        default=None,
+        description="Where file bytes live: a directory or a pyarrow.fs URI (s3://...); "
+        "default: STATE_DIR/files.",
+    )
+    host: str = Field(default="127.0.0.1", description="Address Serve's HTTP proxy binds.")
+    port: int = Field(default=8000, ge=1, le=65535, description="Port of Serve's HTTP proxy.")
+    route_prefix: str = Field(default="/", description="Path the API is served under.")
+    window_s: int | None = Field(
+        default=None,
+        gt=0,
+        description="Enforce this completion window (seconds) instead of the one asked "
+        "(24h): for tests and short-lived services.",
+    )
+    max_file_bytes: int = Field(default=DEFAULT_MAX_BYTES, gt=0, description="Upload limit.")
+    max_lines: int = Field(default=1_000_000, gt=0, description="Request lines per batch.")
+    batch_size: int = Field(default=64, gt=0, description="Rows per call to a deployment.")
+    concurrency: int = Field(default=1, gt=0, description="Stage workers per batch.")
+    max_batches: int = Field(default=4, gt=0, description="Batches the runner runs at once.")
+    poll_s: float = Field(
+        default=2.0, gt=0, description="How often the runner looks for work unwoken."
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _valid_name(cls, value: str) -> str:
+        if not _NAME.fullmatch(value):
+            raise ValueError("1-64 letters, digits, '_', '.' or '-'")
+        return value
+
+    @field_validator("route_prefix")
+    @classmethod
+    def _valid_prefix(cls, value: str) -> str:
+        if not _PREFIX.match(value):
+            raise ValueError("must start with '/' and have no trailing '/', e.g. '/' or '/api'")
+        return value
+
+    @field_validator("state_dir")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        return os.path.abspath(os.path.expanduser(value))
+
+    @property
+    def app_name(self) -> str:
+        return GATEWAY_APP_PREFIX + self.name
+
+    @property
+    def store_path(self) -> str:
+        return os.path.join(self.state_dir, "jobs.sqlite")
+
+    @property
+    def work_dir(self) -> str:
+        return os.path.join(self.state_dir, "work")
+
+    @property
+    def files_location(self) -> str:
+        return self.files or os.path.join(self.state_dir, "files")
+
+    @property
+    def runner_name(self) -> str:
+        """The runner's actor name: one runner per state directory, whichever gateways share
+        it."""
+        digest = hashlib.sha256(self.state_dir.encode("utf-8")).hexdigest()[:12]
+        return f"relayllm-batch-runner-{digest}"
+
+    @property
+    def url(self) -> str:
+        """The base URL an OpenAI client takes (``base_url``)."""
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host
+        return f"http://{host}:{self.port}{self.route_prefix.rstrip('/')}/v1"
+
+
+__all__ = ["DEFAULT_STATE_DIR", "GATEWAY_APP_PREFIX", "STATE_DIR_ENV", "ServiceSettings"]
