@@ -12,6 +12,7 @@ from relayllm.cli.batch import batch
 from relayllm.cli.common import warn_unsupported_versions
 from relayllm.cli.lifecycle import deploy, shutdown, status
 from relayllm.cli.run import run
+from relayllm.cli.serve import serve
 from relayllm.errors import describe_exception
 from relayllm.plugin.manager import get_manager
 
@@ -33,7 +34,7 @@ def main() -> None:
     """
 
 
-for command in (run, batch, deploy, status, shutdown, backends):
+for command in (run, batch, deploy, serve, status, shutdown, backends):
     main.add_command(command)
 
 

@@ -81,7 +81,8 @@ def status(as_json, address, verbose):
     ("-": the backend does not report it).
 
     A deployment with calls in progress and no answer for ``RELAYLLM_STALL_WARNING_S``
-    seconds (default 300) is shown as STALLED, with how long it has been silent."""
+    seconds (default 300) is shown as STALLED, with how long it has been silent. The batch
+    service's gateways (`relayllm serve`) follow: base URL and batches not finished."""
     import json
 
     import relayllm
@@ -119,9 +120,11 @@ def status(as_json, address, verbose):
             except Exception as exc:  # a sick deployment is still listed, with the reason
                 item["status"] = f"{ref.status} (info failed: {type(exc).__name__})"
         found.append(item)
+    gateways = _gateways(address)
     if as_json:
-        click.echo(json.dumps(found, indent=2))
-    elif not found:
+        click.echo(json.dumps(found + gateways, indent=2))
+        return
+    if not found:
         click.echo("no relayllm deployments are running")
     else:
         keys = ["name", "status", "backend", "model", "activity", "replica", "rows", "url"]
@@ -139,6 +142,29 @@ def status(as_json, address, verbose):
                     f"deploy again to restart it)",
                     err=True,
                 )
+    if gateways:
+        keys = ["name", "status", "url", "unfinished_batches"]
+        click.echo()
+        click.echo("batch service gateways (relayllm serve):")
+        click.echo(table(keys, [[g.get(k) for k in keys] for g in gateways], right=[3]))
+
+
+def _gateways(address: str | None) -> list[dict[str, Any]]:
+    """The batch service's gateways (``relayllm serve``), printed after the deployments as a
+    table of their own; in ``--json`` items with ``"kind": "gateway"``."""
+    from relayllm.batch.service.deploy import list_gateways
+
+    found = [
+        {
+            "kind": "gateway",
+            "name": ref.name,
+            "status": ref.status,
+            "url": ref.url,
+            "unfinished_batches": ref.unfinished,
+        }
+        for ref in list_gateways(address=address)
+    ]
+    return found
 
 
 #: The metrics table of ``relayllm status`` (one word per heading: scripts split the lines).

@@ -1,0 +1,123 @@
+"""``relayllm serve FILE.yaml``: the OpenAI Batch API (and the online endpoints) on the
+cluster's Serve HTTP proxy, on the deployments the file declares."""
+
+from __future__ import annotations
+
+import click
+
+from relayllm.cli.common import address_option, connect, handle_errors, verbose_option
+
+
+@click.command()
+@click.argument("config_file", metavar="FILE.yaml", type=click.Path(dir_okay=False))
+@click.option(
+    "--host", default="127.0.0.1", show_default=True, help="Address Serve's HTTP proxy binds."
+)
+@click.option(
+    "--port",
+    type=click.IntRange(1, 65535),
+    default=8000,
+    show_default=True,
+    help="Port of Serve's HTTP proxy.",
+)
+@click.option(
+    "--state-dir",
+    metavar="DIR",
+    envvar="RELAYLLM_STATE_DIR",
+    default="~/.relayllm/batch-service",
+    show_default=True,
+    help="The job store and the runner's work files, on the head node's local disk "
+    "(default also from $RELAYLLM_STATE_DIR).",
+)
+@click.option(
+    "--files",
+    metavar="DIR|URI",
+    help="Where file bytes live: a directory or a pyarrow.fs URI such as s3://bucket/prefix "
+    "(default: STATE_DIR/files).",
+)
+@click.option(
+    "--keys-file",
+    metavar="PATH",
+    type=click.Path(dir_okay=False),
+    help="API keys, one PROJECT=KEY per line (also $RELAYLLM_API_KEYS_FILE; "
+    "$RELAYLLM_API_KEYS takes PROJECT=KEY,...).",
+)
+@click.option(
+    "--no-keys-project",
+    metavar="PROJECT",
+    help="Take requests without a key, as this project (a server for one trusted user).",
+)
+@click.option(
+    "--window-s",
+    type=click.IntRange(min=1),
+    help="Enforce this completion window in seconds instead of 24h.",
+)
+@click.option(
+    "--batch-size",
+    type=click.IntRange(min=1),
+    default=64,
+    show_default=True,
+    help="Rows per call to a deployment.",
+)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Stage workers per batch.",
+)
+@address_option
+@verbose_option
+@handle_errors
+def serve(
+    config_file,
+    host,
+    port,
+    state_dir,
+    files,
+    keys_file,
+    no_keys_project,
+    window_s,
+    batch_size,
+    concurrency,
+    address,
+    verbose,
+):
+    """Serve OpenAI's Batch API (/v1/files, /v1/batches) and the online endpoints
+    (/v1/chat/completions, /v1/completions, /v1/embeddings, /v1/models, routed by the body's
+    model) on the deployments FILE.yaml declares, and print the base URL.
+
+    The deployments (reused if running) and one gateway start on a running cluster's Serve
+    HTTP proxy and stay up after this command returns (`relayllm status` shows them).
+    Batches run at batch priority on the same deployments; they survive a runner's crash
+    and a cluster restart (serve again with the same --state-dir): each line once.
+
+    \b
+    Example:
+      ray start --head
+      export RELAYLLM_API_KEYS=team-a=$(openssl rand -hex 24)
+      relayllm serve examples/questions.yaml --address 127.0.0.1:6379
+      # then: OpenAI(base_url="http://127.0.0.1:8000/v1", api_key=THE_KEY)
+    """
+    from relayllm.batch.service.deploy import serve_file
+    from relayllm.batch.service.keys import load_keys
+    from relayllm.batch.service.settings import ServiceSettings
+
+    keys = load_keys(path=keys_file, anonymous=no_keys_project)  # before the cluster
+    settings = ServiceSettings(
+        state_dir=state_dir,
+        files=files,
+        host=host,
+        port=port,
+        window_s=window_s,
+        batch_size=batch_size,
+        concurrency=concurrency,
+    )
+    connect(address, verbose, existing_cluster=True)
+
+    def deployed(name: str, status: str) -> None:
+        click.echo(f"{name}: {status}")
+
+    gateway = serve_file(config_file, settings, keys, address=address, on_deploy=deployed)
+    click.echo(f"gateway: {gateway.status} ({len(keys)} API keys, state in {settings.state_dir})")
+    click.echo(f"base URL: {gateway.url}")
