@@ -1,0 +1,291 @@
+"""The batch service end to end: ``serve_file`` starts two echo deployments and the gateway on
+Serve's real HTTP proxy, and the real ``openai`` client on loopback uploads, creates, polls,
+cancels and downloads; the runner is the real detached actor, SIGKILLed in one test.
+
+One gateway (and one runner) for the module; a second gateway on the same state, under
+``/short``, enforces a 3 s completion window for the expiry test."""
+
+import json
+import os
+import signal
+import time
+
+import pytest
+from support import free_port
+
+pytestmark = pytest.mark.usefixtures("ray_session")
+
+openai = pytest.importorskip("openai")
+
+KEY_A = "alpha-key-" + "a" * 24
+KEY_B = "beta-key-" + "b" * 24
+CHAT = "/v1/chat/completions"
+SLOW_LINES = 64
+
+DEPLOYMENTS = """\
+deployments:
+  - name: echo
+    backend: echo
+  - name: slow
+    backend: echo
+    options:
+      delay_s: 0.5
+"""
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory):
+    import relayllm
+    from relayllm.batch.service.deploy import deploy_gateway, serve_file, shutdown_gateway
+    from relayllm.batch.service.keys import KeyMap
+    from relayllm.batch.service.settings import ServiceSettings
+
+    relayllm.shutdown()  # Serve gets its HTTP proxy only while no application runs
+    root = tmp_path_factory.mktemp("batch-service")
+    (root / "deployments.yaml").write_text(DEPLOYMENTS)
+    port = free_port()
+    common = {"state_dir": str(root / "state"), "port": port, "batch_size": 2, "poll_s": 0.5}
+    settings = ServiceSettings(**common)
+    keys = KeyMap([("alpha", KEY_A), ("beta", KEY_B)])
+    gateway = serve_file(root / "deployments.yaml", settings, keys)
+    short = deploy_gateway(
+        ServiceSettings(name="short", route_prefix="/short", window_s=3, **common), keys
+    )
+    yield {"url": gateway.url, "short_url": short.url, "settings": settings, "gateway": gateway}
+    shutdown_gateway()  # and the runner
+    delete_all_apps()
+
+
+def delete_all_apps():
+    """Every Serve application deleted at once (relayllm.shutdown() deletes one by one)."""
+    from ray import serve
+
+    for app in serve.status().applications:
+        serve.delete(app, _blocking=False)
+    while serve.status().applications:
+        time.sleep(0.2)
+
+
+def client(url, key=KEY_A):
+    return openai.OpenAI(base_url=url, api_key=key, max_retries=0, timeout=60)
+
+
+def chat_lines(n, model="echo", prefix="r"):
+    return [
+        {
+            "custom_id": f"{prefix}{i}",
+            "method": "POST",
+            "url": CHAT,
+            "body": {
+                "model": model,
+                "messages": [{"role": "user", "content": f"line {i} words"}],
+            },
+        }
+        for i in range(n)
+    ]
+
+
+def jsonl(lines):
+    return ("\n".join(json.dumps(line) for line in lines) + "\n").encode()
+
+
+def submit(api, lines, **extra):
+    uploaded = api.files.create(file=("input.jsonl", jsonl(lines)), purpose="batch")
+    return api.batches.create(
+        input_file_id=uploaded.id, endpoint=CHAT, completion_window="24h", **extra
+    )
+
+
+TERMINAL = ("completed", "failed", "expired", "cancelled")
+
+
+def wait(api, batch_id, until=None, timeout=60):
+    """The batch once ``until(batch)`` (default: a final status), or as it is at the timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        batch = api.batches.retrieve(batch_id)
+        if (until(batch) if until else batch.status in TERMINAL) or time.monotonic() > deadline:
+            return batch
+        time.sleep(0.2)
+
+
+def finished_lines(n):
+    """``wait``'s condition: at least ``n`` lines finished, or the batch is."""
+    return lambda b: b.request_counts.completed >= n or b.status in TERMINAL
+
+
+def lines_of(api, file_id):
+    if file_id is None:
+        return []
+    return [json.loads(text) for text in api.files.content(file_id).text.splitlines() if text]
+
+
+def test_upload_create_poll_download_with_openai_types(service):
+    from openai.types import Batch, FileObject
+    from openai.types.chat import ChatCompletion
+
+    api = client(service["url"])
+    uploaded = api.files.create(file=("input.jsonl", jsonl(chat_lines(6))), purpose="batch")
+    assert isinstance(uploaded, FileObject) and uploaded.purpose == "batch"
+    assert api.files.retrieve(uploaded.id).bytes == len(jsonl(chat_lines(6)))
+    assert api.files.content(uploaded.id).content == jsonl(chat_lines(6))
+    created = api.batches.create(
+        input_file_id=uploaded.id, endpoint=CHAT, completion_window="24h", metadata={"k": "v"}
+    )
+    assert created.status == "validating" and created.metadata == {"k": "v"}
+    batch = wait(api, created.id)
+    assert isinstance(batch, Batch)
+    assert batch.status == "completed", batch
+    assert (batch.request_counts.total, batch.request_counts.completed) == (6, 6)
+    assert batch.in_progress_at and batch.finalizing_at and batch.completed_at
+    assert batch.error_file_id is None and batch.metadata == {"k": "v"}
+    output = lines_of(api, batch.output_file_id)
+    assert sorted(line["custom_id"] for line in output) == sorted(f"r{i}" for i in range(6))
+    for line in output:
+        assert line["error"] is None and line["response"]["status_code"] == 200
+        reply = ChatCompletion.model_validate(line["response"]["body"])
+        number = line["custom_id"][1:]
+        assert reply.choices[0].message.content == f"line {number} words"
+    produced = api.files.retrieve(batch.output_file_id)
+    assert produced.purpose == "batch_output" and produced.filename.startswith(batch.id)
+    # list with after/limit pages through the project's batches, newest first
+    second = submit(api, chat_lines(2, prefix="s"))
+    first_page = api.batches.list(limit=1)
+    assert [b.id for b in first_page.data] == [second.id] and first_page.has_more
+    assert api.batches.list(limit=1, after=second.id).data[0].id == created.id
+    assert {b.id for b in api.batches.list(limit=1)} >= {created.id, second.id}  # auto-paging
+    wait(api, second.id)
+    with pytest.raises(openai.ConflictError):  # a finished batch cannot be cancelled
+        api.batches.cancel(created.id)
+    # delete: gone from retrieve and from the list
+    assert api.files.delete(uploaded.id).deleted
+    with pytest.raises(openai.NotFoundError):
+        api.files.retrieve(uploaded.id)
+    assert uploaded.id not in {f.id for f in api.files.list()}
+
+
+def test_a_file_that_fails_validation_fails_the_batch_with_openais_errors(service):
+    api = client(service["url"])
+    lines = chat_lines(3)
+    lines[2]["custom_id"] = "r0"
+    text = jsonl(lines) + b"{not json\n"
+    uploaded = api.files.create(file=("bad.jsonl", text), purpose="batch")
+    batch = wait(
+        api,
+        api.batches.create(input_file_id=uploaded.id, endpoint=CHAT, completion_window="24h").id,
+    )
+    assert batch.status == "failed" and batch.failed_at
+    codes = {(e.code, e.line) for e in batch.errors.data}
+    assert codes == {("duplicate_custom_id", 3), ("invalid_json", 4)}
+    assert batch.output_file_id is None and batch.request_counts.completed == 0
+    # a model no deployment serves fails it too (two deployments: the model must name one)
+    unknown = wait(api, submit(api, chat_lines(2, model="gpt-4o")).id)
+    assert unknown.status == "failed"
+    assert [e.code for e in unknown.errors.data] == ["model_not_found"]
+    # what the gateway refuses at once is an HTTP error the client raises
+    with pytest.raises(openai.BadRequestError, match="endpoint"):
+        api.batches.create(
+            input_file_id=uploaded.id, endpoint="/v1/moderations", completion_window="24h"
+        )
+    with pytest.raises(openai.BadRequestError, match="purpose"):
+        api.files.create(file=("x.jsonl", b"{}\n"), purpose="fine-tune")
+
+
+def test_cancel_keeps_the_finished_lines(service):
+    api = client(service["url"])
+    created = submit(api, chat_lines(SLOW_LINES, model="slow", prefix="c"))
+    running = wait(api, created.id, finished_lines(1))
+    assert running.status == "in_progress"
+    cancelling = api.batches.cancel(created.id)
+    assert cancelling.status in ("cancelling", "cancelled")
+    batch = wait(api, created.id)
+    assert batch.status == "cancelled" and batch.cancelled_at
+    output = lines_of(api, batch.output_file_id)
+    ids = [line["custom_id"] for line in output]
+    assert 0 < len(ids) < SLOW_LINES and len(set(ids)) == len(ids)
+    assert batch.request_counts.completed == len(ids)
+    assert api.batches.cancel(created.id).status == "cancelled"  # asking again: as it is
+
+
+def test_an_expired_batch_keeps_its_lines_and_errors_the_rest(service):
+    api = client(service["short_url"])
+    created = submit(api, chat_lines(SLOW_LINES, model="slow", prefix="e"))
+    assert created.expires_at - created.created_at == 3
+    batch = wait(api, created.id)
+    assert batch.status == "expired" and batch.expired_at
+    done = lines_of(api, batch.output_file_id)
+    expired = lines_of(api, batch.error_file_id)
+    assert {e["error"]["code"] for e in expired} == {"batch_expired"}
+    ids = [line["custom_id"] for line in done + expired]
+    assert sorted(ids) == sorted(f"e{i}" for i in range(SLOW_LINES))  # each line once
+    assert expired and (batch.request_counts.completed, batch.request_counts.failed) == (
+        len(done),
+        len(expired),
+    )
+
+
+def test_projects_see_only_their_own(service):
+    alpha, beta = client(service["url"]), client(service["url"], KEY_B)
+    mine = submit(alpha, chat_lines(1, prefix="p"))
+    for call in (
+        lambda: beta.batches.retrieve(mine.id),
+        lambda: beta.batches.cancel(mine.id),
+        lambda: beta.files.retrieve(mine.input_file_id),
+        lambda: beta.files.content(mine.input_file_id),
+        lambda: beta.files.delete(mine.input_file_id),
+        lambda: beta.batches.create(
+            input_file_id=mine.input_file_id, endpoint=CHAT, completion_window="24h"
+        ),
+    ):
+        with pytest.raises(openai.NotFoundError):
+            call()
+    assert mine.id not in {b.id for b in beta.batches.list()}
+    assert mine.input_file_id not in {f.id for f in beta.files.list()}
+    assert alpha.batches.retrieve(mine.id).id == mine.id  # still there for its owner
+    for key in ("not-a-key-" + "x" * 20, ""):
+        with pytest.raises(openai.AuthenticationError):
+            openai.OpenAI(base_url=service["url"], api_key=key or "-", max_retries=0).batches.list()
+    wait(alpha, mine.id)
+
+
+def test_online_requests_are_answered_while_a_batch_runs(service):
+    api = client(service["url"])
+    created = submit(api, chat_lines(SLOW_LINES, model="slow", prefix="o"))
+    wait(api, created.id, lambda b: b.status != "validating")
+    started = time.monotonic()
+    reply = api.chat.completions.create(
+        model="echo", messages=[{"role": "user", "content": "are you there"}], max_tokens=2
+    )
+    took = time.monotonic() - started
+    assert reply.choices[0].message.content == "are you"
+    assert took < 5, took
+    embedded = api.embeddings.create(model="echo", input=["aa bbb"], encoding_format="float")
+    assert embedded.data[0].embedding[:2] == [2.0, 3.0]
+    assert api.completions.create(model="echo", prompt="a b c").choices[0].text == "a b c"
+    assert {m.id for m in api.models.list()} == {"echo", "slow"}
+    with pytest.raises(openai.NotFoundError):
+        api.chat.completions.create(model="nope", messages=[{"role": "user", "content": "x"}])
+    assert api.batches.retrieve(created.id).status == "in_progress"  # it was running all along
+    api.batches.cancel(created.id)
+    wait(api, created.id)
+
+
+def test_runner_killed_mid_batch_resumes_each_line_exactly_once(service):
+    import ray
+
+    from relayllm.batch.service.runner import RUNNER_NAMESPACE
+
+    api = client(service["url"])
+    created = submit(api, chat_lines(SLOW_LINES, model="slow", prefix="k"))
+    before = wait(api, created.id, finished_lines(8))
+    assert before.status == "in_progress" and before.request_counts.completed < SLOW_LINES
+    runner = ray.get_actor(service["settings"].runner_name, namespace=RUNNER_NAMESPACE)
+    pid = ray.get(runner.pid.remote(), timeout=30)
+    os.kill(pid, signal.SIGKILL)
+    batch = wait(api, created.id, timeout=90)
+    assert ray.get(runner.pid.remote(), timeout=60) != pid  # Ray restarted it
+    assert batch.status == "completed", batch
+    lines = lines_of(api, batch.output_file_id) + lines_of(api, batch.error_file_id)
+    ids = [line["custom_id"] for line in lines]
+    assert sorted(ids) == sorted(f"k{i}" for i in range(SLOW_LINES))  # none lost, none twice
+    assert batch.request_counts.completed == SLOW_LINES
