@@ -11,7 +11,7 @@ import signal
 import time
 
 import pytest
-from support import free_port
+from support import cli, free_port
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -19,6 +19,7 @@ openai = pytest.importorskip("openai")
 
 KEY_A = "alpha-key-" + "a" * 24
 KEY_B = "beta-key-" + "b" * 24
+KEYS_ENV = "RELAYLLM_API_KEYS"
 CHAT = "/v1/chat/completions"
 SLOW_LINES = 64
 
@@ -34,24 +35,39 @@ deployments:
 
 
 @pytest.fixture(scope="module")
-def service(tmp_path_factory):
+def service(ray_session, tmp_path_factory):
+    """``relayllm serve`` (a subprocess, as a user runs it) on the session's cluster, and a
+    second gateway on the same state with a 3 s completion window."""
     import relayllm
-    from relayllm.batch.service.deploy import deploy_gateway, serve_file, shutdown_gateway
+    from relayllm.batch.service.deploy import deploy_gateway, shutdown_gateway
     from relayllm.batch.service.keys import KeyMap
     from relayllm.batch.service.settings import ServiceSettings
 
     relayllm.shutdown()  # Serve gets its HTTP proxy only while no application runs
     root = tmp_path_factory.mktemp("batch-service")
     (root / "deployments.yaml").write_text(DEPLOYMENTS)
-    port = free_port()
-    common = {"state_dir": str(root / "state"), "port": port, "batch_size": 2, "poll_s": 0.5}
-    settings = ServiceSettings(**common)
+    port, state = free_port(), str(root / "state")
+    address = ray_session.get_runtime_context().gcs_address
+    env = {**os.environ, "RELAYLLM_ECHO_BACKEND": "1", KEYS_ENV: f"alpha={KEY_A},beta={KEY_B}"}
+    served = cli(
+        "serve", root / "deployments.yaml", "--port", port, "--state-dir", state,
+        "--batch-size", 2, "--address", address, env=env, check=0,
+    )  # fmt: skip
+    url = served.stdout.split("base URL: ")[1].split()[0]
+    settings = ServiceSettings(state_dir=state, port=port, batch_size=2)
     keys = KeyMap([("alpha", KEY_A), ("beta", KEY_B)])
-    gateway = serve_file(root / "deployments.yaml", settings, keys)
     short = deploy_gateway(
-        ServiceSettings(name="short", route_prefix="/short", window_s=3, **common), keys
-    )
-    yield {"url": gateway.url, "short_url": short.url, "settings": settings, "gateway": gateway}
+        ServiceSettings(name="short", route_prefix="/short", window_s=3, state_dir=state,
+                        port=port, batch_size=2),
+        keys,
+    )  # fmt: skip
+    yield {
+        "url": url,
+        "short_url": short.url,
+        "settings": settings,
+        "address": address,
+        "served": served.stdout,
+    }
     shutdown_gateway()  # and the runner
     delete_all_apps()
 
@@ -162,6 +178,17 @@ def test_upload_create_poll_download_with_openai_types(service):
     with pytest.raises(openai.NotFoundError):
         api.files.retrieve(uploaded.id)
     assert uploaded.id not in {f.id for f in api.files.list()}
+
+
+def test_relayllm_serve_printed_the_url_and_status_shows_the_gateway(service):
+    assert service["url"] == f"http://127.0.0.1:{service['settings'].port}/v1"
+    assert "echo: RUNNING" in service["served"] and "slow: RUNNING" in service["served"]
+    listed = json.loads(cli("status", "--json", "--address", service["address"], check=0).stdout)
+    gateways = {g["name"]: g for g in listed if g.get("kind") == "gateway"}
+    assert gateways["gateway"]["url"] == service["url"]
+    assert gateways["short"]["url"] == service["short_url"]
+    assert {d["name"] for d in listed if d.get("kind") != "gateway"} == {"echo", "slow"}
+    assert KEY_A not in json.dumps(listed) and KEY_A not in service["served"]
 
 
 def test_a_file_that_fails_validation_fails_the_batch_with_openais_errors(service):
