@@ -119,5 +119,5 @@ def serve(
         click.echo(f"{name}: {status}")
 
     gateway = serve_file(config_file, settings, keys, address=address, on_deploy=deployed)
-    click.echo(f"gateway: {gateway.status} ({len(keys)} API keys, state in {settings.state_dir})")
+    click.echo(f"gateway: {gateway.status} ({len(keys)} API keys, state in {state_dir})")
     click.echo(f"base URL: {gateway.url}")
