@@ -219,6 +219,7 @@ class BatchJob:
         """The input file's bytes in the work directory (the read tasks read byte ranges)."""
         if os.path.exists(self.input):
             return
+        os.makedirs(self.dir, exist_ok=True)
         partial = f"{self.input}.part-{self.claim}"
         with self.storage.open(record.input_file_id) as source, open(partial, "wb") as copy:
             shutil.copyfileobj(source, copy, 1 << 20)

@@ -1,0 +1,145 @@
+"""The runner's steps that need no cluster, on a real SQLite store and a real directory: a
+batch that fails validation, one cancelled before it ran, expiry after a killed claim (its
+lines carried over, the cut one trimmed, the rest ``batch_expired``), and a replaced claim
+that can publish nothing. Plus the service's settings and the keys' fingerprint."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from relayllm.batch.service.errors import StaleClaimError
+from relayllm.batch.service.files import FileStorage
+from relayllm.batch.service.keys import KeyMap
+from relayllm.batch.service.runner import EXPIRED_MESSAGE, BatchJob
+from relayllm.batch.service.settings import GATEWAY_APP_PREFIX, ServiceSettings
+from relayllm.batch.service.store import SQLiteJobStore
+
+CHAT = "/v1/chat/completions"
+
+
+def line(i: int) -> dict:
+    body = {"model": "echo", "messages": [{"role": "user", "content": f"hi {i}"}]}
+    return {"custom_id": f"r{i}", "method": "POST", "url": CHAT, "body": body}
+
+
+def output_line(i: int) -> str:
+    return json.dumps({"id": f"x{i}", "custom_id": f"r{i}", "response": {}, "error": None})
+
+
+@pytest.fixture
+def service(tmp_path):
+    settings = ServiceSettings(state_dir=str(tmp_path / "state"))
+    (tmp_path / "state").mkdir()
+    store = SQLiteJobStore(settings.store_path)
+    storage = FileStorage.from_uri(settings.files_location)
+    yield settings, store, storage
+    store.close()
+
+
+def new_batch(service, lines: list[dict] | bytes, window_s: int | None = None):
+    settings, store, storage = service
+    data = (
+        lines
+        if isinstance(lines, bytes)
+        else b"".join(json.dumps(x).encode() + b"\n" for x in lines)
+    )
+    record = store.add_file("alpha", filename="in.jsonl", purpose="batch", bytes=len(data))
+    storage.put(record.id, [data])
+    return store.create_batch("alpha", input_file_id=record.id, endpoint=CHAT, window_s=window_s)
+
+
+def job(service, batch_id: str, claim: int) -> BatchJob:
+    settings, store, storage = service
+    return BatchJob(settings, store, storage, batch_id, claim, deployments=lambda: ["echo"])
+
+
+def content(service, file_id: str | None) -> list[dict]:
+    if file_id is None:
+        return []
+    with service[2].open(file_id) as source:
+        return [json.loads(text) for text in source if text.strip()]
+
+
+def test_a_batch_that_fails_validation_is_failed_with_the_errors_and_runs_nothing(service):
+    _, store, _ = service
+    batch = new_batch(service, [line(0), line(0)])
+    job(service, batch.id, store.claim(batch.id, "me")).run()
+    failed = store.get_batch("alpha", batch.id)
+    assert failed.status == "failed" and failed.output_file_id is None
+    assert [(e["code"], e["line"]) for e in failed.errors] == [("duplicate_custom_id", 2)]
+
+
+def test_a_batch_cancelled_before_it_ran_ends_cancelled_without_files(service):
+    _, store, _ = service
+    batch = new_batch(service, [line(0)])
+    store.cancel_batch("alpha", batch.id)
+    job(service, batch.id, store.claim(batch.id, "me")).run()
+    done = store.get_batch("alpha", batch.id)
+    assert done.status == "cancelled" and (done.output_file_id, done.error_file_id) == (None, None)
+
+
+def test_expiry_after_a_killed_claim_keeps_its_lines_and_errors_the_rest(service):
+    _, store, _ = service
+    batch = new_batch(service, [line(i) for i in range(4)], window_s=3600)
+    first = job(service, batch.id, store.claim(batch.id, "dead"))
+    first.update(status="in_progress")
+    first._fetch_input(store.get_batch("alpha", batch.id))
+    with open(first.output, "w") as out:  # two lines written, a third cut short by the kill
+        out.write(output_line(0) + "\n" + output_line(1) + "\n" + output_line(2)[:10])
+    second = job(service, batch.id, store.claim(batch.id, "new"))
+    second._carry_over()
+    second.finish(second.update(), "expired")
+    done = store.get_batch("alpha", batch.id)
+    assert done.status == "expired"
+    assert [x["custom_id"] for x in content(service, done.output_file_id)] == ["r0", "r1"]
+    expired = content(service, done.error_file_id)
+    assert [(x["custom_id"], x["error"]["code"]) for x in expired] == [
+        ("r2", "batch_expired"),
+        ("r3", "batch_expired"),
+    ]
+    assert expired[0]["error"]["message"] == EXPIRED_MESSAGE
+    counts = done.request_counts
+    assert (counts.total, counts.completed, counts.failed) == (4, 2, 2)
+    assert not os.path.exists(second.dir)  # the work files are gone once stored
+
+
+def test_a_replaced_claim_publishes_nothing(service):
+    _, store, storage = service
+    batch = new_batch(service, [line(0)])
+    old = job(service, batch.id, store.claim(batch.id, "old"))
+    old.update(status="in_progress")
+    store.claim(batch.id, "new")
+    os.makedirs(old.dir, exist_ok=True)
+    with open(old.output, "w") as out:
+        out.write(output_line(0) + "\n")
+    with pytest.raises(StaleClaimError):
+        old.finish(store.get_batch("alpha", batch.id), "cancelled")
+    assert [f.id for f in store.list_files("alpha").data] == [batch.input_file_id]
+    assert sorted(os.listdir(storage._base)) == [batch.input_file_id]  # no orphan bytes
+    assert store.get_batch("alpha", batch.id).status == "in_progress"
+
+
+def test_settings_name_the_gateway_apart_from_deployments_and_the_runner_by_state():
+    settings = ServiceSettings(state_dir="/srv/a", port=8123, route_prefix="/api")
+    assert settings.url == "http://127.0.0.1:8123/api/v1"
+    assert ServiceSettings(host="0.0.0.0").url == "http://127.0.0.1:8000/v1"
+    assert settings.app_name.startswith(GATEWAY_APP_PREFIX)
+    assert not settings.app_name.startswith("relayllm-")  # list_deployments' prefix
+    same = ServiceSettings(state_dir="/srv/a", name="other")
+    assert same.runner_name == settings.runner_name  # one runner per state
+    assert ServiceSettings(state_dir="/srv/b").runner_name != settings.runner_name
+    with pytest.raises(ValueError):
+        ServiceSettings(route_prefix="api/")
+
+
+def test_the_keys_fingerprint_tells_maps_apart_and_holds_no_key():
+    key = "k" * 32
+    one = KeyMap([("alpha", key)])
+    assert one.fingerprint == KeyMap([("alpha", key)]).fingerprint
+    assert one.fingerprint != KeyMap([("beta", key)]).fingerprint
+    assert one.fingerprint != KeyMap([("alpha", "j" * 32)]).fingerprint
+    assert one.fingerprint != KeyMap([("alpha", key)], anonymous="alpha").fingerprint
+    assert key not in one.fingerprint
