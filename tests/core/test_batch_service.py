@@ -68,8 +68,26 @@ def service(ray_session, tmp_path_factory):
         "address": address,
         "served": served.stdout,
     }
-    shutdown_gateway()  # and the runner
+    stopped = cli("shutdown", "--gateways", "--address", address, check=0).stdout
+    assert stopped.split() == ["stopped:", "gateway,", "short"]
+    assert shutdown_gateway() == []
+    runner_gone(settings.runner_name)  # it went with them
     delete_all_apps()
+
+
+def runner_gone(name, timeout=30):
+    import ray
+
+    from relayllm.batch.service.runner import RUNNER_NAMESPACE
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            ray.get_actor(name, namespace=RUNNER_NAMESPACE)
+        except ValueError:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"the runner {name} still runs")
 
 
 def delete_all_apps():

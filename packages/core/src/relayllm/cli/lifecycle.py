@@ -218,14 +218,27 @@ def activity(info: dict, stall_s: float) -> str:
 
 @click.command()
 @click.argument("name", required=False)
+@click.option(
+    "--gateways",
+    is_flag=True,
+    help="Stop the batch service's gateways and their runner instead (relayllm serve); "
+    "unfinished batches resume when it is served again on the same --state-dir.",
+)
 @address_option
 @verbose_option
 @handle_errors
-def shutdown(name, address, verbose):
-    """Stop the deployment NAME, or every relayllm deployment when NAME is omitted."""
+def shutdown(name, gateways, address, verbose):
+    """Stop the deployment NAME, or every relayllm deployment when NAME is omitted (with
+    --gateways: the batch service's gateway NAME, or every gateway)."""
     import relayllm
 
     connect(address, verbose, existing_cluster=True)
+    if gateways:
+        from relayllm.batch.service.deploy import shutdown_gateway
+
+        stopped = shutdown_gateway(name, address=address)
+        click.echo(f"stopped: {', '.join(stopped)}" if stopped else "no gateways were running")
+        return
     stopped = relayllm.shutdown(name, address=address)
     click.echo(
         f"stopped: {', '.join(stopped)}" if stopped else "no relayllm deployments were running"
