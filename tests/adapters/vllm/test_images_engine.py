@@ -20,6 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from vllm_support import stop, stop_others
 
 import relayllm
 
@@ -80,12 +81,13 @@ def example_rows(tmp_path_factory):
     from relayllm_vllm.tiny_models import build_vision
 
     model = build_vision(tmp_path_factory.mktemp("tiny-llava"))
+    stop_others()  # one engine at a time
     out = tmp_path_factory.mktemp("out") / "images.jsonl"
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("RELAYLLM_VISION_MODEL", str(model))
         relayllm.run_pipeline(EXAMPLE, output=str(out), keep_deployments=True)
     yield {r["picture_id"]: r for r in map(json.loads, out.read_text().splitlines())}
-    relayllm.shutdown(NAME)
+    stop(NAME)
 
 
 @pytest.fixture(scope="module")

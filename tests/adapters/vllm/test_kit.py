@@ -1,8 +1,11 @@
-"""The core conformance kit against the real vLLM engine and the demo model."""
+"""The core conformance kit against the real vLLM engine and the demo model: on the examples'
+deployment (vllm_support), the last of its users, as the kit stops its engine and shuts it
+down at its end."""
 
 import signal
 
-from vllm_support import DEPLOYMENT_FIELDS, OPTIONS
+import pytest
+from vllm_support import CONTEXT_LENGTH, DEPLOYMENT_NAME, OPTIONS
 
 from relayllm.testing import BackendConformanceTests
 
@@ -11,8 +14,15 @@ class TestVLLMConformance(BackendConformanceTests):
     backend = "vllm"
     distribution = "relayllm-vllm"
     options = OPTIONS
-    deployment_fields = DEPLOYMENT_FIELDS
-    context_length = OPTIONS["max_model_len"]  # a longer prompt: vLLM refuses that row
+    context_length = CONTEXT_LENGTH  # a longer prompt: vLLM refuses that row
+
+    @classmethod
+    def deployment_name(cls) -> str:
+        return DEPLOYMENT_NAME  # the examples' deployment, same name and config: reused
+
+    @pytest.fixture(scope="class", autouse=True)
+    def _the_shared_engine(self, demo_deployed):
+        """Started by ``relayllm deploy examples/questions.yaml`` if no test did it before."""
 
     def stop_engine(self, ref):
         """Kill the replica's EngineCore process, as a crash or the OOM killer would."""

@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 
 import pytest
+from vllm_support import stop, stop_others
 
 import relayllm
 from relayllm_vllm.tiny_models import CLASSIFY_LABELS, build
@@ -25,10 +26,11 @@ NAME = "classifier"  # the example's deployment
 def example_rows(tmp_path_factory, monkeypatch_module):
     model = build("classify", tmp_path_factory.mktemp("classifier"))
     monkeypatch_module.setenv("RELAYLLM_CLASSIFIER", str(model))
+    stop_others()  # one engine at a time
     out = tmp_path_factory.mktemp("out") / "classify.jsonl"
     relayllm.run_pipeline(EXAMPLE, output=str(out), keep_deployments=True)
     yield [json.loads(line) for line in out.read_text().splitlines()]
-    relayllm.shutdown(NAME)
+    stop(NAME)
 
 
 @pytest.fixture(scope="module")

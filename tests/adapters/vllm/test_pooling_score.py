@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from vllm_support import stop, stop_others
 
 import relayllm
 
@@ -23,6 +24,7 @@ def deployment(tmp_path_factory):
     from relayllm_vllm.tiny_models import build
 
     model = build("score", tmp_path_factory.mktemp("cross-encoder"))
+    stop_others()  # one engine at a time
     ref = relayllm.deploy(
         relayllm.DeploymentConfig(
             name=NAME,
@@ -32,7 +34,7 @@ def deployment(tmp_path_factory):
         )
     )
     yield ref
-    relayllm.shutdown(NAME)
+    stop(NAME)
 
 
 def run(rows: list[dict]) -> list[dict]:

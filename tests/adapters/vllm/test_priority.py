@@ -4,7 +4,7 @@ The engine here runs one sequence at a time (``max_num_seqs: 1``), so every othe
 in the engine's queue and the order rows finish in is the order the engine's scheduler picked
 them. With ``scheduling_policy="priority"`` (the vllm backend's default) a request sent last at
 a lower priority number runs before batch rows that were already waiting; at equal priority it
-runs last. One engine for the module.
+runs last. The suite's HTTP deployment (vllm_support).
 """
 
 from __future__ import annotations
@@ -15,28 +15,19 @@ import time
 from typing import Any
 
 import pytest
-from vllm_support import HTTP_PORT
+from vllm_support import HTTP_NAME, http_key
 
 import relayllm
 
-NAME = "priority-vllm"
+NAME = HTTP_NAME
 PROMPT = "List the numbers from one to forty, in words, separated by commas."
 MAX_TOKENS = 24
 FIRST_MAX_TOKENS = 240  # seconds of decoding on CPU: the later rows arrive while it runs
 
 
-@pytest.fixture(scope="module")
-def deployment():
-    config = relayllm.DeploymentConfig(
-        name=NAME,
-        backend="vllm",
-        options={"model": "demo", "max_model_len": 512, "max_num_seqs": 1},
-        startup_timeout_s=1200,
-        http={"route_prefix": f"/{NAME}", "port": HTTP_PORT},
-    )
-    ref = relayllm.deploy(config)
-    yield ref
-    relayllm.shutdown(NAME)
+@pytest.fixture
+def deployment(http_deployment):
+    return http_deployment
 
 
 def row(request_id: str, priority: int, max_tokens: int = MAX_TOKENS) -> dict[str, Any]:
@@ -107,7 +98,8 @@ def test_http_request_overtakes_a_running_batch_job_on_the_same_engine(deploymen
     front at once: the interactive answer comes back while the batch job is still running
     (first come, first served would put it behind all of the job's waiting rows), no batch row
     fails, and it is all one engine (one model load)."""
-    openai = pytest.importorskip("openai")
+    import openai
+
     handle = deployment.handle()
     before = handle.info.remote().result(timeout_s=120)
     rows = [{"q": f"{PROMPT} ({i})"} for i in range(6)]
@@ -134,7 +126,7 @@ def test_http_request_overtakes_a_running_batch_job_on_the_same_engine(deploymen
     while handle.info.remote().result(timeout_s=60)["ongoing"] == 0:  # the job reached it
         assert job.is_alive() and time.monotonic() < deadline, "the batch job never started"
         time.sleep(0.05)
-    client = openai.OpenAI(base_url=before["http"]["url"], api_key="unused", max_retries=0)
+    client = openai.OpenAI(base_url=before["http"]["url"], api_key=http_key(), max_retries=0)
     reply = client.chat.completions.create(
         model=NAME,
         messages=[{"role": "user", "content": "What is the capital of France?"}],

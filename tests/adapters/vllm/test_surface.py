@@ -17,6 +17,7 @@ import re
 from pathlib import Path
 
 import pytest
+from vllm_support import stop, stop_others
 
 import relayllm
 
@@ -77,6 +78,7 @@ def test_an_unknown_parser_fails_before_any_engine_starts():
 
 @pytest.fixture(scope="module")
 def deployment():
+    stop_others()  # one engine at a time
     ref = relayllm.deploy(
         relayllm.DeploymentConfig(
             name=NAME,
@@ -94,7 +96,7 @@ def deployment():
         )
     )
     yield ref
-    relayllm.shutdown(NAME)
+    stop(NAME)
 
 
 def run(rows: list[dict], task: str = "chat", **params) -> list[dict]:

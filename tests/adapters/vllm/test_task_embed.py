@@ -1,7 +1,6 @@
 """The embedding task: a ``task="embed"`` deployment of the demo model on the real engine.
 
-Its own engine (vLLM serves one task per engine); the file name sorts it after test_kit.py,
-so the shared generation engine is gone before this one starts.
+Its own engine (vLLM serves one task per engine), started with nothing else running.
 """
 
 from __future__ import annotations
@@ -9,6 +8,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from vllm_support import stop, stop_others
 
 import relayllm
 
@@ -17,6 +17,7 @@ NAME = "vllm-embed"
 
 @pytest.fixture(scope="module")
 def deployment():
+    stop_others()  # one engine at a time
     ref = relayllm.deploy(
         relayllm.DeploymentConfig(
             name=NAME,
@@ -26,7 +27,7 @@ def deployment():
         )
     )
     yield ref
-    relayllm.shutdown(NAME)
+    stop(NAME)
 
 
 def run(task: str, rows: list[dict]) -> list[dict]:

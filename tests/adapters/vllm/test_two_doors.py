@@ -11,18 +11,18 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from vllm_support import DEPLOYMENT_NAME, shared_config
+from vllm_support import HTTP_NAME, http_key
 
 import relayllm
 
 FRANCE = [{"role": "user", "content": "What is the capital of France?"}]
-GREEDY = {"model": DEPLOYMENT_NAME, "temperature": 0, "max_tokens": 4}
+GREEDY = {"model": HTTP_NAME, "temperature": 0, "max_tokens": 4}
 BODIES = [
     ("/v1/chat/completions", {**GREEDY, "messages": FRANCE, "logprobs": True, "top_logprobs": 2}),
     (
         "/v1/chat/completions",
         {
-            "model": DEPLOYMENT_NAME,
+            "model": HTTP_NAME,
             "messages": FRANCE,
             "max_completion_tokens": 4,
             "top_k": 1,
@@ -33,7 +33,7 @@ BODIES = [
     ),
     (  # n > 1 samples (vLLM refuses it greedy); a seed makes them the same through both doors
         "/v1/chat/completions",
-        {"model": DEPLOYMENT_NAME, "messages": FRANCE, "n": 2, "max_tokens": 3, "seed": 1},
+        {"model": HTTP_NAME, "messages": FRANCE, "n": 2, "max_tokens": 3, "seed": 1},
     ),
     ("/v1/completions", {**GREEDY, "prompt": "The capital of France is", "logprobs": 2}),
     # refused by the adapter, naming the field
@@ -41,16 +41,16 @@ BODIES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def deployment():
-    ref = relayllm.deploy(shared_config())
-    yield ref
-    relayllm.shutdown(DEPLOYMENT_NAME)
+@pytest.fixture
+def deployment(http_deployment):
+    return http_deployment
 
 
 def _post(url: str, body: dict) -> tuple[int, dict]:
     request = urllib.request.Request(
-        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        url,
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {http_key()}"},
     )
     try:
         with urllib.request.urlopen(request, timeout=300) as answer:
@@ -88,7 +88,7 @@ def test_the_same_bodies_answer_the_same_through_both_doors(deployment, tmp_path
             for i, (url, body) in enumerate(BODIES)
         )
     )
-    counts = relayllm.run_batch_file(path, deployment=DEPLOYMENT_NAME, output=tmp_path / "o.jsonl")
+    counts = relayllm.run_batch_file(path, deployment=HTTP_NAME, output=tmp_path / "o.jsonl")
     assert (counts.completed, counts.failed) == (4, 1), Path(counts.errors).read_text()
     with open(counts.output) as out, open(counts.errors) as err:
         by_id = {line["custom_id"]: line for line in map(json.loads, [*out, *err])}

@@ -1,39 +1,119 @@
-"""What the vLLM test modules share: the one deployment every engine test uses.
+"""What the vLLM test modules share: the engines, and the rule of one engine at a time.
 
-Engine starts are what cost time here (a minute and a half each on 2 cores), so
-``test_e2e.py`` starts this deployment and ``test_kit.py``'s conformance class finds it
-running under the same name and config (``relayllm.deploy`` reuses it) and shuts it down in
-its last test. Run alone, each module starts it itself.
+Engine starts are what cost time here (half a minute to a minute and a half each on 2 cores),
+and two engines at once do not fit the machine. So:
+
+- the examples' ``smollm`` deployment (examples/questions.yaml, started with ``relayllm
+  deploy``) is the one demo-model engine of the examples, end-to-end, kit, CLI and user-path
+  tests (the ``demo_deployment`` fixture);
+- one demo-model deployment with an HTTP front (``HTTP_CONFIG``) serves every test that talks
+  to an HTTP front (the ``http_deployment`` fixture);
+- every fixture that needs an engine starts it through :func:`exclusive`, which first stops
+  any other relayllm deployment: a test run in any order or alone still has one engine at a
+  time; conftest's ordering makes each engine start once.
 """
 
 from __future__ import annotations
 
-import socket
+import os
+import subprocess
 from typing import Any
 
+import support
+from support import REPO, free_port
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+EXAMPLES = REPO / "examples"
 
 
-#: The demo model, with a short context so a "too long" prompt is cheap to build.
-OPTIONS: dict[str, Any] = {"model": "demo", "max_model_len": 512}
-#: The conformance kit names its deployment "kit-<backend>"; the e2e tests use the same name.
-DEPLOYMENT_NAME = "kit-vllm"
-#: Serve's HTTP proxy for the run (conftest starts Serve with it): the shared deployment also
-#: serves the OpenAI-compatible HTTP front, tested in test_e2e.py on the same engine.
-HTTP_PORT = _free_port()
-DEPLOYMENT_FIELDS: dict[str, Any] = {
+def _example_deployment(name: str) -> dict[str, Any]:
+    import yaml
+
+    data = yaml.safe_load((EXAMPLES / name).read_text())
+    (deployment,) = data["deployments"]
+    return deployment
+
+
+#: The examples' deployment, read from the file users run (so the tests cannot drift from it):
+#: ``relayllm demo``, ``relayllm run examples/questions.yaml`` and the others reuse it by name.
+DEMO_FIELDS: dict[str, Any] = _example_deployment("questions.yaml")
+DEPLOYMENT_NAME: str = DEMO_FIELDS["name"]
+OPTIONS: dict[str, Any] = DEMO_FIELDS["options"]
+#: The demo model's context (its config's max_position_embeddings): a longer prompt is refused.
+CONTEXT_LENGTH = 8192
+
+#: Serve's HTTP proxy for the run (conftest starts Serve with it).
+HTTP_PORT = free_port()
+#: The API key the HTTP deployment requires (an environment variable, as a user's would be);
+#: conftest sets it before Ray starts, so the replicas inherit it.
+KEY_ENV = "RELAYLLM_TEST_HTTP_KEY"
+HTTP_NAME = "vllm-http"
+#: max_num_seqs 1: one sequence at a time, so the priority tests see the engine's order and
+#: the two front doors compute the same bodies the same way.
+HTTP_CONFIG: dict[str, Any] = {
+    "name": HTTP_NAME,
+    "backend": "vllm",
+    "options": {"model": "demo", "max_model_len": 512, "max_num_seqs": 1},
     "startup_timeout_s": 1200,
-    "http": {"route_prefix": "/kit-vllm", "port": HTTP_PORT},
+    # Serve's health check replaces a replica whose engine died; a minute between checks
+    # leaves the front of a replica with a dead engine answering long enough to be tested.
+    "health_check_period_s": 60,
+    "http": {"route_prefix": f"/{HTTP_NAME}", "port": HTTP_PORT, "api_key_env": KEY_ENV},
 }
 
 
-def shared_config():
+def http_key() -> str:
+    return os.environ[KEY_ENV]
+
+
+def demo_config():
     import relayllm
 
-    return relayllm.DeploymentConfig(
-        name=DEPLOYMENT_NAME, backend="vllm", options=OPTIONS, **DEPLOYMENT_FIELDS
-    )
+    return relayllm.DeploymentConfig(**DEMO_FIELDS)
+
+
+def http_config():
+    import relayllm
+
+    return relayllm.DeploymentConfig(**HTTP_CONFIG)
+
+
+def stop_others(keep: str | None = None) -> None:
+    """Stop every relayllm deployment but ``keep``: the machine runs one engine at a time."""
+    import relayllm
+
+    for ref in relayllm.list_deployments():
+        if ref.name != keep:
+            stop(ref.name)
+
+
+def stop(name: str) -> None:
+    """Shut ``name`` down if it runs (a fixture's teardown after another test stopped it)."""
+    import relayllm
+
+    try:
+        relayllm.shutdown(name)
+    except relayllm.DeploymentNotFoundError:
+        pass
+
+
+def exclusive(config):
+    """``relayllm.deploy(config)`` with nothing else running: reuses it when it runs."""
+    import relayllm
+
+    stop_others(keep=config.name)
+    return relayllm.deploy(config)
+
+
+def cli_env(address: str, *, with_address: bool = True) -> dict[str, str]:
+    """The environment of a ``relayllm`` command joining the tests' cluster: through
+    RAY_ADDRESS, or (``with_address=False``) with no RAY_ADDRESS, for ``--address``."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    if with_address:
+        env["RAY_ADDRESS"] = address
+    return env
+
+
+def cli(*args, env, cwd=None, check=0, timeout=1500) -> subprocess.CompletedProcess:
+    """A ``relayllm`` command in its own process, as a user runs it; asserts its exit code
+    (an engine start inside it may take most of its timeout)."""
+    return support.cli(*args, env=env, cwd=cwd, check=check, timeout=timeout)
