@@ -38,12 +38,17 @@ deployments:
 def service(ray_session, tmp_path_factory):
     """``relayllm serve`` (a subprocess, as a user runs it) on the session's cluster, and a
     second gateway on the same state with a 3 s completion window."""
+    from ray import serve
+
     import relayllm
     from relayllm.batch.service.deploy import deploy_gateway, shutdown_gateway
     from relayllm.batch.service.keys import KeyMap
     from relayllm.batch.service.settings import ServiceSettings
 
-    relayllm.shutdown()  # Serve gets its HTTP proxy only while no application runs
+    # Serve gets its HTTP proxy only while no application runs, and keeps the port it was
+    # given: start from no Serve at all, whatever an earlier module left.
+    relayllm.shutdown()
+    serve.shutdown()
     root = tmp_path_factory.mktemp("batch-service")
     (root / "deployments.yaml").write_text(DEPLOYMENTS)
     port, state = free_port(), str(root / "state")
@@ -72,7 +77,7 @@ def service(ray_session, tmp_path_factory):
     assert stopped.split() == ["stopped:", "gateway,", "short"]
     assert shutdown_gateway() == []
     runner_gone(settings.runner_name)  # it went with them
-    delete_all_apps()
+    serve.shutdown()  # the next module's Serve starts as it wants it (its own proxy, or none)
 
 
 def runner_gone(name, timeout=30):
@@ -88,16 +93,6 @@ def runner_gone(name, timeout=30):
             return
         time.sleep(0.2)
     raise AssertionError(f"the runner {name} still runs")
-
-
-def delete_all_apps():
-    """Every Serve application deleted at once (relayllm.shutdown() deletes one by one)."""
-    from ray import serve
-
-    for app in serve.status().applications:
-        serve.delete(app, _blocking=False)
-    while serve.status().applications:
-        time.sleep(0.2)
 
 
 def client(url, key=KEY_A):
