@@ -143,3 +143,58 @@ def test_the_keys_fingerprint_tells_maps_apart_and_holds_no_key():
     assert one.fingerprint != KeyMap([("alpha", "j" * 32)]).fingerprint
     assert one.fingerprint != KeyMap([("alpha", key)], anonymous="alpha").fingerprint
     assert key not in one.fingerprint
+
+
+def test_runner_settings_leave_out_the_gateway_only_fields(tmp_path):
+    from relayllm.batch.service.runner import runner_fields
+
+    base = ServiceSettings(state_dir=str(tmp_path))
+    assert runner_fields(base) == runner_fields(base.model_copy(update={"name": "b", "port": 9}))
+    for change in ({"batch_size": 3}, {"concurrency": 2}, {"files": str(tmp_path / "f")}):
+        assert runner_fields(base) != runner_fields(base.model_copy(update=change))
+
+
+def test_start_runner_replaces_a_runner_with_other_settings(tmp_path, monkeypatch):
+    """Serving again with another --batch-size stops the runner the state had (for good)
+    and starts one with the new settings; the same settings reuse it."""
+    import sys
+    import types
+
+    from relayllm.batch.service import runner as module
+
+    old = ServiceSettings(state_dir=str(tmp_path))
+    new = old.model_copy(update={"batch_size": 3})
+    actors: dict[str, object] = {}
+    killed: list[object] = []
+
+    class Actor:
+        def __init__(self, settings):
+            self.settings_json = types.SimpleNamespace(
+                remote=lambda: module.runner_fields(settings)
+            )
+
+    class Remote:
+        def options(self, **options):
+            self.name = options["name"]
+            assert options["get_if_exists"]
+            return self
+
+        def remote(self, settings):
+            return actors.setdefault(self.name, Actor(settings))
+
+    def kill(actor, no_restart):
+        assert no_restart
+        killed.append(actor)
+        actors.clear()
+
+    fake_ray = types.SimpleNamespace(
+        remote=lambda cls: Remote(), get=lambda value, timeout: value, kill=kill
+    )
+    monkeypatch.setitem(sys.modules, "ray", fake_ray)
+    monkeypatch.setattr(module, "find_runner", lambda name: actors.get(name))
+
+    first = module.start_runner(old)
+    assert module.start_runner(old) is first and not killed
+    second = module.start_runner(new)
+    assert killed == [first] and second is not first
+    assert second.settings_json.remote()["batch_size"] == 3

@@ -45,7 +45,7 @@ def deploy_gateway(
 
     from relayllm import compat
     from relayllm.batch.service.gateway import Gateway
-    from relayllm.batch.service.runner import HEAD_RESOURCE
+    from relayllm.batch.service.runner import HEAD_RESOURCE, stop_runner
     from relayllm.cluster import connect, ensure_http_proxy
     from relayllm.deployments import DeploymentRef, _wait_running
 
@@ -56,6 +56,10 @@ def deploy_gateway(
         if (running.get("settings"), running.get("keys")) == _wanted(settings, keys):
             logger.info("reusing the running gateway %r", settings.name)
             return _ref(settings.app_name)
+        # Replaced: its runner goes too (the new gateway starts one with its settings).
+        for state_dir in {running.get("settings", {}).get("state_dir"), settings.state_dir}:
+            if state_dir:
+                stop_runner(ServiceSettings(state_dir=state_dir).runner_name)
     deployment: Any = serve.deployment(Gateway)
     app = deployment.options(
         name=GATEWAY_DEPLOYMENT,

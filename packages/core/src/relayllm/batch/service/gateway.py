@@ -256,7 +256,10 @@ class Gateway:
         return _json(objects.batch_object(record))
 
     def _wake_runner(self) -> None:
-        try:
+        from relayllm.batch.service.runner import find_runner
+
+        try:  # by name: a gateway with other settings on the same state may have replaced it
+            self.runner = find_runner(self.settings.runner_name) or self.runner
             self.runner.wake.remote()
         except Exception:  # the runner restarting: it looks for work when it starts anyway
             logger.warning("could not wake the batch runner", exc_info=True)

@@ -309,6 +309,10 @@ class BatchRunner:
     def pid(self) -> int:
         return os.getpid()
 
+    def settings_json(self) -> dict[str, Any]:
+        """The settings this runner started with (:func:`start_runner` compares them)."""
+        return runner_fields(self.settings)
+
     def running(self) -> list[str]:
         return sorted(b for b, t in self.active.items() if t.is_alive())
 
@@ -374,11 +378,54 @@ class BatchRunner:
             logger.exception("batch %s: could not record its failure", job.batch_id)
 
 
-def start_runner(settings: ServiceSettings) -> Any:
-    """The runner of ``settings.state_dir``: found by name if it runs, else started (a
-    detached actor on the head node that Ray restarts whenever its process dies)."""
+def runner_fields(settings: ServiceSettings) -> dict[str, Any]:
+    """The settings a runner works by: a gateway with other values for these needs a new
+    runner (the gateway-only fields, its name, address and route, do not count)."""
+    return settings.model_dump(mode="json", exclude={"name", "host", "port", "route_prefix"})
+
+
+def find_runner(name: str) -> Any | None:
+    """The runner actor named ``name`` if it runs, else None."""
     import ray
 
+    try:
+        return ray.get_actor(name, namespace=RUNNER_NAMESPACE)
+    except ValueError:
+        return None
+
+
+def stop_runner(name: str, *, timeout_s: float = 30.0) -> bool:
+    """Kill the runner ``name`` for good (no restart) and wait until its name is free; False
+    when none ran. Its batches stay claimed until their lease runs out, then the next runner
+    on the state takes them over."""
+    import ray
+
+    actor = find_runner(name)
+    if actor is None:
+        return False
+    ray.kill(actor, no_restart=True)
+    deadline = time.monotonic() + timeout_s
+    while find_runner(name) is not None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return True
+
+
+def start_runner(settings: ServiceSettings, *, replace: bool = False) -> Any:
+    """The runner of ``settings.state_dir``: found by name if it runs with the same settings,
+    else started (a detached actor on the head node that Ray restarts whenever its process
+    dies). A running one with other settings, or any with ``replace``, is stopped first."""
+    import ray
+
+    running = find_runner(settings.runner_name)
+    if running is not None:
+        try:
+            same = ray.get(running.settings_json.remote(), timeout=30) == runner_fields(settings)
+        except Exception:  # restarting, or an older runner without settings_json
+            logger.warning("the batch runner did not tell its settings", exc_info=True)
+            same = False
+        if replace or not same:
+            logger.info("replacing the batch runner %s", settings.runner_name)
+            stop_runner(settings.runner_name)
     actor: Any = ray.remote(BatchRunner)
     return actor.options(
         name=settings.runner_name,
@@ -392,4 +439,13 @@ def start_runner(settings: ServiceSettings) -> Any:
     ).remote(settings)
 
 
-__all__ = ["EXPIRED_MESSAGE", "BatchJob", "BatchRunner", "deployment_names", "start_runner"]
+__all__ = [
+    "EXPIRED_MESSAGE",
+    "BatchJob",
+    "BatchRunner",
+    "deployment_names",
+    "find_runner",
+    "runner_fields",
+    "start_runner",
+    "stop_runner",
+]
