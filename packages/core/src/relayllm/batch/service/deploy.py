@@ -122,21 +122,19 @@ def shutdown_gateway(
     stop_runner: bool = True,
     timeout_s: float = 60.0,
 ) -> list[str]:
-    """Stop the gateway ``name`` (every gateway when None) and, with ``stop_runner``, its
-    runner (batches in progress resume when a gateway on the same state starts again)."""
-    import ray
+    """Stop the gateway ``name`` (every gateway when None) and, with ``stop_runner``, the
+    runners no remaining gateway uses (batches in progress resume when a gateway on the same
+    state starts again)."""
     from ray import serve
 
-    from relayllm.batch.service.runner import RUNNER_NAMESPACE
+    from relayllm.batch.service import runner as runners
 
-    stopped = [g for g in list_gateways(address=address) if name is None or g.name == name]
+    gateways = list_gateways(address=address)
+    stopped = [g for g in gateways if name is None or g.name == name]
+    if stop_runner:
+        for runner in runners_to_stop(stopped, [g for g in gateways if g not in stopped]):
+            runners.stop_runner(runner)
     for ref in stopped:
-        if stop_runner and ref.state_dir:
-            runner = ServiceSettings(state_dir=ref.state_dir).runner_name
-            try:
-                ray.kill(ray.get_actor(runner, namespace=RUNNER_NAMESPACE), no_restart=True)
-            except ValueError:
-                pass  # not running
         serve.delete(ref.app_name, _blocking=False)  # all at once, then wait for them
     deadline = time.monotonic() + timeout_s
     while any(r.app_name in serve.status().applications for r in stopped):
@@ -144,6 +142,41 @@ def shutdown_gateway(
             raise ServiceError(f"the gateways did not stop within {timeout_s:.0f}s")
         time.sleep(0.2)
     return [r.name for r in stopped]
+
+
+def runners_to_stop(
+    stopped: list[GatewayRef],
+    remaining: list[GatewayRef],
+    running: Callable[[], list[str]] | None = None,
+) -> list[str]:
+    """The runner names to stop with the ``stopped`` gateways: theirs, unless a ``remaining``
+    gateway uses the same state. A stopped gateway that could not describe itself (unhealthy)
+    names no state: then every runner running (``running()``, found by name in the runners'
+    namespace) that no remaining gateway uses, unless a remaining gateway cannot tell its
+    state either (then nothing unknown is stopped: it might be that one's)."""
+    runner = lambda state_dir: ServiceSettings(state_dir=state_dir).runner_name  # noqa: E731
+    keep = {runner(g.state_dir) for g in remaining if g.state_dir}
+    names = {runner(g.state_dir) for g in stopped if g.state_dir}
+    if any(not g.state_dir for g in stopped):
+        if any(not g.state_dir for g in remaining):
+            logger.warning("a gateway did not tell its state: its runner is left running")
+        else:
+            names.update((running or _running_runners)())
+    return sorted(names - keep)
+
+
+def _running_runners() -> list[str]:
+    """The runners' actor names running on the cluster (named in their own namespace)."""
+    import ray
+
+    from relayllm.batch.service.runner import RUNNER_NAMESPACE
+
+    prefix = ServiceSettings().runner_name.rsplit("-", 1)[0] + "-"
+    return sorted(
+        actor["name"]
+        for actor in ray.util.list_named_actors(all_namespaces=True)
+        if actor.get("namespace") == RUNNER_NAMESPACE and actor["name"].startswith(prefix)
+    )
 
 
 def _wanted(settings: ServiceSettings, keys: KeyMap) -> tuple[dict[str, Any], str]:
@@ -187,6 +220,7 @@ __all__ = [
     "GatewayRef",
     "deploy_gateway",
     "list_gateways",
+    "runners_to_stop",
     "serve_file",
     "shutdown_gateway",
 ]
