@@ -198,3 +198,23 @@ def test_start_runner_replaces_a_runner_with_other_settings(tmp_path, monkeypatc
     second = module.start_runner(new)
     assert killed == [first] and second is not first
     assert second.settings_json.remote()["batch_size"] == 3
+
+
+def test_an_unexpected_error_publishes_the_finished_lines_and_hides_the_details(service):
+    from relayllm.batch.service.runner import RUNNER_ERROR, BatchRunner
+
+    _, store, _ = service
+    batch = new_batch(service, [line(0), line(1)])
+    failing = job(service, batch.id, store.claim(batch.id, "me"))
+    failing.update(status="in_progress")
+    failing._fetch_input(store.get_batch("alpha", batch.id))
+    with open(failing.output, "w") as out:
+        out.write(output_line(0) + "\n")
+    secret = OSError(2, "No such file", "/srv/secret/path")
+    BatchRunner._fail(None, failing, secret)  # type: ignore[arg-type]
+    failed = store.get_batch("alpha", batch.id)
+    assert failed.status == "failed"
+    assert [x["custom_id"] for x in content(service, failed.output_file_id)] == ["r0"]
+    assert failed.errors == [RUNNER_ERROR]
+    assert "/srv/secret" not in json.dumps(failed.errors)
+    assert not os.path.exists(failing.dir)

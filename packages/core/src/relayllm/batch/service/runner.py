@@ -50,6 +50,14 @@ logger = logging.getLogger(__name__)
 
 #: OpenAI's message for a line the completion window ran out on.
 EXPIRED_MESSAGE = "This request could not be executed before the completion window expired."
+#: A batch's ``errors`` entry when the runner failed it unexpectedly (details in its log).
+RUNNER_ERROR: dict[str, Any] = {
+    "code": "runner_error",
+    "message": "The batch could not be run to its end because of a server error; the lines "
+    "finished before it are in its output and error files.",
+    "param": None,
+    "line": None,
+}
 #: Ray's resource that only the head node has: the runner and the gateway sit beside the store.
 HEAD_RESOURCE = {"node:__internal_head__": 0.001}
 #: The runner's actor is named in this namespace, whatever namespace its starter has.
@@ -171,21 +179,28 @@ class BatchJob:
         ):
             run_scanned(scan, names, default, out, err, fields, done, on_block)
 
-    def finish(self, record: BatchRecord, status: Status) -> None:
+    def finish(
+        self, record: BatchRecord, status: Status, errors: list[dict[str, Any]] | None = None
+    ) -> None:
         """Store the work files as the batch's output and error files and end it in
-        ``status`` (an expired batch's unfinished lines written to the error file first)."""
+        ``status`` (an expired batch's unfinished lines written to the error file first;
+        a ``failed`` one keeps the lines it finished, with ``errors``)."""
         if status == "expired":
             self._fetch_input(record)
             self._expire_rest()
         output = self._publish(self.output, "output")
-        errors = self._publish(self.errors, "error")
+        error_file = self._publish(self.errors, "error")
         counts = RequestCounts(
             max(record.request_counts.total, _lines(self.output) + _lines(self.errors)),
             _lines(self.output),
             _lines(self.errors),
         )
         self.update(
-            status=status, request_counts=counts, output_file_id=output, error_file_id=errors
+            status=status,
+            request_counts=counts,
+            output_file_id=output,
+            error_file_id=error_file,
+            errors=errors,
         )
         self._cleanup()
 
@@ -359,21 +374,23 @@ class BatchRunner:
             self._wake.set()  # a slot is free
 
     def _fail(self, job: BatchJob, exc: Exception) -> None:
-        from relayllm.errors import describe_exception
-
-        problem = {
-            "code": "runner_error",
-            "message": f"the batch could not run: {describe_exception(exc)}",
-            "param": None,
-            "line": None,
-        }
+        """An unexpected error: the batch ``failed`` with the lines it finished published
+        (output and error files), a generic message in its ``errors`` (the details, server
+        paths and internals, only in the log)."""
+        del exc  # logged by the caller with its traceback; never shown to the client
         try:
             record = job.update()
             if record.status == "cancelling":
                 job.finish(record, "cancelled")
             elif not record.terminal:
-                job.update(status="failed", errors=[problem])
-                job._cleanup()
+                try:
+                    job.finish(record, "failed", errors=[RUNNER_ERROR])
+                except StaleClaimError:
+                    raise
+                except Exception:
+                    logger.exception("batch %s: could not publish its lines", job.batch_id)
+                    job.update(status="failed", errors=[RUNNER_ERROR])
+                    job._cleanup()
         except Exception:
             logger.exception("batch %s: could not record its failure", job.batch_id)
 
