@@ -218,3 +218,17 @@ def test_an_unexpected_error_publishes_the_finished_lines_and_hides_the_details(
     assert failed.errors == [RUNNER_ERROR]
     assert "/srv/secret" not in json.dumps(failed.errors)
     assert not os.path.exists(failing.dir)
+
+
+def test_a_stale_claim_failing_validation_leaves_the_current_claims_files(service):
+    _, store, _ = service
+    batch = new_batch(service, [line(0), line(0)])  # a duplicate custom_id: fails validation
+    stale = job(service, batch.id, store.claim(batch.id, "old"))
+    current = job(service, batch.id, store.claim(batch.id, "new"))
+    os.makedirs(current.dir, exist_ok=True)
+    with open(current.output, "w") as out:
+        out.write(output_line(0) + "\n")
+    with pytest.raises(StaleClaimError):
+        stale.validate(store.get_batch("alpha", batch.id))
+    assert os.path.exists(current.output)
+    assert store.get_batch("alpha", batch.id).status == "validating"

@@ -147,8 +147,9 @@ class BatchJob:
         if not found.ok:
             errors = found.errors()
             assert errors is not None
-            self._cleanup()
-            return self.update(status="failed", errors=errors["data"])
+            failed = self.update(status="failed", errors=errors["data"])  # fenced, then
+            self._cleanup()  # the files: a stale claim never gets here to delete the current one's
+            return failed
         return self.update(status="in_progress", request_counts=RequestCounts(found.lines, 0, 0))
 
     def run_lines(self, record: BatchRecord) -> None:
