@@ -484,3 +484,25 @@ def test_metadata_and_errors_are_stored_as_json(store, db_path):
     finally:
         raw.close()
     assert json.loads(stored[0]) == {"a": "1"}
+
+
+def test_a_live_holders_claim_is_not_taken_until_its_lease_runs_out(store, clock):
+    from relayllm.batch.service.errors import ClaimHeldError
+
+    batch = new_batch(store)
+    first = store.claim(batch.id, "runner-a", lease_s=10)
+    clock.now += 5
+    with pytest.raises(ClaimHeldError):
+        store.claim(batch.id, "runner-b", lease_s=10)
+    clock.now += 4
+    store.update(batch.id, first)  # runner-a's heartbeat
+    clock.now += 9
+    with pytest.raises(ClaimHeldError):
+        store.claim(batch.id, "runner-b", lease_s=10)
+    assert store.update(batch.id, first).status == "validating"  # still runner-a's
+    again = store.claim(batch.id, "runner-a", lease_s=10)  # its own claim: taken again
+    clock.now += 10  # no heartbeat for a lease: runner-a is presumed dead
+    taken = store.claim(batch.id, "runner-b", lease_s=10)
+    assert taken > again > first
+    with pytest.raises(StaleClaimError):
+        store.update(batch.id, again)

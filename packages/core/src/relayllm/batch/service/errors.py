@@ -37,11 +37,16 @@ class StaleClaimError(ServiceError):
     the runner must stop (another runner owns the batch now)."""
 
 
+class ClaimHeldError(ServiceError):
+    """Another runner holds the batch and is alive (its lease has not run out): not taken."""
+
+
 class UnauthorizedError(ServiceError):
     """No API key, or one no project has (HTTP 401). Never carries the key."""
 
 
 __all__ = [
+    "ClaimHeldError",
     "IllegalTransitionError",
     "InvalidRequestError",
     "NotFoundError",

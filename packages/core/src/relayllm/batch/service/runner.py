@@ -36,6 +36,7 @@ from typing import Any
 
 from relayllm.batch.format import error_line, parse_envelope
 from relayllm.batch.service.errors import (
+    ClaimHeldError,
     IllegalTransitionError,
     NotFoundError,
     StaleClaimError,
@@ -303,6 +304,7 @@ class BatchRunner:
         self.storage = FileStorage.from_uri(settings.files_location, settings.max_file_bytes)
         self.name = f"{socket.gethostname()}:{os.getpid()}"
         self.active: dict[str, threading.Thread] = {}
+        self.jobs: dict[str, BatchJob] = {}  # the claims held, kept alive by _heartbeat
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._quiet_ray_data()
@@ -339,11 +341,20 @@ class BatchRunner:
     def _loop(self) -> None:
         while not self._stop.is_set():
             try:
+                self._heartbeat()
                 self._start_due()
             except Exception:
                 logger.exception("the batch runner could not read the job store")
             self._wake.wait(self.settings.poll_s)
             self._wake.clear()
+
+    def _heartbeat(self) -> None:
+        """Every claim held, marked alive (a block may take longer than the lease)."""
+        for job in list(self.jobs.values()):
+            try:
+                job.update()
+            except Exception:  # finished or taken meanwhile: its thread finds out
+                logger.debug("batch %s: no heartbeat", job.batch_id, exc_info=True)
 
     def _start_due(self) -> None:
         self.active = {b: t for b, t in self.active.items() if t.is_alive()}
@@ -360,10 +371,14 @@ class BatchRunner:
 
     def _run(self, batch_id: str) -> None:
         try:
-            claim = self.store.claim(batch_id, self.name)
+            claim = self.store.claim(batch_id, self.name, lease_s=self.settings.lease_s)
         except (IllegalTransitionError, NotFoundError):
             return  # finished meanwhile
+        except ClaimHeldError:
+            logger.debug("batch %s: held by a live runner", batch_id)
+            return  # tried again at the next poll, taken once that runner's lease runs out
         job = BatchJob(self.settings, self.store, self.storage, batch_id, claim)
+        self.jobs[batch_id] = job
         try:
             job.run()
         except StaleClaimError:
@@ -372,6 +387,7 @@ class BatchRunner:
             logger.exception("batch %s failed in the runner", batch_id)
             self._fail(job, exc)
         finally:
+            self.jobs.pop(batch_id, None)
             self._wake.set()  # a slot is free
 
     def _fail(self, job: BatchJob, exc: Exception) -> None:

@@ -99,6 +99,12 @@ class ServiceSettings(BaseModel):
         return f"relayllm-batch-runner-{digest}"
 
     @property
+    def lease_s(self) -> float:
+        """How long a runner's claim holds without a write (it writes every ``poll_s``):
+        another runner takes its batches only after that."""
+        return max(5 * self.poll_s, 10.0)
+
+    @property
     def url(self) -> str:
         """The base URL an OpenAI client takes (``base_url``)."""
         host = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host

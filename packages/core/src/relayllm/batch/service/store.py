@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
 
 from relayllm.batch.service.errors import (
+    ClaimHeldError,
     IllegalTransitionError,
     InvalidRequestError,
     NotFoundError,
@@ -179,7 +180,7 @@ class JobStore(Protocol):
 
     # batches, as a runner works on them
     def unfinished(self) -> list[BatchRecord]: ...
-    def claim(self, batch_id: str, runner: str) -> int: ...
+    def claim(self, batch_id: str, runner: str, lease_s: float | None = None) -> int: ...
     def update(
         self,
         batch_id: str,
@@ -523,14 +524,29 @@ class SQLiteJobStore:
             ).fetchall()
         return [_batch(r) for r in rows]
 
-    def claim(self, batch_id: str, runner: str) -> int:
+    def claim(self, batch_id: str, runner: str, lease_s: float | None = None) -> int:
         """A new claim on the batch for ``runner``: the returned number fences every later
-        write, and every write made with an older number is refused from now on."""
+        write, and every write made with an older number is refused from now on. With
+        ``lease_s``, refused (:class:`ClaimHeldError`) while another runner holds the batch
+        and wrote (``heartbeat_at``) less than ``lease_s`` ago: two live runners never take
+        a batch from each other; a dead one's batches are taken once its lease ran out."""
         with self._write() as db:
             row = self._batch_row(db, batch_id, None)
             if row["status"] in TERMINAL:
                 raise IllegalTransitionError(
                     f"batch {batch_id!r} is {row['status']}; there is nothing to run"
+                )
+            beat = row["heartbeat_at"]
+            if (
+                lease_s is not None
+                and row["runner"] is not None
+                and row["runner"] != runner
+                and beat is not None
+                and self._now() - int(beat) < lease_s
+            ):
+                raise ClaimHeldError(
+                    f"batch {batch_id!r} is held by {row['runner']!r}, alive "
+                    f"{self._now() - int(beat)}s ago"
                 )
             number = int(row["claim"]) + 1
             db.execute(
