@@ -72,7 +72,7 @@ def test_no_keys_at_all_is_a_config_error_unless_keyless_requests_have_a_project
     ("text", "reason"),
     [
         (KEY_A, "no '='"),  # a key with no project
-        (f"{KEY_A}=alpha", "at least 16"),  # the wrong way round: the "key" is too short
+        (f"{KEY_A}=alpha", "looks like an API key"),  # the wrong way round
         (f"al pha={KEY_A}", "project name"),
         (f"alpha={KEY_A}\nbeta={KEY_A}", "same key"),
         (f"alpha={KEY_A[:10]}", "at least 16"),
@@ -135,3 +135,25 @@ def test_the_leak_check_catches_a_map_that_keeps_its_keys():
     assert KEY_A not in repr(naive)
     assert sorted(leaked(naive)) == sorted([KEY_A, KEY_B])
     assert leaked(ConfigError(f"entry 1: bad key {KEY_B}")) == [KEY_B]
+
+
+def test_a_comment_with_a_comma_is_skipped_whole():
+    key = "k" * 32
+    keys = KeyMap.parse(f"# alpha, beta: one key each\nalpha={key}", "keys.txt")
+    assert keys.projects == frozenset({"alpha"})
+
+
+@pytest.mark.parametrize(
+    "project",
+    ["sk-" + "a" * 30, "Xq7RtZ0pLm3NvB8sKd2WfY6hJc", "SK_live_abcdefghijklmnop"],
+)
+def test_an_entry_written_key_equals_project_is_refused_without_its_text(project):
+    text = f"alpha={'k' * 32}\n{project}=alpha-research-team-01"
+    with pytest.raises(ConfigError, match="line 2, entry 2") as raised:
+        KeyMap.parse(text, "keys.txt")
+    assert project not in str(raised.value) and "alpha-research" not in str(raised.value)
+
+
+def test_ordinary_long_project_names_are_not_taken_for_keys():
+    keys = KeyMap.parse(f"research-team-2024-summer-interns={'k' * 32}", "keys.txt")
+    assert keys.projects == frozenset({"research-team-2024-summer-interns"})

@@ -35,6 +35,19 @@ def _digest(key: str) -> bytes:
     return hashlib.sha256(key.encode("utf-8")).digest()
 
 
+def looks_like_key(name: str) -> bool:
+    """A name that is likely a key: ``sk-``/``sk_`` prefixed, or long with upper case, lower
+    case and digits mixed (what a random token looks like; project names rarely do)."""
+    if name.lower().startswith(("sk-", "sk_")):
+        return True
+    return (
+        len(name) >= 24
+        and any(c.isupper() for c in name)
+        and any(c.islower() for c in name)
+        and any(c.isdigit() for c in name)
+    )
+
+
 class KeyMap:
     """Which project each API key belongs to (``anonymous``: the project of requests without
     a key, for a server without keys; None refuses them)."""
@@ -52,6 +65,11 @@ class KeyMap:
             raise ConfigError(
                 f"{where}: the project name must be 1-64 letters, digits, '_', '.' or '-' "
                 f"(starting with a letter or digit); {_HOW}"
+            )
+        if looks_like_key(project):
+            raise ConfigError(
+                f"{where}: the project name looks like an API key (is the entry written "
+                f"KEY=PROJECT?); {_HOW}"
             )
         if len(key) < MIN_KEY_LENGTH or any(c.isspace() for c in key):
             raise ConfigError(
@@ -77,9 +95,11 @@ class KeyMap:
     def _read(self, text: str, source: str) -> None:
         number = 0
         for line_number, line in enumerate(text.splitlines(), start=1):
+            if line.strip().startswith("#"):
+                continue  # a comment, commas and all
             for entry in line.split(","):
                 entry = entry.strip()
-                if not entry or entry.startswith("#"):
+                if not entry:
                     continue
                 number += 1
                 where = f"{source} line {line_number}, entry {number}"
