@@ -232,3 +232,20 @@ def test_a_stale_claim_failing_validation_leaves_the_current_claims_files(servic
         stale.validate(store.get_batch("alpha", batch.id))
     assert os.path.exists(current.output)
     assert store.get_batch("alpha", batch.id).status == "validating"
+
+
+def test_a_cancel_arriving_after_the_last_block_ends_the_batch_cancelled(service, monkeypatch):
+    _, store, _ = service
+    batch = new_batch(service, [line(0)])
+    running = job(service, batch.id, store.claim(batch.id, "me"))
+
+    def run_lines(record):  # the line done, then the cancel, before "finalizing" is written
+        with open(running.output, "w") as out:
+            out.write(output_line(0) + "\n")
+        store.cancel_batch("alpha", batch.id)
+
+    monkeypatch.setattr(running, "run_lines", run_lines)
+    running.run()  # no IllegalTransitionError
+    done = store.get_batch("alpha", batch.id)
+    assert done.status == "cancelled"
+    assert [x["custom_id"] for x in content(service, done.output_file_id)] == ["r0"]

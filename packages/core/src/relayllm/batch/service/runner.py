@@ -113,6 +113,19 @@ class BatchJob:
     # -- the life cycle --------------------------------------------------------------------
 
     def run(self) -> None:
+        """The batch to its end; a status change refused because the batch moved on meanwhile
+        (a cancel arriving after the last block's check) ends it as it is now: cancelled."""
+        try:
+            self._steps()
+        except IllegalTransitionError:
+            record = self.update()  # re-read
+            if record.status == "cancelling":
+                logger.info("batch %s: cancelled while it ran", self.batch_id)
+                self.finish(record, "cancelled")
+            elif not record.terminal:
+                raise
+
+    def _steps(self) -> None:
         record = self.update()  # the batch as it is now (and: our claim is current)
         os.makedirs(self.dir, exist_ok=True)
         self._carry_over()
