@@ -89,8 +89,9 @@ def serve(
 
     The deployments (reused if running) and one gateway start on a running cluster's Serve
     HTTP proxy and stay up after this command returns (`relayllm status` shows them).
-    Batches run at batch priority on the same deployments; they survive a runner's crash
-    and a cluster restart (serve again with the same --state-dir): each line once.
+    Batches run at batch priority on the same deployments. After a runner's crash they
+    resume with each line once (tested); after a cluster restart, serving again with the
+    same --state-dir resumes them the same way (the same code path, not yet tested as such).
 
     \b
     Example:
