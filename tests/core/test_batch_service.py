@@ -184,7 +184,7 @@ def test_upload_create_poll_download_with_openai_types(service):
     assert api.batches.list(limit=1, after=second.id).data[0].id == created.id
     assert {b.id for b in api.batches.list(limit=1)} >= {created.id, second.id}  # auto-paging
     wait(api, second.id)
-    with pytest.raises(openai.ConflictError):  # a finished batch cannot be cancelled
+    with pytest.raises(openai.BadRequestError):  # a finished batch cannot be cancelled: 400
         api.batches.cancel(created.id)
     # delete: gone from retrieve and from the list
     assert api.files.delete(uploaded.id).deleted

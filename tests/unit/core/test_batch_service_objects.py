@@ -145,7 +145,7 @@ def test_a_list_page_pages_as_the_openai_client_pages(store):
         (NotFoundError("no batch 'batch_x'"), 404, "not_found"),
         (TooLargeError("too big", "file"), 413, "file_too_large"),
         (InvalidRequestError("bad limit", "limit"), 400, None),
-        (IllegalTransitionError("cannot cancel"), 409, "invalid_state"),
+        (IllegalTransitionError("cannot cancel"), 400, "invalid_state"),
     ],
 )
 def test_service_errors_become_openai_error_bodies(error, status, code):

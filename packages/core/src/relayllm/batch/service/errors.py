@@ -29,7 +29,8 @@ class TooLargeError(InvalidRequestError):
 
 class IllegalTransitionError(ServiceError):
     """A batch status change OpenAI's life cycle does not allow (cancelling a completed batch
-    is a 400 to a client; for a runner it means the batch moved on without it)."""
+    is a 400 ``invalid_state`` to a client, a ``BadRequestError`` in the openai client; for a
+    runner it means the batch moved on without it)."""
 
 
 class StaleClaimError(ServiceError):

@@ -107,8 +107,8 @@ def http_error(exc: BaseException) -> tuple[int, dict[str, Any]]:
         return 413, error_body(str(exc), param=exc.param, code="file_too_large")
     if isinstance(exc, InvalidRequestError):
         return 400, error_body(str(exc), param=exc.param)
-    if isinstance(exc, IllegalTransitionError):
-        return 409, error_body(str(exc), code="invalid_state")
+    if isinstance(exc, IllegalTransitionError):  # e.g. cancelling a finished batch
+        return 400, error_body(str(exc), code="invalid_state")
     return 500, error_body("the batch service failed; see its log", type="server_error")
 
 
