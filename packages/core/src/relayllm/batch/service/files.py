@@ -5,8 +5,11 @@ files.
 
 Only bytes live here; who owns a file, its name and purpose are the job store's. A file is
 written under a temporary name and moved into place when complete, so a killed upload never
-leaves a partial file under an id, and an upload over the size limit is stopped as it crosses
-the limit (the body is streamed, never held whole) and deleted. File ids are checked before
+leaves a partial file under an id, and bytes over the size limit are stopped as they cross
+the limit (copied a chunk at a time, never held whole) and deleted. The gateway's uploads
+reach :meth:`FileStorage.put` through the form parser, which spools the part to a temporary
+file first: there the request's Content-Length, required and checked against the limit
+before the body is read, is what bounds the spool. File ids are checked before
 they become paths: a client's id can never name anything outside the storage's root.
 """
 

@@ -136,8 +136,12 @@ class Gateway:
 
     async def upload(self, request: Request, project: str) -> Response:
         limit = self.settings.max_file_bytes
+        # The form parser reads the whole part before we see it: its size is checked first.
+        # The HTTP server reads no more than Content-Length, so the declared size caps it.
         declared = request.headers.get("content-length")
-        if declared and declared.isdigit() and int(declared) > limit + _FORM_SLACK:
+        if not declared or not declared.isdigit():
+            raise _HttpStatus(411, "an upload needs a Content-Length header")
+        if int(declared) > limit + _FORM_SLACK:
             raise TooLargeError(f"the file is larger than the limit of {limit:,} bytes", "file")
         try:
             form = await request.form(max_files=1, max_fields=8)

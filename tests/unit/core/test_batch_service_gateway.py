@@ -1,0 +1,66 @@
+"""The gateway's HTTP handling without Ray (its runner patched out): an upload without a
+Content-Length is refused before its body is read."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+pytest.importorskip("starlette")
+pytest.importorskip("multipart")
+
+from starlette.requests import Request
+
+from relayllm.batch.service import runner as runner_module
+from relayllm.batch.service.gateway import Gateway
+from relayllm.batch.service.keys import KeyMap
+from relayllm.batch.service.settings import ServiceSettings
+
+BOUNDARY = "xyz"
+BODY = (
+    f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nbatch\r\n'
+    f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="in.jsonl"\r\n'
+    f"Content-Type: application/jsonl\r\n\r\n"
+    '{"custom_id": "a"}\n\r\n'
+    f"--{BOUNDARY}--\r\n"
+).encode()
+
+
+@pytest.fixture
+def gateway(tmp_path, monkeypatch):
+    monkeypatch.setattr(runner_module, "start_runner", lambda settings: None)
+    return Gateway(ServiceSettings(state_dir=str(tmp_path)), KeyMap(anonymous="alpha"))
+
+
+def upload(gateway, body: bytes, length: bool):
+    headers = [(b"content-type", f"multipart/form-data; boundary={BOUNDARY}".encode())]
+    if length:
+        headers.append((b"content-length", str(len(body)).encode()))
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/v1/files",
+        "root_path": "",
+        "query_string": b"",
+        "headers": headers,
+    }
+    sent = [body]
+
+    async def receive():
+        return {"type": "http.request", "body": sent.pop() if sent else b"", "more_body": False}
+
+    response = asyncio.run(gateway(Request(scope, receive)))
+    return response.status_code, json.loads(response.body)
+
+
+def test_an_upload_without_content_length_is_refused_with_411(gateway):
+    status, body = upload(gateway, BODY, length=False)
+    assert status == 411 and "Content-Length" in body["error"]["message"]
+    assert gateway.store.list_files("alpha").data == []
+
+
+def test_an_upload_with_content_length_is_stored(gateway):
+    status, body = upload(gateway, BODY, length=True)
+    assert status == 200 and body["purpose"] == "batch" and body["bytes"] > 0
