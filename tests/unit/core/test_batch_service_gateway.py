@@ -64,3 +64,38 @@ def test_an_upload_without_content_length_is_refused_with_411(gateway):
 def test_an_upload_with_content_length_is_stored(gateway):
     status, body = upload(gateway, BODY, length=True)
     assert status == 200 and body["purpose"] == "batch" and body["bytes"] > 0
+
+
+def test_models_lists_the_deployment_names_routing_matches(gateway, monkeypatch):
+    """A deployment with its own http.model_name is listed (and answers) under its
+    deployment name here: the id a client sees in /v1/models is one routing accepts."""
+    from relayllm import deployments
+    from relayllm.batch.service import runner
+
+    class Method:
+        def __init__(self, value):
+            self.value = value
+
+        async def remote(self):
+            return self.value
+
+    class Handle:
+        describe = Method({"http": {"model_name": "their-own-name"}, "backend": "echo"})
+        info = Method({"backend": "echo"})
+
+    monkeypatch.setattr(runner, "deployment_names", lambda: ["smollm"])
+    monkeypatch.setattr(deployments, "handle_for", lambda name: Handle())
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "path": "/v1/models",
+        "root_path": "",
+        "query_string": b"",
+        "headers": [],
+    }
+
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    response = asyncio.run(gateway(Request(scope, receive)))
+    assert [m["id"] for m in json.loads(response.body)["data"]] == ["smollm"]

@@ -314,9 +314,10 @@ class Gateway:
             describe = await handle.describe.remote()
             info = await handle.info.remote()
             replica: Any = RemoteReplica(handle, describe, info)
-            http = describe.get("http") or {}
-            config = HttpConfig(model_name=http.get("model_name"))
-            front = self.fronts[name] = HttpFront(replica, config, name)
+            # Here a deployment is known by its name (what routing matches and /v1/models
+            # lists), not its own http.model_name; and the gateway's project keys replace
+            # its http.api_key_env: the gateway checked the key before this.
+            front = self.fronts[name] = HttpFront(replica, HttpConfig(), name)
         return front
 
 
