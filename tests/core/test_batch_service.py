@@ -200,7 +200,8 @@ def test_relayllm_serve_printed_the_url_and_status_shows_the_gateway(service):
     gateways = {g["name"]: g for g in listed if g.get("kind") == "gateway"}
     assert gateways["gateway"]["url"] == service["url"]
     assert gateways["short"]["url"] == service["short_url"]
-    assert {d["name"] for d in listed if d.get("kind") != "gateway"} == {"echo", "slow"}
+    assert {d["name"] for d in listed if d.get("kind") == "deployment"} == {"echo", "slow"}
+    assert {d.get("kind") for d in listed} == {"deployment", "gateway"}
     assert KEY_A not in json.dumps(listed) and KEY_A not in service["served"]
 
 

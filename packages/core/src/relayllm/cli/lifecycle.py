@@ -82,7 +82,8 @@ def status(as_json, address, verbose):
 
     A deployment with calls in progress and no answer for ``RELAYLLM_STALL_WARNING_S``
     seconds (default 300) is shown as STALLED, with how long it has been silent. The batch
-    service's gateways (`relayllm serve`) follow: base URL and batches not finished."""
+    service's gateways (`relayllm serve`) follow: base URL and batches not finished. With
+    --json, one list whose items say "kind": "deployment" or "gateway"."""
     import json
 
     import relayllm
@@ -94,6 +95,7 @@ def status(as_json, address, verbose):
     found = []
     for ref in relayllm.list_deployments(address=address):
         item: dict[str, Any] = {
+            "kind": "deployment",  # the gateways' items say "gateway"
             "name": ref.name,
             "status": ref.status,
             "backend": None,
@@ -149,6 +151,11 @@ def status(as_json, address, verbose):
         click.echo(table(keys, [[g.get(k) for k in keys] for g in gateways], right=[3]))
 
 
+#: How long ``relayllm status`` waits for a gateway to describe itself (a sick one is listed
+#: with its Serve status, and the next one asked).
+GATEWAY_TIMEOUT_S = 5.0
+
+
 def _gateways(address: str | None) -> list[dict[str, Any]]:
     """The batch service's gateways (``relayllm serve``), printed after the deployments as a
     table of their own; in ``--json`` items with ``"kind": "gateway"``."""
@@ -162,7 +169,7 @@ def _gateways(address: str | None) -> list[dict[str, Any]]:
             "url": ref.url,
             "unfinished_batches": ref.unfinished,
         }
-        for ref in list_gateways(address=address)
+        for ref in list_gateways(address=address, timeout_s=GATEWAY_TIMEOUT_S)
     ]
     return found
 

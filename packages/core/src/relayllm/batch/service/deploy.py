@@ -101,8 +101,9 @@ def serve_file(
     return deploy_gateway(settings, keys, address=address)
 
 
-def list_gateways(*, address: str | None = None) -> list[GatewayRef]:
-    """The batch service gateways on the cluster (the running ones with their URL)."""
+def list_gateways(*, address: str | None = None, timeout_s: float = 30.0) -> list[GatewayRef]:
+    """The batch service gateways on the cluster (the running ones with their URL; each
+    given ``timeout_s`` to describe itself)."""
     from ray import serve
 
     from relayllm.cluster import connect
@@ -111,7 +112,7 @@ def list_gateways(*, address: str | None = None) -> list[GatewayRef]:
     found = []
     for app in sorted(serve.status().applications):
         if app.startswith(GATEWAY_APP_PREFIX):
-            found.append(_ref(app))
+            found.append(_ref(app, timeout_s))
     return found
 
 
@@ -183,25 +184,25 @@ def _wanted(settings: ServiceSettings, keys: KeyMap) -> tuple[dict[str, Any], st
     return settings.model_dump(mode="json"), keys.fingerprint
 
 
-def _describe(app: str) -> dict[str, Any] | None:
+def _describe(app: str, timeout_s: float = 30.0) -> dict[str, Any] | None:
     from ray import serve
 
     try:
         handle = serve.get_deployment_handle(GATEWAY_DEPLOYMENT, app)
-        described: dict[str, Any] = handle.describe.remote().result(timeout_s=30)
+        described: dict[str, Any] = handle.describe.remote().result(timeout_s=timeout_s)
         return described
     except Exception:  # a sick gateway: replaced, or listed with its status
         logger.warning("gateway %s did not describe itself", app, exc_info=True)
         return None
 
 
-def _ref(app: str) -> GatewayRef:
+def _ref(app: str, timeout_s: float = 30.0) -> GatewayRef:
     from ray import serve
 
     status = serve.status().applications.get(app)
     text = str(status.status).rsplit(".", 1)[-1] if status else "MISSING"
     name = app[len(GATEWAY_APP_PREFIX) :]
-    described = _describe(app) if text == "RUNNING" else None
+    described = _describe(app, timeout_s) if text == "RUNNING" else None
     if not described:
         return GatewayRef(name, app, text)
     settings = described["settings"]
