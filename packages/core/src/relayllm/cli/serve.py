@@ -3,34 +3,41 @@ cluster's Serve HTTP proxy, on the deployments the file declares."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import click
 
+from relayllm.batch.service.settings import STATE_DIR_ENV
 from relayllm.cli.common import address_option, connect, handle_errors, verbose_option
+
+
+def _field(name: str, **extra: Any) -> Callable[[Any], Any]:
+    """An option for the ServiceSettings field ``name``: its default and help from the model
+    (one place states them)."""
+    from relayllm.batch.service.settings import ServiceSettings
+
+    field = ServiceSettings.model_fields[name]
+    options: dict[str, Any] = {"help": field.description}
+    if field.default is not None:
+        options.update(default=field.default, show_default=True)
+    options.update(extra)
+    return click.option(f"--{name.replace('_', '-')}", **options)
 
 
 @click.command()
 @click.argument("config_file", metavar="FILE.yaml", type=click.Path(dir_okay=False))
-@click.option(
-    "--host", default="127.0.0.1", show_default=True, help="Address Serve's HTTP proxy binds."
-)
-@click.option(
-    "--port",
-    type=click.IntRange(1, 65535),
-    default=8000,
-    show_default=True,
-    help="Port of Serve's HTTP proxy.",
-)
-@click.option(
-    "--state-dir",
+@_field("host")
+@_field("port", type=click.IntRange(1, 65535))
+@_field(
+    "state_dir",
     metavar="DIR",
-    envvar="RELAYLLM_STATE_DIR",
-    default="~/.relayllm/batch-service",
-    show_default=True,
+    envvar=STATE_DIR_ENV,
     help="The job store and the runner's work files, on the head node's local disk "
-    "(default also from $RELAYLLM_STATE_DIR).",
+    f"(default also from ${STATE_DIR_ENV}).",
 )
-@click.option(
-    "--files",
+@_field(
+    "files",
     metavar="DIR|URI",
     help="Where file bytes live: a directory or a pyarrow.fs URI such as s3://bucket/prefix "
     "(default: STATE_DIR/files).",
@@ -47,25 +54,13 @@ from relayllm.cli.common import address_option, connect, handle_errors, verbose_
     metavar="PROJECT",
     help="Take requests without a key, as this project (a server for one trusted user).",
 )
-@click.option(
-    "--window-s",
+@_field(
+    "window_s",
     type=click.IntRange(min=1),
     help="Enforce this completion window in seconds instead of 24h.",
 )
-@click.option(
-    "--batch-size",
-    type=click.IntRange(min=1),
-    default=64,
-    show_default=True,
-    help="Rows per call to a deployment.",
-)
-@click.option(
-    "--concurrency",
-    type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
-    help="Stage workers per batch.",
-)
+@_field("batch_size", type=click.IntRange(min=1))
+@_field("concurrency", type=click.IntRange(min=1))
 @address_option
 @verbose_option
 @handle_errors
