@@ -319,7 +319,6 @@ class BatchRunner:
         self.active: dict[str, threading.Thread] = {}
         self.jobs: dict[str, BatchJob] = {}  # the claims held, kept alive by _heartbeat
         self._wake = threading.Event()
-        self._stop = threading.Event()
         self._quiet_ray_data()
         self._thread = threading.Thread(target=self._loop, name="batch-runner", daemon=True)
         self._thread.start()
@@ -344,15 +343,8 @@ class BatchRunner:
         """The settings this runner started with (:func:`start_runner` compares them)."""
         return runner_fields(self.settings)
 
-    def running(self) -> list[str]:
-        return sorted(b for b, t in self.active.items() if t.is_alive())
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-
     def _loop(self) -> None:
-        while not self._stop.is_set():
+        while True:  # until the actor is killed (stop_runner)
             try:
                 self._heartbeat()
                 self._start_due()
