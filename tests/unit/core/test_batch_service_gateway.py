@@ -99,3 +99,35 @@ def test_models_lists_the_deployment_names_routing_matches(gateway, monkeypatch)
 
     response = asyncio.run(gateway(Request(scope, receive)))
     assert [m["id"] for m in json.loads(response.body)["data"]] == ["smollm"]
+
+
+def test_an_online_request_to_a_known_deployment_skips_serves_status(gateway, monkeypatch):
+    from relayllm.batch.service import runner
+
+    def no_status():
+        raise AssertionError("serve.status() asked on the hot path")
+
+    class Front:
+        async def __call__(self, request):
+            from starlette.responses import JSONResponse
+
+            return JSONResponse({"ok": True})
+
+    monkeypatch.setattr(runner, "deployment_names", no_status)
+    gateway.fronts["smollm"] = Front()
+    body = json.dumps({"model": "smollm", "messages": []}).encode()
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/v1/chat/completions",
+        "root_path": "",
+        "query_string": b"",
+        "headers": [(b"content-type", b"application/json")],
+    }
+    sent = [body]
+
+    async def receive():
+        return {"type": "http.request", "body": sent.pop() if sent else b"", "more_body": False}
+
+    response = asyncio.run(gateway(Request(scope, receive)))
+    assert response.status_code == 200 and json.loads(response.body) == {"ok": True}

@@ -286,6 +286,10 @@ class Gateway:
 
         body = await _json_body(request)  # starlette keeps it: the front reads it again
         model = body.get("model")
+        cached = self.fronts.get(model) if isinstance(model, str) else None
+        if cached is not None:  # a deployment already answered here: no Serve status call
+            answer: Response = await cached(request)
+            return answer
         names = await asyncio.to_thread(deployment_names)
         try:
             name = route_models(
