@@ -281,7 +281,7 @@ class Gateway:
 
     async def online(self, request: Request) -> Response:
         from relayllm.batch.format import route_models
-        from relayllm.batch.service.runner import deployment_names
+        from relayllm.batch.service.runner import default_deployment, deployment_names
         from relayllm.errors import ConfigError
 
         body = await _json_body(request)  # starlette keeps it: the front reads it again
@@ -295,7 +295,7 @@ class Gateway:
             name = route_models(
                 {model if isinstance(model, str) else None: 1},
                 names,
-                names[0] if len(names) == 1 else None,
+                default_deployment(names),
             )[model if isinstance(model, str) else None]
         except ConfigError:
             raise NotFoundError(

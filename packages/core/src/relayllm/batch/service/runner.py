@@ -84,6 +84,12 @@ def deployment_names() -> list[str]:
     )
 
 
+def default_deployment(names: list[str]) -> str | None:
+    """The deployment a line or request without a matching ``model`` goes to: the only one
+    running, else none (``relayllm batch``'s rule too)."""
+    return names[0] if len(names) == 1 else None
+
+
 class BatchJob:
     """One claim on one batch, run to its end (or until the claim is lost)."""
 
@@ -156,7 +162,7 @@ class BatchJob:
                 record.endpoint,
                 limits,
                 deployments=names,
-                default=names[0] if len(names) == 1 else None,
+                default=default_deployment(names),
             )
         if not found.ok:
             errors = found.errors()
@@ -176,7 +182,7 @@ class BatchJob:
         done = read_done(self.output, self.errors, False)
         scan = scan_batch_file(self.input, stage_batch(self.settings.batch_size), done)
         names = self.deployments()
-        default = names[0] if len(names) == 1 else None
+        default = default_deployment(names)
         total = scan.lines
         self.update(request_counts=RequestCounts(total, done.completed, done.failed))
 
@@ -482,6 +488,7 @@ __all__ = [
     "EXPIRED_MESSAGE",
     "BatchJob",
     "BatchRunner",
+    "default_deployment",
     "deployment_names",
     "find_runner",
     "runner_fields",
