@@ -19,6 +19,8 @@ starts from a copy of the newest earlier claim's files (a line cut short by a ki
 skips their ``custom_id`` s (``relayllm batch --resume``'s :func:`~relayllm.batch.scan.read_done`);
 an older runner that is somehow still alive writes only to its own files, which nothing reads
 again, and its store writes are refused. Recomputed after a crash: the blocks in flight.
+A claim has a lease (``ServiceSettings.lease_s``): the runner marks its claims alive every
+poll, and another runner takes a batch only once its holder has been silent that long.
 """
 
 from __future__ import annotations
@@ -54,8 +56,8 @@ EXPIRED_MESSAGE = "This request could not be executed before the completion wind
 #: A batch's ``errors`` entry when the runner failed it unexpectedly (details in its log).
 RUNNER_ERROR: dict[str, Any] = {
     "code": "runner_error",
-    "message": "The batch could not be run to its end because of a server error; the lines "
-    "finished before it are in its output and error files.",
+    "message": "The batch could not be run to its end because of a server error; lines "
+    "finished before it, if any, are in its output and error files.",
     "param": None,
     "line": None,
 }
