@@ -624,7 +624,9 @@ def test_run_killed_mid_way_keeps_finished_rows_and_resume_finishes(cluster, tmp
     the rows in flight; in a pipe the run reports its phases and plain progress lines."""
     n = 1200
     questions(tmp_path, n)
-    pipeline = write(tmp_path / "p.yaml", SLOW.format(name="kill-echo", delay=0.3))
+    # A second per call (about 20 s in all): the run is still writing when the first line
+    # shows, even on a loaded machine (at 0.3 s it once finished before the kill came).
+    pipeline = write(tmp_path / "p.yaml", SLOW.format(name="kill-echo", delay=1.0))
     out = tmp_path / "out" / "answers.jsonl"
     env = {**cluster, "RELAYLLM_PROGRESS_INTERVAL_S": "1"}
     process = subprocess.Popen(

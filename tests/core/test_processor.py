@@ -121,7 +121,7 @@ def test_unknown_deployment_fails_at_stage_start_listing_running_ones(echo, comp
     assert "no-such-engine" in str(err.value) and "proc-echo" in str(err.value)
 
 
-def test_a_task_the_deployment_does_not_serve_fails_at_stage_start_not_per_row(echo, compute):
+def test_a_task_the_deployment_does_not_serve_fails_before_any_row(echo, compute):
     relayllm.deploy(DeploymentConfig(name="chat-only", backend="echo", options={"tasks": ["chat"]}))
     try:
         assert relayllm.get_deployment("chat-only").handle().info.remote().result()["tasks"] == [

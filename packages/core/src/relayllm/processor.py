@@ -33,13 +33,23 @@ class Processor:
         from relayllm.stage.udf import ServeStage, serve_stage
 
         config = self.config
+        status = _app_status(config.deployment)
+        if status == "RUNNING":
+            # A task or feature the running deployment cannot serve fails here, before Ray Data
+            # starts a stage (a pool of actors would retry the constructor that raises it).
+            from relayllm.deployments import check_task_served
+            from relayllm.rows import features_of
+
+            check_task_served(
+                config.deployment, config.task, features=features_of(config.sampling_params)
+            )
         stage_kwargs = {
             # One id per application to a dataset: the deployment tells a job's first call
             # from a running job's next one by it (admission's restart).
             "run_id": uuid.uuid4().hex,
             # Running as the job is planned: a stage that finds it gone later (shut down
             # mid-job) fails its rows instead of the job; a name never seen still raises.
-            "deployment_seen": _running(config.deployment),
+            "deployment_seen": status is not None,
             "config": config,
             "processor_id": self.processor_id,
             "preprocess": self.preprocess,
@@ -81,18 +91,25 @@ class Processor:
 
 def _running(deployment: str) -> bool:
     """Whether ``deployment`` runs now (False when that cannot be told: Serve not started)."""
+    return _app_status(deployment) is not None
+
+
+def _app_status(deployment: str) -> str | None:
+    """The Serve application status of ``deployment`` (``RUNNING``, ``DEPLOYING``...), None
+    when it is not there or that cannot be told (Serve not started, driver not connected)."""
     import ray
 
     if not ray.is_initialized():  # not connected yet: this check must not connect the driver
-        return False
+        return None
     try:
         from ray import serve
 
         from relayllm.deployments import app_name
 
-        return app_name(deployment) in serve.status().applications
+        app = serve.status().applications.get(app_name(deployment))
     except Exception:  # the controller unreachable: the stages check again when they start
-        return False
+        return None
+    return None if app is None else str(getattr(app.status, "value", app.status))
 
 
 def stage_workers(config: ProcessorConfig) -> tuple[int, int, float]:
