@@ -1,7 +1,8 @@
 """The runner's steps that need no cluster, on a real SQLite store and a real directory: a
 batch that fails validation, one cancelled before it ran, expiry after a killed claim (its
 lines carried over, the cut one trimmed, the rest ``batch_expired``), and a replaced claim
-that can publish nothing. Plus the service's settings and the keys' fingerprint."""
+that can publish nothing; the processor settings its lines run with (no local image files).
+Plus the service's settings and the keys' fingerprint."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 from relayllm.batch.service.errors import StaleClaimError
 from relayllm.batch.service.files import FileStorage
 from relayllm.batch.service.keys import KeyMap
-from relayllm.batch.service.runner import EXPIRED_MESSAGE, BatchJob
+from relayllm.batch.service.runner import EXPIRED_MESSAGE, BatchJob, processor_fields
 from relayllm.batch.service.settings import GATEWAY_APP_PREFIX, ServiceSettings
 from relayllm.batch.service.store import SQLiteJobStore
 
@@ -249,3 +250,28 @@ def test_a_cancel_arriving_after_the_last_block_ends_the_batch_cancelled(service
     done = store.get_batch("alpha", batch.id)
     assert done.status == "cancelled"
     assert [x["custom_id"] for x in content(service, done.output_file_id)] == ["r0"]
+
+
+def test_the_runners_lines_may_not_read_local_image_files(service, monkeypatch):
+    """Lines come from any project key holder: the runner's processors refuse images that
+    are files of the workers (``relayllm batch``'s own keep the default, True)."""
+    import relayllm.batch.run
+    from relayllm import ProcessorConfig
+
+    settings, store, _ = service
+    assert not ProcessorConfig(deployment="echo", **processor_fields(settings)).local_image_files
+    passed = []
+
+    def run_scanned(scan, names, default, out, err, fields, done, on_block):
+        passed.append(fields)
+        return {}
+
+    monkeypatch.setattr(relayllm.batch.run, "run_scanned", run_scanned)
+    batch = new_batch(service, [line(0)])
+    running = job(service, batch.id, store.claim(batch.id, "me"))
+    running.run_lines(running.update(status="in_progress"))
+    (fields,) = passed
+    assert fields == processor_fields(settings)
+    config = ProcessorConfig(deployment="echo", **fields)
+    assert config.local_image_files is False
+    assert (config.batch_size, config.concurrency) == (settings.batch_size, settings.concurrency)

@@ -201,6 +201,13 @@ class ProcessorSettings(ConfigModel):
         "rows sharing a long prefix (system prompt, few-shot block) travel together and the "
         "engine's prefix cache hits; output row order is unchanged.",
     )
+    local_image_files: bool = Field(
+        default=True,
+        description="Whether a chat row's image_url part may name a file of the stage's "
+        "workers (a file:// URL or an absolute path). False (what the batch service's lines "
+        "run with): such a part fails its row, with one error whether the file exists or "
+        "not; http(s) and data: URLs are read either way.",
+    )
 
     def settings(self) -> dict[str, Any]:
         """The settings alone (what a :class:`ProcessorConfig` takes from a step)."""

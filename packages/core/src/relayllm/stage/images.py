@@ -2,11 +2,15 @@
 stage's actors), so an engine gets only images that decode, and a bad one fails its row.
 
 A part's ``url`` may be ``http(s)://`` (fetched with a time and a size limit), a ``data:``
-URL (base64) or a local file (``file://`` URL or an absolute path, read on the worker). Each
-is decoded with Pillow (size and pixel limits) and travels on as a ``data:`` URL of the same
-bytes, which every backend reads without network access from the engine's process. A URL
-that does not answer, a file that is not there or bytes that are not an image are that row's
-``error`` ("messages[0].content[1].image_url: ..."), never a failed job.
+URL (base64) or a local file (``file://`` URL or an absolute path, read on the worker) unless
+``ImageLimits.local_files`` is off (``ProcessorSettings.local_image_files``; the batch service
+turns it off): then a local file is refused before the worker's file system is looked at, with
+one message whether the path exists or not. Each is decoded with Pillow (size and pixel
+limits) and travels on as a ``data:`` URL of the same bytes, which every backend reads without
+network access from the engine's process. A URL that does not answer, a file that is not
+there or bytes that are not an image are that row's ``error``
+("messages[0].content[1].image_url: ..."), never a failed job. An error about a local file
+never quotes its bytes (Pillow's messages can: a header token), only its path.
 """
 
 from __future__ import annotations
@@ -27,11 +31,13 @@ FORMATS = {"PNG": "image/png", "JPEG": "image/jpeg", "WEBP": "image/webp", "GIF"
 
 @dataclass(frozen=True)
 class ImageLimits:
-    """What one image may take: bytes read, seconds to fetch, pixels decoded."""
+    """What one image may take: bytes read, seconds to fetch, pixels decoded; and whether it
+    may be a local file of the worker (``file://`` or an absolute path)."""
 
     max_bytes: int = 20 * 1024 * 1024
     timeout_s: float = 10.0
     max_pixels: int = 40_000_000
+    local_files: bool = True
 
 
 class ImageError(ValueError):
@@ -68,7 +74,7 @@ def prepare_images(
                 spec = part.get("image_url")
                 url = spec.get("url") if isinstance(spec, dict) else spec
                 if not isinstance(url, str) or not url:
-                    return f"{where} must have a 'url' (http(s), data: or a local file)"
+                    return f"{where} must have a 'url' ({_sources(limits)})"
                 try:
                     data_url = checked_data_url(url, limits)
                 except ImageError as exc:
@@ -84,7 +90,7 @@ def prepare_images(
 def checked_data_url(url: str, limits: ImageLimits = ImageLimits()) -> str:
     """The image at ``url`` as a ``data:`` URL, once Pillow has decoded it."""
     raw = read_image_bytes(url, limits)
-    fmt = decode(raw, limits)
+    fmt = decode(raw, limits, quote=not is_local(url))
     return f"data:{FORMATS[fmt]};base64,{base64.b64encode(raw).decode('ascii')}"
 
 
@@ -95,7 +101,9 @@ def read_image_bytes(url: str, limits: ImageLimits) -> bytes:
         return _data_url_bytes(url, limits)
     if scheme in ("http", "https"):
         return _fetch(url, limits)
-    if scheme == "file" or (not scheme and os.path.isabs(url)):
+    if is_local(url):
+        if not limits.local_files:  # before any look at the file system: same for every path
+            raise ImageError(f"local image files are not allowed here: use {_sources(limits)}")
         path = urllib.parse.unquote(urllib.parse.urlsplit(url).path) if scheme else url
         try:
             size = os.path.getsize(path)
@@ -106,7 +114,18 @@ def read_image_bytes(url: str, limits: ImageLimits) -> bytes:
         except OSError as exc:
             raise ImageError(f"cannot read {path}: {exc.strerror or exc}") from None
     shown = url if len(url) < 60 else url[:57] + "..."
-    raise ImageError(f"unsupported image URL {shown!r}: use http(s)://, data: or a local file")
+    raise ImageError(f"unsupported image URL {shown!r}: use {_sources(limits)}")
+
+
+def is_local(url: str) -> bool:
+    """Whether ``url`` names a file of the worker: a ``file:`` URL or an absolute path. From
+    the string alone: nothing on disk is looked at."""
+    scheme = urllib.parse.urlsplit(url).scheme.lower()
+    return scheme == "file" or (not scheme and os.path.isabs(url))
+
+
+def _sources(limits: ImageLimits) -> str:
+    return "http(s)://, data: or a local file" if limits.local_files else "http(s):// or data:"
 
 
 def _data_url_bytes(url: str, limits: ImageLimits) -> bytes:
@@ -142,8 +161,10 @@ def _host(url: str) -> str:
     return f"{parts.scheme}://{parts.hostname or ''}{f':{parts.port}' if parts.port else ''}"
 
 
-def decode(raw: bytes, limits: ImageLimits) -> str:
-    """Decode ``raw`` fully with Pillow; its format name, or ImageError."""
+def decode(raw: bytes, limits: ImageLimits, *, quote: bool = True) -> str:
+    """Decode ``raw`` fully with Pillow; its format name, or ImageError. ``quote=False`` (the
+    bytes of a local file): a decoding error names Pillow's exception but not its message,
+    which may hold some of the bytes."""
     from PIL import Image  # here: only rows with images pay the import
 
     try:
@@ -158,7 +179,8 @@ def decode(raw: bytes, limits: ImageLimits) -> str:
     except ImageError:
         raise
     except Exception as exc:  # Pillow's UnidentifiedImageError, OSError, DecompressionBomb...
-        raise ImageError(f"not a readable image ({type(exc).__name__}: {exc})") from None
+        why = f"{type(exc).__name__}: {exc}" if quote else type(exc).__name__
+        raise ImageError(f"not a readable image ({why})") from None
     if fmt not in FORMATS:
         raise ImageError(f"image format {fmt or 'unknown'} is not one of {', '.join(FORMATS)}")
     return fmt
@@ -188,6 +210,7 @@ __all__ = [
     "decode",
     "has_images",
     "image_sizes",
+    "is_local",
     "prepare_images",
     "read_image_bytes",
 ]

@@ -9,7 +9,8 @@ A batch, once claimed (:class:`BatchJob`): ``validating`` -> its input copied to
 directory and checked (:mod:`relayllm.batch.service.validate`; a problem fails it with
 OpenAI's ``errors``) -> ``in_progress``: its lines through :func:`relayllm.batch.run.run_scanned`
 (the path ``relayllm batch`` takes: processors at batch priority on the deployments named by
-``model``), each finished block appended to the claim's own work files and the counts written
+``model``, but with no image read from the workers' files: :func:`processor_fields`), each
+finished block appended to the claim's own work files and the counts written
 after it -> ``finalizing`` -> the output and error files stored, the batch ``completed``.
 Between blocks a ``cancelling`` batch stops (``cancelled``, its finished lines kept) and an
 expired one stops too, its unfinished lines written to the error file as ``batch_expired``.
@@ -195,7 +196,7 @@ class BatchJob:
             if self.expired(now):
                 raise _Stop("expired")
 
-        fields = {"batch_size": self.settings.batch_size, "concurrency": self.settings.concurrency}
+        fields = processor_fields(self.settings)
         with (
             open(self.output, "a", encoding="utf-8") as out,
             open(self.errors, "a", encoding="utf-8") as err,
@@ -425,6 +426,16 @@ class BatchRunner:
             logger.exception("batch %s: could not record its failure", job.batch_id)
 
 
+def processor_fields(settings: ServiceSettings) -> dict[str, Any]:
+    """The processor settings a batch's lines run with. The lines come from anyone holding a
+    project key: their images may not be files of the cluster's workers."""
+    return {
+        "batch_size": settings.batch_size,
+        "concurrency": settings.concurrency,
+        "local_image_files": False,
+    }
+
+
 def runner_fields(settings: ServiceSettings) -> dict[str, Any]:
     """The settings a runner works by: a gateway with other values for these needs a new
     runner (the gateway-only fields, its name, address and route, do not count)."""
@@ -493,6 +504,7 @@ __all__ = [
     "default_deployment",
     "deployment_names",
     "find_runner",
+    "processor_fields",
     "runner_fields",
     "start_runner",
     "stop_runner",
