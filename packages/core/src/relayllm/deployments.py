@@ -147,6 +147,12 @@ def normalized_config(
     }
 
 
+#: Seconds between a stopping replica's checks for calls still running.
+SHUTDOWN_CHECK_PERIOD_S = 0.2
+#: Seconds between checks of an application's status while it starts or is deleted.
+POLL_S = 0.2
+
+
 def build_application(
     backend: type[Backend], config: DeploymentConfig, options: BaseModel
 ) -> Application:
@@ -175,6 +181,9 @@ def serve_options(
         "health_check_timeout_s": config.health_check_timeout_s,
         # One access-log line per batch drowns the job's own output; errors are still logged.
         "logging_config": {"enable_access_log": False},
+        # How often a stopping replica checks for calls still running (Serve's default, 2 s,
+        # is the least a shutdown or a redeploy takes even when no call is running).
+        "graceful_shutdown_wait_loop_s": SHUTDOWN_CHECK_PERIOD_S,
     }
     serve_options.update(backend.deployment_options(options))
     if config.ray_actor_options:
@@ -296,14 +305,12 @@ def _wait_running(ref: DeploymentRef, timeout_s: float) -> None:
                 f"deployment {ref.name!r} did not start within {timeout_s:.0f}s "
                 f"(status {status}); raise startup_timeout_s if the engine is just slow"
             )
-        time.sleep(0.5)
+        time.sleep(POLL_S)
 
 
 def _delete_quietly(app: str) -> None:
-    from ray import serve
-
     try:
-        serve.delete(app)
+        _delete(app)
     except Exception:  # cleanup after a failure must not hide the failure
         logger.exception("could not delete %s", app)
 
@@ -361,14 +368,26 @@ def not_found_message(name: str, running: list[str]) -> str:
 
 def shutdown(name: str | None = None, *, address: str | None = None) -> list[str]:
     """Stop the named deployment (or every relayllm deployment); returns the names stopped."""
-    from ray import serve
 
     names = [name] if name else [r.name for r in list_deployments(address=address)]
     if name:
         get_deployment(name, address=address)  # a clear error for an unknown name
     for each in names:
-        serve.delete(app_name(each))
+        _delete(app_name(each))
     return names
+
+
+def _delete(app: str, timeout_s: float = 60.0) -> None:
+    """Delete a Serve application and wait until it is gone. (``serve.delete`` waits too, but
+    checks once a second: most of a quick shutdown's time.)"""
+    from ray import serve
+
+    serve.delete(app, _blocking=False)
+    deadline = time.monotonic() + timeout_s
+    while app in serve.status().applications:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"Serve application {app!r} still there after {timeout_s:.0f}s")
+        time.sleep(POLL_S)
 
 
 def _diff(running: dict[str, Any], wanted: dict[str, Any]) -> str:
