@@ -24,6 +24,26 @@ def echo_backend():
         manager.MANAGER.unregister(ECHO_PLUGIN)
 
 
+@pytest.fixture(autouse=True)
+def _data_context_restored():
+    """A test may ask Ray Data for input order (``preserve_order``, a process-wide setting);
+    the setting goes back to what it was after the test, so no later test depends on which
+    ran before it."""
+    import sys
+
+    def current() -> bool | None:
+        data = sys.modules.get("ray.data")
+        return data.DataContext.get_current().execution_options.preserve_order if data else None
+
+    before = current()
+    yield
+    data = sys.modules.get("ray.data")
+    if data is not None and current() != before:
+        default = data.ExecutionOptions().preserve_order
+        options = data.DataContext.get_current().execution_options
+        options.preserve_order = default if before is None else before
+
+
 @pytest.fixture(scope="session")
 def ray_session():
     """One real local Ray cluster (2 CPUs, like the machine) for a whole test run, with the
