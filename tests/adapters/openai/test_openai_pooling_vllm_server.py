@@ -11,13 +11,14 @@ import sys
 
 import pytest
 import ray
-from test_openai_kit_vllm_server import _free_port, _skip_reason, running_vllm_server
+from openai_support import running_vllm_server, skip_reason
+from support import free_port
 
 import relayllm
 
 pytestmark = pytest.mark.usefixtures("ray_per_module")
 
-PORT = _free_port()
+PORT = free_port()
 BASE_URL = f"http://127.0.0.1:{PORT}/v1"
 SERVED = "tiny-scorer"
 NAME = "openai-pooling"
@@ -25,8 +26,8 @@ NAME = "openai-pooling"
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, test_key):
-    if _skip_reason():
-        pytest.skip(_skip_reason())
+    if skip_reason():
+        pytest.skip(skip_reason())
     model = tmp_path_factory.mktemp("scorer")
     subprocess.run(
         [sys.executable, "-m", "relayllm_vllm.tiny_models", "score", str(model)],
