@@ -333,3 +333,34 @@ def test_runner_killed_mid_batch_resumes_each_line_exactly_once(service):
     ids = [line["custom_id"] for line in lines]
     assert sorted(ids) == sorted(f"k{i}" for i in range(SLOW_LINES))  # none lost, none twice
     assert batch.request_counts.completed == SLOW_LINES
+
+
+def test_runner_killed_between_storing_and_recording_its_files_publishes_them_once(service):
+    """The runner's test hook SIGKILLs its process after the output and error bytes are
+    stored and before the batch records them; the restarted runner ends the batch with one
+    output and one error file, every line once, and no unpublished bytes left."""
+    import ray
+
+    from relayllm.batch.service.runner import RUNNER_NAMESPACE, TEST_HOOK_KILL_BEFORE_FINISH
+
+    settings = service["settings"]
+    api, beta = client(service["url"]), client(service["url"], KEY_B)
+    runner = ray.get_actor(settings.runner_name, namespace=RUNNER_NAMESPACE)
+    pid = ray.get(runner.pid.remote(), timeout=30)
+    marker = os.path.join(settings.state_dir, TEST_HOOK_KILL_BEFORE_FINISH)
+    open(marker, "w").close()
+    lines = chat_lines(4, prefix="f")
+    lines[3]["body"]["messages"] = "not a list"  # one line for the error file
+    batch = wait(api, submit(api, lines).id, timeout=90)
+    assert not os.path.exists(marker)  # the hook fired...
+    assert ray.get(runner.pid.remote(), timeout=60) != pid  # ...and killed the runner
+    assert batch.status == "completed", batch
+    mine = [f for f in api.files.list() if f.filename.startswith(batch.id)]
+    assert sorted(f.id for f in mine) == sorted([batch.output_file_id, batch.error_file_id])
+    done = lines_of(api, batch.output_file_id) + lines_of(api, batch.error_file_id)
+    assert sorted(line["custom_id"] for line in done) == [f"f{i}" for i in range(4)]
+    assert (batch.request_counts.completed, batch.request_counts.failed) == (3, 1)
+    recorded = {f.id for f in api.files.list()} | {f.id for f in beta.files.list()}
+    stored = set(os.listdir(settings.files_location))
+    assert stored <= recorded, stored - recorded  # the killed finish's bytes were deleted
+

@@ -31,6 +31,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import socket
 import threading
 import time
@@ -118,6 +119,7 @@ class BatchJob:
 
     def expired(self, record: BatchRecord) -> bool:
         return time.time() >= record.expires_at
+
 
     # -- the life cycle --------------------------------------------------------------------
 
@@ -208,24 +210,44 @@ class BatchJob:
     ) -> None:
         """Store the work files as the batch's output and error files and end it in
         ``status`` (an expired batch's unfinished lines written to the error file first;
-        a ``failed`` one keeps the lines it finished, with ``errors``)."""
+        a ``failed`` one keeps the lines it finished, with ``errors``).
+
+        Idempotent across a kill at any point: the file ids are reserved in the store before
+        their bytes are written, and the files' records, the ids in the batch and its status
+        are written in one transaction (:meth:`SQLiteJobStore.finish_batch`). A runner killed
+        before that transaction published nothing; the next claim deletes the reserved
+        bytes, publishes its own (the same lines: the work files are kept until the batch
+        ends) and ends the batch once."""
         if status == "expired":
             self._fetch_input(record)
             self._expire_rest()
-        output = self._publish(self.output, "output")
-        error_file = self._publish(self.errors, "error")
-        counts = RequestCounts(
-            max(record.request_counts.total, _lines(self.output) + _lines(self.errors)),
-            _lines(self.output),
-            _lines(self.errors),
-        )
-        self.update(
-            status=status,
-            request_counts=counts,
-            output_file_id=output,
-            error_file_id=error_file,
-            errors=errors,
-        )
+        work = {"output": self.output, "error": self.errors}
+        lines = {kind: _lines(path) for kind, path in work.items()}
+        ids = {kind: new_file_id() for kind, count in lines.items() if count}
+        for leftover in self.store.reserve_files(self.batch_id, self.claim, list(ids.values())):
+            _delete_quietly(self.storage, leftover)  # a killed finish's unpublished bytes
+        files: dict[str, tuple[str, int]] = {}
+        try:
+            for kind, file_id in ids.items():
+                with open(work[kind], "rb") as source:
+                    files[kind] = (file_id, self.storage.put(file_id, source, max_bytes=1 << 62))
+            _test_hook(self.settings, TEST_HOOK_KILL_BEFORE_FINISH)
+            self.store.finish_batch(
+                self.batch_id,
+                self.claim,
+                status=status,
+                request_counts=RequestCounts(
+                    max(record.request_counts.total, lines["output"] + lines["error"]),
+                    lines["output"],
+                    lines["error"],
+                ),
+                files=files,
+                errors=errors,
+            )
+        except BaseException:
+            for file_id in ids.values():  # ours, never published: no orphan bytes
+                _delete_quietly(self.storage, file_id)
+            raise
         self._cleanup()
 
     # -- files -----------------------------------------------------------------------------
@@ -279,33 +301,34 @@ class BatchJob:
                 line = error_line(number, custom_id, "batch_expired", EXPIRED_MESSAGE)
                 err.write(json.dumps(line, ensure_ascii=False) + "\n")
 
-    def _publish(self, path: str, kind: str) -> str | None:
-        """A work file as a ``batch_output`` file of the batch's project (none when empty):
-        bytes first, then the record, fenced by the claim."""
-        if not _lines(path):
-            return None
-        file_id = new_file_id()
-        with open(path, "rb") as source:
-            size = self.storage.put(file_id, source, max_bytes=1 << 62)
-        try:
-            self.store.add_batch_file(
-                self.batch_id,
-                self.claim,
-                file_id=file_id,
-                filename=f"{self.batch_id}_{kind}.jsonl",
-                purpose="batch_output",
-                bytes=size,
-            )
-        except BaseException:
-            try:
-                self.storage.delete(file_id)
-            except Exception:
-                logger.exception("could not delete the unrecorded file %s", file_id)
-            raise
-        return file_id
-
     def _cleanup(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _delete_quietly(storage: FileStorage, file_id: str) -> None:
+    try:
+        storage.delete(file_id)
+    except NotFoundError:
+        pass  # never written, or already deleted
+    except Exception:
+        logger.exception("could not delete the unpublished file %s", file_id)
+
+
+#: **Test hook** (for the kill tests only): while a file of this name is in the state
+#: directory, a runner finishing a batch deletes the file and SIGKILLs its own process after
+#: storing the output and error bytes and before recording them: a real crash at the one
+#: point where a finish could publish twice.
+TEST_HOOK_KILL_BEFORE_FINISH = "TEST-HOOK-kill-runner-before-finish"
+
+
+def _test_hook(settings: ServiceSettings, name: str) -> None:
+    marker = os.path.join(settings.state_dir, name)
+    try:
+        os.unlink(marker)
+    except FileNotFoundError:
+        return
+    logger.warning("test hook %s: killing the runner's process", name)
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _lines(path: str) -> int:
@@ -324,7 +347,7 @@ class BatchRunner:
         os.makedirs(settings.work_dir, exist_ok=True)
         self.store = SQLiteJobStore(settings.store_path)
         self.storage = FileStorage.from_uri(settings.files_location, settings.max_file_bytes)
-        self.name = f"{socket.gethostname()}:{os.getpid()}"
+        self.name = _runner_identity()
         self.active: dict[str, threading.Thread] = {}
         self.jobs: dict[str, BatchJob] = {}  # the claims held, kept alive by _heartbeat
         self._wake = threading.Event()
@@ -426,6 +449,23 @@ class BatchRunner:
             logger.exception("batch %s: could not record its failure", job.batch_id)
 
 
+def _runner_identity() -> str:
+    """Who holds a claim: the runner's Ray actor id, which a restarted actor keeps, so the
+    runner Ray restarts after a crash takes its own batches back at once instead of waiting
+    out the lease (the dead process cannot write; a stale one is fenced by the claim
+    numbers all the same). Outside an actor: host and pid."""
+    try:
+        import ray
+
+        if ray.is_initialized():
+            actor = ray.get_runtime_context().get_actor_id()
+            if actor:
+                return f"{socket.gethostname()}:{actor}"
+    except ImportError:
+        pass
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
 def processor_fields(settings: ServiceSettings) -> dict[str, Any]:
     """The processor settings a batch's lines run with. The lines come from anyone holding a
     project key: their images may not be files of the cluster's workers."""
@@ -499,6 +539,7 @@ def start_runner(settings: ServiceSettings, *, replace: bool = False) -> Any:
 
 __all__ = [
     "EXPIRED_MESSAGE",
+    "TEST_HOOK_KILL_BEFORE_FINISH",
     "BatchJob",
     "BatchRunner",
     "default_deployment",

@@ -126,6 +126,9 @@ class BatchRecord:
     claim: int = 0  # the latest claim's number; 0: never claimed
     runner: str | None = None  # who holds it
     heartbeat_at: int | None = None  # the claim's holder's last write
+    #: File ids a runner reserved for the batch's output and error files before it wrote
+    #: their bytes (:meth:`SQLiteJobStore.reserve_files`): what a killed finish may have left.
+    pending_files: tuple[str, ...] = ()
 
     @property
     def terminal(self) -> bool:
@@ -202,11 +205,22 @@ class JobStore(Protocol):
         bytes: int,
         file_id: str | None = None,
     ) -> FileRecord: ...
+    def reserve_files(self, batch_id: str, claim: int, file_ids: list[str]) -> tuple[str, ...]: ...
+    def finish_batch(
+        self,
+        batch_id: str,
+        claim: int,
+        *,
+        status: Status,
+        request_counts: RequestCounts,
+        files: Mapping[str, tuple[str, int]],
+        errors: list[dict[str, Any]] | None = None,
+    ) -> BatchRecord: ...
 
     def close(self) -> None: ...
 
 
-_SCHEMA_VERSION = 1
+_SCHEMA_VERSION = 2
 _SCHEMA = """
 CREATE TABLE files (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -250,6 +264,11 @@ CREATE TABLE batches (
 CREATE INDEX batches_by_project ON batches (project, seq);
 CREATE INDEX batches_by_status ON batches (status);
 """
+#: What each schema version adds to the one before (a store written by an older relayllm
+#: is brought up to date when opened).
+_MIGRATIONS: dict[int, str] = {
+    2: "ALTER TABLE batches ADD COLUMN pending_files TEXT",
+}
 _FILE_COLUMNS = "id, project, filename, purpose, bytes, created_at, expires_at"
 
 
@@ -295,7 +314,10 @@ class SQLiteJobStore:
                 for statement in _SCHEMA.split(";"):
                     if statement.strip():
                         db.execute(statement)
-                db.execute(f"PRAGMA user_version={_SCHEMA_VERSION}")
+                version = 1
+            for step in range(version + 1, _SCHEMA_VERSION + 1):
+                db.execute(_MIGRATIONS[step])
+            db.execute(f"PRAGMA user_version={_SCHEMA_VERSION}")
 
     def __repr__(self) -> str:
         return f"SQLiteJobStore({self.path!r})"
@@ -628,6 +650,76 @@ class SQLiteJobStore:
             self._insert_file(db, record)
         return record
 
+    def reserve_files(self, batch_id: str, claim: int, file_ids: list[str]) -> tuple[str, ...]:
+        """Record the ids a runner is about to write the batch's output and error bytes
+        under (fenced like :meth:`update`), before it writes them; returns the ids an earlier
+        claim reserved and never published (a finish killed between its bytes and
+        :meth:`finish_batch`), whose bytes the caller deletes."""
+        for file_id in file_ids:
+            if not is_file_id(file_id):
+                raise InvalidRequestError(f"{file_id!r} is not a file id", "file_id")
+        with self._write() as db:
+            row = self._batch_row(db, batch_id, None)
+            self._check_claim(row, claim)
+            if row["status"] in TERMINAL:
+                raise IllegalTransitionError(
+                    f"batch {batch_id!r} is {row['status']}; it cannot change any more"
+                )
+            earlier = _pending(row)
+            db.execute(
+                "UPDATE batches SET pending_files = ?, heartbeat_at = ? WHERE id = ?",
+                (json.dumps(file_ids), self._now(), batch_id),
+            )
+        return tuple(f for f in earlier if f not in file_ids)
+
+    def finish_batch(
+        self,
+        batch_id: str,
+        claim: int,
+        *,
+        status: Status,
+        request_counts: RequestCounts,
+        files: Mapping[str, tuple[str, int]],
+        errors: list[dict[str, Any]] | None = None,
+    ) -> BatchRecord:
+        """A batch's end in one transaction: its output and error files recorded (``files``:
+        ``"output"`` / ``"error"`` -> (a reserved file id whose bytes are stored, size)), its
+        final status, counts and ``errors``. All or nothing, fenced by the claim: a runner
+        killed before this published nothing (its reserved ids say which bytes to delete),
+        and one killed after it has nothing left to do, so no file is published twice."""
+        unknown = sorted(set(files) - {"output", "error"})
+        if unknown:
+            raise ValueError(f"files are 'output' and 'error', got {unknown}")
+        with self._write() as db:
+            row = self._batch_row(db, batch_id, None)
+            self._check_claim(row, claim)
+            reserved = _pending(row)
+            changes: dict[str, Any] = {
+                "status": status,
+                "request_counts": _check_counts(request_counts),
+                "pending_files": None,
+            }
+            if errors is not None:
+                changes["errors"] = json.dumps(errors)
+            for kind, (file_id, size) in files.items():
+                if file_id not in reserved:
+                    raise ValueError(f"file {file_id!r} was not reserved for batch {batch_id!r}")
+                self._insert_file(
+                    db,
+                    FileRecord(
+                        file_id,
+                        row["project"],
+                        f"{batch_id}_{kind}.jsonl",
+                        "batch_output",
+                        int(size),
+                        self._now(),
+                    ),
+                )
+                changes[f"{kind}_file_id"] = file_id
+            self._apply(db, row, changes)
+            db.execute("UPDATE batches SET heartbeat_at = ? WHERE id = ?", (self._now(), batch_id))
+            return _batch(self._batch_row(db, batch_id, None))
+
     def _apply(self, db: sqlite3.Connection, row: sqlite3.Row, changes: dict[str, Any]) -> None:
         """Write ``changes`` to the batch in ``row`` (inside the caller's transaction),
         checking the status change and stamping its time."""
@@ -694,9 +786,15 @@ _BATCH_FIELDS = (
 )
 
 
+def _pending(row: sqlite3.Row) -> tuple[str, ...]:
+    text = row["pending_files"]
+    return tuple(json.loads(text)) if text else ()
+
+
 def _batch(row: sqlite3.Row) -> BatchRecord:
     return BatchRecord(
         **{name: row[name] for name in _BATCH_FIELDS},
+        pending_files=_pending(row),
         request_counts=RequestCounts(row["total"], row["completed"], row["failed"]),
         metadata=None if row["metadata"] is None else json.loads(row["metadata"]),
         errors=None if row["errors"] is None else json.loads(row["errors"]),
