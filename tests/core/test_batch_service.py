@@ -364,3 +364,41 @@ def test_runner_killed_between_storing_and_recording_its_files_publishes_them_on
     stored = set(os.listdir(settings.files_location))
     assert stored <= recorded, stored - recorded  # the killed finish's bytes were deleted
 
+
+def deployment_rows(name):
+    """Rows the deployment's replica has computed so far (its info() counter)."""
+    from relayllm.deployments import handle_for
+
+    return handle_for(name).info.remote().result(timeout_s=30)["rows"]
+
+
+def test_a_cancel_stops_a_long_block_within_the_calls_in_flight(service):
+    """A 1,024-line file runs in 64-line blocks; a cancel while the first blocks run stops
+    them within the calls in flight (the stage workers check before sending each line),
+    counted on the deployment, not after the blocks (128 lines) as a stop between blocks
+    would; the lines computed are kept, each once."""
+    from relayllm.blocks import block_rows, stage_batch
+
+    total = 1024
+    rows_per_block = block_rows(total, stage_batch(service["settings"].batch_size))
+    assert rows_per_block == 64
+    api = client(service["url"])
+    start = deployment_rows("slow")
+    created = submit(api, chat_lines(total, model="slow", prefix="L"))
+    deadline = time.monotonic() + 60
+    while deployment_rows("slow") - start < 8 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    at_cancel = deployment_rows("slow")
+    assert 8 <= at_cancel - start < rows_per_block  # inside the first block
+    api.batches.cancel(created.id)
+    batch = wait(api, created.id)
+    computed = deployment_rows("slow") - start
+    assert batch.status == "cancelled", batch
+    # after the cancel: at most the calls in flight and one stage batch per worker more
+    bound = 3 * stage_batch(service["settings"].batch_size)
+    assert computed - (at_cancel - start) <= bound, (computed, at_cancel - start)
+    assert computed < rows_per_block
+    output = lines_of(api, batch.output_file_id)
+    ids = [line["custom_id"] for line in output]
+    assert len(set(ids)) == len(ids) == batch.request_counts.completed <= computed
+    assert batch.request_counts.failed == 0 and batch.error_file_id is None

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -226,6 +227,7 @@ def run_scanned(
     processor_fields: dict[str, Any] | None = None,
     done: Done | None = None,
     on_block: Callable[[int, int], None] | None = None,
+    stop: StopCheck | None = None,
 ) -> dict[str, int]:
     """Run the scanned file's groups one after another; write each line to ``output`` or
     ``errors`` as its block arrives; return OpenAI's ``request_counts`` for the whole file
@@ -233,7 +235,11 @@ def run_scanned(
 
     ``on_block(completed, failed)`` is called after each block is written and flushed (the
     counts so far, earlier runs' lines included); an exception it raises stops the run there,
-    every line written so far kept (the batch service's cancel and expiry)."""
+    every line written so far kept (the batch service's cancel and expiry).
+
+    ``stop`` (:class:`StopCheck`) is asked by the stage workers before each line is sent:
+    once it says stop, a block's remaining lines are not sent and not written (so a resumed
+    or expired run finds them undone), and ``on_block`` must then raise to end the run."""
     from relayllm.data_context import keep_input_order
 
     done = done or Done()
@@ -246,24 +252,53 @@ def run_scanned(
         failed += 1
     errors.flush()
     for (deployment, task), keys in groups_of(scan, deployments, default).items():
-        dataset = group_dataset(scan, keys, deployment, task, processor_fields or {})
+        dataset = group_dataset(scan, keys, deployment, task, processor_fields or {}, stop)
         keep_input_order(dataset.context)
         write = _ScoreWriter(deployment, served_model(deployment)) if task == "score" else None
         for batch in dataset.iter_batches(batch_format="pyarrow", batch_size=None):
+            skipped = 0
             if write is not None:
                 ok, bad = write(batch.to_pylist(), output, errors)  # type: ignore[union-attr]
             else:
-                ok, bad = _write_block(batch, output, errors)
+                ok, bad, skipped = _write_block(batch, output, errors)
             completed, failed = completed + ok, failed + bad
             output.flush()  # each block reaches the disk as it finishes: a kill keeps it
             errors.flush()
             if on_block is not None:
                 on_block(completed, failed)
+            if skipped:  # lines left undone: only a run that ends here may leave them
+                raise RuntimeError(
+                    f"{skipped} lines were stopped before they ran and on_block did not end "
+                    f"the run; it ends here (the lines not written are not done)"
+                )
     return request_counts(scan.lines, completed, failed)
 
 
+@dataclass(frozen=True)
+class StopCheck:
+    """When a run's lines stop being sent: once the file ``flag`` exists or the clock passes
+    ``deadline`` (the batch service's cancel and completion window). Asked by the stage
+    workers for each line of a block before its calls go out, so a stop takes effect within
+    the calls in flight, not at the end of a block (which may hold 4,096 lines). A stat of
+    a local file per line; the flag is on the node the run's driver writes it on (the head
+    node), so stage workers elsewhere see only the deadline and stop at the block's end."""
+
+    flag: str | None = None
+    deadline: float | None = None
+
+    def __call__(self) -> bool:
+        if self.deadline is not None and time.time() >= self.deadline:
+            return True
+        return self.flag is not None and os.path.exists(self.flag)
+
+
 def group_dataset(
-    scan: Scan, keys: list[int], deployment: str, task: Task, fields: dict[str, Any]
+    scan: Scan,
+    keys: list[int],
+    deployment: str,
+    task: Task,
+    fields: dict[str, Any],
+    stop: StopCheck | None = None,
 ) -> Dataset:
     """One group's lines as a lazy dataset: read from disk chunk by chunk, through the stage."""
     import ray
@@ -298,7 +333,7 @@ def group_dataset(
     if task == "score":  # the read task built the pair rows; the driver gathers them
         return build_processor(config)(lines)
     served = served_model(deployment)
-    return build_processor(config, _Parse(task), _Respond(deployment, served))(lines)
+    return build_processor(config, _Parse(task, stop), _Respond(deployment, served))(lines)
 
 
 class _ReadChunk:
@@ -377,11 +412,14 @@ class _Parse:
     line keeps its error line and no input (the stage sends nothing for it). The checks the
     stage makes on every row anyway are not made twice (``parse_line(check=False)``)."""
 
-    def __init__(self, task: Task) -> None:
+    def __init__(self, task: Task, stop: StopCheck | None = None) -> None:
         self.column = INPUT_COLUMN[task]
+        self.stop = stop
 
     def __call__(self, row: dict[str, Any]) -> dict[str, Any]:
         line = row["line"]
+        if self.stop is not None and self.stop():
+            return {"line": line, "skip": True, self.column: None}  # not sent, not written
         request = parse_line(row["text"], line, check=False)
         if isinstance(request, BadLine):
             bad = error_line(request.line, request.custom_id, request.code, request.message)
@@ -406,6 +444,8 @@ class _Respond:
         self.deployment, self.served = deployment, served
 
     def __call__(self, row: dict[str, Any]) -> dict[str, Any]:
+        if row.get("skip"):
+            return {"ok": False, "skip": True, "text": ""}
         bad = row.get("bad")
         request: BatchRequest | None = row.get("request")
         if bad is None and request is not None and row.get(ERROR):
@@ -422,23 +462,32 @@ class _Respond:
                     f"deployment {self.deployment!r}: {row[ERROR]}",
                 )
         if bad is not None:
-            return {"ok": False, "text": _encode(bad)}
+            return {"ok": False, "skip": False, "text": _encode(bad)}
         assert request is not None
-        return {"ok": True, "text": _encode(response_line(request, row, self.served))}
+        text = _encode(response_line(request, row, self.served))
+        return {"ok": True, "skip": False, "text": text}
 
 
-def _write_block(batch: Any, output: IO[str], errors: IO[str]) -> tuple[int, int]:
-    """A finished block's lines to their files: column work, no per-row Python but the join."""
+def _write_block(batch: Any, output: IO[str], errors: IO[str]) -> tuple[int, int, int]:
+    """A finished block's lines to their files: column work, no per-row Python but the join.
+    Returns the lines written to each file and the lines skipped (stopped, not sent)."""
     import pyarrow.compute as pc
 
-    ok = batch.column("ok")
-    good = pc.filter(batch.column("text"), ok).to_pylist()
-    bad = pc.filter(batch.column("text"), pc.invert(ok)).to_pylist()
+    ok, text = batch.column("ok"), batch.column("text")
+    skipped = 0
+    if "skip" in batch.column_names:
+        skip = batch.column("skip")
+        skipped = pc.sum(skip).as_py() or 0
+        if skipped:
+            keep = pc.invert(skip)
+            ok, text = pc.filter(ok, keep), pc.filter(text, keep)
+    good = pc.filter(text, ok).to_pylist()
+    bad = pc.filter(text, pc.invert(ok)).to_pylist()
     if good:
         output.write("\n".join(good) + "\n")
     if bad:
         errors.write("\n".join(bad) + "\n")
-    return len(good), len(bad)
+    return len(good), len(bad), skipped
 
 
 class _ScoreWriter:
@@ -496,6 +545,7 @@ __all__ = [
     "BatchCounts",
     "BatchHooks",
     "BatchPlan",
+    "StopCheck",
     "default_errors_path",
     "groups_of",
     "run_batch_file",

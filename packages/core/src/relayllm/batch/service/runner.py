@@ -113,6 +113,8 @@ class BatchJob:
         self.input = os.path.join(self.dir, "input.jsonl")
         self.output = os.path.join(self.dir, f"out.{claim}.jsonl")
         self.errors = os.path.join(self.dir, f"err.{claim}.jsonl")
+        #: While this file exists the stage workers send none of the batch's lines.
+        self.stop_flag = os.path.join(self.dir, f"stop.{claim}")
 
     def update(self, **changes: Any) -> BatchRecord:
         return self.store.update(self.batch_id, self.claim, **changes)
@@ -120,6 +122,12 @@ class BatchJob:
     def expired(self, record: BatchRecord) -> bool:
         return time.time() >= record.expires_at
 
+    def request_stop(self) -> None:
+        """Stop sending lines now (a cancel): the calls in flight finish, the block's other
+        lines are not sent, and ``on_block`` ends the run as cancelled."""
+        if os.path.isdir(self.dir):
+            with open(self.stop_flag, "w"):
+                pass
 
     # -- the life cycle --------------------------------------------------------------------
 
@@ -180,7 +188,7 @@ class BatchJob:
     def run_lines(self, record: BatchRecord) -> None:
         """The lines not in the work files yet, through the batch-file run; raises
         :class:`_Stop` between blocks for a cancel or the window's end."""
-        from relayllm.batch.run import run_scanned
+        from relayllm.batch.run import StopCheck, run_scanned
         from relayllm.batch.scan import read_done, scan_batch_file, stage_batch
 
         self._fetch_input(record)
@@ -203,7 +211,8 @@ class BatchJob:
             open(self.output, "a", encoding="utf-8") as out,
             open(self.errors, "a", encoding="utf-8") as err,
         ):
-            run_scanned(scan, names, default, out, err, fields, done, on_block)
+            stop = StopCheck(self.stop_flag, float(record.expires_at))
+            run_scanned(scan, names, default, out, err, fields, done, on_block, stop)
 
     def finish(
         self, record: BatchRecord, status: Status, errors: list[dict[str, Any]] | None = None
@@ -386,10 +395,13 @@ class BatchRunner:
             self._wake.clear()
 
     def _heartbeat(self) -> None:
-        """Every claim held, marked alive (a block may take longer than the lease)."""
+        """Every claim held, marked alive (a block may take longer than the lease), and a
+        cancelled batch's lines stopped at once (the gateway wakes us after a cancel)."""
         for job in list(self.jobs.values()):
             try:
-                job.update()
+                record = job.update()
+                if record.status == "cancelling":
+                    job.request_stop()
             except Exception:  # finished or taken meanwhile: its thread finds out
                 logger.debug("batch %s: no heartbeat", job.batch_id, exc_info=True)
 
