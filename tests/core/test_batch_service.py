@@ -3,7 +3,8 @@ Serve's real HTTP proxy, and the real ``openai`` client on loopback uploads, cre
 cancels and downloads; the runner is the real detached actor, SIGKILLed in one test.
 
 One gateway (and one runner) for the module; a second gateway on the same state, under
-``/short``, enforces a 3 s completion window for the expiry test."""
+``/short``, enforces a 3 s completion window for the expiry test and lets files expire after
+a second."""
 
 import json
 import os
@@ -62,8 +63,8 @@ def service(ray_session, tmp_path_factory):
     settings = ServiceSettings(state_dir=state, port=port, batch_size=2)
     keys = KeyMap([("alpha", KEY_A), ("beta", KEY_B)])
     short = deploy_gateway(
-        ServiceSettings(name="short", route_prefix="/short", window_s=3, state_dir=state,
-                        port=port, batch_size=2),
+        ServiceSettings(name="short", route_prefix="/short", window_s=3, min_expires_s=1,
+                        state_dir=state, port=port, batch_size=2),
         keys,
     )  # fmt: skip
     yield {
@@ -402,3 +403,40 @@ def test_a_cancel_stops_a_long_block_within_the_calls_in_flight(service):
     ids = [line["custom_id"] for line in output]
     assert len(set(ids)) == len(ids) == batch.request_counts.completed <= computed
     assert batch.request_counts.failed == 0 and batch.error_file_id is None
+
+
+def test_files_expire_as_asked_and_their_bytes_are_deleted(service):
+    """OpenAI's expires_after on upload (the short gateway allows seconds), and a batch's
+    output_expires_after; an expired file answers 404 and the runner deletes its bytes."""
+    api, short = client(service["url"]), client(service["short_url"])
+    policy = {"anchor": "created_at", "seconds": 2}
+    with pytest.raises(openai.BadRequestError, match="expires_after"):  # under an hour here
+        api.files.create(file=("in.jsonl", b"{}\n"), purpose="batch", expires_after=policy)
+    brief = short.files.create(
+        file=("in.jsonl", jsonl(chat_lines(1, prefix="x"))), purpose="batch", expires_after=policy
+    )
+    assert brief.expires_at == brief.created_at + 2
+    stored = os.path.join(service["settings"].files_location, brief.id)
+    assert os.path.exists(stored)
+    deadline = time.monotonic() + 30
+    while os.path.exists(stored) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not os.path.exists(stored)  # the bytes deleted...
+    for call in (lambda: api.files.retrieve(brief.id), lambda: api.files.content(brief.id)):
+        with pytest.raises(openai.NotFoundError):  # ...and the file gone
+            call()
+    assert brief.id not in {f.id for f in api.files.list()}
+    uploaded = api.files.create(
+        file=("in.jsonl", jsonl(chat_lines(2, prefix="y"))), purpose="batch"
+    )
+    assert uploaded.expires_at is None  # kept unless asked
+    created = api.batches.create(
+        input_file_id=uploaded.id,
+        endpoint=CHAT,
+        completion_window="24h",
+        output_expires_after={"anchor": "created_at", "seconds": 3600},
+    )
+    batch = wait(api, created.id)
+    assert batch.status == "completed", batch
+    output = api.files.retrieve(batch.output_file_id)
+    assert output.expires_at == output.created_at + 3600

@@ -131,3 +131,25 @@ def test_an_online_request_to_a_known_deployment_skips_serves_status(gateway, mo
 
     response = asyncio.run(gateway(Request(scope, receive)))
     assert response.status_code == 200 and json.loads(response.body) == {"ok": True}
+
+
+def form_with(fields: dict[str, str]) -> bytes:
+    extra = "".join(
+        f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'
+        for k, v in fields.items()
+    )
+    return extra.encode() + BODY
+
+
+def test_an_upload_takes_openais_expires_after_within_its_bounds(gateway):
+    fields = {"expires_after[anchor]": "created_at", "expires_after[seconds]": "3600"}
+    status, body = upload(gateway, form_with(fields), length=True)
+    assert status == 200 and body["expires_at"] == body["created_at"] + 3600
+    for seconds in ("59", "2592001", "soon"):
+        fields["expires_after[seconds]"] = seconds
+        status, body = upload(gateway, form_with(fields), length=True)
+        assert status == 400 and body["error"]["param"] == "expires_after", seconds
+    fields = {"expires_after[anchor]": "last_active_at", "expires_after[seconds]": "3600"}
+    assert upload(gateway, form_with(fields), length=True)[0] == 400
+    status, body = upload(gateway, BODY, length=True)
+    assert status == 200 and body["expires_at"] is None  # none asked: kept

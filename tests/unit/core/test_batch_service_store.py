@@ -506,3 +506,87 @@ def test_a_live_holders_claim_is_not_taken_until_its_lease_runs_out(store, clock
     assert taken > again > first
     with pytest.raises(StaleClaimError):
         store.update(batch.id, again)
+
+
+def test_an_expired_file_is_no_file_and_its_record_is_handed_over_for_deletion(store, clock):
+    kept = store.add_file("alpha", filename="k.jsonl", purpose="batch", bytes=1)
+    brief = store.add_file("alpha", filename="b.jsonl", purpose="batch", bytes=1, expires_s=60)
+    assert brief.expires_at == brief.created_at + 60
+    assert store.get_file("alpha", brief.id) == brief
+    assert store.remove_expired_files() == []
+    clock.now += 60
+    with pytest.raises(NotFoundError):
+        store.get_file("alpha", brief.id)
+    assert [f.id for f in store.list_files("alpha").data] == [kept.id]
+    with pytest.raises(NotFoundError):  # no batch from an expired input
+        store.create_batch("alpha", input_file_id=brief.id, endpoint="/v1/chat/completions")
+    assert store.remove_expired_files() == [brief.id]
+    assert store.remove_expired_files() == []
+    assert store.get_file("alpha", kept.id) == kept
+
+
+def test_a_batchs_output_files_expire_as_it_asked(store, clock):
+    source = store.add_file("alpha", filename="in.jsonl", purpose="batch", bytes=1)
+    batch = store.create_batch(
+        "alpha",
+        input_file_id=source.id,
+        endpoint="/v1/chat/completions",
+        output_expires_s=3600,
+    )
+    claim = store.claim(batch.id, "me")
+    store.update(batch.id, claim, status="in_progress")
+    store.update(batch.id, claim, status="finalizing")
+    assert store.reserve_files(batch.id, claim, ["file-out1"]) == ()
+    clock.now += 10
+    done = store.finish_batch(
+        batch.id,
+        claim,
+        status="completed",
+        request_counts=RequestCounts(1, 1, 0),
+        files={"output": ("file-out1", 5)},
+    )
+    output = store.get_file("alpha", done.output_file_id)
+    assert output.expires_at == output.created_at + 3600 == clock.now + 3600
+    assert done.pending_files == () and done.output_expires_s == 3600
+
+
+def test_finish_batch_records_only_reserved_files_and_is_fenced(store):
+    source = store.add_file("alpha", filename="in.jsonl", purpose="batch", bytes=1)
+    batch = store.create_batch("alpha", input_file_id=source.id, endpoint="/v1/chat/completions")
+    old = store.claim(batch.id, "old")
+    store.update(batch.id, old, status="in_progress")
+    assert store.reserve_files(batch.id, old, ["file-a1"]) == ()
+    new = store.claim(batch.id, "new")
+    with pytest.raises(StaleClaimError):
+        store.finish_batch(
+            batch.id,
+            old,
+            status="cancelled",
+            request_counts=RequestCounts(1, 1, 0),
+            files={"output": ("file-a1", 1)},
+        )
+    assert store.reserve_files(batch.id, new, ["file-b1"]) == ("file-a1",)  # to delete
+    with pytest.raises(ValueError, match="not reserved"):
+        store.finish_batch(
+            batch.id,
+            new,
+            status="expired",
+            request_counts=RequestCounts(1, 1, 0),
+            files={"output": ("file-a1", 1)},
+        )
+    assert [f.purpose for f in store.list_files("alpha").data] == ["batch"]  # nothing half
+
+
+def test_a_schema_1_store_is_migrated_when_opened(db_path):
+    raw = sqlite3.connect(db_path)
+    from relayllm.batch.service import store as module
+
+    raw.executescript(module._SCHEMA + "; PRAGMA user_version=1;")
+    raw.close()
+    opened = SQLiteJobStore(db_path)
+    source = opened.add_file("alpha", filename="in.jsonl", purpose="batch", bytes=1)
+    batch = opened.create_batch(
+        "alpha", input_file_id=source.id, endpoint="/v1/chat/completions", output_expires_s=7
+    )
+    assert batch.output_expires_s == 7 and batch.pending_files == ()
+    opened.close()

@@ -59,6 +59,12 @@ def _field(name: str, **extra: Any) -> Callable[[Any], Any]:
     type=click.IntRange(min=1),
     help="Enforce this completion window in seconds instead of 24h.",
 )
+@_field(
+    "output_expires_s",
+    type=click.IntRange(min=1),
+    help="Batches' output and error files expire this many seconds after they are written "
+    "unless a batch asks otherwise (default: kept until deleted).",
+)
 @_field("batch_size", type=click.IntRange(min=1))
 @_field("concurrency", type=click.IntRange(min=1))
 @address_option
@@ -73,6 +79,7 @@ def serve(
     keys_file,
     no_keys_project,
     window_s,
+    output_expires_s,
     batch_size,
     concurrency,
     address,
@@ -106,6 +113,7 @@ def serve(
         host=host,
         port=port,
         window_s=window_s,
+        output_expires_s=output_expires_s,
         batch_size=batch_size,
         concurrency=concurrency,
     )

@@ -34,7 +34,7 @@ from relayllm.batch.service.errors import (
 from relayllm.batch.service.files import CHUNK, FileStorage
 from relayllm.batch.service.ids import is_batch_id, is_file_id, new_file_id
 from relayllm.batch.service.keys import KeyMap
-from relayllm.batch.service.settings import ServiceSettings
+from relayllm.batch.service.settings import MAX_EXPIRES_S, ServiceSettings
 from relayllm.batch.service.store import SQLiteJobStore
 from relayllm.batch.service.validate import check_endpoint
 
@@ -159,6 +159,15 @@ class Gateway:
             if upload is None or isinstance(upload, str):
                 raise InvalidRequestError("no file part in the form", "file")
             filename = str(getattr(upload, "filename", None) or "upload.jsonl")
+            expires_s = self._expires_after(
+                {
+                    key: form.get(f"expires_after[{key}]")
+                    for key in ("anchor", "seconds")
+                    if form.get(f"expires_after[{key}]") is not None
+                }
+                or None,
+                "expires_after",
+            )
             file_id = new_file_id()
             size = await asyncio.to_thread(self.storage.put, file_id, upload.file)
             try:
@@ -169,6 +178,7 @@ class Gateway:
                     purpose="batch",
                     bytes=size,
                     file_id=file_id,
+                    expires_s=expires_s,
                 )
             except BaseException:
                 await asyncio.to_thread(self.storage.delete, file_id)
@@ -226,6 +236,7 @@ class Gateway:
         input_file_id = body.get("input_file_id")
         _check_file_id(input_file_id, "input_file_id")
         window = body.get("completion_window", "24h")
+        keep = self._expires_after(body.get("output_expires_after"), "output_expires_after")
         record = await asyncio.to_thread(
             self.store.create_batch,
             project,
@@ -234,6 +245,7 @@ class Gateway:
             completion_window=str(window),
             metadata=body.get("metadata"),
             window_s=self.settings.window_s,
+            output_expires_s=self.settings.output_expires_s if keep is None else keep,
         )
         self._wake_runner()
         return _json(objects.batch_object(record))
@@ -258,6 +270,26 @@ class Gateway:
         record = await asyncio.to_thread(self.store.cancel_batch, project, batch_id)
         self._wake_runner()
         return _json(objects.batch_object(record))
+
+    def _expires_after(self, value: Any, param: str) -> int | None:
+        """OpenAI's expiration policy (``{"anchor": "created_at", "seconds": N}``, N from an
+        hour to 30 days; the lower bound a server setting) as seconds, or None."""
+        if value is None:
+            return None
+        if not isinstance(value, dict) or value.get("anchor") != "created_at":
+            raise InvalidRequestError(
+                f"{param} must be {{'anchor': 'created_at', 'seconds': N}}", param
+            )
+        low, high = self.settings.min_expires_s, MAX_EXPIRES_S
+        try:
+            seconds = int(value.get("seconds"))  # a form field arrives as text
+        except (TypeError, ValueError):
+            seconds = -1
+        if isinstance(value.get("seconds"), bool) or not low <= seconds <= high:
+            raise InvalidRequestError(
+                f"{param}.seconds must be a whole number from {low} to {high}", param
+            )
+        return seconds
 
     def _wake_runner(self) -> None:
         from relayllm.batch.service.runner import find_runner

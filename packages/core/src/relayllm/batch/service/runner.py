@@ -389,6 +389,7 @@ class BatchRunner:
             try:
                 self._heartbeat()
                 self._start_due()
+                self._remove_expired_files()
             except Exception:
                 logger.exception("the batch runner could not read the job store")
             self._wake.wait(self.settings.poll_s)
@@ -404,6 +405,12 @@ class BatchRunner:
                     job.request_stop()
             except Exception:  # finished or taken meanwhile: its thread finds out
                 logger.debug("batch %s: no heartbeat", job.batch_id, exc_info=True)
+
+    def _remove_expired_files(self) -> None:
+        """Expired files' records, then their bytes (one runner per state does it)."""
+        while expired := self.store.remove_expired_files():
+            for file_id in expired:
+                _delete_quietly(self.storage, file_id)
 
     def _start_due(self) -> None:
         self.active = {b: t for b, t in self.active.items() if t.is_alive()}
@@ -488,10 +495,17 @@ def processor_fields(settings: ServiceSettings) -> dict[str, Any]:
     }
 
 
+#: Settings only the gateway reads (its address, and what it applies when a file is uploaded
+#: or a batch created): a gateway that differs only in these shares the state's runner.
+GATEWAY_ONLY = frozenset(
+    {"name", "host", "port", "route_prefix", "window_s", "output_expires_s", "min_expires_s"}
+)
+
+
 def runner_fields(settings: ServiceSettings) -> dict[str, Any]:
     """The settings a runner works by: a gateway with other values for these needs a new
-    runner (the gateway-only fields, its name, address and route, do not count)."""
-    return settings.model_dump(mode="json", exclude={"name", "host", "port", "route_prefix"})
+    runner (the gateway-only fields, :data:`GATEWAY_ONLY`, do not count)."""
+    return settings.model_dump(mode="json", exclude=GATEWAY_ONLY)
 
 
 def find_runner(name: str) -> Any | None:

@@ -12,6 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from relayllm.batch.service.files import DEFAULT_MAX_BYTES
 
+#: OpenAI's bounds of a file's ``expires_after`` seconds (an hour to 30 days).
+MIN_EXPIRES_S = 3600
+MAX_EXPIRES_S = 30 * 24 * 3600
 #: Where the state lives unless told (on the node the gateway and the runner run on).
 DEFAULT_STATE_DIR = "~/.relayllm/batch-service"
 STATE_DIR_ENV = "RELAYLLM_STATE_DIR"
@@ -48,6 +51,19 @@ class ServiceSettings(BaseModel):
         "(24h): for tests and short-lived services.",
     )
     max_file_bytes: int = Field(default=DEFAULT_MAX_BYTES, gt=0, description="Upload limit.")
+    output_expires_s: int | None = Field(
+        default=None,
+        gt=0,
+        description="A batch's output and error files expire this many seconds after they "
+        "are written unless its create asks otherwise (output_expires_after); default: kept "
+        "until deleted.",
+    )
+    min_expires_s: int = Field(
+        default=MIN_EXPIRES_S,
+        gt=0,
+        description="The shortest expires_after / output_expires_after a client may ask "
+        "(OpenAI's: 3600 s); shorter for tests.",
+    )
     max_lines: int = Field(default=1_000_000, gt=0, description="Request lines per batch.")
     batch_size: int = Field(default=64, gt=0, description="Rows per call to a deployment.")
     concurrency: int = Field(default=1, gt=0, description="Stage workers per batch.")
@@ -111,4 +127,11 @@ class ServiceSettings(BaseModel):
         return f"http://{host}:{self.port}{self.route_prefix.rstrip('/')}/v1"
 
 
-__all__ = ["DEFAULT_STATE_DIR", "GATEWAY_APP_PREFIX", "STATE_DIR_ENV", "ServiceSettings"]
+__all__ = [
+    "DEFAULT_STATE_DIR",
+    "GATEWAY_APP_PREFIX",
+    "MAX_EXPIRES_S",
+    "MIN_EXPIRES_S",
+    "STATE_DIR_ENV",
+    "ServiceSettings",
+]

@@ -129,6 +129,8 @@ class BatchRecord:
     #: File ids a runner reserved for the batch's output and error files before it wrote
     #: their bytes (:meth:`SQLiteJobStore.reserve_files`): what a killed finish may have left.
     pending_files: tuple[str, ...] = ()
+    #: Seconds its output and error files are kept after they are written (None: kept).
+    output_expires_s: int | None = None
 
     @property
     def terminal(self) -> bool:
@@ -150,7 +152,14 @@ class JobStore(Protocol):
 
     # files (the bytes live in files.FileStorage)
     def add_file(
-        self, project: str, *, filename: str, purpose: str, bytes: int, file_id: str | None = None
+        self,
+        project: str,
+        *,
+        filename: str,
+        purpose: str,
+        bytes: int,
+        file_id: str | None = None,
+        expires_s: int | None = None,
     ) -> FileRecord: ...
     def get_file(self, project: str, file_id: str) -> FileRecord: ...
     def list_files(
@@ -174,6 +183,7 @@ class JobStore(Protocol):
         completion_window: str = "24h",
         metadata: Mapping[str, str] | None = None,
         window_s: int | None = None,
+        output_expires_s: int | None = None,
     ) -> BatchRecord: ...
     def get_batch(self, project: str, batch_id: str) -> BatchRecord: ...
     def list_batches(
@@ -206,6 +216,7 @@ class JobStore(Protocol):
         file_id: str | None = None,
     ) -> FileRecord: ...
     def reserve_files(self, batch_id: str, claim: int, file_ids: list[str]) -> tuple[str, ...]: ...
+    def remove_expired_files(self, limit: int = 1000) -> list[str]: ...
     def finish_batch(
         self,
         batch_id: str,
@@ -220,7 +231,8 @@ class JobStore(Protocol):
     def close(self) -> None: ...
 
 
-_SCHEMA_VERSION = 2
+_SCHEMA_VERSION = 3
+#: Schema 1; :data:`_MIGRATIONS` bring a store to :data:`_SCHEMA_VERSION`.
 _SCHEMA = """
 CREATE TABLE files (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -268,7 +280,11 @@ CREATE INDEX batches_by_status ON batches (status);
 #: is brought up to date when opened).
 _MIGRATIONS: dict[int, str] = {
     2: "ALTER TABLE batches ADD COLUMN pending_files TEXT",
+    3: "ALTER TABLE batches ADD COLUMN output_expires_s INTEGER; "
+    "CREATE INDEX files_by_expiry ON files (expires_at)",
 }
+#: A file that has expired (``?``: now) is no file: every lookup and list leaves it out.
+_LIVE = "(expires_at IS NULL OR expires_at > ?)"
 _FILE_COLUMNS = "id, project, filename, purpose, bytes, created_at, expires_at"
 
 
@@ -316,7 +332,8 @@ class SQLiteJobStore:
                         db.execute(statement)
                 version = 1
             for step in range(version + 1, _SCHEMA_VERSION + 1):
-                db.execute(_MIGRATIONS[step])
+                for statement in _MIGRATIONS[step].split(";"):
+                    db.execute(statement)
             db.execute(f"PRAGMA user_version={_SCHEMA_VERSION}")
 
     def __repr__(self) -> str:
@@ -356,8 +373,19 @@ class SQLiteJobStore:
     # -- files -------------------------------------------------------------------------
 
     def add_file(
-        self, project: str, *, filename: str, purpose: str, bytes: int, file_id: str | None = None
+        self,
+        project: str,
+        *,
+        filename: str,
+        purpose: str,
+        bytes: int,
+        file_id: str | None = None,
+        expires_s: int | None = None,
     ) -> FileRecord:
+        """A file's record; with ``expires_s`` it expires that many seconds after its
+        creation (OpenAI's ``expires_after`` anchored at ``created_at``): from then on it
+        answers 404 like a deleted file, and :meth:`remove_expired_files` hands its id over
+        for its bytes to be deleted."""
         if purpose not in FILE_PURPOSES:
             raise InvalidRequestError(
                 f"purpose {purpose!r} is not supported; use one of {sorted(FILE_PURPOSES)}",
@@ -365,8 +393,10 @@ class SQLiteJobStore:
             )
         if file_id is not None and not is_file_id(file_id):
             raise InvalidRequestError(f"{file_id!r} is not a file id", "file_id")
+        now = self._now()
+        expires_at = None if expires_s is None else now + int(expires_s)
         record = FileRecord(
-            file_id or new_file_id(), project, filename, purpose, int(bytes), self._now()
+            file_id or new_file_id(), project, filename, purpose, int(bytes), now, expires_at
         )
         with self._write() as db:
             self._insert_file(db, record)
@@ -388,8 +418,8 @@ class SQLiteJobStore:
 
     def _file_row(self, db: sqlite3.Connection, project: str, file_id: str) -> sqlite3.Row:
         row = db.execute(
-            f"SELECT seq, {_FILE_COLUMNS} FROM files WHERE id = ? AND project = ?",
-            (file_id, project),
+            f"SELECT seq, {_FILE_COLUMNS} FROM files WHERE id = ? AND project = ? AND {_LIVE}",
+            (file_id, project, self._now()),
         ).fetchone()
         if row is None:
             raise NotFoundError(f"no file {file_id!r}")
@@ -411,7 +441,7 @@ class SQLiteJobStore:
         _check_limit(limit, 10000)
         if order not in ("asc", "desc"):
             raise InvalidRequestError(f"order must be 'asc' or 'desc', got {order!r}", "order")
-        where, args = ["project = ?"], [project]
+        where, args = ["project = ?", _LIVE], [project, self._now()]
         if purpose is not None:
             where.append("purpose = ?")
             args.append(purpose)
@@ -446,9 +476,12 @@ class SQLiteJobStore:
         completion_window: str = "24h",
         metadata: Mapping[str, str] | None = None,
         window_s: int | None = None,
+        output_expires_s: int | None = None,
     ) -> BatchRecord:
         """A batch in ``validating``, expiring ``window_s`` (default: the completion window)
-        after its creation. The input file must be this project's, uploaded for ``batch``."""
+        after its creation. The input file must be this project's, uploaded for ``batch``.
+        ``output_expires_s``: its output and error files expire that long after they are
+        written (OpenAI's ``output_expires_after``); None: kept until deleted."""
         window = COMPLETION_WINDOWS.get(completion_window)
         if window is None:
             raise InvalidRequestError(
@@ -475,10 +508,12 @@ class SQLiteJobStore:
                 created_at=now,
                 expires_at=now + (window if window_s is None else int(window_s)),
                 metadata=meta,
+                output_expires_s=output_expires_s,
             )
             db.execute(
                 "INSERT INTO batches (id, project, endpoint, input_file_id, completion_window, "
-                "status, created_at, expires_at, metadata) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "status, created_at, expires_at, metadata, output_expires_s) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     record.id,
                     project,
@@ -489,6 +524,7 @@ class SQLiteJobStore:
                     now,
                     record.expires_at,
                     None if meta is None else json.dumps(meta),
+                    output_expires_s,
                 ),
             )
         return record
@@ -704,6 +740,7 @@ class SQLiteJobStore:
             for kind, (file_id, size) in files.items():
                 if file_id not in reserved:
                     raise ValueError(f"file {file_id!r} was not reserved for batch {batch_id!r}")
+                keep = row["output_expires_s"]
                 self._insert_file(
                     db,
                     FileRecord(
@@ -713,12 +750,29 @@ class SQLiteJobStore:
                         "batch_output",
                         int(size),
                         self._now(),
+                        None if keep is None else self._now() + int(keep),
                     ),
                 )
                 changes[f"{kind}_file_id"] = file_id
             self._apply(db, row, changes)
             db.execute("UPDATE batches SET heartbeat_at = ? WHERE id = ?", (self._now(), batch_id))
             return _batch(self._batch_row(db, batch_id, None))
+
+    def remove_expired_files(self, limit: int = 1000) -> list[str]:
+        """The records of up to ``limit`` expired files, deleted; returns their ids, whose
+        bytes the caller deletes (the record first, as :meth:`delete_file`). A batch that
+        names an expired output file keeps naming it; the file answers 404, as OpenAI's."""
+        with self._write() as db:
+            ids = [
+                r["id"]
+                for r in db.execute(
+                    "SELECT id FROM files WHERE expires_at IS NOT NULL AND expires_at <= ? "
+                    "ORDER BY expires_at LIMIT ?",
+                    (self._now(), limit),
+                ).fetchall()
+            ]
+            db.executemany("DELETE FROM files WHERE id = ?", [(i,) for i in ids])
+        return ids
 
     def _apply(self, db: sqlite3.Connection, row: sqlite3.Row, changes: dict[str, Any]) -> None:
         """Write ``changes`` to the batch in ``row`` (inside the caller's transaction),
@@ -783,6 +837,7 @@ _BATCH_FIELDS = (
     "claim",
     "runner",
     "heartbeat_at",
+    "output_expires_s",
 )
 
 
