@@ -57,14 +57,15 @@ def service(ray_session, tmp_path_factory):
     env = {**os.environ, "RELAYLLM_ECHO_BACKEND": "1", KEYS_ENV: f"alpha={KEY_A},beta={KEY_B}"}
     served = cli(
         "serve", root / "deployments.yaml", "--port", port, "--state-dir", state,
-        "--batch-size", 2, "--address", address, env=env, check=0,
+        "--batch-size", 2, "--max-batches", 1, "--turn-s", 1, "--address", address,
+        env=env, check=0,
     )  # fmt: skip
     url = served.stdout.split("base URL: ")[1].split()[0]
-    settings = ServiceSettings(state_dir=state, port=port, batch_size=2)
+    settings = ServiceSettings(state_dir=state, port=port, batch_size=2, max_batches=1, turn_s=1)
     keys = KeyMap([("alpha", KEY_A), ("beta", KEY_B)])
     short = deploy_gateway(
         ServiceSettings(name="short", route_prefix="/short", window_s=3, min_expires_s=1,
-                        state_dir=state, port=port, batch_size=2),
+                        state_dir=state, port=port, batch_size=2, max_batches=1, turn_s=1),
         keys,
     )  # fmt: skip
     yield {
@@ -440,3 +441,21 @@ def test_files_expire_as_asked_and_their_bytes_are_deleted(service):
     assert batch.status == "completed", batch
     output = api.files.retrieve(batch.output_file_id)
     assert output.expires_at == output.created_at + 3600
+
+
+def test_a_small_batch_created_after_a_large_one_finishes_first(service):
+    """The runner runs one batch at a time here (--max-batches 1): the large batch gives
+    its slot up after its turn (--turn-s 1) because the small one waits, and the small one
+    ends while the large one is still in progress; the large one then ends, each line once."""
+    api = client(service["url"])
+    large = submit(api, chat_lines(SLOW_LINES, model="slow", prefix="g"))
+    wait(api, large.id, finished_lines(1))
+    small = wait(api, submit(api, chat_lines(4, prefix="h")).id)
+    during = api.batches.retrieve(large.id)
+    assert small.status == "completed" and small.request_counts.completed == 4
+    assert during.status == "in_progress", during
+    assert during.request_counts.completed < SLOW_LINES
+    done = wait(api, large.id, timeout=90)
+    assert done.status == "completed" and small.completed_at <= done.completed_at
+    ids = [line["custom_id"] for line in lines_of(api, done.output_file_id)]
+    assert sorted(ids) == sorted(f"g{i}" for i in range(SLOW_LINES))

@@ -67,6 +67,8 @@ def _field(name: str, **extra: Any) -> Callable[[Any], Any]:
 )
 @_field("batch_size", type=click.IntRange(min=1))
 @_field("concurrency", type=click.IntRange(min=1))
+@_field("max_batches", type=click.IntRange(min=1))
+@_field("turn_s", type=click.FloatRange(min=0, min_open=True))
 @address_option
 @verbose_option
 @handle_errors
@@ -82,6 +84,8 @@ def serve(
     output_expires_s,
     batch_size,
     concurrency,
+    max_batches,
+    turn_s,
     address,
     verbose,
 ):
@@ -116,6 +120,8 @@ def serve(
         output_expires_s=output_expires_s,
         batch_size=batch_size,
         concurrency=concurrency,
+        max_batches=max_batches,
+        turn_s=turn_s,
     )
     connect(address, verbose, existing_cluster=True)
 

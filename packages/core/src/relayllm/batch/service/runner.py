@@ -69,6 +69,10 @@ HEAD_RESOURCE = {"node:__internal_head__": 0.001}
 RUNNER_NAMESPACE = "relayllm"
 
 
+class _TurnOver(Exception):
+    """Raised between blocks when the batch has had its turn and another batch waits."""
+
+
 class _Stop(Exception):
     """Raised between blocks to stop a batch's run: ``cancelled`` or ``expired``."""
 
@@ -105,10 +109,13 @@ class BatchJob:
         batch_id: str,
         claim: int,
         deployments: Callable[[], list[str]] = deployment_names,
+        turn_over: Callable[[float], bool] | None = None,
     ) -> None:
         self.settings, self.store, self.storage = settings, store, storage
         self.batch_id, self.claim = batch_id, claim
         self.deployments = deployments
+        #: Asked after each block with the seconds this turn has run: True ends the turn.
+        self.turn_over = turn_over
         self.dir = os.path.join(settings.work_dir, batch_id)
         self.input = os.path.join(self.dir, "input.jsonl")
         self.output = os.path.join(self.dir, f"out.{claim}.jsonl")
@@ -131,11 +138,16 @@ class BatchJob:
 
     # -- the life cycle --------------------------------------------------------------------
 
-    def run(self) -> None:
-        """The batch to its end; a status change refused because the batch moved on meanwhile
-        (a cancel arriving after the last block's check) ends it as it is now: cancelled."""
+    def run(self) -> bool:
+        """The batch to its end, or to the end of its turn (returns False: the claim and the
+        work files are kept for the next turn); a status change refused because the batch
+        moved on meanwhile (a cancel arriving after the last block's check) ends it as it is
+        now: cancelled."""
         try:
             self._steps()
+        except _TurnOver:
+            logger.info("batch %s: its turn is over, another batch waits", self.batch_id)
+            return False
         except IllegalTransitionError:
             record = self.update()  # re-read
             if record.status == "cancelling":
@@ -143,6 +155,7 @@ class BatchJob:
                 self.finish(record, "cancelled")
             elif not record.terminal:
                 raise
+        return True
 
     def _steps(self) -> None:
         record = self.update()  # the batch as it is now (and: our claim is current)
@@ -199,12 +212,16 @@ class BatchJob:
         total = scan.lines
         self.update(request_counts=RequestCounts(total, done.completed, done.failed))
 
+        began = time.monotonic()
+
         def on_block(completed: int, failed: int) -> None:
             now = self.update(request_counts=RequestCounts(total, completed, failed))
             if now.status == "cancelling":
                 raise _Stop("cancelled")
             if self.expired(now):
                 raise _Stop("expired")
+            if self.turn_over is not None and self.turn_over(time.monotonic() - began):
+                raise _TurnOver()
 
         fields = processor_fields(self.settings)
         with (
@@ -359,6 +376,10 @@ class BatchRunner:
         self.name = _runner_identity()
         self.active: dict[str, threading.Thread] = {}
         self.jobs: dict[str, BatchJob] = {}  # the claims held, kept alive by _heartbeat
+        self.turns: dict[str, int] = {}  # batch -> when it last got a slot (a tick)
+        self._tick = 0
+        #: A batch waits for a slot: running ones end their turn at their next block.
+        self.contended = False
         self._wake = threading.Event()
         self._quiet_ray_data()
         self._thread = threading.Thread(target=self._loop, name="batch-runner", daemon=True)
@@ -413,37 +434,61 @@ class BatchRunner:
                 _delete_quietly(self.storage, file_id)
 
     def _start_due(self) -> None:
+        """Fill the free slots, round robin: the batches that never ran, oldest first, then
+        those whose last turn is longest ago. Any batch left waiting makes the running ones
+        end their turn (``turn_s``) at their next block."""
         self.active = {b: t for b, t in self.active.items() if t.is_alive()}
-        for record in self.store.unfinished():
-            if record.id in self.active:
-                continue
-            if len(self.active) >= self.settings.max_batches:
-                break
+        unfinished = self.store.unfinished()
+        live = {r.id for r in unfinished}
+        self.turns = {b: t for b, t in self.turns.items() if b in live}
+        waiting = sorted(
+            (r.id for r in unfinished if r.id not in self.active),
+            key=lambda b: self.turns.get(b, 0),  # stable: oldest first among equals
+        )
+        while waiting and len(self.active) < self.settings.max_batches:
+            batch_id = waiting.pop(0)
+            self._tick += 1
+            self.turns[batch_id] = self._tick
             thread = threading.Thread(
-                target=self._run, args=(record.id,), name=f"batch-{record.id}", daemon=True
+                target=self._run, args=(batch_id,), name=f"batch-{batch_id}", daemon=True
             )
-            self.active[record.id] = thread
+            self.active[batch_id] = thread
             thread.start()
+        self.contended = bool(waiting)
+
+    def _turn_over(self, seconds: float) -> bool:
+        return self.contended and seconds >= self.settings.turn_s
 
     def _run(self, batch_id: str) -> None:
+        job = self.jobs.get(batch_id)  # a batch back for another turn keeps its claim
+        if job is None:
+            try:
+                claim = self.store.claim(batch_id, self.name, lease_s=self.settings.lease_s)
+            except (IllegalTransitionError, NotFoundError):
+                return  # finished meanwhile
+            except ClaimHeldError:
+                logger.debug("batch %s: held by a live runner", batch_id)
+                return  # tried again at the next poll, taken once that runner's lease runs out
+            job = BatchJob(
+                self.settings,
+                self.store,
+                self.storage,
+                batch_id,
+                claim,
+                turn_over=self._turn_over,
+            )
+            self.jobs[batch_id] = job
+        ended = True
         try:
-            claim = self.store.claim(batch_id, self.name, lease_s=self.settings.lease_s)
-        except (IllegalTransitionError, NotFoundError):
-            return  # finished meanwhile
-        except ClaimHeldError:
-            logger.debug("batch %s: held by a live runner", batch_id)
-            return  # tried again at the next poll, taken once that runner's lease runs out
-        job = BatchJob(self.settings, self.store, self.storage, batch_id, claim)
-        self.jobs[batch_id] = job
-        try:
-            job.run()
+            ended = job.run()
         except StaleClaimError:
             logger.warning("batch %s: another runner claimed it; stopping", batch_id)
         except Exception as exc:
             logger.exception("batch %s failed in the runner", batch_id)
             self._fail(job, exc)
         finally:
-            self.jobs.pop(batch_id, None)
+            if ended:
+                self.jobs.pop(batch_id, None)
             self._wake.set()  # a slot is free
 
     def _fail(self, job: BatchJob, exc: Exception) -> None:

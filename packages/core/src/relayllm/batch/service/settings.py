@@ -68,6 +68,12 @@ class ServiceSettings(BaseModel):
     batch_size: int = Field(default=64, gt=0, description="Rows per call to a deployment.")
     concurrency: int = Field(default=1, gt=0, description="Stage workers per batch.")
     max_batches: int = Field(default=4, gt=0, description="Batches the runner runs at once.")
+    turn_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="While batches wait for a slot, a running batch gives its slot up after "
+        "this many seconds, at its next block (round robin; its claim and lines are kept).",
+    )
     poll_s: float = Field(
         default=2.0, gt=0, description="How often the runner looks for work unwoken."
     )
