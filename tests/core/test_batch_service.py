@@ -221,10 +221,6 @@ def test_a_file_that_fails_validation_fails_the_batch_with_openais_errors(servic
     codes = {(e.code, e.line) for e in batch.errors.data}
     assert codes == {("duplicate_custom_id", 3), ("invalid_json", 4)}
     assert batch.output_file_id is None and batch.request_counts.completed == 0
-    # a model no deployment serves fails it too (two deployments: the model must name one)
-    unknown = wait(api, submit(api, chat_lines(2, model="gpt-4o")).id)
-    assert unknown.status == "failed"
-    assert [e.code for e in unknown.errors.data] == ["model_not_found"]
     # what the gateway refuses at once is an HTTP error the client raises
     with pytest.raises(openai.BadRequestError, match="endpoint"):
         api.batches.create(
@@ -459,3 +455,39 @@ def test_a_small_batch_created_after_a_large_one_finishes_first(service):
     assert done.status == "completed" and small.completed_at <= done.completed_at
     ids = [line["custom_id"] for line in lines_of(api, done.output_file_id)]
     assert sorted(ids) == sorted(f"g{i}" for i in range(SLOW_LINES))
+
+
+def test_one_batchs_lines_go_to_the_deployments_their_model_names(service):
+    """Lines for "echo" and "slow" in one batch run on those deployments (counted on each);
+    lines naming a model no deployment serves fail alone, with OpenAI's 404 model_not_found."""
+    from openai.types import ErrorObject
+    from openai.types.chat import ChatCompletion
+
+    api = client(service["url"])
+    lines = (
+        chat_lines(3, model="echo", prefix="m")
+        + chat_lines(2, model="slow", prefix="n")
+        + chat_lines(2, model="gpt-4o", prefix="u")
+    )
+    before = {name: deployment_rows(name) for name in ("echo", "slow")}
+    batch = wait(api, submit(api, lines).id)
+    ran = {name: deployment_rows(name) - before[name] for name in ("echo", "slow")}
+    assert batch.status == "completed", batch
+    assert ran == {"echo": 3, "slow": 2}
+    counts = batch.request_counts
+    assert (counts.total, counts.completed, counts.failed) == (7, 5, 2)
+    output = lines_of(api, batch.output_file_id)
+    assert sorted(x["custom_id"] for x in output) == ["m0", "m1", "m2", "n0", "n1"]
+    for line in output:
+        ChatCompletion.model_validate(line["response"]["body"])
+    refused = lines_of(api, batch.error_file_id)
+    assert sorted(x["custom_id"] for x in refused) == ["u0", "u1"]
+    for line in refused:
+        assert line["error"] is None and line["response"]["status_code"] == 404
+        error = ErrorObject.model_validate(line["response"]["body"]["error"])
+        assert (error.code, error.param, error.type) == (
+            "model_not_found",
+            "model",
+            "invalid_request_error",
+        )
+        assert "gpt-4o" in error.message

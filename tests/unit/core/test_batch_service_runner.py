@@ -262,7 +262,7 @@ def test_the_runners_lines_may_not_read_local_image_files(service, monkeypatch):
     assert not ProcessorConfig(deployment="echo", **processor_fields(settings)).local_image_files
     passed = []
 
-    def run_scanned(scan, names, default, out, err, fields, done, on_block, stop=None):
+    def run_scanned(scan, names, default, out, err, fields, done, on_block, stop, **routing):
         passed.append(fields)
         return {}
 

@@ -140,6 +140,19 @@ def test_routing_by_model():
         route_models(first_lines("x"), ["a", "b"], None)
 
 
+def test_lenient_routing_leaves_out_only_the_models_that_route_nowhere():
+    """The batch service's rule (strict=False): where strict routing refuses the file, the
+    lines of the models that route nowhere fail alone."""
+    assert route_models(first_lines("a", "x"), ["a", "dep"], "dep", strict=False) == {"a": "a"}
+    assert route_models(first_lines("x", None), ["a", "b"], None, strict=False) == {}
+    assert route_models(first_lines("a", "x", None), ["a"], "a", strict=False) == {
+        "a": "a",
+        None: "a",
+    }
+    # one deployment, one model value naming none: the default takes it, as strictly
+    assert route_models(first_lines("gpt-4o"), ["dep"], "dep", strict=False) == {"gpt-4o": "dep"}
+
+
 def test_response_lines_follow_openai_shapes():
     chat = response_line(
         BatchRequest(1, "c", "chat", [], {}, None),

@@ -209,17 +209,29 @@ def _score_line(
 
 
 def route_models(
-    first_line: dict[str | None, int], deployments: list[str], default: str | None
+    first_line: dict[str | None, int],
+    deployments: list[str],
+    default: str | None,
+    strict: bool = True,
 ) -> dict[str | None, str]:
     """The deployment each ``model`` value of a file goes to (``first_line``: each value and
     the first line that uses it, for the error message).
 
     A ``model`` naming one of ``deployments`` goes there. Otherwise, if the file uses at most
     one ``model`` value, everything goes to ``default``. Several model values that do not all
-    name deployments is an error before anything runs.
+    name deployments is an error before anything runs. ``strict=False`` (the batch service,
+    where an unknown model fails only its lines) leaves the values that route nowhere out of
+    the answer instead of raising.
     """
     unrouted = sorted({m for m in first_line if m is not None and m not in deployments})
     named = [m for m in first_line if m is not None]
+    if not strict:
+        single = len(named) <= 1
+        return {
+            model: model if model in deployments else str(default)
+            for model in first_line
+            if model in deployments or (default is not None and (model is None or single))
+        }
     if len(named) > 1 and unrouted:
         raise ConfigError(
             f"the file mixes model values {sorted(named)}; each must name a deployment to route "
@@ -283,6 +295,36 @@ def error_line(line: int, custom_id: str | None, code: str, message: str) -> dic
     }
 
 
+def model_not_found_line(
+    line: int, custom_id: str | None, model: str | None, deployments: list[str]
+) -> dict[str, Any]:
+    """The error-file line of a request whose ``model`` names no deployment: OpenAI's shape
+    for a request the API refused (its 404 ``model_not_found`` error as the response)."""
+    served = ", ".join(deployments) or "none"
+    message = (
+        f"line {line}: the model {model!r} does not exist here; name a deployment ({served})"
+        if model is not None
+        else f"line {line}: no 'model': name a deployment ({served})"
+    )
+    return {
+        "id": batch_request_id(),
+        "custom_id": custom_id,
+        "response": {
+            "status_code": 404,
+            "request_id": uuid.uuid4().hex,
+            "body": {
+                "error": {
+                    "message": message,
+                    "type": "invalid_request_error",
+                    "param": "model",
+                    "code": "model_not_found",
+                }
+            },
+        },
+        "error": None,
+    }
+
+
 def request_counts(total: int, completed: int, failed: int) -> dict[str, int]:
     return {"total": total, "completed": completed, "failed": failed}
 
@@ -306,6 +348,7 @@ __all__ = [
     "BatchRequest",
     "Envelope",
     "error_line",
+    "model_not_found_line",
     "parse_line",
     "request_counts",
     "response_line",

@@ -31,6 +31,8 @@ from relayllm.batch.format import (
     BatchRequest,
     error_line,
     gathered,
+    model_not_found_line,
+    parse_envelope,
     parse_line,
     request_counts,
     response_line,
@@ -208,13 +210,15 @@ def default_errors_path(output: str) -> str:
 
 
 def groups_of(
-    scan: Scan, deployments: list[str], default: str | None
+    scan: Scan, deployments: list[str], default: str | None, strict: bool = True
 ) -> dict[tuple[str, Task], list[int]]:
-    """The (deployment, task) groups to run, in the file's order, each with its key indexes."""
-    to = route_models(scan.first_line, deployments, default)
+    """The (deployment, task) groups to run, in the file's order, each with its key indexes
+    (``strict=False``: the keys whose model routes nowhere are left out)."""
+    to = route_models(scan.first_line, deployments, default, strict)
     groups: dict[tuple[str, Task], list[int]] = {}
     for index, (model, task) in enumerate(scan.keys):
-        groups.setdefault((to[model], task), []).append(index)
+        if model in to:
+            groups.setdefault((to[model], task), []).append(index)
     return groups
 
 
@@ -228,6 +232,7 @@ def run_scanned(
     done: Done | None = None,
     on_block: Callable[[int, int], None] | None = None,
     stop: StopCheck | None = None,
+    strict_routing: bool = True,
 ) -> dict[str, int]:
     """Run the scanned file's groups one after another; write each line to ``output`` or
     ``errors`` as its block arrives; return OpenAI's ``request_counts`` for the whole file
@@ -239,7 +244,11 @@ def run_scanned(
 
     ``stop`` (:class:`StopCheck`) is asked by the stage workers before each line is sent:
     once it says stop, a block's remaining lines are not sent and not written (so a resumed
-    or expired run finds them undone), and ``on_block`` must then raise to end the run."""
+    or expired run finds them undone), and ``on_block`` must then raise to end the run.
+
+    ``strict_routing=False`` (the batch service): a line whose ``model`` names no deployment
+    is written to ``errors`` as a 404 ``model_not_found`` response, the other lines run (by
+    default such a file is refused before anything runs, :func:`route_models`)."""
     from relayllm.data_context import keep_input_order
 
     done = done or Done()
@@ -250,8 +259,15 @@ def run_scanned(
             json.dumps(error_line(line.line, line.custom_id, line.code, line.message)) + "\n"
         )
         failed += 1
+    groups = groups_of(scan, deployments, default, strict_routing)
+    routed = {k for keys in groups.values() for k in keys}
+    unrouted = [k for k in range(len(scan.keys)) if k not in routed]
+    if unrouted:
+        failed += _write_unrouted(scan, unrouted, deployments, errors)
     errors.flush()
-    for (deployment, task), keys in groups_of(scan, deployments, default).items():
+    if unrouted and on_block is not None:
+        on_block(completed, failed)
+    for (deployment, task), keys in groups.items():
         dataset = group_dataset(scan, keys, deployment, task, processor_fields or {}, stop)
         keep_input_order(dataset.context)
         write = _ScoreWriter(deployment, served_model(deployment)) if task == "score" else None
@@ -290,6 +306,28 @@ class StopCheck:
         if self.deadline is not None and time.time() >= self.deadline:
             return True
         return self.flag is not None and os.path.exists(self.flag)
+
+
+def _write_unrouted(scan: Scan, keys: list[int], deployments: list[str], errors: IO[str]) -> int:
+    """The lines of ``keys`` (models that route nowhere) as error lines, read from the file's
+    chunks in the driver, a chunk at a time; returns how many."""
+    wanted, written = set(keys), 0
+    with open(scan.path, "rb") as handle:
+        for chunk in scan.chunks:
+            if not wanted.intersection(chunk.keys):
+                continue
+            handle.seek(chunk.start)
+            data = handle.read(chunk.end - chunk.start)
+            for i, (key, raw) in enumerate(zip(chunk.keys, data.split(b"\n"), strict=False)):
+                if key not in wanted:
+                    continue
+                number = chunk.first_line + i
+                model = scan.keys[key][0]
+                envelope = parse_envelope(raw.decode("utf-8"), number)
+                line = model_not_found_line(number, envelope.custom_id, model, deployments)
+                errors.write(_encode(line) + "\n")
+                written += 1
+    return written
 
 
 def group_dataset(
