@@ -6,6 +6,7 @@ One gateway (and one runner) for the module; a second gateway on the same state,
 ``/short``, enforces a 3 s completion window for the expiry test and lets files expire after
 a second."""
 
+import io
 import json
 import os
 import signal
@@ -491,3 +492,52 @@ def test_one_batchs_lines_go_to_the_deployments_their_model_names(service):
             "invalid_request_error",
         )
         assert "gpt-4o" in error.message
+
+
+def test_a_line_with_a_remote_image_fails_alone_and_nothing_is_fetched(service):
+    """The service allows no image host unless configured (image_hosts): a line whose
+    image_url is an http(s) address fails with a clear error and the address is never asked;
+    a data: URL still runs. (The allow-list itself: tests/core/test_image_hosts.py.)"""
+    import base64
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    asked = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            asked.append(self.path)
+            self.send_response(404)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        from PIL import Image
+
+        buffer = io.BytesIO()
+        Image.new("RGB", (3, 2)).save(buffer, format="PNG")
+        data = "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+        lines = chat_lines(2, prefix="i")
+        for line, url in zip(
+            lines, (f"http://127.0.0.1:{httpd.server_address[1]}/x.png", data), strict=True
+        ):
+            line["body"]["messages"][0]["content"] = [
+                {"type": "text", "text": "see"},
+                {"type": "image_url", "image_url": {"url": url}},
+            ]
+        api = client(service["url"])
+        batch = wait(api, submit(api, lines).id)
+    finally:
+        httpd.shutdown()
+    assert batch.status == "completed", batch
+    assert asked == []  # the worker never contacted the address
+    (refused,) = lines_of(api, batch.error_file_id)
+    assert refused["custom_id"] == "i0"
+    assert "remote images are not allowed here" in refused["error"]["message"]
+    (answered,) = lines_of(api, batch.output_file_id)
+    assert answered["custom_id"] == "i1"
+    assert "<image:3x2>" in answered["response"]["body"]["choices"][0]["message"]["content"]

@@ -334,3 +334,16 @@ def test_a_runner_killed_between_storing_its_files_and_recording_them_publishes_
     assert not storage.exists(left.pending_files[0])
     assert sorted(os.listdir(storage._base)) == sorted([batch.input_file_id, done.output_file_id])
     assert (done.request_counts.completed, done.request_counts.failed) == (2, 0)
+
+
+def test_the_runners_lines_fetch_images_only_from_the_hosts_the_service_allows(tmp_path):
+    from relayllm import ProcessorConfig
+
+    def hosts(image_hosts):
+        settings = ServiceSettings(state_dir=str(tmp_path), image_hosts=image_hosts)
+        return ProcessorConfig(deployment="echo", **processor_fields(settings)).remote_image_hosts
+
+    assert hosts([]) == []  # the default: no host
+    assert ServiceSettings(state_dir=str(tmp_path)).image_hosts == []
+    assert hosts(["img.example.org"]) == ["img.example.org"]
+    assert hosts(["*"]) is None  # any host

@@ -208,6 +208,12 @@ class ProcessorSettings(ConfigModel):
         "run with): such a part fails its row, with one error whether the file exists or "
         "not; http(s) and data: URLs are read either way.",
     )
+    remote_image_hosts: list[str] | None = Field(
+        default=None,
+        description="The hosts a chat row's http(s) image_url may name (exact names, and "
+        "every redirect's); None: any host; an empty list: none (only data: URLs and local "
+        "files). The batch service sets it from its image_hosts setting (default: none).",
+    )
 
     def settings(self) -> dict[str, Any]:
         """The settings alone (what a :class:`ProcessorConfig` takes from a step)."""

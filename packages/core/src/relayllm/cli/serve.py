@@ -12,17 +12,17 @@ from relayllm.batch.service.settings import STATE_DIR_ENV
 from relayllm.cli.common import address_option, connect, handle_errors, verbose_option
 
 
-def _field(name: str, **extra: Any) -> Callable[[Any], Any]:
+def _field(name: str, *flag: str, **extra: Any) -> Callable[[Any], Any]:
     """An option for the ServiceSettings field ``name``: its default and help from the model
-    (one place states them)."""
+    (one place states them); ``flag``: another option name than the field's."""
     from relayllm.batch.service.settings import ServiceSettings
 
     field = ServiceSettings.model_fields[name]
     options: dict[str, Any] = {"help": field.description}
-    if field.default is not None:
+    if field.default is not None and field.default_factory is None:
         options.update(default=field.default, show_default=True)
     options.update(extra)
-    return click.option(f"--{name.replace('_', '-')}", **options)
+    return click.option(*(flag or (f"--{name.replace('_', '-')}",)), name, **options)
 
 
 @click.command()
@@ -68,6 +68,14 @@ def _field(name: str, **extra: Any) -> Callable[[Any], Any]:
 @_field("batch_size", type=click.IntRange(min=1))
 @_field("concurrency", type=click.IntRange(min=1))
 @_field("max_batches", type=click.IntRange(min=1))
+@_field(
+    "image_hosts",
+    "--image-host",
+    multiple=True,
+    metavar="HOST",
+    help="A host whose http(s) image URLs batch lines may name (repeat it; '*': any). "
+    "Default: none, only data: URLs.",
+)
 @_field("turn_s", type=click.FloatRange(min=0, min_open=True))
 @address_option
 @verbose_option
@@ -85,6 +93,7 @@ def serve(
     batch_size,
     concurrency,
     max_batches,
+    image_hosts,
     turn_s,
     address,
     verbose,
@@ -121,6 +130,7 @@ def serve(
         batch_size=batch_size,
         concurrency=concurrency,
         max_batches=max_batches,
+        image_hosts=list(image_hosts),
         turn_s=turn_s,
     )
     connect(address, verbose, existing_cluster=True)

@@ -5,7 +5,10 @@ A part's ``url`` may be ``http(s)://`` (fetched with a time and a size limit), a
 URL (base64) or a local file (``file://`` URL or an absolute path, read on the worker) unless
 ``ImageLimits.local_files`` is off (``ProcessorSettings.local_image_files``; the batch service
 turns it off): then a local file is refused before the worker's file system is looked at, with
-one message whether the path exists or not. Each is decoded with Pillow (size and pixel
+one message whether the path exists or not. ``ImageLimits.remote_hosts``
+(``ProcessorSettings.remote_image_hosts``; the batch service allows none unless configured)
+limits the hosts an http(s) URL, and each redirect it answers with, may name: a refused one is
+never contacted. Each is decoded with Pillow (size and pixel
 limits) and travels on as a ``data:`` URL of the same bytes, which every backend reads without
 network access from the engine's process. A URL that does not answer, a file that is not
 there or bytes that are not an image are that row's ``error``
@@ -38,6 +41,8 @@ class ImageLimits:
     timeout_s: float = 10.0
     max_pixels: int = 40_000_000
     local_files: bool = True
+    #: Host names an http(s) URL may name (exact, any case); None: any host; empty: none.
+    remote_hosts: tuple[str, ...] | None = None
 
 
 class ImageError(ValueError):
@@ -100,6 +105,7 @@ def read_image_bytes(url: str, limits: ImageLimits) -> bytes:
     if scheme == "data":
         return _data_url_bytes(url, limits)
     if scheme in ("http", "https"):
+        _check_host(url, limits)
         return _fetch(url, limits)
     if is_local(url):
         if not limits.local_files:  # before any look at the file system: same for every path
@@ -125,7 +131,34 @@ def is_local(url: str) -> bool:
 
 
 def _sources(limits: ImageLimits) -> str:
+    if limits.remote_hosts == ():  # no host allowed
+        return "data: or a local file" if limits.local_files else "a data: URL"
     return "http(s)://, data: or a local file" if limits.local_files else "http(s):// or data:"
+
+
+def _check_host(url: str, limits: ImageLimits) -> None:
+    """Refuse, before any connection, an http(s) URL whose host is not allowed."""
+    if limits.remote_hosts is None:
+        return
+    host = (urllib.parse.urlsplit(url).hostname or "").lower()
+    if not limits.remote_hosts:
+        raise ImageError("remote images are not allowed here: send the image as a data: URL")
+    if host not in {h.lower() for h in limits.remote_hosts}:
+        raise ImageError(
+            f"images from {_host(url)} are not allowed here: use an allowed host or a data: URL"
+        )
+
+
+class _CheckedRedirects(urllib.request.HTTPRedirectHandler):
+    """Follows a redirect only to an allowed host: an allowed host cannot send the worker
+    elsewhere."""
+
+    def __init__(self, limits: ImageLimits) -> None:
+        self.limits = limits
+
+    def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str):  # type: ignore[no-untyped-def]
+        _check_host(newurl, self.limits)
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
 
 
 def _data_url_bytes(url: str, limits: ImageLimits) -> bytes:
@@ -142,9 +175,16 @@ def _data_url_bytes(url: str, limits: ImageLimits) -> bytes:
 
 def _fetch(url: str, limits: ImageLimits) -> bytes:
     request = urllib.request.Request(url, headers={"User-Agent": "relayllm"})
+    opener = (
+        urllib.request.build_opener()
+        if limits.remote_hosts is None
+        else urllib.request.build_opener(_CheckedRedirects(limits))
+    )
     try:
-        with urllib.request.urlopen(request, timeout=limits.timeout_s) as response:
+        with opener.open(request, timeout=limits.timeout_s) as response:
             body = response.read(limits.max_bytes + 1)
+    except ImageError:
+        raise
     except urllib.error.HTTPError as exc:
         raise ImageError(f"fetching {_host(url)} answered HTTP {exc.code}") from None
     except (urllib.error.URLError, OSError) as exc:  # refused, timed out, DNS...

@@ -155,7 +155,12 @@ class ServeStage:
             else:
                 request.setdefault("priority", self.config.priority)  # batch, unless said
                 pending.append((i, request))
-        pending = await _prepare_images(pending, results, self.config.local_image_files)
+        pending = await _prepare_images(
+            pending,
+            results,
+            self.config.local_image_files,
+            self.config.remote_image_hosts,
+        )
 
         if self.config.order_by_prefix:
             # Lexicographic order puts rows that share a prefix next to each other, however
@@ -304,17 +309,24 @@ def _is_grpc_error(exc: BaseException) -> bool:
 
 
 async def _prepare_images(
-    pending: list[tuple[int, Request]], results: list[Result], local_files: bool = True
+    pending: list[tuple[int, Request]],
+    results: list[Result],
+    local_files: bool = True,
+    remote_hosts: list[str] | None = None,
 ) -> list[tuple[int, Request]]:
     """Chats with ``image_url`` parts get their images fetched, decoded and inlined here, on
     the CPU worker (relayllm.stage.images), in threads; a row whose image cannot be used (or
-    names a local file, unless ``local_files``) gets the reason as its error and is not sent."""
+    names a local file, unless ``local_files``, or a host not in ``remote_hosts``) gets the
+    reason as its error and is not sent."""
     from relayllm.stage.images import ImageLimits, has_images, prepare_images
 
     with_images = [k for k, (_, r) in enumerate(pending) if has_images(r.get("messages"))]
     if not with_images:
         return pending
-    limits = ImageLimits(local_files=local_files)
+    limits = ImageLimits(
+        local_files=local_files,
+        remote_hosts=None if remote_hosts is None else tuple(remote_hosts),
+    )
     prepared = await asyncio.gather(
         *(asyncio.to_thread(prepare_images, pending[k][1]["messages"], limits) for k in with_images)
     )

@@ -529,11 +529,15 @@ def _runner_identity() -> str:
 
 def processor_fields(settings: ServiceSettings) -> dict[str, Any]:
     """The processor settings a batch's lines run with. The lines come from anyone holding a
-    project key: their images may not be files of the cluster's workers."""
+    project key: their images may not be files of the cluster's workers, nor http(s)
+    addresses the workers would fetch (inside the cluster's network too) unless the service
+    allows their hosts (``image_hosts``)."""
+    hosts = settings.image_hosts
     return {
         "batch_size": settings.batch_size,
         "concurrency": settings.concurrency,
         "local_image_files": False,
+        "remote_image_hosts": None if "*" in hosts else list(hosts),
     }
 
 

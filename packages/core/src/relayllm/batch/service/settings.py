@@ -67,6 +67,12 @@ class ServiceSettings(BaseModel):
     max_lines: int = Field(default=1_000_000, gt=0, description="Request lines per batch.")
     batch_size: int = Field(default=64, gt=0, description="Rows per call to a deployment.")
     concurrency: int = Field(default=1, gt=0, description="Stage workers per batch.")
+    image_hosts: list[str] = Field(
+        default_factory=list,
+        description="Hosts whose http(s) image URLs batch lines may name (exact names; '*' "
+        "any). Default: none, only data: URLs: the workers would fetch any address for "
+        "anyone holding a key.",
+    )
     max_batches: int = Field(default=4, gt=0, description="Batches the runner runs at once.")
     turn_s: float = Field(
         default=30.0,
