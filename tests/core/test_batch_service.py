@@ -445,17 +445,18 @@ def test_a_small_batch_created_after_a_large_one_finishes_first(service):
     its slot up after its turn (--turn-s 1) because the small one waits, and the small one
     ends while the large one is still in progress; the large one then ends, each line once."""
     api = client(service["url"])
-    large = submit(api, chat_lines(SLOW_LINES, model="slow", prefix="g"))
+    size = SLOW_LINES // 2
+    large = submit(api, chat_lines(size, model="slow", prefix="g"))
     wait(api, large.id, finished_lines(1))
     small = wait(api, submit(api, chat_lines(4, prefix="h")).id)
     during = api.batches.retrieve(large.id)
     assert small.status == "completed" and small.request_counts.completed == 4
     assert during.status == "in_progress", during
-    assert during.request_counts.completed < SLOW_LINES
+    assert during.request_counts.completed < size
     done = wait(api, large.id, timeout=90)
     assert done.status == "completed" and small.completed_at <= done.completed_at
     ids = [line["custom_id"] for line in lines_of(api, done.output_file_id)]
-    assert sorted(ids) == sorted(f"g{i}" for i in range(SLOW_LINES))
+    assert sorted(ids) == sorted(f"g{i}" for i in range(size))
 
 
 def test_one_batchs_lines_go_to_the_deployments_their_model_names(service):
@@ -541,3 +542,31 @@ def test_a_line_with_a_remote_image_fails_alone_and_nothing_is_fetched(service):
     (answered,) = lines_of(api, batch.output_file_id)
     assert answered["custom_id"] == "i1"
     assert "<image:3x2>" in answered["response"]["body"]["choices"][0]["message"]["content"]
+
+
+def test_a_responses_batch_answers_response_objects(service):
+    """``/v1/responses`` lines (text in, text out) run as chats on the deployment and come
+    back as openai's Response objects."""
+    from openai.types.responses import Response
+
+    api = client(service["url"])
+    lines = [
+        {
+            "custom_id": f"s{i}",
+            "method": "POST",
+            "url": "/v1/responses",
+            "body": {"model": "echo", "input": f"line {i} words", "instructions": "echo it"},
+        }
+        for i in range(3)
+    ]
+    uploaded = api.files.create(file=("responses.jsonl", jsonl(lines)), purpose="batch")
+    created = api.batches.create(
+        input_file_id=uploaded.id, endpoint="/v1/responses", completion_window="24h"
+    )
+    batch = wait(api, created.id)
+    assert batch.status == "completed" and batch.request_counts.completed == 3, batch
+    for line in lines_of(api, batch.output_file_id):
+        response = Response.model_validate(line["response"]["body"])
+        number = line["custom_id"][1:]
+        assert response.status == "completed"
+        assert response.output_text == f"echo it line {number} words"

@@ -144,7 +144,8 @@ def test_models_that_route_to_no_deployment_fail_when_deployments_are_given():
 def test_endpoints_are_the_ones_the_run_supports():
     assert check_endpoint(CHAT) == "chat"
     assert check_endpoint("/v1/rerank") == "score"
-    for bad in ("/v1/responses", "/v1/moderations", None):
+    assert check_endpoint("/v1/responses") == "chat"  # text in, text out, as a chat
+    for bad in ("/v1/moderations", None):
         with pytest.raises(InvalidRequestError) as caught:
             check_endpoint(bad)
         assert caught.value.param == "endpoint"

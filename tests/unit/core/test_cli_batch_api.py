@@ -297,3 +297,53 @@ def test_a_deployments_file_is_read_alone_with_errors_at_their_lines(tmp_path):
     alone.write_text("deployments:\n  - name: a\n    backend: echo\n    options:\n      mode: up\n")
     with pytest.raises(PipelineError, match=r"deployments\[0\]\.options.*mode"):
         load_deployments(alone).check_backends()
+
+
+def test_a_responses_line_runs_as_a_chat_and_answers_a_response_object():
+    """``/v1/responses`` (text in, text out): instructions and input become the chat's
+    messages, max_output_tokens its max_tokens; the answer validates as openai's Response."""
+    openai_types = pytest.importorskip("openai.types.responses")
+    line = {
+        "custom_id": "r1",
+        "method": "POST",
+        "url": "/v1/responses",
+        "body": {
+            "model": "echo",
+            "instructions": "be brief",
+            "input": [{"role": "user", "content": [{"type": "input_text", "text": "hi there"}]}],
+            "max_output_tokens": 5,
+            "temperature": 0,
+        },
+    }
+    request = parse_line(json.dumps(line), 1)
+    assert isinstance(request, BatchRequest) and request.responses and request.task == "chat"
+    assert request.value == [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "hi there"},
+    ]
+    assert request.sampling_params == {"max_tokens": 5, "temperature": 0}
+    result = {
+        "generated_text": "hi there",
+        "finish_reason": "stop",
+        "num_input_tokens": 4,
+        "num_generated_tokens": 2,
+        "request_id": "abc",
+    }
+    out = response_line(request, result, "echo-echo")
+    response = openai_types.Response.model_validate(out["response"]["body"])
+    assert response.output_text == "hi there" and response.status == "completed"
+    assert (response.usage.input_tokens, response.usage.output_tokens) == (4, 2)
+    cut = response_line(request, {**result, "finish_reason": "length"}, "echo-echo")
+    cut_response = openai_types.Response.model_validate(cut["response"]["body"])
+    assert cut_response.status == "incomplete"
+    assert cut_response.incomplete_details.reason == "max_output_tokens"
+    plain = {**line, "body": {"model": "echo", "input": "hello"}}
+    assert parse_line(json.dumps(plain), 2).value == [{"role": "user", "content": "hello"}]
+    for body, reason in (
+        ({"input": "x", "tools": [{"type": "web_search"}]}, "not supported"),
+        ({"input": "x", "text": {"format": {"type": "json_object"}}}, "text.format"),
+        ({"input": [{"type": "function_call_output", "output": "1"}]}, "must be a message"),
+        ({"input": ""}, "'input' must be"),
+    ):
+        bad = parse_line(json.dumps({**line, "body": body}), 3)
+        assert isinstance(bad, BadLine) and reason in bad.message, (body, bad)

@@ -26,6 +26,7 @@ URL_TASKS: dict[str, Task] = {
     "/v1/chat/completions": "chat",
     "/v1/completions": "completion",
     "/v1/embeddings": "embedding",
+    "/v1/responses": "chat",  # text in, text out: translated to a chat and back
     "/v1/score": "score",
     "/v1/rerank": "score",
 }
@@ -45,6 +46,8 @@ class BatchRequest:
     pairs: list[tuple[str, str]] = field(default_factory=list)
     rerank: bool = False
     top_n: int = 0
+    #: A ``/v1/responses`` line: its answer is a ``response`` object, not a chat completion.
+    responses: bool = False
 
 
 @dataclass
@@ -158,6 +161,11 @@ def parse_body(envelope: Envelope, line: int, check: bool = True) -> BatchReques
 
     if task == "score":
         return _score_line(line, custom_id, str(url), body, model, bad)
+    responses = url == "/v1/responses"
+    if responses:
+        body, problem = openai_body.responses_as_chat(body)
+        if problem:
+            return bad("invalid_request", problem)
     value, problem = openai_body.single_input(task, body)
     if task == "chat" and check:
         problem = check_messages(value)
@@ -167,7 +175,7 @@ def parse_body(envelope: Envelope, line: int, check: bool = True) -> BatchReques
     problem = check_sampling_params(params) if check else None
     if problem:
         return bad("invalid_request", problem.replace("sampling_params.", "body."))
-    return BatchRequest(line, custom_id, task, value, params, model)
+    return BatchRequest(line, custom_id, task, value, params, model, responses=responses)
 
 
 def _score_line(
@@ -266,6 +274,8 @@ def response_line(request: BatchRequest, result: dict[str, Any], model: str) -> 
         body = openai_body.score_body(result["pairs"], model, rid)
     elif request.task == "embedding":
         body = openai_body.embeddings_body([result], model)
+    elif getattr(request, "responses", False):  # (a stand-in without the field: a chat)
+        body = openai_body.responses_body(result, model, rid)
     else:
         body = openai_body.completion_body(request.task, result, model, rid)
     return {

@@ -96,15 +96,16 @@ def batch(
 ):
     """Run an OpenAI Batch API input file (custom_id, method, url, body per line).
 
-    Supported urls: /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/score,
-    /v1/rerank. Lines that cannot run (not JSON, no custom_id, another url...) go to the
-    errors file with the reason; the rest run. A file with duplicate custom_ids is rejected
-    before anything runs. A body's "model" that names a deployment routes the line there; a
-    file that mixes model values that do not all name deployments is rejected. The file is
-    read from disk in blocks and the response lines are written (in input order, per
-    deployment) as their blocks finish, so a stopped batch keeps what it did: run it again
-    with --resume. Prints OpenAI's request_counts for the whole file at the end; exits 0 when
-    the batch ran, even if some lines failed (they are in the errors file).
+    Supported urls: /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses
+    (text in, text out), /v1/score, /v1/rerank. Lines that cannot run (not JSON, no
+    custom_id, another url...) go to the errors file with the reason; the rest run. A file
+    with duplicate custom_ids is rejected before anything runs. A body's "model" that names a
+    deployment routes the line there; a file that mixes model values that do not all name
+    deployments is rejected. The file is read from disk in blocks and the response lines are
+    written (in input order, per deployment) as their blocks finish, so a stopped batch keeps
+    what it did: run it again with --resume. Prints OpenAI's request_counts for the whole
+    file at the end; exits 0 when the batch ran, even if some lines failed (they are in the
+    errors file).
 
     \b
     Examples:
