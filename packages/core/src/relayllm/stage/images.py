@@ -156,7 +156,9 @@ class _CheckedRedirects(urllib.request.HTTPRedirectHandler):
     def __init__(self, limits: ImageLimits) -> None:
         self.limits = limits
 
-    def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str):  # type: ignore[no-untyped-def]
+    def redirect_request(
+        self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str
+    ) -> urllib.request.Request | None:
         _check_host(newurl, self.limits)
         return super().redirect_request(req, fp, code, msg, headers, newurl)
 

@@ -281,11 +281,14 @@ class Gateway:
                 f"{param} must be {{'anchor': 'created_at', 'seconds': N}}", param
             )
         low, high = self.settings.min_expires_s, MAX_EXPIRES_S
+        raw: Any = value.get("seconds")
         try:
-            seconds = int(value.get("seconds"))  # a form field arrives as text
+            seconds = int(raw)  # a form field arrives as text
         except (TypeError, ValueError):
             seconds = -1
-        if isinstance(value.get("seconds"), bool) or not low <= seconds <= high:
+        if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
+            seconds = -1
+        if not low <= seconds <= high:
             raise InvalidRequestError(
                 f"{param}.seconds must be a whole number from {low} to {high}", param
             )

@@ -551,7 +551,7 @@ GATEWAY_ONLY = frozenset(
 def runner_fields(settings: ServiceSettings) -> dict[str, Any]:
     """The settings a runner works by: a gateway with other values for these needs a new
     runner (the gateway-only fields, :data:`GATEWAY_ONLY`, do not count)."""
-    return settings.model_dump(mode="json", exclude=GATEWAY_ONLY)
+    return settings.model_dump(mode="json", exclude=set(GATEWAY_ONLY))
 
 
 def find_runner(name: str) -> Any | None:
