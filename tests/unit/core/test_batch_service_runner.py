@@ -347,3 +347,32 @@ def test_the_runners_lines_fetch_images_only_from_the_hosts_the_service_allows(t
     assert ServiceSettings(state_dir=str(tmp_path)).image_hosts == []
     assert hosts(["img.example.org"]) == ["img.example.org"]
     assert hosts(["*"]) is None  # any host
+
+
+def test_waiting_batches_take_turns_oldest_first_then_the_longest_waiting(service):
+    """The runner's slot rule without a cluster: one slot, three unfinished batches: they
+    get it a, b, c, a, b (a turn that ended without finishing goes to the back), and the one
+    running is told to give its slot up once its turn is long enough, only while others
+    wait."""
+    from relayllm.batch.service.runner import BatchRunner
+
+    settings, store, _ = service
+    runner = object.__new__(BatchRunner)  # no loop thread: _start_due driven by hand
+    runner.settings = settings.model_copy(update={"max_batches": 1, "turn_s": 5.0})
+    runner.store, runner.active, runner.turns, runner._tick = store, {}, {}, 0
+    started: list[str] = []
+    runner._run = started.append  # a turn that ends at once, the batch unfinished
+    a, b, c = (new_batch(service, [line(i)]).id for i in range(3))
+    for _ in range(5):
+        runner._start_due()
+        for thread in runner.active.values():
+            thread.join()
+        assert runner.contended  # two wait while one runs
+        assert runner._turn_over(5.0) and not runner._turn_over(4.9)
+    assert started == [a, b, c, a, b]
+    for batch_id in (a, b):
+        store.cancel_batch("alpha", batch_id)
+        claim = store.claim(batch_id, "x")
+        store.update(batch_id, claim, status="cancelled")
+    runner._start_due()
+    assert not runner.contended and not runner._turn_over(60.0)  # alone: it keeps its slot
