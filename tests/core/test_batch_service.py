@@ -537,7 +537,7 @@ def test_a_line_with_a_remote_image_fails_alone_and_nothing_is_fetched(service):
     assert batch.status == "completed", batch
     assert asked == []  # the worker never contacted the address
     (refused,) = lines_of(api, batch.error_file_id)
-    assert refused["custom_id"] == "i0"
+    assert refused["custom_id"] == "i0" and refused["error"]["code"] == "invalid_image_url"
     assert "remote images are not allowed here" in refused["error"]["message"]
     (answered,) = lines_of(api, batch.output_file_id)
     assert answered["custom_id"] == "i1"

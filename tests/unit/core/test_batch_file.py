@@ -49,3 +49,43 @@ def test_duplicates_are_found_across_chunks(tmp_path):
     path.write_text("\n".join([chat(i) for i in range(600)] + [chat(3)]) + "\n")
     with pytest.raises(ConfigError, match="'c3' on lines 4, 601"):
         batch_file.scan_batch_file(str(path), 16)
+
+
+def test_a_stopped_line_is_neither_sent_nor_written_and_an_image_error_is_named(tmp_path):
+    """The pieces of a stop inside a block, without a cluster: the stage's preprocess marks
+    the lines after the stop flag appears, the postprocess keeps them out of both files, and
+    the block writer counts them; a row the image check refused is ``invalid_image_url``."""
+    import io
+
+    import pyarrow as pa
+
+    from relayllm.batch.run import StopCheck, _Parse, _Respond, _write_block
+
+    flag = tmp_path / "stop"
+    stop = StopCheck(str(flag))
+    parse, respond = _Parse("chat", stop), _Respond("echo", "echo-echo")
+    text = json.dumps(
+        {
+            "custom_id": "a",
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {"messages": [{"role": "user", "content": "hi"}]},
+        }
+    )
+    sent = parse({"line": 1, "text": text})
+    assert not sent.get("skip") and sent["messages"]
+    flag.touch()
+    held = parse({"line": 2, "text": text})
+    assert held["skip"] and held["messages"] is None
+    assert StopCheck(deadline=0.0)() and not StopCheck()()
+    rows = [
+        respond({**sent, "generated_text": "hi", "finish_reason": "stop", "error": None}),
+        respond({**held, "error": "no messages"}),
+        respond({**sent, "error": "messages[0].content[1].image_url: remote images are not "
+                 "allowed here: send the image as a data: URL"}),
+    ]  # fmt: skip
+    out, err = io.StringIO(), io.StringIO()
+    assert _write_block(pa.Table.from_pylist(rows), out, err) == (1, 1, 1)
+    (refused,) = [json.loads(x) for x in err.getvalue().splitlines()]
+    assert refused["error"]["code"] == "invalid_image_url"
+    assert refused["error"]["message"].startswith("messages[0].content[1].image_url")

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
@@ -471,6 +472,9 @@ class _Parse:
         }
 
 
+#: A row error the stage's image check wrote (``relayllm.stage.images.prepare_images``): the
+#: line's image was refused or unreadable before anything was sent, not the engine's failure.
+_IMAGE_ERROR = re.compile(r"messages\[\d+\]\.content\[\d+\]\.image_url\b")
 #: One encoder for every line (json.dumps with options builds one per call).
 _encode = json.JSONEncoder(ensure_ascii=False).encode
 
@@ -492,6 +496,10 @@ class _Respond:
             checked = parse_line(row["text"], request.line)
             if isinstance(checked, BadLine):
                 bad = error_line(checked.line, checked.custom_id, checked.code, checked.message)
+            elif _IMAGE_ERROR.match(str(row[ERROR])):  # refused by the stage, never sent
+                bad = error_line(
+                    request.line, request.custom_id, "invalid_image_url", str(row[ERROR])
+                )
             else:
                 bad = error_line(
                     request.line,
