@@ -153,3 +153,43 @@ def test_an_upload_takes_openais_expires_after_within_its_bounds(gateway):
     assert upload(gateway, form_with(fields), length=True)[0] == 400
     status, body = upload(gateway, BODY, length=True)
     assert status == 200 and body["expires_at"] is None  # none asked: kept
+
+
+def create(gateway, body: dict):
+    raw = json.dumps(body).encode()
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/v1/batches",
+        "root_path": "",
+        "query_string": b"",
+        "headers": [(b"content-type", b"application/json")],
+    }
+    sent = [raw]
+
+    async def receive():
+        return {"type": "http.request", "body": sent.pop() if sent else b"", "more_body": False}
+
+    response = asyncio.run(gateway(Request(scope, receive)))
+    return response.status_code, json.loads(response.body)
+
+
+def test_a_batchs_output_expiry_is_the_one_asked_else_the_servers_default(tmp_path, monkeypatch):
+    monkeypatch.setattr(runner_module, "start_runner", lambda settings: None)
+    monkeypatch.setattr(runner_module, "find_runner", lambda name: None)
+    settings = ServiceSettings(state_dir=str(tmp_path), output_expires_s=7200)
+    gateway = Gateway(settings, KeyMap(anonymous="alpha"))
+    gateway.runner = type("Runner", (), {"wake": type("W", (), {"remote": lambda: None})})()
+    status, uploaded = upload(gateway, BODY, length=True)
+    assert status == 200
+    base = {"input_file_id": uploaded["id"], "endpoint": "/v1/chat/completions"}
+    status, batch = create(gateway, base)
+    assert status == 200
+    assert gateway.store.get_batch("alpha", batch["id"]).output_expires_s == 7200  # default
+    asked = {**base, "output_expires_after": {"anchor": "created_at", "seconds": 3600}}
+    status, batch = create(gateway, asked)
+    assert status == 200
+    assert gateway.store.get_batch("alpha", batch["id"]).output_expires_s == 3600
+    too_short = {**base, "output_expires_after": {"anchor": "created_at", "seconds": 60}}
+    status, error = create(gateway, too_short)
+    assert status == 400 and error["error"]["param"] == "output_expires_after"
