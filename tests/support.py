@@ -7,10 +7,15 @@ each, so a fix (a port race, a process title, a stat field) reaches every suite 
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import signal
 import socket
 import subprocess
 import sys
+import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,6 +34,80 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def ray_head_node(
+    prefix: str, *, kill: bool = False
+) -> Iterator[tuple[subprocess.Popen[bytes], Path, dict[str, str]]]:
+    """A cluster of the test's own, as a user starts one: ``ray start --head --block`` in a
+    private temp dir (no other ``ray.init()`` on the machine finds it) and its own process
+    group. Yields (the process, its log, the environment of a driver: RAY_ADDRESS and the echo
+    backend). Stopped at the end of the block; ``kill=True`` SIGKILLs the whole group, as a
+    lost machine would, with no graceful stop."""
+    bin_dir = Path(sys.executable).parent
+    temp = tempfile.mkdtemp(prefix=prefix)  # short: Ray's socket paths live under it
+    port = free_port()
+    # Ray 2.60 clusters use token auth; drivers that pass an address must opt in to send it.
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RELAYLLM_ECHO_BACKEND": "1"}
+    subprocess.run(
+        [str(bin_dir / "ray"), "get-auth-token", "--generate"],
+        env=env,
+        capture_output=True,
+        timeout=120,
+    )  # writes Ray's token file only if there is none yet
+    log_path = Path(temp, "head.log")
+    log = open(log_path, "w")  # noqa: SIM115 (the head's log, open while it runs)
+    head = subprocess.Popen(
+        [
+            str(bin_dir / "ray"),
+            "start",
+            "--head",
+            "--block",
+            f"--port={port}",
+            "--node-ip-address=127.0.0.1",
+            "--num-cpus=2",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+            f"--temp-dir={temp}",
+            f"--ray-client-server-port={free_port()}",
+            f"--dashboard-agent-listen-port={free_port()}",
+            f"--dashboard-agent-grpc-port={free_port()}",
+            f"--runtime-env-agent-port={free_port()}",
+            f"--metrics-export-port={free_port()}",
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        yield head, log_path, {**env, "RAY_ADDRESS": f"127.0.0.1:{port}"}
+    finally:
+        if not kill:
+            head.send_signal(signal.SIGTERM)  # `ray start --block` stops its own processes...
+        try:
+            head.wait(timeout=0 if kill else 10)
+        except subprocess.TimeoutExpired:  # ...gracefully, which takes half a minute: the
+            kill_group(head)  # group holds only this cluster's processes
+        log.close()
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def kill_group(head: subprocess.Popen[bytes]) -> None:
+    """SIGKILL every process of a :func:`ray_head_node` cluster (its own process group)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(head.pid, signal.SIGKILL)
+    head.wait(timeout=60)
+
+
+def wait_started(head: subprocess.Popen[bytes], log: Path, timeout_s: float = 300) -> None:
+    """Until ``ray start`` says the cluster runs (its exit or the timeout fails the test)."""
+    deadline = time.monotonic() + timeout_s
+    while "Ray runtime started" not in log.read_text():
+        assert head.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, f"ray start did not come up in {timeout_s:.0f} s"
+        time.sleep(0.5)
 
 
 def cli(

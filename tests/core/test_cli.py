@@ -8,16 +8,14 @@ The cluster is started here with ``ray start --head`` in a private temp dir (so 
 import importlib.metadata
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
-from support import CLI_TIMEOUT, RELAYLLM, cli, free_port
+from support import CLI_TIMEOUT, RELAYLLM, cli, ray_head_node, wait_started
 
 BIN = Path(sys.executable).parent
 
@@ -26,51 +24,8 @@ BIN = Path(sys.executable).parent
 def head_node():
     """Starts ``ray start --head`` as the module begins, so the cluster boots while the tests
     that need none run; stops it at the end."""
-    temp = tempfile.mkdtemp(prefix="rlcli-")  # short: Ray's socket paths live under it
-    port = free_port()
-    # Ray 2.60 clusters use token auth; drivers that pass an address must opt in to send it.
-    env = {**os.environ, "RAY_AUTH_MODE": "token", "RELAYLLM_ECHO_BACKEND": "1"}
-    subprocess.run(
-        [str(BIN / "ray"), "get-auth-token", "--generate"],
-        env=env,
-        capture_output=True,
-        timeout=120,
-    )  # writes Ray's token file only if there is none yet
-    log = open(os.path.join(temp, "head.log"), "w")  # noqa: SIM115 (the head's log, open while it runs)
-    head = subprocess.Popen(
-        [
-            str(BIN / "ray"),
-            "start",
-            "--head",
-            "--block",
-            f"--port={port}",
-            "--node-ip-address=127.0.0.1",
-            "--num-cpus=2",
-            "--include-dashboard=false",
-            "--disable-usage-stats",
-            f"--temp-dir={temp}",
-            f"--ray-client-server-port={free_port()}",
-            f"--dashboard-agent-listen-port={free_port()}",
-            f"--dashboard-agent-grpc-port={free_port()}",
-            f"--runtime-env-agent-port={free_port()}",
-            f"--metrics-export-port={free_port()}",
-        ],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    try:
-        yield head, Path(temp, "head.log"), {**env, "RAY_ADDRESS": f"127.0.0.1:{port}"}
-    finally:
-        head.send_signal(signal.SIGTERM)  # `ray start --block` stops its own processes...
-        try:
-            head.wait(timeout=10)
-        except subprocess.TimeoutExpired:  # ...gracefully, which takes half a minute: the
-            os.killpg(head.pid, signal.SIGKILL)  # group holds only this cluster's processes
-            head.wait(timeout=60)
-        log.close()
-        shutil.rmtree(temp, ignore_errors=True)
+    with ray_head_node("rlcli-") as node:
+        yield node
 
 
 def drivers(head_node) -> set[str]:
@@ -84,11 +39,7 @@ def drivers(head_node) -> set[str]:
 def cluster(head_node):
     """The environment of a driver of the (now running) cluster."""
     head, log, env = head_node
-    deadline = time.monotonic() + 300
-    while "Ray runtime started" not in log.read_text():
-        assert head.poll() is None, log.read_text()[-3000:]
-        assert time.monotonic() < deadline, "ray start did not come up in 300 s"
-        time.sleep(0.5)
+    wait_started(head, log)
     return env
 
 

@@ -106,7 +106,7 @@ def serve(
     HTTP proxy and stay up after this command returns (`relayllm status` shows them).
     Batches run at batch priority on the same deployments. After a runner's crash they
     resume with each line once (tested); after a cluster restart, serving again with the
-    same --state-dir resumes them the same way (the same code path, not yet tested as such).
+    same --state-dir resumes them the same way (tested with every Ray process killed).
 
     \b
     Example:

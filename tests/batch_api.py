@@ -1,0 +1,66 @@
+"""A client's side of the Batch API service, shared by the tests that drive it (the echo
+suite's and the vLLM suite's): the real ``openai`` client, batch lines, submit, wait, read."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+CHAT = "/v1/chat/completions"
+
+
+def client(url: str, key: str) -> Any:
+    import openai
+
+    return openai.OpenAI(base_url=url, api_key=key, max_retries=0, timeout=60)
+
+
+def chat_lines(n, model="echo", prefix="r"):
+    return [
+        {
+            "custom_id": f"{prefix}{i}",
+            "method": "POST",
+            "url": CHAT,
+            "body": {
+                "model": model,
+                "messages": [{"role": "user", "content": f"line {i} words"}],
+            },
+        }
+        for i in range(n)
+    ]
+
+
+def jsonl(lines):
+    return ("\n".join(json.dumps(line) for line in lines) + "\n").encode()
+
+
+def submit(api, lines, **extra):
+    uploaded = api.files.create(file=("input.jsonl", jsonl(lines)), purpose="batch")
+    return api.batches.create(
+        input_file_id=uploaded.id, endpoint=CHAT, completion_window="24h", **extra
+    )
+
+
+TERMINAL = ("completed", "failed", "expired", "cancelled")
+
+
+def wait(api, batch_id, until=None, timeout=60):
+    """The batch once ``until(batch)`` (default: a final status), or as it is at the timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        batch = api.batches.retrieve(batch_id)
+        if (until(batch) if until else batch.status in TERMINAL) or time.monotonic() > deadline:
+            return batch
+        time.sleep(0.2)
+
+
+def finished_lines(n):
+    """``wait``'s condition: at least ``n`` lines finished, or the batch is."""
+    return lambda b: b.request_counts.completed >= n or b.status in TERMINAL
+
+
+def lines_of(api, file_id):
+    if file_id is None:
+        return []
+    return [json.loads(text) for text in api.files.content(file_id).text.splitlines() if text]
