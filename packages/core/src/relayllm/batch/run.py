@@ -341,6 +341,7 @@ def group_dataset(
 ) -> Dataset:
     """One group's lines as a lazy dataset: read from disk chunk by chunk, through the stage."""
     import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from relayllm.config import ProcessorConfig
     from relayllm.fit import TASK_NUM_CPUS
@@ -365,6 +366,11 @@ def group_dataset(
         # Ray would start a worker process per concurrent task (a second of imports each):
         # unbounded, the reads cost more CPU than the stage (benchmarks/batch_file.py).
         concurrency=1,
+        # On the node of this process (the driver of `relayllm batch`, the service's runner on
+        # the head node): the file is on its disk, not necessarily on the other nodes'.
+        scheduling_strategy=NodeAffinitySchedulingStrategy(
+            ray.get_runtime_context().get_node_id(), soft=False
+        ),
     )
     # No more stage actors than blocks: an actor with no block to work on idles.
     fields = {**fields, "concurrency": min(fields.get("concurrency", 1), max(len(chunks), 1))}
