@@ -25,8 +25,24 @@ def test_execution_callback_hook_exists():
     )
 
 
+def test_the_replica_fan_out_names_exist():
+    """compat.running_replicas / call_replica: the controller's replica list and a call to
+    one replica actor, as Serve's router sends it (run against a cluster in
+    tests/core/test_control.py)."""
+    from ray.serve._private.common import RequestMetadata
+    from ray.serve._private.controller import ServeController
+    from ray.serve._private.replica import ReplicaActor
+    from ray.serve.schema import ReplicaDetails
+
+    assert callable(getattr(ServeController, "get_deployment_details", None))
+    assert callable(getattr(ReplicaActor, "handle_request", None))
+    fields = RequestMetadata.__dataclass_fields__
+    assert {"request_id", "internal_request_id", "call_method", "app_name"} <= set(fields)
+    assert {"actor_name", "state", "replica_id"} <= set(ReplicaDetails.model_fields)
+
+
 def test_every_private_api_is_listed_and_ray_is_a_supported_release():
-    assert len(compat.PRIVATE_APIS) == 7
+    assert len(compat.PRIVATE_APIS) == 9
     installed = versions.installed("ray")
     assert installed and versions.matches(installed, versions.RAY_VERSIONS), (
         f"Ray {installed} is not the release relayllm.compat is written for "

@@ -48,6 +48,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("relayllm.plugin.spec", "relayllm.plugin.manager"),
     # the driver: names -> Serve apps, what a pipeline asks of the cluster
     ("relayllm.deployments",),
+    # control calls on a deployment by name, fanned out to every replica
+    ("relayllm.control",),
     # what runs in Ray Data's workers: the stage
     ("relayllm.stage.udf",),
     ("relayllm.processor",),

@@ -52,6 +52,14 @@ class OpenAIDeployment(relayllm.BatchDeployment):
 
     options: OpenAIOptions
 
+    def control_refusal(self, call: str) -> str | None:
+        """Every control call is refused: an OpenAI-compatible endpoint's API has no pause,
+        cache, sleep or tokenizer calls, and holding rows here would not pause its engine."""
+        return (
+            f"an OpenAI-compatible endpoint offers no {call!r} through its API; "
+            "control the engine behind it directly"
+        )
+
     def __init__(self, options: OpenAIOptions, deployment: dict[str, Any]) -> None:
         super().__init__(options, deployment)
         key_env = options.api_key_env

@@ -6,6 +6,7 @@ engine packages (vllm, sglang, torch, openai) only inside the adapters that use 
 
 from relayllm.backend import Backend, BackendOptions, BackendRegistry
 from relayllm.config import ProcessorConfig
+from relayllm.control import Controller, control
 from relayllm.deployments import (
     DeploymentConfig,
     DeploymentRef,
@@ -16,8 +17,10 @@ from relayllm.deployments import (
 )
 from relayllm.errors import (
     ConfigError,
+    ControlRefusedError,
     DeploymentConflictError,
     DeploymentNotFoundError,
+    DeploymentPausedError,
     DeploymentStartError,
     DuplicateBackendError,
     EngineFailedError,
@@ -60,9 +63,12 @@ __all__ = [
     "BackendRegistry",
     "BatchDeployment",
     "ConfigError",
+    "ControlRefusedError",
+    "Controller",
     "DeploymentConfig",
     "DeploymentConflictError",
     "DeploymentNotFoundError",
+    "DeploymentPausedError",
     "DeploymentRef",
     "DeploymentStartError",
     "DuplicateBackendError",
@@ -78,6 +84,7 @@ __all__ = [
     "UnknownBackendError",
     "build_processor",
     "configure_logging",
+    "control",
     "deploy",
     "get_deployment",
     "hookimpl",

@@ -19,6 +19,8 @@ PRIVATE_APIS = (
     "ray.data.Dataset._logical_plan.dag.ray_remote_args",
     "ray.data._internal.execution.execution_callback.ExecutionCallback",
     "ray.serve.context._check_cached_client_alive() / _get_global_client()._controller",
+    "ServeController.get_deployment_details(app, deployment).replicas (actor_name, state)",
+    "ReplicaActor.handle_request(pickled RequestMetadata(call_method=, app_name=), *args)",
 )
 
 
@@ -81,6 +83,45 @@ def live_serve_controller() -> str | None:
     return None if client is None else str(client._controller._actor_id.hex())
 
 
+def running_replicas(app_name: str, deployment_name: str) -> list[tuple[str, str]]:
+    """(replica id, actor name) of every RUNNING replica of a deployment, from Serve's
+    controller: a handle reaches one replica of its choosing, a control call must reach each."""
+    import ray
+    from ray.serve.context import _get_global_client
+
+    client: Any = _get_global_client()
+    details = ray.get(client._controller.get_deployment_details.remote(app_name, deployment_name))
+    return [
+        (str(r.replica_id), str(r.actor_name))
+        for r in details.replicas
+        if str(getattr(r.state, "value", r.state)) == "RUNNING"
+    ]
+
+
+def call_replica(actor_name: str, app_name: str, method: str, *args: Any) -> Any:
+    """Call ``method`` of the deployment on the replica actor ``actor_name`` (an ObjectRef;
+    None when that actor is gone),
+    as Serve's router does, but on that replica: Serve's slots and queue are not involved, so
+    a control call reaches a replica whose slots are all held by paused batch calls."""
+    import pickle
+    import uuid
+
+    import ray
+    from ray.serve._private.common import RequestMetadata
+
+    try:
+        actor = ray.get_actor(actor_name, namespace="serve")
+    except ValueError:  # it died since Serve's controller listed it
+        return None
+    metadata = RequestMetadata(
+        request_id=uuid.uuid4().hex,
+        internal_request_id=uuid.uuid4().hex,
+        call_method=method,
+        app_name=app_name,
+    )
+    return actor.handle_request.remote(pickle.dumps(metadata), *args)
+
+
 def execution_callback_class() -> type:
     """Ray Data's ``ExecutionCallback``: a hook called on every turn of the executor loop."""
     from ray.data._internal.execution.execution_callback import ExecutionCallback
@@ -90,11 +131,13 @@ def execution_callback_class() -> type:
 
 __all__ = [
     "PRIVATE_APIS",
+    "call_replica",
     "execution_callback_class",
     "grpc_transport",
     "handle_on_this_loop",
     "live_serve_controller",
     "run_application",
+    "running_replicas",
     "serve_proxy",
     "set_task_num_cpus",
 ]

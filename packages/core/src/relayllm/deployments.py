@@ -26,6 +26,7 @@ from relayllm.errors import (
     DeploymentStartError,
 )
 from relayllm.serving.admission import AdmissionConfig
+from relayllm.serving.control import drop_state
 from relayllm.serving.http_config import HttpConfig
 
 if TYPE_CHECKING:
@@ -255,6 +256,7 @@ def deploy(config: DeploymentConfig, *, address: str | None = None) -> Deploymen
         ensure_http_proxy(config.http.host, config.http.port)
         route_prefix = config.http.prefix_for(config.name)
     app = build_application(backend, config, options)
+    drop_state(config.name)  # a new deployment of the name starts unpaused, whatever ran before
     # Submitted without waiting (serve.run() has no time limit), so the start-up is bounded.
     compat.run_application(app, ref.app_name, route_prefix=route_prefix)
     _wait_running(ref, config.startup_timeout_s)
@@ -374,6 +376,7 @@ def shutdown(name: str | None = None, *, address: str | None = None) -> list[str
         get_deployment(name, address=address)  # a clear error for an unknown name
     for each in names:
         _delete(app_name(each))
+        drop_state(each)  # its replicas are gone: so is their control state
     return names
 
 

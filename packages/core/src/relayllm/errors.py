@@ -54,6 +54,28 @@ class EngineFailedError(RelayLLMError):
     fails, not its rows, so the stage retries it on the replica Serve starts instead."""
 
 
+class ControlRefusedError(RelayLLMError):
+    """A control call (pause, sleep, tokenize, ...) the deployment's backend or device cannot
+    do; raised before anything changes, naming the backend and the call."""
+
+    def __init__(self, backend: str, call: str, reason: str, deployment: str | None = None):
+        # Every argument in ``args``: the error crosses process boundaries by pickle.
+        super().__init__(backend, call, reason, deployment)
+        self.backend, self.call, self.reason, self.deployment = backend, call, reason, deployment
+
+    def __str__(self) -> str:
+        where = f" (deployment {self.deployment!r})" if self.deployment else ""
+        return (
+            f"backend {self.backend!r} cannot do the control call {self.call!r}{where}: "
+            f"{self.reason}; nothing was changed"
+        )
+
+
+class DeploymentPausedError(RelayLLMError):
+    """An interactive request reached a paused deployment (the HTTP front answers 503 with
+    Retry-After); batch rows wait instead."""
+
+
 def describe_exception(exc: BaseException, *, causes: int = 0) -> str:
     """An exception as one line for a row's ``error`` or a message: ``Type: text`` (the type
     alone when the text is empty), followed by up to ``causes`` of its ``__cause__`` chain as

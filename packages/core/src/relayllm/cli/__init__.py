@@ -10,6 +10,7 @@ import click
 from relayllm.cli.backends import backends
 from relayllm.cli.batch import batch
 from relayllm.cli.common import warn_unsupported_versions
+from relayllm.cli.control import control_command, pause, resume
 from relayllm.cli.lifecycle import deploy, shutdown, status
 from relayllm.cli.run import run
 from relayllm.cli.serve import serve
@@ -34,7 +35,18 @@ def main() -> None:
     """
 
 
-for command in (run, batch, deploy, serve, status, shutdown, backends):
+for command in (
+    run,
+    batch,
+    deploy,
+    serve,
+    status,
+    shutdown,
+    pause,
+    resume,
+    control_command,
+    backends,
+):
     main.add_command(command)
 
 

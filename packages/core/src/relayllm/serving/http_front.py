@@ -24,7 +24,12 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from relayllm import openai_body
-from relayllm.errors import ConfigError, EngineFailedError, MissingDependencyError
+from relayllm.errors import (
+    ConfigError,
+    DeploymentPausedError,
+    EngineFailedError,
+    MissingDependencyError,
+)
 from relayllm.rows import Request, Result, Task, build_request, features_of, unsupported_features
 from relayllm.serving.http_config import HttpConfig
 from relayllm.serving.traffic import INTERACTIVE_PRIORITY
@@ -48,9 +53,17 @@ ROUTES: dict[str, tuple[str, str]] = {
 class HttpError(Exception):
     """An answer other than 200, with OpenAI's error body."""
 
-    def __init__(self, status: int, message: str, kind: str, code: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        kind: str,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status, self.message, self.kind, self.code = status, message, kind, code
+        self.headers = headers or {}
 
 
 class HttpFront:
@@ -95,6 +108,8 @@ class HttpFront:
             if route == "models":
                 return _json(self.models_body())
             body = await self._body(request, route)
+            if getattr(self.replica, "paused", None) is not None:  # before a stream starts
+                raise _paused(self.model)
             if route == "embedding":
                 answer = await self._embeddings(body)
             elif body.get("stream"):
@@ -200,6 +215,8 @@ class HttpFront:
             return await awaitable
         except EngineFailedError as exc:
             raise HttpError(503, f"the engine failed: {exc}; retry", "server_error") from None
+        except DeploymentPausedError:
+            raise _paused(self.model) from None
 
     # -- endpoints -----------------------------------------------------------------------------
 
@@ -303,6 +320,21 @@ class HttpFront:
         yield "data: [DONE]\n\n"
 
 
+def _paused(model: str) -> HttpError:
+    """A paused deployment answers interactive requests at once with 503 and Retry-After
+    (OpenAI's clients retry a 503 after the time it names) instead of holding the connection
+    for a pause of unknown length; batch rows wait in the replica instead."""
+    from relayllm.serving.control import PAUSED_RETRY_AFTER_S
+
+    return HttpError(
+        503,
+        f"{model} is paused (relayllm.control); retry after {PAUSED_RETRY_AFTER_S}s",
+        "server_error",
+        "paused",
+        headers={"Retry-After": str(PAUSED_RETRY_AFTER_S)},
+    )
+
+
 def _error_body(exc: HttpError) -> dict[str, Any]:
     from openai.types.shared import ErrorObject
 
@@ -311,13 +343,13 @@ def _error_body(exc: HttpError) -> dict[str, Any]:
 
 
 def _error(exc: HttpError) -> Response:
-    return _json(_error_body(exc), exc.status)
+    return _json(_error_body(exc), exc.status, exc.headers)
 
 
-def _json(body: Any, status: int = 200) -> Response:
+def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
     from starlette.responses import JSONResponse
 
-    return JSONResponse(body, status_code=status)
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 __all__ = ["HttpError", "HttpFront"]

@@ -18,9 +18,15 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from relayllm.errors import EngineFailedError, describe_exception
+from relayllm.errors import (
+    ControlRefusedError,
+    DeploymentPausedError,
+    EngineFailedError,
+    describe_exception,
+)
 from relayllm.rows import Request, Result, error_result
 from relayllm.serving.admission import Admission, AdmissionConfig
+from relayllm.serving.control import CONTROL_CALLS, PAUSE_MODES, WAIT_S, state_actor
 from relayllm.serving.metrics import ReplicaMetrics
 
 if TYPE_CHECKING:
@@ -38,6 +44,18 @@ RESULT_CACHE_SIZE = 8192
 RETIRE_DELAY_S = 0.5
 #: Seconds the engine may take to stop before the replica ends anyway.
 STOP_ENGINE_TIMEOUT_S = 15.0
+#: The engine hook an adapter overrides to opt in to each control call (``pause``,
+#: ``resume`` and ``is_paused`` are one capability).
+CONTROL_HOOKS = {
+    "pause": "engine_pause",
+    "resume": "engine_pause",
+    "is_paused": "engine_pause",
+    "reset_prefix_cache": "engine_reset_prefix_cache",
+    "sleep": "engine_sleep",
+    "wake_up": "engine_wake_up",
+    "tokenize": "engine_tokenize",
+    "detokenize": "engine_detokenize",
+}
 
 
 class BatchDeployment:
@@ -82,6 +100,17 @@ class BatchDeployment:
             self.http_front = HttpFront(self, config, str(deployment.get("name")))
             admission = AdmissionConfig.model_validate(deployment.get("admission") or {})
             self.admission = Admission(admission)
+        # The control plane (issue 36): the pause mode while paused, the gate batch rows pass
+        # before they enter the engine, the rows inside it, the control-state version applied.
+        self.paused: str | None = None
+        self._open = asyncio.Event()
+        self._open.set()
+        self._in_engine = 0
+        self._drained = asyncio.Event()
+        self._drained.set()
+        self.control_version = 0
+        self._control_lock = asyncio.Lock()
+        self._follow_control()
 
     # -- what adapters implement -------------------------------------------------------------
 
@@ -115,6 +144,49 @@ class BatchDeployment:
     def stop_engine(self) -> None:
         """Stop the engine's processes (called once, when the replica retires after an
         engine failure, from a thread; bounded by ``STOP_ENGINE_TIMEOUT_S``)."""
+
+    # -- control calls: an adapter opts in per call by overriding its hook -------------------
+    # A hook left as it is here refuses its call (control_refusal) before anything changes.
+
+    async def engine_pause(self, mode: str) -> None:
+        """Pause the engine's own scheduling (``mode``: ``wait`` or ``keep``, see
+        :data:`relayllm.serving.control.PauseMode`). The base class already holds new batch
+        rows at its gate and, for ``wait``, waits for the batch rows inside the engine;
+        overriding this (even with nothing to add) is how a backend offers pause/resume."""
+        raise NotImplementedError
+
+    async def engine_resume(self) -> None:
+        """Undo :meth:`engine_pause`."""
+
+    async def engine_is_paused(self) -> bool:
+        """Whether the engine says it is paused (default: this replica's gate)."""
+        return self.paused is not None
+
+    async def engine_reset_prefix_cache(self) -> None:
+        raise NotImplementedError
+
+    async def engine_sleep(self, level: int) -> None:
+        raise NotImplementedError
+
+    async def engine_wake_up(self) -> None:
+        raise NotImplementedError
+
+    async def engine_tokenize(self, text: str) -> list[int]:
+        raise NotImplementedError
+
+    async def engine_detokenize(self, ids: list[int]) -> str:
+        raise NotImplementedError
+
+    def control_refusal(self, call: str) -> str | None:
+        """Why this replica cannot do ``call`` (None: it can). By default a call is refused
+        unless the adapter overrides its hook; an adapter refuses more (a device that cannot)
+        by overriding this."""
+        hook = CONTROL_HOOKS.get(call)
+        if hook is None:
+            return f"no such control call; the calls are {', '.join(CONTROL_CALLS)}"
+        if getattr(type(self), hook) is getattr(BatchDeployment, hook):
+            return f"the {self.backend_name} adapter does not implement it"
+        return None
 
     # -- what the stage calls ----------------------------------------------------------------
 
@@ -171,6 +243,119 @@ class BatchDeployment:
             out.append(answers[key][item])  # type: ignore[index]
         return out
 
+    # -- what relayllm.control calls on every replica -----------------------------------------
+
+    async def control_refusals(self) -> dict[str, Any]:
+        """The backend and the control calls this replica refuses, with why (asked before a
+        call changes anything on any replica)."""
+        found = {call: self.control_refusal(call) for call in CONTROL_CALLS}
+        refused = {call: reason for call, reason in found.items() if reason is not None}
+        return {"backend": self.backend_name, "refused": refused}
+
+    async def control_sync(self, version: int) -> dict[str, Any]:
+        """Apply the deployment's control state up to at least ``version`` (written by the
+        driver before it calls every replica), then say where this replica stands."""
+        self.serving_loop = asyncio.get_running_loop()
+        if self.control_version < version:
+            actor = state_actor(str(self.deployment.get("name")), create=False)
+            if actor is None:
+                raise RuntimeError("the deployment's control state is gone (shut down?)")
+            await self._apply_control(*(await actor.get.remote()))
+        return {"replica_id": _replica_id(), "paused": self.paused, "version": self.control_version}
+
+    async def control(self, call: str, *args: Any) -> Any:
+        """A control call that changes no shared state (``is_paused``, ``reset_prefix_cache``,
+        ``sleep``, ``wake_up``, ``tokenize``, ``detokenize``), on this replica."""
+        refusal = self.control_refusal(call)
+        if refusal is not None:
+            raise ControlRefusedError(self.backend_name, call, refusal, self._name())
+        self.serving_loop = asyncio.get_running_loop()
+        if call == "is_paused":
+            return await self.engine_is_paused()
+        if call in ("pause", "resume"):  # shared state: through relayllm.control only
+            raise ValueError(f"{call} goes through relayllm.control(name).{call}()")
+        if call == "sleep":
+            await self.engine_sleep(*args)
+        elif call == "wake_up":
+            await self.engine_wake_up()
+        elif call == "reset_prefix_cache":
+            await self.engine_reset_prefix_cache()
+        elif call == "tokenize":
+            return await self.engine_tokenize(*args)
+        elif call == "detokenize":
+            return await self.engine_detokenize(*args)
+        return None
+
+    def _name(self) -> str:
+        return str(self.deployment.get("name"))
+
+    def _follow_control(self) -> None:
+        """Inside a Serve replica: hold batch rows until the deployment's control state is
+        read (a replica that starts while the deployment is paused comes up paused), then
+        follow its changes."""
+        if _replica_id() is None:  # a test calling the class: no deployment to follow
+            return
+        try:
+            loop = asyncio.get_running_loop()  # Serve runs the constructor on the user loop
+        except RuntimeError:
+            return
+        self._open.clear()
+        task = loop.create_task(self._follow())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _follow(self) -> None:
+        try:
+            actor = await asyncio.to_thread(state_actor, self._name(), create=True)
+            await self._apply_control(*(await actor.get.remote()))
+        except Exception:  # never hold rows for a state that cannot be read
+            logger.exception("could not read the control state of %s", self._name())
+            self._open.set()
+            return
+        while True:
+            try:
+                version, state = await actor.wait.remote(self.control_version, WAIT_S)
+            except Exception:  # the state was dropped (shut down): nothing more to follow
+                return
+            await self._apply_control(version, state)
+
+    async def _apply_control(self, version: int, state: dict[str, Any]) -> None:
+        async with self._control_lock:  # one change at a time, in version order
+            if version < self.control_version or (version == self.control_version and version):
+                return
+            mode = state.get("paused")
+            if mode in PAUSE_MODES and self.paused != mode:
+                await self._pause(str(mode))
+            elif mode is None and (self.paused is not None or not self._open.is_set()):
+                await self._resume()
+            self.control_version = version
+
+    async def _pause(self, mode: str) -> None:
+        self._open.clear()  # no batch row enters the engine from now on
+        self.paused = mode
+        await self.engine_pause(mode)
+        if mode == "wait":  # the rows already in the engine finish first
+            await self._drained.wait()
+
+    async def _resume(self) -> None:
+        if self.paused is not None:
+            await self.engine_resume()
+        self.paused = None
+        self._open.set()
+
+    async def _engine_batch(self, requests: list[Request]) -> list[Result]:
+        """``run_batch`` behind the pause gate, counting the rows inside the engine."""
+        while not self._open.is_set():  # paused: the rows wait here, they do not fail
+            await self._open.wait()
+        self._in_engine += len(requests)
+        self._drained.clear()
+        try:
+            return await self.run_batch(requests)
+        finally:
+            self._in_engine -= len(requests)
+            if not self._in_engine:
+                self._drained.set()
+
     # -- what the HTTP front calls (interactive traffic, one row per request) ------------------
 
     async def __call__(self, request: HttpRequest) -> Response:
@@ -218,6 +403,8 @@ class BatchDeployment:
     def _check_serving(self) -> None:
         if self.failure:
             raise EngineFailedError(self.failure)
+        if self.paused is not None:  # interactive requests are not held: the client retries
+            raise DeploymentPausedError(f"deployment {self._name()!r} is paused")
         self.serving_loop = asyncio.get_running_loop()
 
     async def health(self) -> dict[str, Any]:
@@ -243,6 +430,7 @@ class BatchDeployment:
                 else 0.0
             ),
             "tasks": self.deployment.get("tasks"),
+            "paused": self.paused,
             **self.engine_info(),
             "rows_by_class": {"batch": self.rows, "interactive": self.http_rows},
             # Tokens by class and the engine's figures (TTFT, queue, KV cache, prefix hits).
@@ -365,9 +553,9 @@ class BatchDeployment:
     ) -> None:
         try:
             if self.admission is not None:
-                results = await self.admission.run(fresh, self.run_batch, job=job)
+                results = await self.admission.run(fresh, self._engine_batch, job=job)
             else:
-                results = await self.run_batch(fresh)
+                results = await self._engine_batch(fresh)
             if len(results) != len(fresh):
                 raise RuntimeError(
                     f"{type(self).__name__}.run_batch returned {len(results)} results "

@@ -30,6 +30,7 @@ import asyncio
 import itertools
 import logging
 import threading
+import time
 import uuid
 from collections import OrderedDict
 from typing import Any
@@ -232,12 +233,33 @@ class ServeStage:
         return self._gone
 
     async def _call(self, requests: list[Request]) -> list[Result]:
+        while True:
+            sent = time.time()
+            try:
+                return await asyncio.wait_for(self._round_trip(requests), self.config.timeout_s)
+            except TimeoutError:
+                if await self._held_by_pause(sent):
+                    continue  # the rows waited for a resume: not an attempt, send them again
+                raise TimeoutError(
+                    f"no answer within timeout_s={self.config.timeout_s:g}s "
+                    f"for {len(requests)} rows"
+                ) from None
+
+    async def _held_by_pause(self, since: float) -> bool:
+        """Whether the deployment was paused at some time since ``since`` (relayllm.control):
+        its rows wait in the replica, so a pause longer than ``timeout_s`` must not spend the
+        call's retries. Asked only after a timeout; the re-sent call joins the replica's
+        computation of the same request ids, so nothing is computed twice."""
+        from relayllm.serving.control import state_actor
+
         try:
-            return await asyncio.wait_for(self._round_trip(requests), self.config.timeout_s)
-        except TimeoutError:
-            raise TimeoutError(
-                f"no answer within timeout_s={self.config.timeout_s:g}s for {len(requests)} rows"
-            ) from None
+            actor = await asyncio.to_thread(state_actor, self.config.deployment, create=False)
+            if actor is None:
+                return False
+            _, state = await actor.get.remote()
+        except Exception:  # no state to read: an ordinary timeout
+            return False
+        return state.get("paused") is not None or float(state.get("changed_at", 0)) >= since
 
     async def _round_trip(self, requests: list[Request]) -> list[Result]:
         if self._safe is None:

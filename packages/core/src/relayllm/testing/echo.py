@@ -132,6 +132,28 @@ class EchoDeployment(BatchDeployment):
             raise RuntimeError("echo engine failed to start (fail_start=True)")
         self.stopped = False
         self.busy_rows = 0  # rows inside run_batch now (the echo 'engine' load)
+        self._thawed = asyncio.Event()  # cleared by a pause in ``keep`` mode
+        self._thawed.set()
+
+    # -- control calls: echo's 'engine' pauses and tokenizes (words, as everywhere in echo) ----
+
+    async def engine_pause(self, mode: str) -> None:
+        """``wait``: nothing to add (the base class holds new rows and waits for the rows in
+        the engine); ``keep``: the rows in the engine stop before they answer."""
+        if mode == "keep":
+            self._thawed.clear()
+
+    async def engine_resume(self) -> None:
+        self._thawed.set()
+
+    async def engine_tokenize(self, text: str) -> list[int]:
+        """Each word as the integer of its UTF-8 bytes: reversible without a vocabulary, so
+        any replica detokenizes what another tokenized."""
+        return [int.from_bytes(word.encode(), "big") for word in text.split()]
+
+    async def engine_detokenize(self, ids: list[int]) -> str:
+        words = [int(i).to_bytes((int(i).bit_length() + 7) // 8, "big").decode() for i in ids]
+        return " ".join(words)
 
     def stop_engine(self) -> None:
         """What the conformance kit calls to check that health() reports a stopped engine
@@ -164,6 +186,7 @@ class EchoDeployment(BatchDeployment):
         try:
             if delay:
                 await asyncio.sleep(delay)
+            await self._thawed.wait()  # paused in ``keep`` mode: frozen until resumed
         finally:
             self.busy_rows -= len(requests)
             self.metrics.set_queue(waiting=0, running=self.busy_rows)

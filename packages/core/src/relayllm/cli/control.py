@@ -1,0 +1,97 @@
+"""``relayllm pause / resume / control``: control calls on a running deployment, by name, on
+every replica (:mod:`relayllm.control`). Like ``status``, they need a cluster that outlives
+the command (``--address`` or ``RAY_ADDRESS``)."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from relayllm.cli.common import address_option, connect, handle_errors, verbose_option
+from relayllm.serving.control import PAUSE_MODES
+
+#: ``relayllm control NAME CALL``: the calls that are not ``pause``/``resume``.
+CALLS = ("is_paused", "reset_prefix_cache", "sleep", "wake_up", "tokenize", "detokenize")
+
+
+@click.command()
+@click.argument("name")
+@click.option(
+    "--mode",
+    type=click.Choice(PAUSE_MODES),
+    default="wait",
+    show_default=True,
+    help="wait: the rows already in the engines finish first (the command returns once they "
+    "have); keep: they stay frozen in the engines until resume.",
+)
+@address_option
+@verbose_option
+@handle_errors
+def pause(name, mode, address, verbose):
+    """Pause the deployment NAME on every replica: batch rows wait (none fails) until
+    `relayllm resume NAME`; HTTP requests get 503 with Retry-After. A replica that starts
+    meanwhile comes up paused."""
+    import relayllm
+
+    connect(address, verbose, existing_cluster=True)
+    relayllm.control(name, address=address).pause(mode)
+    click.echo(f"{name}: paused ({mode})")
+
+
+@click.command()
+@click.argument("name")
+@address_option
+@verbose_option
+@handle_errors
+def resume(name, address, verbose):
+    """Resume the paused deployment NAME on every replica."""
+    import relayllm
+
+    connect(address, verbose, existing_cluster=True)
+    relayllm.control(name, address=address).resume()
+    click.echo(f"{name}: resumed")
+
+
+@click.command("control")
+@click.argument("name")
+@click.argument("call", type=click.Choice(CALLS))
+@click.argument("args", nargs=-1)
+@address_option
+@verbose_option
+@handle_errors
+def control_command(name, call, args, address, verbose):
+    """Run a control CALL on every replica of the deployment NAME and print its answer as
+    JSON. A call the backend or device cannot do is refused, naming both, before anything
+    changes.
+
+    \b
+    Examples:
+      relayllm control NAME is_paused
+      relayllm control NAME reset_prefix_cache
+      relayllm control NAME sleep 1          # then: relayllm control NAME wake_up
+      relayllm control NAME tokenize "Hello there"
+      relayllm control NAME detokenize 9906 1070
+    """
+    import relayllm
+    from relayllm.errors import ConfigError
+
+    controller_args: list[object] = list(args)
+    if call == "tokenize":
+        if len(args) != 1:
+            raise ConfigError("tokenize takes one TEXT argument (quote it)")
+    elif call == "detokenize":
+        try:
+            controller_args = [[int(a) for a in args]]
+        except ValueError:
+            raise ConfigError("detokenize takes token ids: integers") from None
+    elif call == "sleep":
+        if len(args) > 1 or (args and not args[0].isdigit()):
+            raise ConfigError("sleep takes at most one LEVEL argument: 1 or 2")
+        controller_args = [int(a) for a in args]
+    elif args:
+        raise ConfigError(f"{call} takes no arguments (got {' '.join(args)})")
+    connect(address, verbose, existing_cluster=True)
+    controller = relayllm.control(name, address=address)
+    answer = getattr(controller, call)(*controller_args)
+    click.echo(json.dumps(answer))

@@ -1,0 +1,122 @@
+"""The control plane's state, on the replica's side: what every replica of a deployment must
+agree on (paused or not) lives in one small detached actor per deployment, so a replica that
+starts later -- scale-up, a replacement after an engine death -- comes up in the current state.
+
+Why an actor and not Serve's ``user_config``: changing ``user_config`` means redeploying the
+application (the driver would rebuild it from the replica's config), Serve applies it to the
+replicas in the background with no answer per replica, and the deployment's config -- which
+``deploy()`` compares to detect a conflict -- would then change with every pause. The actor
+holds only the state and a version; each replica follows it (a long poll) and the driver's
+control call waits until every running replica has applied the version it wrote
+(:mod:`relayllm.control`).
+
+Nothing here imports Ray at module level: this module is imported by every replica.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Literal
+
+#: Every control call a deployment may be asked to do; a backend opts in per call.
+CONTROL_CALLS = (
+    "pause",
+    "resume",
+    "is_paused",
+    "reset_prefix_cache",
+    "sleep",
+    "wake_up",
+    "tokenize",
+    "detokenize",
+)
+#: How a pause treats the rows already in the engine: ``wait`` lets them finish (``pause()``
+#: returns once they have), ``keep`` freezes them where they are until ``resume()``. vLLM's
+#: third mode, ``abort``, would fail rows and is not offered.
+PauseMode = Literal["wait", "keep"]
+PAUSE_MODES: tuple[str, ...] = ("wait", "keep")
+#: What a paused deployment's HTTP front tells a client (seconds, the ``Retry-After`` header).
+PAUSED_RETRY_AFTER_S = 5
+#: The namespace of the state actors (not Serve's: ``serve`` holds only Serve's own actors).
+STATE_NAMESPACE = "relayllm"
+#: A replica's long poll on the state actor ends after this long without a change (then it
+#: asks again): bounds how long a replica keeps a call on an actor that was replaced.
+WAIT_S = 30.0
+
+
+def state_actor_name(deployment: str) -> str:
+    return f"relayllm-control-{deployment}"
+
+
+class ControlState:
+    """The durable control state of one deployment (a detached actor, no CPU): the state as a
+    dict (``paused``: None or the pause mode; ``changed_at``: wall-clock time of the last
+    change) and a version that grows with every change."""
+
+    def __init__(self) -> None:
+        self.version = 0
+        self.state: dict[str, Any] = {"paused": None, "changed_at": 0.0}
+        self._changed = asyncio.Event()
+
+    async def get(self) -> tuple[int, dict[str, Any]]:
+        return self.version, dict(self.state)
+
+    async def update(self, changes: dict[str, Any]) -> int:
+        self.state.update(changes, changed_at=time.time())
+        self.version += 1
+        self._changed.set()
+        self._changed = asyncio.Event()
+        return self.version
+
+    async def wait(self, after: int, timeout_s: float) -> tuple[int, dict[str, Any]]:
+        """The state once its version is past ``after`` (or as it is after ``timeout_s``)."""
+        if self.version <= after:
+            try:
+                await asyncio.wait_for(self._changed.wait(), timeout_s)
+            except TimeoutError:
+                pass
+        return self.version, dict(self.state)
+
+
+def state_actor(deployment: str, *, create: bool) -> Any:
+    """The state actor of ``deployment`` (created when ``create``; None if there is none)."""
+    import ray
+
+    name = state_actor_name(deployment)
+    if not create:
+        try:
+            return ray.get_actor(name, namespace=STATE_NAMESPACE)
+        except ValueError:
+            return None
+    actor_class: Any = ray.remote(ControlState)
+    return actor_class.options(
+        name=name,
+        namespace=STATE_NAMESPACE,
+        lifetime="detached",
+        get_if_exists=True,
+        num_cpus=0,
+        max_concurrency=1000,  # one long poll per replica waits in it
+    ).remote()
+
+
+def drop_state(deployment: str) -> None:
+    """Forget a deployment's control state (it was shut down, or is deployed anew: a new
+    deployment of the name must not come up paused by an old one's state)."""
+    import ray
+
+    actor = state_actor(deployment, create=False)
+    if actor is not None:
+        ray.kill(actor, no_restart=True)
+
+
+__all__ = [
+    "CONTROL_CALLS",
+    "PAUSED_RETRY_AFTER_S",
+    "PAUSE_MODES",
+    "STATE_NAMESPACE",
+    "ControlState",
+    "PauseMode",
+    "drop_state",
+    "state_actor",
+    "state_actor_name",
+]

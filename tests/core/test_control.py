@@ -1,0 +1,235 @@
+"""The control plane on the echo backend (a real Serve deployment, no model): pause mid-job and
+resume with every row once, a replacement replica that comes up paused, refusals that change
+nothing, tokenize/detokenize, and the CLI commands in a subprocess."""
+
+import os
+import threading
+import time
+
+import pytest
+import ray
+from support import cli
+
+import relayllm
+from relayllm import DeploymentConfig, ProcessorConfig, build_processor
+from relayllm.errors import ControlRefusedError
+
+pytestmark = pytest.mark.usefixtures("ray_session")
+
+
+class Job:
+    """A processor over rows in a thread, so a test can pause the deployment mid-job."""
+
+    def __init__(self, processor, rows, blocks):
+        self.result = None
+        self.error = None
+        self._thread = threading.Thread(target=self._run, args=(processor, rows, blocks))
+        self._thread.start()
+
+    def _run(self, processor, rows, blocks):
+        try:
+            data = ray.data.from_items(rows, override_num_blocks=blocks)
+            self.result = processor(data).take_all()
+        except BaseException as exc:  # reported by finish()
+            self.error = exc
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def finish(self, timeout_s: float = 300) -> list[dict]:
+        self._thread.join(timeout=timeout_s)
+        assert not self._thread.is_alive(), "the job hung"
+        assert self.error is None, f"the job failed: {self.error!r}"
+        return self.result
+
+
+def _rows(controller) -> int:
+    """Rows computed by every replica (cache hits excluded: a recompute would show here)."""
+    return sum(info["rows"] for info in controller.replicas().values())
+
+
+def _wait_for(condition, what: str, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        time.sleep(0.2)
+
+
+def test_a_job_paused_mid_way_waits_and_finishes_after_resume_with_every_row_once():
+    name = "ctl-job"
+    relayllm.deploy(DeploymentConfig(name=name, backend="echo", options={"delay_s": 0.05}))
+    ctl = relayllm.control(name)
+    # timeout_s far below the pause and no retries: a paused call that counted as an attempt
+    # would fail its rows.
+    proc = build_processor(
+        ProcessorConfig(
+            deployment=name, task="completion", batch_size=10, timeout_s=1.5, max_retries=0
+        )
+    )
+    n = 600
+    job = Job(proc, [{"id": i, "prompt": f"row {i}"} for i in range(n)], blocks=6)
+    try:
+        _wait_for(lambda: _rows(ctl) >= 100, "the job got going")
+        assert not ctl.is_paused()
+        ctl.pause()  # "wait": returns once the rows in the engine have finished
+        assert ctl.is_paused()
+        at_pause = _rows(ctl)
+        assert at_pause < n, "paused mid-job"
+        time.sleep(4)  # longer than timeout_s: the stage's calls time out and are re-sent
+        assert _rows(ctl) == at_pause, "no row was computed while paused"
+        assert job.running, "the job waits while the deployment is paused"
+        infos = list(ctl.replicas().values())
+        assert [i["paused"] for i in infos] == ["wait"]
+    finally:
+        ctl.resume()
+    assert not ctl.is_paused()
+    out = job.finish()
+    assert sorted(r["id"] for r in out) == list(range(n)), "every row, once"
+    assert not [r for r in out if r["error"]], "no row failed"
+    assert all(r["generated_text"] == f"row {r['id']}" for r in out)
+    assert _rows(ctl) == n, "no row was computed twice"
+    relayllm.shutdown(name)
+
+
+def test_keep_mode_freezes_the_rows_in_the_engine_until_resume():
+    name = "ctl-keep"
+    relayllm.deploy(DeploymentConfig(name=name, backend="echo", options={"delay_s": 0.5}))
+    ctl = relayllm.control(name)
+    ref = relayllm.get_deployment(name)
+    call = ref.handle().process_batch.remote([{"task": "completion", "prompt": "a b"}])
+    _wait_for(lambda: next(iter(ctl.replicas().values()))["ongoing"] == 1, "the call arrived")
+    ctl.pause("keep")  # returns at once: the row in the 'engine' stays there
+    time.sleep(1.0)  # past the row's 0.5 s in the engine
+    assert _rows(ctl) == 0, "the row in the engine is frozen, not answered"
+    ctl.resume()
+    assert call.result(timeout_s=60)[0]["generated_text"] == "a b"
+    assert _rows(ctl) == 1
+    relayllm.shutdown(name)
+
+
+def test_a_replacement_replica_comes_up_paused_and_holds_its_rows():
+    name = "ctl-replace"
+    relayllm.deploy(DeploymentConfig(name=name, backend="echo"))
+    ctl = relayllm.control(name)
+    ctl.pause()
+    (old_id,) = ctl.replicas()
+    from relayllm import compat
+
+    ((_, actor_name),) = compat.running_replicas(f"relayllm-{name}", name)
+    ray.kill(ray.get_actor(actor_name, namespace="serve"), no_restart=True)
+    _wait_for(lambda: set(ctl.replicas()) - {old_id}, "Serve started a replacement")
+    (new_id, info), *_ = ctl.replicas().items()
+    assert new_id != old_id
+    assert info["paused"] == "wait", "the replacement read the deployment's pause state"
+    assert ctl.is_paused()
+    call = (
+        relayllm.get_deployment(name)
+        .handle()
+        .process_batch.remote(
+            [{"task": "completion", "prompt": "held row", "request_id": "held-1"}]
+        )
+    )
+    time.sleep(1.0)
+    assert _rows(ctl) == 0, "the new replica holds its rows while paused"
+    ctl.resume()
+    assert call.result(timeout_s=60)[0]["generated_text"] == "held row"
+    assert _rows(ctl) == 1
+    relayllm.shutdown(name)
+
+
+def test_a_new_deployment_of_a_paused_name_starts_unpaused():
+    name = "ctl-again"
+    relayllm.deploy(DeploymentConfig(name=name, backend="echo"))
+    relayllm.control(name).pause()
+    relayllm.shutdown(name)
+    relayllm.deploy(DeploymentConfig(name=name, backend="echo"))
+    ctl = relayllm.control(name)
+    assert not ctl.is_paused()
+    out = (
+        relayllm.get_deployment(name)
+        .handle()
+        .process_batch.remote([{"task": "completion", "prompt": "fresh"}])
+    )
+    assert out.result(timeout_s=60)[0]["generated_text"] == "fresh"
+    relayllm.shutdown(name)
+
+
+def test_a_refused_call_names_backend_and_call_and_changes_nothing():
+    from relayllm.serving.control import state_actor
+
+    # shout (examples/third-party-adapter) was written before the control plane: it has no
+    # control hook, and keeps working.
+    name = "ctl-shout"
+    relayllm.deploy(DeploymentConfig(name=name, backend="shout"))
+    ctl = relayllm.control(name)
+    with pytest.raises(ControlRefusedError) as refused:
+        ctl.pause()
+    message = str(refused.value)
+    assert "'shout'" in message and "'pause'" in message and name in message
+    assert refused.value.backend == "shout" and refused.value.call == "pause"
+    version, state = ray.get(state_actor(name, create=False).get.remote())
+    assert (version, state["paused"]) == (0, None), "the refused pause wrote no state"
+    assert list(ctl.replicas().values())[0]["paused"] is None
+    out = (
+        relayllm.get_deployment(name)
+        .handle()
+        .process_batch.remote(
+            [{"task": "completion", "prompt": "still serving", "sampling_params": {}}]
+        )
+    )
+    assert out.result(timeout_s=60)[0]["generated_text"] == "STILL SERVING!"
+    # echo does pause but not sleep or the prefix cache: refused by name too.
+    relayllm.shutdown(name)
+    relayllm.deploy(DeploymentConfig(name="ctl-echo-refuse", backend="echo"))
+    for call, args in (("sleep", (1,)), ("wake_up", ()), ("reset_prefix_cache", ())):
+        refusal = f"'echo' cannot do the control call '{call}'"
+        with pytest.raises(ControlRefusedError, match=refusal):
+            getattr(relayllm.control("ctl-echo-refuse"), call)(*args)
+    relayllm.shutdown("ctl-echo-refuse")
+
+
+def test_tokenize_and_detokenize_round_trip_on_every_replica():
+    name = "ctl-tok"
+    relayllm.deploy(DeploymentConfig(name=name, backend="echo", num_replicas=2))
+    ctl = relayllm.control(name)
+    ids = ctl.tokenize("hello control plane")
+    assert len(ids) == 3 and all(isinstance(i, int) for i in ids)
+    assert ctl.detokenize(ids) == "hello control plane"
+    assert len(ctl.replicas()) == 2
+    ctl.pause()
+    assert [i["paused"] for i in ctl.replicas().values()] == ["wait", "wait"], "both replicas"
+    ctl.resume()
+    assert [i["paused"] for i in ctl.replicas().values()] == [None, None]
+    relayllm.shutdown(name)
+
+
+def test_an_unknown_deployment_lists_the_running_ones():
+    relayllm.deploy(DeploymentConfig(name="ctl-here", backend="echo"))
+    with pytest.raises(relayllm.DeploymentNotFoundError, match="ctl-here"):
+        relayllm.control("ctl-nowhere")
+    relayllm.shutdown("ctl-here")
+
+
+def test_pause_resume_and_control_from_the_command_line():
+    name = "ctl-cli"
+    relayllm.deploy(DeploymentConfig(name=name, backend="echo"))
+    address = ray.get_runtime_context().gcs_address
+    env = {**os.environ, "RELAYLLM_ECHO_BACKEND": "1", "RAY_AUTH_MODE": "token"}
+    done = cli("pause", name, "--address", address, env=env, check=0)
+    assert f"{name}: paused (wait)" in done.stdout
+    assert relayllm.control(name).is_paused()
+    assert cli("control", name, "is_paused", "--address", address, env=env, check=0).stdout == (
+        "true\n"
+    )
+    done = cli("control", name, "tokenize", "two words", "--address", address, env=env, check=0)
+    ids = [int(i) for i in done.stdout.strip("[]\n").split(",")]
+    done = cli("control", name, "detokenize", *ids, "--address", address, env=env, check=0)
+    assert done.stdout == '"two words"\n'
+    done = cli("control", name, "sleep", "1", "--address", address, env=env, check=1)
+    assert "backend 'echo' cannot do the control call 'sleep'" in done.stderr
+    assert "Traceback" not in done.stderr
+    done = cli("resume", name, "--address", address, env=env, check=0)
+    assert f"{name}: resumed" in done.stdout
+    assert not relayllm.control(name).is_paused()
+    relayllm.shutdown(name)
