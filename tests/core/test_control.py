@@ -2,6 +2,7 @@
 resume with every row once, a replacement replica that comes up paused, refusals that change
 nothing, tokenize/detokenize, and the CLI commands in a subprocess."""
 
+import json
 import os
 import threading
 import time
@@ -219,6 +220,9 @@ def test_pause_resume_and_control_from_the_command_line():
     done = cli("pause", name, "--address", address, env=env, check=0)
     assert f"{name}: paused (wait)" in done.stdout
     assert relayllm.control(name).is_paused()
+    done = cli("status", "--json", "--address", address, env=env, check=0)
+    (entry,) = [e for e in json.loads(done.stdout) if e["name"] == name]
+    assert entry["activity"] == "paused (wait)"
     assert cli("control", name, "is_paused", "--address", address, env=env, check=0).stdout == (
         "true\n"
     )

@@ -107,7 +107,9 @@ def status(as_json, address, verbose):
         }
         if ref.status == "RUNNING":
             try:
-                info = ref.handle().info.remote().result(timeout_s=30)
+                # Asked of a replica directly: a handle's call would wait in Serve's queue
+                # behind the batch calls a paused deployment holds.
+                info = next(iter(relayllm.control(ref.name).replicas(timeout_s=30).values()))
                 item.update(
                     backend=info.get("backend"),
                     model=info.get("model"),
@@ -215,8 +217,10 @@ def metrics_cells(metrics: dict[str, Any]) -> list[str]:
 
 
 def activity(info: dict, stall_s: float) -> str:
-    """idle (no calls), busy (calls, answers coming) or STALLED (calls, no answer for
-    ``stall_s``) -- from a replica's ``info()``."""
+    """idle (no calls), busy (calls, answers coming), STALLED (calls, no answer for
+    ``stall_s``) or paused (relayllm pause) -- from a replica's ``info()``."""
+    if info.get("paused"):
+        return f"paused ({info['paused']})"
     if not info.get("ongoing"):
         return "idle"
     silent = info.get("seconds_without_answer")

@@ -151,8 +151,9 @@ class BatchDeployment:
     async def engine_pause(self, mode: str) -> None:
         """Pause the engine's own scheduling (``mode``: ``wait`` or ``keep``, see
         :data:`relayllm.serving.control.PauseMode`). The base class already holds new batch
-        rows at its gate and, for ``wait``, waits for the batch rows inside the engine;
-        overriding this (even with nothing to add) is how a backend offers pause/resume."""
+        rows at its gate and, for ``wait``, has waited for its rows inside the engine before
+        this is called; overriding this (even with nothing to add) is how a backend offers
+        pause/resume."""
         raise NotImplementedError
 
     async def engine_resume(self) -> None:
@@ -333,9 +334,12 @@ class BatchDeployment:
     async def _pause(self, mode: str) -> None:
         self._open.clear()  # no batch row enters the engine from now on
         self.paused = mode
-        await self.engine_pause(mode)
-        if mode == "wait":  # the rows already in the engine finish first
+        if mode == "wait":
+            # Every row already handed to the engine finishes first, before the engine's own
+            # pause: vLLM's "wait" drains only the running requests and leaves its queued ones
+            # queued, which would hold them (and this wait) until the resume.
             await self._drained.wait()
+        await self.engine_pause(mode)
 
     async def _resume(self) -> None:
         if self.paused is not None:
