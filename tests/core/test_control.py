@@ -109,10 +109,11 @@ def test_keep_mode_freezes_the_rows_in_the_engine_until_resume():
     relayllm.shutdown(name)
 
 
-def test_a_replacement_replica_comes_up_paused_and_holds_its_rows():
+def test_a_replacement_replica_comes_up_paused_with_the_adapters_loaded(tmp_path):
     name = "ctl-replace"
     relayllm.deploy(DeploymentConfig(name=name, backend="echo"))
     ctl = relayllm.control(name)
+    ctl.load_adapter("tiny", str(tmp_path))
     ctl.pause()
     (old_id,) = ctl.replicas()
     from relayllm import compat
@@ -124,18 +125,20 @@ def test_a_replacement_replica_comes_up_paused_and_holds_its_rows():
     assert new_id != old_id
     assert info["paused"] == "wait", "the replacement read the deployment's pause state"
     assert ctl.is_paused()
-    call = (
-        relayllm.get_deployment(name)
-        .handle()
-        .process_batch.remote(
-            [{"task": "completion", "prompt": "held row", "request_id": "held-1"}]
-        )
-    )
+    assert ctl.adapters() == {"tiny": str(tmp_path)}, "and loaded the runtime adapter"
+    handle = relayllm.get_deployment(name).handle()
+    held = {"task": "completion", "prompt": "held row", "request_id": "held-1", "model": "tiny"}
+    call = handle.process_batch.remote([held])
     time.sleep(1.0)
     assert _rows(ctl) == 0, "the new replica holds its rows while paused"
     ctl.resume()
-    assert call.result(timeout_s=60)[0]["generated_text"] == "held row"
+    assert call.result(timeout_s=60)[0]["generated_text"] == "<tiny> held row"
     assert _rows(ctl) == 1
+    ctl.unload_adapter("tiny")
+    assert ctl.adapters() == {}
+    plain = {"task": "completion", "prompt": "plain", "model": "tiny"}
+    (after,) = handle.process_batch.remote([plain]).result(timeout_s=60)
+    assert after["generated_text"] == "plain"
     relayllm.shutdown(name)
 
 

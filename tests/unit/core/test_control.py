@@ -113,6 +113,27 @@ def test_refusals_name_backend_and_call_and_change_nothing():
     asyncio.run(scenario())
 
 
+def test_an_adapter_loaded_at_runtime_answers_the_rows_that_name_it(tmp_path):
+    async def scenario():
+        replica = _echo()
+        with pytest.raises(FileNotFoundError):
+            await replica.control("load_adapter", "tiny", str(tmp_path / "missing"))
+        assert await replica.control("adapters") == {}, "a failed load records nothing"
+        await replica.control("load_adapter", "tiny", str(tmp_path))
+        assert await replica.control("adapters") == {"tiny": str(tmp_path)}
+        rows = [{**_row("a b"), "model": "tiny"}, _row("a b")]
+        answers = [r["generated_text"] for r in await replica.process_batch(rows)]
+        assert answers == ["<tiny> a b", "a b"]
+        # A replica that starts later gets the deployment's adapters from the state.
+        late = _echo()
+        await late._apply_control(1, {"paused": None, "adapters": {"tiny": str(tmp_path)}})
+        assert await late.control("adapters") == {"tiny": str(tmp_path)}
+        await late._apply_control(2, {"paused": None, "adapters": {}})
+        assert await late.control("adapters") == {}
+
+    asyncio.run(scenario())
+
+
 def test_the_refusal_error_survives_pickling_between_processes():
     error = ControlRefusedError("openai", "sleep", "no such API", "remote")
     again = pickle.loads(pickle.dumps(error))
@@ -158,6 +179,7 @@ def test_a_paused_http_front_answers_503_with_retry_after():
         (["sleep", "deep"], "sleep takes at most one LEVEL"),
         (["tokenize"], "tokenize takes one TEXT"),
         (["is_paused", "extra"], "is_paused takes no arguments"),
+        (["load_adapter", "only-a-name"], "load_adapter takes NAME PATH"),
     ],
 )
 def test_control_command_checks_its_arguments_before_touching_a_cluster(args, message):

@@ -53,6 +53,31 @@ class Controller:
         has one)."""
         return all(self._each("is_paused", timeout_s=timeout_s).values())
 
+    # -- runtime LoRA adapters: loaded on every replica, then kept for the ones to come -------
+
+    def load_adapter(self, name: str, path: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        """Load the LoRA adapter at ``path`` (a directory every replica's node can read) as
+        ``name`` on every replica; rows whose ``model`` is ``name`` then get its answers. A
+        replica that starts later loads it too."""
+        import ray
+
+        self._each("load_adapter", name, path, timeout_s=timeout_s)  # fails before recording
+        actor = state_actor(self.name, create=True)
+        ray.get(actor.set_adapter.remote(name, path), timeout=timeout_s)
+
+    def unload_adapter(self, name: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        import ray
+
+        actor = state_actor(self.name, create=True)
+        self._check("unload_adapter", self._replicas(), timeout_s)
+        ray.get(actor.set_adapter.remote(name, None), timeout=timeout_s)
+        self._each("unload_adapter", name, timeout_s=timeout_s)
+
+    def adapters(self, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> dict[str, str]:
+        """The runtime adapters, name -> path (those every running replica has loaded)."""
+        answers = list(self._each("adapters", timeout_s=timeout_s).values())
+        return {k: v for k, v in answers[0].items() if all(a.get(k) == v for a in answers)}
+
     def replicas(self, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> dict[str, dict[str, Any]]:
         """Every running replica's ``info()``, by replica id. Asked of each replica directly:
         a handle's ``info()`` waits in Serve's queue behind the batch calls a pause holds."""

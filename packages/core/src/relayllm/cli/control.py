@@ -12,7 +12,17 @@ from relayllm.cli.common import address_option, connect, handle_errors, verbose_
 from relayllm.serving.control import PAUSE_MODES
 
 #: ``relayllm control NAME CALL``: the calls that are not ``pause``/``resume``.
-CALLS = ("is_paused", "reset_prefix_cache", "sleep", "wake_up", "tokenize", "detokenize")
+CALLS = (
+    "is_paused",
+    "reset_prefix_cache",
+    "sleep",
+    "wake_up",
+    "tokenize",
+    "detokenize",
+    "load_adapter",
+    "unload_adapter",
+    "adapters",
+)
 
 
 @click.command()
@@ -72,6 +82,9 @@ def control_command(name, call, args, address, verbose):
       relayllm control NAME sleep 1          # then: relayllm control NAME wake_up
       relayllm control NAME tokenize "Hello there"
       relayllm control NAME detokenize 9906 1070
+      relayllm control NAME load_adapter ADAPTER /path/to/lora   # rows: model ADAPTER
+      relayllm control NAME unload_adapter ADAPTER
+      relayllm control NAME adapters
     """
     import relayllm
     from relayllm.errors import ConfigError
@@ -89,6 +102,12 @@ def control_command(name, call, args, address, verbose):
         if len(args) > 1 or (args and not args[0].isdigit()):
             raise ConfigError("sleep takes at most one LEVEL argument: 1 or 2")
         controller_args = [int(a) for a in args]
+    elif call == "load_adapter":
+        if len(args) != 2:
+            raise ConfigError("load_adapter takes NAME PATH")
+    elif call == "unload_adapter":
+        if len(args) != 1:
+            raise ConfigError("unload_adapter takes NAME")
     elif args:
         raise ConfigError(f"{call} takes no arguments (got {' '.join(args)})")
     connect(address, verbose, existing_cluster=True)

@@ -29,6 +29,9 @@ CONTROL_CALLS = (
     "wake_up",
     "tokenize",
     "detokenize",
+    "load_adapter",
+    "unload_adapter",
+    "adapters",
 )
 #: How a pause treats the rows already in the engine: ``wait`` lets them finish (``pause()``
 #: returns once they have), ``keep`` freezes them where they are until ``resume()``. vLLM's
@@ -50,13 +53,24 @@ def state_actor_name(deployment: str) -> str:
 
 class ControlState:
     """The durable control state of one deployment (a detached actor, no CPU): the state as a
-    dict (``paused``: None or the pause mode; ``changed_at``: wall-clock time of the last
-    change) and a version that grows with every change."""
+    dict (``paused``: None or the pause mode; ``adapters``: LoRA adapter name -> path, loaded
+    at runtime; ``changed_at``: wall-clock time of the last change) and a version that grows
+    with every change."""
 
     def __init__(self) -> None:
         self.version = 0
-        self.state: dict[str, Any] = {"paused": None, "changed_at": 0.0}
+        self.state: dict[str, Any] = {"paused": None, "adapters": {}, "changed_at": 0.0}
         self._changed = asyncio.Event()
+
+    async def set_adapter(self, name: str, path: str | None) -> int:
+        """Record a loaded adapter (``path``) or forget it (None), in one step: two drivers
+        loading adapters at once each keep theirs."""
+        adapters = dict(self.state["adapters"])
+        if path is None:
+            adapters.pop(name, None)
+        else:
+            adapters[name] = path
+        return await self.update({"adapters": adapters})
 
     async def get(self) -> tuple[int, dict[str, Any]]:
         return self.version, dict(self.state)

@@ -55,6 +55,9 @@ CONTROL_HOOKS = {
     "wake_up": "engine_wake_up",
     "tokenize": "engine_tokenize",
     "detokenize": "engine_detokenize",
+    "load_adapter": "engine_load_adapter",
+    "unload_adapter": "engine_load_adapter",
+    "adapters": "engine_load_adapter",
 }
 
 
@@ -110,6 +113,7 @@ class BatchDeployment:
         self._drained.set()
         self.control_version = 0
         self._control_lock = asyncio.Lock()
+        self.runtime_adapters: dict[str, str] = {}  # loaded by control calls: name -> path
         self._follow_control()
 
     # -- what adapters implement -------------------------------------------------------------
@@ -176,6 +180,14 @@ class BatchDeployment:
         raise NotImplementedError
 
     async def engine_detokenize(self, ids: list[int]) -> str:
+        raise NotImplementedError
+
+    async def engine_load_adapter(self, name: str, path: str) -> None:
+        """Load the LoRA adapter at ``path`` as ``name``: rows whose ``model`` is ``name`` get
+        its answers (with :meth:`engine_unload_adapter`, how a backend offers runtime LoRA)."""
+        raise NotImplementedError
+
+    async def engine_unload_adapter(self, name: str) -> None:
         raise NotImplementedError
 
     def control_refusal(self, call: str) -> str | None:
@@ -285,6 +297,19 @@ class BatchDeployment:
             return await self.engine_tokenize(*args)
         elif call == "detokenize":
             return await self.engine_detokenize(*args)
+        elif call == "load_adapter":
+            name, path = args
+            async with self._control_lock:
+                await self.engine_load_adapter(name, path)
+                self.runtime_adapters[name] = path
+        elif call == "unload_adapter":
+            (name,) = args
+            async with self._control_lock:
+                if name in self.runtime_adapters:
+                    await self.engine_unload_adapter(name)
+                    self.runtime_adapters.pop(name)
+        elif call == "adapters":
+            return dict(self.runtime_adapters)
         return None
 
     def _name(self) -> str:
@@ -324,12 +349,31 @@ class BatchDeployment:
         async with self._control_lock:  # one change at a time, in version order
             if version < self.control_version or (version == self.control_version and version):
                 return
+            await self._apply_adapters(state.get("adapters") or {})
             mode = state.get("paused")
             if mode in PAUSE_MODES and self.paused != mode:
                 await self._pause(str(mode))
             elif mode is None and (self.paused is not None or not self._open.is_set()):
                 await self._resume()
             self.control_version = version
+
+    async def _apply_adapters(self, wanted: dict[str, str]) -> None:
+        """Load the runtime adapters the deployment has and this replica lacks (a replica that
+        started after they were loaded), unload the ones it dropped. A load that fails is
+        logged: rows naming that adapter fail, the replica serves the rest."""
+        if self.control_refusal("load_adapter") is not None:
+            return
+        for name in [n for n in self.runtime_adapters if n not in wanted]:
+            await self.engine_unload_adapter(name)
+            self.runtime_adapters.pop(name)
+        for name, path in wanted.items():
+            if self.runtime_adapters.get(name) == path:
+                continue
+            try:
+                await self.engine_load_adapter(name, path)
+                self.runtime_adapters[name] = path
+            except Exception:
+                logger.exception("could not load the LoRA adapter %r from %s", name, path)
 
     async def _pause(self, mode: str) -> None:
         self._open.clear()  # no batch row enters the engine from now on

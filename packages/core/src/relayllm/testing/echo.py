@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 import random
 import time
 from collections.abc import Mapping
@@ -155,6 +156,15 @@ class EchoDeployment(BatchDeployment):
         words = [int(i).to_bytes((int(i).bit_length() + 7) // 8, "big").decode() for i in ids]
         return " ".join(words)
 
+    async def engine_load_adapter(self, name: str, path: str) -> None:
+        """Echo's 'adapter' is any directory: rows naming it get ``<name>`` before their words
+        (a missing directory fails, as an engine's load does)."""
+        if not os.path.isdir(path):
+            raise FileNotFoundError(f"no adapter directory at {path}")
+
+    async def engine_unload_adapter(self, name: str) -> None:
+        """Nothing to free: the base class forgets the name."""
+
     def stop_engine(self) -> None:
         """What the conformance kit calls to check that health() reports a stopped engine
         (and what a retiring replica calls: :meth:`BatchDeployment.stop_engine`)."""
@@ -223,6 +233,8 @@ class EchoDeployment(BatchDeployment):
             except ValueError as exc:
                 return error_result(f"echo engine cannot read an image: {exc}")
         out = list(reversed(words)) if self.options.mode == "reverse" else words
+        if request.get("model") in self.runtime_adapters:  # a LoRA adapter loaded at runtime
+            out = [f"<{request['model']}>", *out]
         params = request.get("sampling_params", {})
         try:
             result = generate(
