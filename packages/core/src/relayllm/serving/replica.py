@@ -270,15 +270,16 @@ class BatchDeployment:
         driver before it calls every replica), then say where this replica stands."""
         self.serving_loop = asyncio.get_running_loop()
         if self.control_version < version:
-            actor = state_actor(str(self.deployment.get("name")), create=False)
+            actor = await asyncio.to_thread(state_actor, self._name(), create=False)
             if actor is None:
                 raise RuntimeError("the deployment's control state is gone (shut down?)")
             await self._apply_control(*(await actor.get.remote()))
         return {"replica_id": _replica_id(), "paused": self.paused, "version": self.control_version}
 
     async def control(self, call: str, *args: Any) -> Any:
-        """A control call that changes no shared state (``is_paused``, ``reset_prefix_cache``,
-        ``sleep``, ``wake_up``, ``tokenize``, ``detokenize``), on this replica."""
+        """A control call on this replica: ``is_paused``, ``reset_prefix_cache``, ``sleep``,
+        ``wake_up``, ``tokenize``, ``detokenize``, and the adapter calls (which the driver
+        records in the deployment's state once every replica has done them)."""
         refusal = self.control_refusal(call)
         if refusal is not None:
             raise ControlRefusedError(self.backend_name, call, refusal, self._name())
