@@ -149,3 +149,82 @@ def test_sleep_and_wake_up_are_refused_on_cpu_before_anything_changes(demo_deplo
         ray.data.from_items([{"messages": [{"role": "user", "content": "Say hi."}]}])
     ).take_all()
     assert not row["error"] and row["generated_text"], "the engine still answers"
+
+
+# -- runtime LoRA: an engine of its own (LoRA on), after the demo engine's users ----------------
+
+LORA_NAME = "vllm-lora"
+
+
+def _tiny_lora(model: Path, out: Path) -> Path:
+    """A rank-8 LoRA adapter for the demo model with random weights (peft): its answers are
+    meaningless, and not the base model's."""
+    from relayllm_vllm.compat import hide_broken_torch_extensions
+
+    hide_broken_torch_extensions()  # before transformers imports torchvision
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    base = AutoModelForCausalLM.from_pretrained(model, torch_dtype=torch.bfloat16)
+    config = LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"])
+    lora = get_peft_model(base, config)
+    with torch.no_grad():
+        for name, param in lora.named_parameters():
+            if "lora_B" in name:  # peft starts B at zero (no change): move it
+                param.normal_(0.0, 0.5)
+    lora.save_pretrained(out)
+    return out
+
+
+def test_a_lora_adapter_loaded_at_runtime_answers_the_rows_that_name_it(no_engine, tmp_path):
+    from vllm_support import exclusive, stop
+
+    ref = exclusive(
+        relayllm.DeploymentConfig(
+            name=LORA_NAME,
+            backend="vllm",
+            options={"model": "demo", "max_model_len": 512, "max_num_seqs": 4, "lora": {}},
+            startup_timeout_s=1200,
+        )
+    )
+    try:
+        ctl = relayllm.control(ref.name)
+        path = _tiny_lora(Path(_info(ctl)["model_path"]), tmp_path / "tiny")
+        assert ctl.adapters() == {}
+        ctl.load_adapter("tiny", str(path))
+        assert ctl.adapters() == {"tiny": str(path)}
+        proc = build_processor(
+            ProcessorConfig(
+                deployment=ref.name,
+                task="chat",
+                batch_size=1,
+                sampling_params={"temperature": 0.0, "max_tokens": 12},
+            )
+        )
+        question = [{"role": "user", "content": "What is the capital of France?"}]
+
+        def answer(model=None) -> dict:
+            row = {"messages": question, **({"model": model} if model else {})}
+            (out,) = proc(ray.data.from_items([row])).take_all()
+            return out
+
+        base = answer()
+        tuned = answer("tiny")
+        assert not base["error"] and not tuned["error"], (base["error"], tuned["error"])
+        assert "Paris" in base["generated_text"]
+        assert tuned["generated_text"] != base["generated_text"], "the adapter's own answer"
+        ctl.unload_adapter("tiny")
+        assert ctl.adapters() == {}
+        gone = answer("tiny")
+        assert gone["error"] and "unknown model 'tiny'" in gone["error"]
+    finally:
+        stop(LORA_NAME)
+
+
+def test_adapter_calls_are_refused_where_lora_is_off(demo_deployment):
+    ctl = relayllm.control(demo_deployment.name)
+    with pytest.raises(ControlRefusedError, match="LoRA is not enabled"):
+        ctl.load_adapter("tiny", "/nowhere")
+    assert "tiny" not in _info(ctl)["lora_adapters"]

