@@ -9,20 +9,10 @@ import json
 import click
 
 from relayllm.cli.common import address_option, connect, handle_errors, verbose_option
-from relayllm.serving.control import PAUSE_MODES
+from relayllm.serving.control import CONTROL_CALLS, PAUSE_MODES
 
 #: ``relayllm control NAME CALL``: the calls that are not ``pause``/``resume``.
-CALLS = (
-    "is_paused",
-    "reset_prefix_cache",
-    "sleep",
-    "wake_up",
-    "tokenize",
-    "detokenize",
-    "load_adapter",
-    "unload_adapter",
-    "adapters",
-)
+CALLS = tuple(c for c in CONTROL_CALLS if c not in ("pause", "resume"))
 
 
 @click.command()
