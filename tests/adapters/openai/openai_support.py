@@ -69,6 +69,17 @@ LAUNCH = (
 )
 
 
+def cpu_server_args(kv_cache_mib: int = 512) -> list[str]:
+    """What relayllm's own CPU defaults give its engines, for vLLM's server: a KV cache of a
+    size the tests need (vLLM's fraction of the machine's memory takes seconds to allocate
+    for nothing) and the dtype "auto" means on this CPU (float32 without native bfloat16)."""
+    from relayllm_vllm.options import cpu_auto_dtype, x86_cpu_flags
+
+    args = ["--enforce-eager", "--kv-cache-memory-bytes", str(kv_cache_mib * 2**20)]
+    dtype = cpu_auto_dtype(x86_cpu_flags())
+    return args if dtype == "auto" else [*args, "--dtype", dtype]
+
+
 def skip_reason() -> str | None:
     if importlib.util.find_spec("vllm") and importlib.util.find_spec("relayllm_vllm"):
         return None

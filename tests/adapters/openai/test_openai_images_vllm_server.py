@@ -64,7 +64,7 @@ def deployment(tmp_path_factory, test_key):
     args = [
         "--model", str(model), "--served-model-name", SERVED,
         "--host", "127.0.0.1", "--port", str(PORT), "--enforce-eager", "--dtype", "float32",
-        "--gpu-memory-utilization", "0.3", "--max-model-len", "128",
+        "--kv-cache-memory-bytes", str(64 * 2**20), "--max-model-len", "128",
     ]  # fmt: skip
     log_dir = tmp_path_factory.mktemp("server")
     with running_vllm_server(args, test_key, BASE_URL, log_dir):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import ray
-from openai_support import KEY_ENV, running_vllm_server, skip_reason, stop_server
+from openai_support import KEY_ENV, cpu_server_args, running_vllm_server, skip_reason, stop_server
 from support import free_port
 
 from relayllm.testing import BackendConformanceTests
@@ -47,9 +47,7 @@ def vllm_server(tmp_path_factory, test_key):
         "127.0.0.1",
         "--port",
         str(PORT),
-        "--enforce-eager",
-        "--gpu-memory-utilization",
-        "0.3",
+        *cpu_server_args(),
         "--max-model-len",
         str(CONTEXT_LENGTH),
         # The server's hermes parser finds tool calls in tool_choice 'auto' answers.

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 import ray
-from openai_support import running_vllm_server, skip_reason
+from openai_support import cpu_server_args, running_vllm_server, skip_reason
 from support import free_port
 
 import relayllm
@@ -36,8 +36,8 @@ def server(tmp_path_factory, test_key):
     )
     args = [
         "--model", str(model), "--served-model-name", SERVED,
-        "--host", "127.0.0.1", "--port", str(PORT), "--enforce-eager",
-        "--gpu-memory-utilization", "0.3", "--max-model-len", "256", "--runner", "pooling",
+        "--host", "127.0.0.1", "--port", str(PORT), *cpu_server_args(64),
+        "--max-model-len", "256", "--runner", "pooling",
     ]  # fmt: skip
     log_dir = tmp_path_factory.mktemp("server")
     with running_vllm_server(args, test_key, BASE_URL, log_dir) as process:

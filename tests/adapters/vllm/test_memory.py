@@ -14,7 +14,7 @@ from relayllm_vllm.memory import (
     cpu_kv_cache_bytes,
     model_shape,
 )
-from relayllm_vllm.options import VLLMOptions, engine_args
+from relayllm_vllm.options import VLLMOptions, engine_args, resolved_dtype
 
 MIB = 2**20
 
@@ -35,15 +35,17 @@ def test_the_demo_models_shape_comes_from_its_config(demo):
 
 
 def test_cpu_default_is_derived_from_context_sequences_and_shape(demo):
-    per_token = model_shape(demo).bytes_per_token()
+    # In the dtype the engine will run (float32 on a CPU without native bfloat16).
+    shape = model_shape(demo, resolved_dtype(VLLMOptions(), cpu=True))
+    per_token = shape.bytes_per_token()
     default = engine_args(VLLMOptions(), cpu=True, model_path=demo)["kv_cache_memory_bytes"]
     tokens = max(8192, CPU_OFFLINE_MAX_NUM_SEQS * CPU_TOKENS_PER_SEQUENCE)
     assert default == -(-tokens * per_token // MIB) * MIB
-    assert default < GIB, "the demo model's KV cache, not 30% of the machine"
+    assert default < 2 * GIB, "the demo model's KV cache (float32 at most), not 30% of the machine"
     # A shorter context and fewer sequences take less; one full-length sequence always fits.
     small = engine_args(VLLMOptions(max_model_len=512, max_num_seqs=8), cpu=True, model_path=demo)
     assert small["kv_cache_memory_bytes"] == -(-1024 * per_token // MIB) * MIB
-    long = cpu_kv_cache_bytes(model_shape(demo), max_model_len=8192, max_num_seqs=1)
+    long = cpu_kv_cache_bytes(shape, max_model_len=8192, max_num_seqs=1)
     assert long >= 1.05 * 8192 * per_token  # vLLM refused 8,192 tokens' worth: it needs more
 
 

@@ -84,6 +84,35 @@ def test_cpu_build_gets_cpu_defaults_and_explicit_values_win():
     assert mine["gpu_memory_utilization"] == 0.5 and mine["enforce_eager"] is False
 
 
+def test_auto_dtype_is_float32_on_a_cpu_without_native_bfloat16(monkeypatch):
+    """PyTorch emulates bfloat16 without AVX512-BF16 or AMX: "auto" (the model's bfloat16)
+    would run several times slower than float32 there. An explicit dtype and GPUs keep theirs."""
+    from relayllm_vllm import options as module
+
+    avx2 = frozenset({"avx", "avx2", "fma"})
+    assert module.cpu_auto_dtype(avx2) == "float32"
+    assert module.cpu_auto_dtype(avx2 | {"avx512f", "avx512_bf16"}) == "auto"
+    assert module.cpu_auto_dtype(avx2 | {"amx_bf16"}) == "auto"
+    assert module.cpu_auto_dtype(None) == "auto"  # not x86: vLLM's choice
+    monkeypatch.setattr(module, "x86_cpu_flags", lambda: avx2)
+    assert engine_args(VLLMOptions(), cpu=True, model_path="/m")["dtype"] == "float32"
+    assert engine_args(VLLMOptions(), cpu=False, model_path="/m")["dtype"] == "auto"
+    mine = VLLMOptions(dtype="bfloat16")
+    assert engine_args(mine, cpu=True, model_path="/m")["dtype"] == "bfloat16"
+    monkeypatch.setattr(module, "x86_cpu_flags", lambda: avx2 | {"avx512_bf16"})
+    assert engine_args(VLLMOptions(), cpu=True, model_path="/m")["dtype"] == "auto"
+
+
+def test_this_machines_cpu_flags_are_read():
+    from relayllm_vllm.options import x86_cpu_flags
+
+    flags = x86_cpu_flags()
+    import platform
+
+    if platform.machine() == "x86_64":
+        assert flags is not None and "sse2" in flags  # every x86-64 CPU has it
+
+
 def test_reasoning_parser_reaches_the_engine_as_on_vllms_server():
     """The engine gets the parser too: its structured output waits for the reasoning to end,
     as with the server's --reasoning-parser; constraining the reasoning is asked for."""

