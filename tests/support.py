@@ -94,6 +94,24 @@ def ray_head_node(
         shutil.rmtree(temp, ignore_errors=True)
 
 
+def run_cluster_job(script: Path, *, timeout: float) -> subprocess.CompletedProcess[str]:
+    """Run a script that starts a multi-node cluster of its own (``ray.cluster_utils.Cluster``)
+    in a private Ray temp dir: Cluster writes its address where any ``ray.init()`` without an
+    address on the machine would find it (another suite running beside this one, a command
+    that should start a cluster of its own)."""
+    temp = tempfile.mkdtemp(prefix="rt")  # short: Ray's socket paths live under it
+    try:
+        return subprocess.run(
+            [sys.executable, str(script)],
+            env={**os.environ, "RAY_TMPDIR": temp},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+
+
 def kill_group(head: subprocess.Popen[bytes]) -> None:
     """SIGKILL every process of a :func:`ray_head_node` cluster (its own process group)."""
     with contextlib.suppress(ProcessLookupError):

@@ -1,11 +1,10 @@
 """Kill the node that hosts the engine replica mid-job, on a three-node cluster: no row lost."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support import run_cluster_job
 
 
 # Three nodes on one machine, started and stopped inside the script: more than pytest.ini's
@@ -13,7 +12,7 @@ import pytest
 @pytest.mark.timeout(1200)
 def test_losing_the_engine_node_mid_job_loses_no_rows(record_result):
     script = Path(__file__).with_name("multinode_job.py")
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=900)
+    out = run_cluster_job(script, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     print(f"\nmulti-node: {result}")

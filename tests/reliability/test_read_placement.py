@@ -3,11 +3,10 @@ would spread the read tasks (most of them to the other node, without the placeme
 read runs on the driver's node (for the batch service: the runner's, on the head node)."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support import run_cluster_job
 
 
 # Two nodes on one machine, started and stopped inside the script (its own process: a second
@@ -15,7 +14,7 @@ import pytest
 @pytest.mark.timeout(900)
 def test_every_read_of_a_batch_file_runs_on_the_drivers_node():
     script = Path(__file__).with_name("read_placement_job.py")
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
+    out = run_cluster_job(script, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert (result["completed"], result["failed"]) == (120, 0)

@@ -2,17 +2,16 @@
 vllm deployment up to its engine seam (see placement_job.py). No vLLM engine starts."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support import run_cluster_job
 
 
 @pytest.fixture(scope="module")
 def placed() -> dict:
     script = Path(__file__).with_name("placement_job.py")
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=900)
+    out = run_cluster_job(script, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
