@@ -14,12 +14,15 @@ openai = pytest.importorskip("openai")
 
 KEY = "restart-key-" + "r" * 24
 LINES = 48
+#: One call of 2 lines at a time, a second each: the batch takes half a minute, so the cluster
+#: is lost mid-batch however slowly a busy machine answers the polls.
 DEPLOYMENTS = """\
 deployments:
   - name: slow
     backend: echo
+    max_ongoing_requests: 1
     options:
-      delay_s: 0.5
+      delay_s: 1.0
 """
 
 
