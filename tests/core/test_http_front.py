@@ -23,6 +23,9 @@ KEY_ENV = "RELAYLLM_TEST_HTTP_KEY"
 # workers (the replica) inherit the environment the cluster was started with, and the key
 # must not travel in the deployment's config (which info() and describe() show).
 KEY = os.environ.setdefault(KEY_ENV, secrets.token_hex(16))
+#: The control routes' key: another variable, another value.
+ADMIN_ENV = "RELAYLLM_TEST_HTTP_ADMIN_KEY"
+ADMIN = os.environ.setdefault(ADMIN_ENV, secrets.token_hex(16))
 NAME = "httpfront"
 
 
@@ -36,7 +39,12 @@ def front():
         name=NAME,
         backend="echo",
         options={"fail_marker": "POISON"},
-        http={"route_prefix": "/echo", "port": PORT, "api_key_env": KEY_ENV},
+        http={
+            "route_prefix": "/echo",
+            "port": PORT,
+            "api_key_env": KEY_ENV,
+            "admin_key_env": ADMIN_ENV,
+        },
     )
     ref = relayllm.deploy(config)
     info = ref.handle().info.remote().result(timeout_s=60)
@@ -329,12 +337,12 @@ BOTH_DOORS = [
 ]
 
 
-def _post(url: str, body: dict) -> tuple[int, dict]:
-    request = urllib.request.Request(
-        url,
-        data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"},
-    )
+def _post(url: str, body: dict | None, key: str | None = KEY) -> tuple[int, dict]:
+    headers = {"Content-Type": "application/json"}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, headers=headers, method="POST")
     try:
         with urllib.request.urlopen(request, timeout=60) as answer:
             return answer.status, json.loads(answer.read())
@@ -372,3 +380,47 @@ def test_the_same_bodies_answer_the_same_through_both_doors(front, tmp_path):
         else:
             assert status == 400 and line["response"] is None, (status, answer)
             assert answer["error"]["message"] in line["error"]["message"], (answer, line)
+
+
+def test_control_routes_pause_and_resume_the_deployment_behind_a_key_of_their_own(front):
+    """``POST <prefix>/admin/CALL`` is ``relayllm.control(name).CALL(**body)``, with its own
+    key: the API key is refused there, and the admin key is never shown."""
+    ref, info, client = front
+    admin = info["http"]["url"].removesuffix("/v1") + "/admin"
+    controller = relayllm.control(NAME)
+    for key in (KEY, "wrong", None):  # the API key opens the API, not the engine's controls
+        status, body = _post(f"{admin}/pause", {}, key=key)
+        assert (status, body["error"]["code"]) == (401, "invalid_api_key")
+    assert not controller.is_paused()
+
+    assert _post(f"{admin}/pause", {"mode": "wait"}, key=ADMIN) == (
+        200,
+        {"call": "pause", "result": None},
+    )
+    try:
+        assert controller.is_paused()
+        assert _post(f"{admin}/is_paused", None, key=ADMIN) == (
+            200,
+            {"call": "is_paused", "result": True},
+        )
+        with pytest.raises(openai.APIStatusError) as err:  # interactive requests: come back
+            client.chat.completions.create(model=NAME, messages=[{"role": "user", "content": "x"}])
+        assert err.value.status_code == 503
+    finally:
+        assert _post(f"{admin}/resume", None, key=ADMIN)[0] == 200
+    assert not controller.is_paused()
+    reply = client.chat.completions.create(model=NAME, messages=[{"role": "user", "content": "a"}])
+    assert reply.choices[0].message.content == "a"
+
+    status, body = _post(f"{admin}/tokenize", {"text": "one two"}, key=ADMIN)
+    assert status == 200 and body["result"] == controller.tokenize("one two")
+    # What the caller got wrong is named: the call, its arguments, a value.
+    status, body = _post(f"{admin}/halt", {}, key=ADMIN)
+    assert status == 404 and "pause" in body["error"]["message"]
+    status, body = _post(f"{admin}/pause", {"speed": 3}, key=ADMIN)
+    assert status == 400 and "speed" in body["error"]["message"]
+    status, body = _post(f"{admin}/pause", {"mode": "abort"}, key=ADMIN)
+    assert status == 400 and "abort" in body["error"]["message"]
+    assert not controller.is_paused()  # nothing was changed by a refused call
+    shown = json.dumps([ref.handle().describe.remote().result(timeout_s=30), controller.replicas()])
+    assert ADMIN not in shown and ADMIN_ENV in shown

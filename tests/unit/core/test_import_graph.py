@@ -33,8 +33,9 @@ LAYERS: list[tuple[str, ...]] = [
         "relayllm.compat",
         "relayllm.openai_body",  # OpenAI bodies <-> rows: both front doors, on rows alone
     ),
-    # what runs in a Serve replica: on the foundation only
-    ("relayllm.serving", "relayllm.serving."),
+    # what runs in a Serve replica: on the foundation only; and the control calls fanned out
+    # to every replica, from a driver or from a replica's control routes
+    ("relayllm.serving", "relayllm.serving.", "relayllm.control"),
     # the stage's helpers: image_url parts (also the echo backend's), grouping rows into calls
     ("relayllm.stage", "relayllm.stage.images", "relayllm.stage.calls"),
     # the one fit check: what will run, as data, against the cluster
@@ -48,8 +49,6 @@ LAYERS: list[tuple[str, ...]] = [
     ("relayllm.plugin.spec", "relayllm.plugin.manager"),
     # the driver: names -> Serve apps, what a pipeline asks of the cluster
     ("relayllm.deployments",),
-    # control calls on a deployment by name, fanned out to every replica
-    ("relayllm.control",),
     # what runs in Ray Data's workers: the stage
     ("relayllm.stage.udf",),
     ("relayllm.processor",),

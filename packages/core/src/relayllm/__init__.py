@@ -6,10 +6,11 @@ engine packages (vllm, sglang, torch, openai) only inside the adapters that use 
 
 from relayllm.backend import Backend, BackendOptions, BackendRegistry
 from relayllm.config import ProcessorConfig
-from relayllm.control import Controller, control
+from relayllm.control import Controller
 from relayllm.deployments import (
     DeploymentConfig,
     DeploymentRef,
+    control,
     deploy,
     get_deployment,
     list_deployments,

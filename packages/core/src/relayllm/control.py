@@ -11,6 +11,10 @@ Shared state (paused or not) is written to the deployment's state actor first
 returns once each has: a replica that starts later reads the same state when it starts.
 Serve's handle reaches one replica of its choosing, so the replicas are called one by one
 through :func:`relayllm.compat.call_replica`.
+
+A :class:`Controller` needs only Ray and the deployment's Serve names, so it runs in a driver
+(:func:`relayllm.control`, which finds those names) and in a replica (the HTTP front's control
+routes) alike.
 """
 
 from __future__ import annotations
@@ -28,11 +32,13 @@ DEFAULT_TIMEOUT_S = 600.0
 class Controller:
     """The control plane of one running deployment (:func:`control`)."""
 
-    def __init__(self, name: str, *, address: str | None = None) -> None:
-        from relayllm.deployments import get_deployment
-
-        self.ref = get_deployment(name, address=address)  # connects; lists the running ones
+    def __init__(self, name: str, app_name: str, deployment_name: str) -> None:
+        """The deployment ``name`` is Serve's deployment ``deployment_name`` of the application
+        ``app_name``: :func:`relayllm.control` finds them by name (its error lists the running
+        deployments); a replica's control routes know their own."""
         self.name = name
+        self.app_name = app_name
+        self.deployment_name = deployment_name
 
     # -- shared state: written once, applied by every replica ----------------------------------
 
@@ -111,7 +117,7 @@ class Controller:
     def _replicas(self) -> list[tuple[str, str]]:
         from relayllm import compat
 
-        return compat.running_replicas(self.ref.app_name, self.ref.deployment_name)
+        return compat.running_replicas(self.app_name, self.deployment_name)
 
     def _check(self, call: str, replicas: list[tuple[str, str]], timeout_s: float) -> None:
         """Refuse ``call`` if any replica cannot do it, before anything changes."""
@@ -147,8 +153,7 @@ class Controller:
         from relayllm import compat
 
         refs = {
-            rid: compat.call_replica(actor, self.ref.app_name, method, *args)
-            for rid, actor in replicas
+            rid: compat.call_replica(actor, self.app_name, method, *args) for rid, actor in replicas
         }
         answers: dict[str, Any] = {}
         for rid, ref in refs.items():
@@ -162,11 +167,4 @@ class Controller:
         return answers
 
 
-def control(name: str, *, address: str | None = None) -> Controller:
-    """The control plane of the running deployment ``name`` (the error lists the running
-    ones): ``pause``/``resume``/``is_paused``, ``reset_prefix_cache``, ``sleep``/``wake_up``,
-    ``tokenize``/``detokenize``, each on every replica."""
-    return Controller(name, address=address)
-
-
-__all__ = ["DEFAULT_TIMEOUT_S", "Controller", "control"]
+__all__ = ["DEFAULT_TIMEOUT_S", "Controller"]

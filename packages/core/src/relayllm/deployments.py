@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from ray.serve.handle import DeploymentHandle
 
     from relayllm.backend import Backend
+    from relayllm.control import Controller
 
 logger = logging.getLogger(__name__)
 
@@ -349,6 +350,16 @@ def get_deployment(name: str, *, address: str | None = None) -> DeploymentRef:
     raise DeploymentNotFoundError(not_found_message(name, [r.name for r in running]))
 
 
+def control(name: str, *, address: str | None = None) -> Controller:
+    """The control plane of the running deployment ``name`` (the error lists the running
+    ones): ``pause``/``resume``/``is_paused``, ``reset_prefix_cache``, ``sleep``/``wake_up``,
+    ``tokenize``/``detokenize``, runtime LoRA adapters, each on every replica."""
+    from relayllm.control import Controller
+
+    ref = get_deployment(name, address=address)  # connects; lists the running ones
+    return Controller(name, ref.app_name, ref.deployment_name)
+
+
 def handle_for(name: str) -> DeploymentHandle[Any]:
     """A handle to the running deployment ``name`` (from inside any Ray worker)."""
     from ray import serve
@@ -406,6 +417,7 @@ __all__ = [
     "HttpConfig",
     "app_name",
     "build_application",
+    "control",
     "deploy",
     "engine_demand",
     "get_deployment",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 _PREFIX = re.compile(r"^/([A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*)?$")
 _ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -35,6 +35,14 @@ class HttpConfig(BaseModel):
         description="Name of an environment variable (set where the replicas run) holding the "
         "API key clients must send as 'Authorization: Bearer KEY'. Unset: no key is asked.",
     )
+    admin_key_env: str | None = Field(
+        default=None,
+        description="Name of an environment variable (set where the replicas run) holding the "
+        "key of the control routes (POST <prefix>/admin/CALL: pause, resume, load_adapter...; "
+        "see the control plane's docs), sent as 'Authorization: Bearer KEY'. A key of their "
+        "own: a client that may ask questions may not pause the engine. Unset: no control "
+        "routes.",
+    )
     model_name: str | None = Field(
         default=None, description="Model id served at /v1/models; default: the deployment name."
     )
@@ -52,7 +60,7 @@ class HttpConfig(BaseModel):
             raise ValueError("must start with '/', have no trailing '/', e.g. '/chat'")
         return value
 
-    @field_validator("api_key_env")
+    @field_validator("api_key_env", "admin_key_env")
     @classmethod
     def _valid_env(cls, value: str | None) -> str | None:
         if value is not None and not _ENV.match(value):
@@ -60,6 +68,15 @@ class HttpConfig(BaseModel):
                 "must be the NAME of an environment variable (letters, digits, '_'), not a key"
             )
         return value
+
+    @model_validator(mode="after")
+    def _admin_key_of_its_own(self) -> HttpConfig:
+        if self.admin_key_env is not None and self.admin_key_env == self.api_key_env:
+            raise ValueError(
+                "admin_key_env must name another variable than api_key_env: every client with "
+                "the API key could pause the engine"
+            )
+        return self
 
     def prefix_for(self, deployment: str) -> str:
         return self.route_prefix or f"/{deployment}"

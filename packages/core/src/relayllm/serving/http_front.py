@@ -8,6 +8,9 @@ response bodies. Request bodies are checked against the ``openai`` package's req
 -> row and result -> response are :mod:`relayllm.openai_body`'s, the translation batch files
 use too, so a request answers the same through either door.
 
+With ``http.admin_key_env`` set, ``POST <prefix>/admin/CALL`` runs a control call
+(:mod:`relayllm.control`: pause, resume, ...) on the whole deployment, behind a key of its own.
+
 Loaded only inside a replica whose deployment has an ``http`` section (it imports openai and
 starlette), never by ``import relayllm``.
 """
@@ -29,6 +32,7 @@ from relayllm.errors import (
     DeploymentPausedError,
     EngineFailedError,
     MissingDependencyError,
+    RelayLLMError,
 )
 from relayllm.rows import Request, Result, Task, build_request, features_of, unsupported_features
 from relayllm.serving.http_config import HttpConfig
@@ -48,6 +52,8 @@ ROUTES: dict[str, tuple[str, str]] = {
     "/v1/embeddings": ("POST", "embedding"),
     "/v1/models": ("GET", "models"),
 }
+#: The control routes' path, under the deployment's prefix: ``POST <prefix>/admin/pause``.
+ADMIN_PATH = "/admin/"
 
 
 class HttpError(Exception):
@@ -81,17 +87,12 @@ class HttpFront:
             ) from exc
         self.replica = replica
         self.config = config
+        self.deployment = deployment
         self.model = config.model_name or deployment
-        self._key: bytes | None = None
-        if config.api_key_env:
-            key = os.environ.get(config.api_key_env)
-            if not key:
-                raise ConfigError(
-                    f"http.api_key_env is {config.api_key_env!r}, but that environment variable "
-                    "is not set where the replica runs; set it in the environment the Ray "
-                    "cluster was started with (or remove api_key_env to ask for no key)"
-                )
-            self._key = key.encode()
+        self._key = _key_from(config.api_key_env, "api_key_env", "to ask for no key")
+        self._admin_key = _key_from(
+            config.admin_key_env, "admin_key_env", "to serve no control routes"
+        )
         self._validators: dict[str, Any] = {
             "chat": TypeAdapter(chat_params.CompletionCreateParamsBase),
             "completion": TypeAdapter(completion_create_params.CompletionCreateParamsBase),
@@ -102,9 +103,12 @@ class HttpFront:
     # -- entry point ---------------------------------------------------------------------------
 
     async def __call__(self, request: HttpRequest) -> Response:
+        path = self._path(request)
+        if path.startswith(ADMIN_PATH):
+            return await self._admin(request, path[len(ADMIN_PATH) :])
         try:
             route = self._route(request)
-            self._authorize(request)
+            self._authorize(request, self._key)
             if route == "models":
                 return _json(self.models_body())
             body = await self._body(request, route)
@@ -123,11 +127,13 @@ class HttpFront:
             self.requests[key] += 1
             return _error(exc)
 
-    def _route(self, request: HttpRequest) -> str:
+    def _path(self, request: HttpRequest) -> str:
         path = request.url.path
         root = request.scope.get("root_path") or ""
-        if root and path.startswith(root):
-            path = path[len(root) :]
+        return path[len(root) :] if root and path.startswith(root) else path
+
+    def _route(self, request: HttpRequest) -> str:
+        path = self._path(request)
         found = ROUTES.get(path.rstrip("/") or "/")
         if found is None:
             known = ", ".join(ROUTES)
@@ -137,13 +143,13 @@ class HttpFront:
             raise HttpError(405, f"{path} takes {method}", "invalid_request_error")
         return route
 
-    def _authorize(self, request: HttpRequest) -> None:
-        if self._key is None:
+    def _authorize(self, request: HttpRequest, key: bytes | None) -> None:
+        if key is None:
             return
         header = request.headers.get("authorization", "")
         scheme, _, given = header.partition(" ")
         # compare_digest: the time taken does not tell how much of a guess was right.
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), self._key):
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), key):
             raise HttpError(
                 401,
                 "missing or wrong API key: send it as 'Authorization: Bearer KEY'",
@@ -171,6 +177,48 @@ class HttpFront:
             )
             raise HttpError(400, f"invalid request: {problems}", "invalid_request_error") from None
         return body
+
+    # -- control routes ------------------------------------------------------------------------
+
+    async def _admin(self, request: HttpRequest, call: str) -> Response:
+        """``POST <prefix>/admin/CALL`` with the call's keyword arguments as a JSON object (or
+        no body): the control call on every replica of this deployment, as
+        ``relayllm.control(name).CALL(**arguments)``; answers ``{"call": ..., "result": ...}``."""
+        import asyncio
+
+        from relayllm.serving.control import CONTROL_CALLS
+
+        try:
+            if self._admin_key is None:
+                raise HttpError(
+                    404,
+                    "this deployment serves no control routes: set http.admin_key_env to the "
+                    "name of a variable holding their key",
+                    "not_found",
+                )
+            self._authorize(request, self._admin_key)
+            if request.method != "POST":
+                raise HttpError(405, f"{ADMIN_PATH}{call} takes POST", "invalid_request_error")
+            if call not in CONTROL_CALLS:
+                known = ", ".join(CONTROL_CALLS)
+                raise HttpError(404, f"no control call {call!r}; calls: {known}", "not_found")
+            raw = await request.body()
+            try:
+                arguments = json.loads(raw) if raw.strip() else {}
+            except ValueError:
+                raise HttpError(400, "the body is not JSON", "invalid_request_error") from None
+            if not isinstance(arguments, dict):
+                raise HttpError(
+                    400,
+                    "the body must be a JSON object of the call's arguments",
+                    "invalid_request_error",
+                )
+            # In a thread: the call reaches every replica, this one too, whose event loop must
+            # stay free to answer it.
+            result = await asyncio.to_thread(_control_call, self.deployment, call, arguments)
+            return _json({"call": call, "result": result})
+        except HttpError as exc:
+            return _error(exc)
 
     # -- rows ----------------------------------------------------------------------------------
 
@@ -318,6 +366,49 @@ class HttpFront:
         if include_usage:
             yield event([], openai_body.usage(last))
         yield "data: [DONE]\n\n"
+
+
+def _key_from(env: str | None, field: str, unset: str) -> bytes | None:
+    """The key in the variable ``env`` names (None when no variable is named); a named
+    variable that is not set fails the replica's start, naming the field."""
+    if not env:
+        return None
+    key = os.environ.get(env)
+    if not key:
+        raise ConfigError(
+            f"http.{field} is {env!r}, but that environment variable is not set where the "
+            "replica runs; set it in the environment the Ray cluster was started with (or "
+            f"remove {field} {unset})"
+        )
+    return key.encode()
+
+
+def _control_call(deployment: str, call: str, arguments: dict[str, Any]) -> Any:
+    """``relayllm.control(deployment).call(**arguments)``; what the caller got wrong (an
+    argument, a refused call) as a 400 naming it."""
+    import inspect
+
+    from ray import serve
+
+    from relayllm.control import Controller
+
+    # This replica's own application and deployment: no lookup by name, and the same
+    # deployment even if another of its name were deployed since.
+    context = serve.get_replica_context()
+    target = Controller(deployment, context.app_name, context.deployment)
+    method = getattr(target, call)
+    try:
+        inspect.signature(method).bind(**arguments)
+    except TypeError as exc:
+        raise HttpError(
+            400, f"{call}{inspect.signature(method)}: {exc}", "invalid_request_error"
+        ) from None
+    try:
+        return method(**arguments)
+    except (ConfigError, ValueError) as exc:
+        raise HttpError(400, str(exc), "invalid_request_error") from None
+    except RelayLLMError as exc:  # refused by the backend, or no such deployment any more
+        raise HttpError(409, str(exc), "invalid_request_error", "control_refused") from None
 
 
 def _paused(model: str) -> HttpError:
