@@ -206,7 +206,8 @@ def test_completion_and_info(deployment):
     # really allocated that much.
     from relayllm_vllm.memory import model_shape
 
-    per_token = model_shape(info["model_path"]).bytes_per_token()
+    # In the dtype the engine runs (float32 on a CPU without native bfloat16).
+    per_token = model_shape(info["model_path"], info["engine_args"]["dtype"]).bytes_per_token()
     tokens = info["kv_cache_blocks"] * info["kv_cache_block_size"]
     assert info["kv_cache_memory_bytes"] < 2**30
     assert tokens * per_token <= info["kv_cache_memory_bytes"]
