@@ -404,3 +404,237 @@ def test_the_tokenizer_libraries_here_are_the_engines(sglang_wheel, sglang_versi
             f"tox -e sglang installs {name} {importlib.metadata.version(name)}; "
             f"sglang pins {pin.group(1)}"
         )
+
+
+# -- control calls (relayllm.control) ----------------------------------------------------------
+
+IO_STRUCT = "sglang.srt.managers.io_struct"
+SCHEDULER = ("sglang.srt.managers.scheduler", "Scheduler")
+#: Where SGLang's scheduler releases memory (asserting that nothing runs).
+SCHEDULER_WEIGHTS = "sglang.srt.managers.scheduler_components.weight_updater"
+#: Each control hook of the replica -> the TokenizerManager methods it awaits.
+CONTROL_METHODS = {
+    "engine_pause": {"pause_generation"},
+    "engine_resume": set(),  # through _continue
+    "_continue": {"continue_generation"},
+    "engine_reset_prefix_cache": {"flush_cache"},
+    "engine_sleep": {"pause_generation", "release_memory_occupation"},
+    "engine_wake_up": {"resume_memory_occupation"},
+}
+
+
+def deployment_functions() -> dict[str, ast.AsyncFunctionDef | ast.FunctionDef]:
+    tree = ast.parse(inspect.getsource(deployment_module))
+    return {
+        node.name: node
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+    }
+
+
+def manager_calls(function: ast.AST) -> list[ast.Call]:
+    """``self.engine.tokenizer_manager.<method>(...)`` calls in ``function``."""
+    return [
+        node
+        for node in ast.walk(function)
+        if isinstance(node, ast.Call)
+        and ast.unparse(node.func).startswith("self.engine.tokenizer_manager.")
+    ]
+
+
+def io_struct_builds(function: ast.AST) -> list[ast.Call]:
+    """``XReqInput(...)`` calls in ``function`` of a class imported from io_struct."""
+    imported = {
+        alias.asname or alias.name
+        for node in ast.walk(function)
+        if isinstance(node, ast.ImportFrom) and node.module == IO_STRUCT
+        for alias in node.names
+    }
+    return [
+        node
+        for node in ast.walk(function)
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) in imported
+    ]
+
+
+def test_control_hooks_call_the_tokenizer_managers_methods_as_defined(sglang_source):
+    """Every control hook awaits the TokenizerManager methods SGLang's own HTTP server awaits
+    (/pause_generation, /continue_generation, /flush_cache, /release_memory_occupation,
+    /resume_memory_occupation), with arguments their signatures take, and builds each request
+    object with fields it has."""
+    functions = deployment_functions()
+    for hook, expected in CONTROL_METHODS.items():
+        calls = manager_calls(functions[hook])
+        assert {c.func.attr for c in calls} == expected, hook  # type: ignore[attr-defined]
+        for call in calls:
+            method = call.func.attr  # type: ignore[attr-defined]
+            definition = class_method_any(sglang_source, *TOKENIZER_MANAGER, method)
+            refused = function_signature(definition, method=True).refuses(
+                len(call.args), {k.arg for k in call.keywords if k.arg}
+            )
+            assert refused is None, f"TokenizerManager.{method}: {refused}"
+            assert isinstance(definition, ast.AsyncFunctionDef), f"{method} is not awaitable"
+        for build in io_struct_builds(functions[hook]):
+            name = build.func.id  # type: ignore[attr-defined]
+            used = {k.arg for k in build.keywords if k.arg}
+            fields = sglang_source.fields(IO_STRUCT, name)
+            assert not build.args and used <= fields, f"{name} has no {sorted(used - fields)}"
+    http = sglang_source.module("sglang.srt.entrypoints.http_server")
+    served = {
+        ast.unparse(node.func).rpartition(".")[2]
+        for node in ast.walk(http)
+        if isinstance(node, ast.Call)
+        and ast.unparse(node.func).startswith("_global_state.tokenizer_manager.")
+    }
+    assert set().union(*CONTROL_METHODS.values()) <= served, "SGLang's server calls them so"
+
+
+def class_method_any(sglang_source, module: str, cls: str, name: str):
+    """``cls.<name>`` (sync or async) in the pinned release, its own or a base's/mixin's."""
+    for _, klass in sglang_source.mro(module, cls):
+        for item in klass.body:
+            if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name == name:
+                return item
+    raise AssertionError(f"{cls} has no {name}")
+
+
+def literal_strings(node: ast.AST) -> set[str]:
+    return {
+        n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+    }
+
+
+def test_pause_modes_are_ones_the_scheduler_takes_and_none_aborts(sglang_source):
+    """relayllm's wait/keep map onto modes PauseGenerationReqInput declares and the scheduler
+    accepts (it asserts in_place or retract); never ``abort``, which fails the rows."""
+    _, request = sglang_source.find_class(IO_STRUCT, "PauseGenerationReqInput")
+    (annotation,) = (
+        item.annotation
+        for item in request.body
+        if isinstance(item, ast.AnnAssign) and ast.unparse(item.target) == "mode"
+    )
+    declared = literal_strings(annotation)
+    pause = class_method_any(sglang_source, *SCHEDULER, "pause_generation")
+    (accepted,) = (literal_strings(n.test) for n in ast.walk(pause) if isinstance(n, ast.Assert))
+    modes = set(deployment_module.SGLANG_PAUSE_MODES.values())
+    assert set(deployment_module.SGLANG_PAUSE_MODES) == {"wait", "keep"}
+    assert modes <= declared & accepted and "abort" not in modes, (declared, accepted)
+    # in_place leaves the running requests where they are; retract moves them back to the
+    # queue (what lets the cache be flushed and the memory released while paused).
+    text = ast.unparse(pause)
+    assert "if recv_req.mode == 'in_place'" in text and "retract_all(" in text
+    # The tokenizer side sends non-abort pauses on to the scheduler (abort fails requests).
+    manager_pause = ast.unparse(
+        class_method_any(sglang_source, *TOKENIZER_MANAGER, "pause_generation")
+    )
+    assert (
+        "if obj.mode != 'abort'" in manager_pause
+        and "_async_dispatch_to_scheduler" in manager_pause
+    )
+
+
+def test_rows_sent_to_a_paused_engine_wait_for_the_resume(sglang_source):
+    """A request reaching a paused (or sleeping) engine waits on the pause condition in the
+    TokenizerManager and goes on at continue_generation, which notifies it: it does not fail.
+    ``is_pause`` is the flag both set, which engine_is_paused reads."""
+    assert "is_pause" in sglang_source.members(*TOKENIZER_MANAGER)
+    manager = ast.unparse(sglang_source.module(TOKENIZER_MANAGER[0]))
+    assert "await self.is_pause_cond.wait_for(lambda: not self.is_pause)" in manager
+    resume = ast.unparse(class_method_any(sglang_source, *TOKENIZER_MANAGER, "continue_generation"))
+    assert "self.is_pause = False" in resume and "notify_all()" in resume
+    assert "self.engine.tokenizer_manager.is_pause" in inspect.getsource(deployment_module)
+
+
+def test_flush_cache_answers_with_success_and_message(sglang_source):
+    """engine_reset_prefix_cache reads ``success`` and ``message`` of the FlushCacheReqOutput
+    that TokenizerManager.flush_cache returns (False while requests run)."""
+    flush = class_method_any(sglang_source, *TOKENIZER_MANAGER, "flush_cache")
+    assert ast.unparse(flush.returns) == "FlushCacheReqOutput"
+    assert {"success", "message"} <= sglang_source.fields(IO_STRUCT, "FlushCacheReqOutput")
+    source = inspect.getsource(deployment_module.SGLangDeployment.engine_reset_prefix_cache)
+    assert "result.success" in source and "result.message" in source
+
+
+def test_sleep_needs_the_memory_saver_and_an_idle_engine(sglang_source):
+    """The server args sleep depends on exist; releasing memory asserts that nothing runs
+    unless the engine is paused (then queued requests may wait), which is why engine_sleep
+    pauses with retract first; without the memory saver the release is a no-op adapter."""
+    fields = server_args_fields(sglang_source)
+    assert {deployment_module.MEMORY_SAVER, deployment_module.WEIGHTS_BACKUP} <= fields
+    release = ast.unparse(
+        class_method_any(
+            sglang_source,
+            SCHEDULER_WEIGHTS,
+            "SchedulerWeightUpdaterManager",
+            "release_memory_occupation",
+        )
+    )
+    assert "ignore_waiting=scheduler is not None and scheduler._engine_paused" in release
+    assert "tags is None or len(tags) == 0" in release  # tags=None: every kind of memory
+    adapter = ast.unparse(sglang_source.module("sglang.srt.utils.torch_memory_saver_adapter"))
+    assert "_TorchMemorySaverAdapterReal() if enable else _TorchMemorySaverAdapterNoop()" in adapter
+    assert deployment_module.SGLANG_PAUSE_MODES["keep"] == "retract"
+
+
+def altered_wheel(original, target, edits: dict[str, tuple[str, str]]):
+    """A copy of the wheel's Python sources with ``edits`` (path -> (old, new)) applied."""
+    with zipfile.ZipFile(original) as src, zipfile.ZipFile(target, "w") as dst:
+        for item in src.infolist():
+            if not item.filename.endswith(".py"):
+                continue
+            data = src.read(item).decode("utf-8")
+            if item.filename in edits:
+                old, new = edits[item.filename]
+                assert old in data, f"{old!r} not in {item.filename}"
+                data = data.replace(old, new)
+            dst.writestr(item.filename, data)
+    return target
+
+
+@pytest.mark.parametrize(
+    ("test", "path", "old", "new"),
+    [
+        (  # a method renamed
+            test_control_hooks_call_the_tokenizer_managers_methods_as_defined,
+            "sglang/srt/managers/tokenizer_manager.py",
+            "async def continue_generation(self, obj",
+            "async def resume_generation(self, obj",
+        ),
+        (  # a request field renamed
+            test_control_hooks_call_the_tokenizer_managers_methods_as_defined,
+            "sglang/srt/managers/io_struct.py",
+            "class ReleaseMemoryOccupationReqInput(BaseReq, kw_only=True):\n"
+            "    # Optional tags to identify the memory region, which is primarily used for RL\n"
+            "    # Currently we only support `weights` and `kv_cache`\n"
+            "    tags:",
+            "class ReleaseMemoryOccupationReqInput(BaseReq, kw_only=True):\n"
+            "    # Optional tags to identify the memory region, which is primarily used for RL\n"
+            "    # Currently we only support `weights` and `kv_cache`\n"
+            "    memory_tags:",
+        ),
+        (  # a pause mode the scheduler no longer takes
+            test_pause_modes_are_ones_the_scheduler_takes_and_none_aborts,
+            "sglang/srt/managers/scheduler.py",
+            'assert recv_req.mode in ("in_place", "retract")',
+            'assert recv_req.mode in ("in_place",)',
+        ),
+        (  # the flag the server arg sleep depends on gone
+            test_sleep_needs_the_memory_saver_and_an_idle_engine,
+            "sglang/srt/arg_groups/fields/exec_.py",
+            "    enable_memory_saver: A[",
+            "    enable_gpu_memory_saver: A[",
+        ),
+    ],
+    ids=["method-renamed", "field-renamed", "mode-dropped", "server-arg-renamed"],
+)
+def test_a_changed_control_api_fails_the_control_checks(
+    sglang_wheel, tmp_path, test, path, old, new
+):
+    """The control checks catch what they are for, on the same wheel with one thing changed."""
+    from relayllm.testing.source import SourceTree
+
+    changed = SourceTree(
+        altered_wheel(sglang_wheel, tmp_path / "sglang-altered.whl", {path: (old, new)})
+    )
+    with pytest.raises(AssertionError):
+        test(changed)

@@ -11,7 +11,7 @@ import logging
 from types import ModuleType
 from typing import Any
 
-from relayllm import BatchDeployment, MissingDependencyError
+from relayllm import BatchDeployment, ControlRefusedError, MissingDependencyError
 from relayllm.rows import Request, Result
 from relayllm_sglang import INSTALL_HINT
 from relayllm_sglang.options import SGLangOptions, engine_kwargs
@@ -24,6 +24,20 @@ logger = logging.getLogger(__name__)
 #: Prompt tokens decoded to see whether the chat template opened the reasoning block: enough
 #: for an opening tag and the newlines around it.
 PROMPT_TAIL_TOKENS = 16
+
+# -- control calls (relayllm.control) -> SGLang's own, the calls its HTTP server makes --------
+#: relayllm's pause mode -> SGLang's (``PauseGenerationReqInput.mode``). ``wait``: the replica
+#: has already let its rows in the engine finish, so the engine is idle and ``in_place`` (a
+#: flag, nothing moved) is enough. ``keep``: ``retract`` moves the running requests back to
+#: the engine's queue with the tokens made so far (their KV cache is recomputed at the resume):
+#: they wait, nothing fails, and the cache can be flushed (reset_prefix_cache, sleep) during
+#: the pause, which ``in_place`` refuses while requests run. SGLang's ``abort`` fails rows.
+SGLANG_PAUSE_MODES = {"wait": "in_place", "keep": "retract"}
+#: Sleep needs SGLang's memory saver; without it ``release_memory_occupation`` frees nothing.
+MEMORY_SAVER = "enable_memory_saver"
+#: Sleep level 1 keeps the weights in host memory (restored by wake_up): SGLang's CPU backup.
+WEIGHTS_BACKUP = "enable_weights_cpu_backup"
+SLEEP_LEVELS = (1, 2)
 
 
 def import_sglang() -> ModuleType:
@@ -45,6 +59,7 @@ class SGLangDeployment(BatchDeployment):
 
     def __init__(self, options: SGLangOptions, deployment: dict[str, Any]) -> None:
         super().__init__(options, deployment)
+        self.asleep: int | None = None  # the sleep level while the engine's memory is released
         sglang = import_sglang()
         self.engine = sglang.Engine(**engine_kwargs(self.options))
         # The engine's own tokenizer: it carries the chat template the engine loaded.
@@ -123,6 +138,91 @@ class SGLangDeployment(BatchDeployment):
             sampling_names=self.sampling_names,
         )
 
+    # -- control calls: SGLang's TokenizerManager, awaited on this replica's loop ---------------
+    # (``Engine``'s own wrappers run ``loop.run_until_complete`` and cannot be called from a
+    # running loop; SGLang's HTTP server awaits these same TokenizerManager methods.)
+
+    def control_refusal(self, call: str) -> str | None:
+        if call in ("sleep", "wake_up") and not self.options.server_args.get(MEMORY_SAVER):
+            return (
+                f"sleep needs SGLang's memory saver: set server_args.{MEMORY_SAVER} "
+                f"(without it release_memory_occupation frees nothing)"
+            )
+        return super().control_refusal(call)
+
+    async def engine_pause(self, mode: str) -> None:
+        from sglang.srt.managers.io_struct import PauseGenerationReqInput
+
+        if self.asleep is None:  # a sleeping engine is paused already (retracted)
+            request = PauseGenerationReqInput(mode=SGLANG_PAUSE_MODES[mode])
+            await self.engine.tokenizer_manager.pause_generation(request)
+
+    async def engine_resume(self) -> None:
+        if self.asleep is None:  # a sleeping engine goes on at wake_up
+            await self._continue()
+
+    async def engine_is_paused(self) -> bool:
+        return bool(self.engine.tokenizer_manager.is_pause)
+
+    async def engine_reset_prefix_cache(self) -> None:
+        result = await self.engine.tokenizer_manager.flush_cache()
+        if not result.success:
+            raise RuntimeError(
+                "the SGLang engine did not flush its cache (requests are running in it): "
+                f"pause the deployment first ({result.message or 'no reason given'})"
+            )
+
+    async def engine_sleep(self, level: int) -> None:
+        """Release the GPU memory (KV cache, weights, CUDA graphs): SGLang's
+        ``release_memory_occupation``. The engine is paused first with ``retract`` (SGLang
+        releases memory only with nothing running): rows sent meanwhile wait in the engine
+        until wake_up, none fails."""
+        from sglang.srt.managers.io_struct import (
+            PauseGenerationReqInput,
+            ReleaseMemoryOccupationReqInput,
+        )
+
+        if level not in SLEEP_LEVELS:
+            raise ValueError(f"sleep level {level!r}: use one of {SLEEP_LEVELS}")
+        if level == 1 and not self.options.server_args.get(WEIGHTS_BACKUP):
+            raise ControlRefusedError(
+                self.backend_name,
+                "sleep",
+                f"level 1 keeps the weights in host memory, which SGLang does only with "
+                f"server_args.{WEIGHTS_BACKUP}; set it, or sleep at level 2 (weights dropped)",
+                self._name(),
+            )
+        if self.asleep is not None:
+            return
+        pause = PauseGenerationReqInput(mode=SGLANG_PAUSE_MODES["keep"])  # retract
+        await self.engine.tokenizer_manager.pause_generation(pause)
+        release = ReleaseMemoryOccupationReqInput(tags=None)  # None: every kind of memory
+        await self.engine.tokenizer_manager.release_memory_occupation(release, None)
+        self.asleep = level
+
+    async def engine_wake_up(self) -> None:
+        from sglang.srt.managers.io_struct import ResumeMemoryOccupationReqInput
+
+        if self.asleep is None:
+            return
+        request = ResumeMemoryOccupationReqInput(tags=None)
+        await self.engine.tokenizer_manager.resume_memory_occupation(request, None)
+        self.asleep = None
+        if self.paused is None:  # a paused deployment's engine goes on at the resume
+            await self._continue()
+
+    async def _continue(self) -> None:
+        from sglang.srt.managers.io_struct import ContinueGenerationReqInput
+
+        await self.engine.tokenizer_manager.continue_generation(ContinueGenerationReqInput())
+
+    async def engine_tokenize(self, text: str) -> list[int]:
+        """The ids of ``text`` itself (no special tokens added), so detokenize gives it back."""
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    async def engine_detokenize(self, ids: list[int]) -> str:
+        return str(self.tokenizer.decode(ids))
+
     def engine_info(self) -> dict[str, Any]:
         return {
             "model": self.options.model_path,
@@ -136,6 +236,7 @@ class SGLangDeployment(BatchDeployment):
             "task": self.options.model_task,
             "seeded_sampling": self.options.seeded_sampling,
             "reasoning_parser": self.options.reasoning_parser,
+            "asleep": self.asleep,
         }
 
     async def engine_health(self) -> None:

@@ -1,0 +1,205 @@
+"""The control calls of the SGLang replica, on a stand-in engine (no GPU, no sglang).
+
+What each call sends is checked here: the TokenizerManager method, its request object and
+the fields set. That those names and values exist in the pinned release is the contract
+test's business (test_contract.py, "control calls").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import types
+from typing import Any
+
+import pytest
+
+from relayllm import BatchDeployment, ControlRefusedError
+from relayllm_sglang.deployment import SGLangDeployment
+from relayllm_sglang.options import SGLangOptions
+
+
+class Sent:
+    """A stand-in for one of io_struct's request classes: keeps the fields it was built with."""
+
+    def __init__(self, **fields: Any) -> None:
+        self.fields = fields
+
+
+def fake_io_struct() -> types.ModuleType:
+    module = types.ModuleType("sglang.srt.managers.io_struct")
+    for name in (
+        "PauseGenerationReqInput",
+        "ContinueGenerationReqInput",
+        "ReleaseMemoryOccupationReqInput",
+        "ResumeMemoryOccupationReqInput",
+    ):
+        setattr(module, name, type(name, (Sent,), {}))
+    return module
+
+
+class Manager:
+    """The TokenizerManager calls a replica makes, recorded in order."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Any]] = []
+        self.is_pause = False
+        self.flush_ok = True
+
+    def _record(self, method: str, request: Any = None) -> None:
+        fields = request.fields if isinstance(request, Sent) else None
+        self.calls.append((method, type(request).__name__ if request else None, fields))
+
+    async def pause_generation(self, obj):
+        self._record("pause_generation", obj)
+        self.is_pause = True
+
+    async def continue_generation(self, obj):
+        self._record("continue_generation", obj)
+        self.is_pause = False
+
+    async def flush_cache(self):
+        self._record("flush_cache")
+        return types.SimpleNamespace(success=self.flush_ok, message="1 running request")
+
+    async def release_memory_occupation(self, obj, request):
+        self._record("release_memory_occupation", obj)
+
+    async def resume_memory_occupation(self, obj, request):
+        self._record("resume_memory_occupation", obj)
+
+
+class Tokenizer:
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        assert add_special_tokens is False
+        return [ord(c) for c in text]
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join(chr(i) for i in ids)
+
+
+@pytest.fixture
+def replica(monkeypatch):
+    """An SGLangDeployment whose engine is the stand-in (its __init__ would start SGLang)."""
+    for name in ("sglang", "sglang.srt", "sglang.srt.managers"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "sglang.srt.managers.io_struct", fake_io_struct())
+
+    def build(**server_args: Any) -> SGLangDeployment:
+        options = SGLangOptions(model_path="m", server_args=server_args)
+        deployment = SGLangDeployment.__new__(SGLangDeployment)
+        BatchDeployment.__init__(deployment, options, {"name": "sg"})
+        deployment.asleep = None
+        deployment.engine = types.SimpleNamespace(tokenizer_manager=Manager())
+        deployment.tokenizer = Tokenizer()
+        return deployment
+
+    return build
+
+
+def run(coroutine):
+    return asyncio.run(coroutine)
+
+
+def sent(deployment: SGLangDeployment) -> list[tuple[str, Any]]:
+    return deployment.engine.tokenizer_manager.calls
+
+
+def test_pause_wait_is_in_place_and_keep_is_retract_then_resume_continues(replica):
+    deployment = replica()
+    run(deployment._pause("wait"))
+    assert run(deployment.control("is_paused")) is True
+    run(deployment._resume())
+    assert sent(deployment) == [
+        ("pause_generation", "PauseGenerationReqInput", {"mode": "in_place"}),
+        ("continue_generation", "ContinueGenerationReqInput", {}),
+    ]
+    assert run(deployment.control("is_paused")) is False
+    run(deployment._pause("keep"))
+    assert sent(deployment)[-1] == (
+        "pause_generation",
+        "PauseGenerationReqInput",
+        {"mode": "retract"},
+    )
+
+
+def test_reset_prefix_cache_is_flush_cache_and_a_refusal_says_why(replica):
+    deployment = replica()
+    run(deployment.control("reset_prefix_cache"))
+    deployment.engine.tokenizer_manager.flush_ok = False
+    with pytest.raises(RuntimeError, match="pause the deployment first.*1 running request"):
+        run(deployment.control("reset_prefix_cache"))
+    assert [c[0] for c in sent(deployment)] == ["flush_cache", "flush_cache"]
+
+
+def test_tokenize_and_detokenize_round_trip_with_the_engines_tokenizer(replica):
+    deployment = replica()
+    ids = run(deployment.control("tokenize", "Paris"))
+    assert ids == [ord(c) for c in "Paris"]
+    assert run(deployment.control("detokenize", ids)) == "Paris"
+
+
+def test_sleep_without_the_memory_saver_is_refused_by_name(replica):
+    deployment = replica()
+    for call in ("sleep", "wake_up"):
+        reason = deployment.control_refusal(call)
+        assert reason is not None and "server_args.enable_memory_saver" in reason
+        with pytest.raises(
+            ControlRefusedError, match=f"'sglang' cannot do the control call '{call}'"
+        ):
+            run(deployment.control(call, 2) if call == "sleep" else deployment.control(call))
+    assert sent(deployment) == []
+
+
+def test_sleep_level_1_needs_the_weights_backup_and_changes_nothing_without(replica):
+    deployment = replica(enable_memory_saver=True)
+    with pytest.raises(ControlRefusedError, match="enable_weights_cpu_backup"):
+        run(deployment.control("sleep", 1))
+    with pytest.raises(ValueError, match="sleep level 3"):
+        run(deployment.control("sleep", 3))
+    assert sent(deployment) == [] and deployment.asleep is None
+    backed_up = replica(enable_memory_saver=True, enable_weights_cpu_backup=True)
+    run(backed_up.control("sleep", 1))
+    assert backed_up.asleep == 1
+
+
+def test_sleep_retracts_then_releases_and_wake_up_resumes_then_continues(replica):
+    deployment = replica(enable_memory_saver=True)
+    run(deployment.control("sleep", 2))
+    run(deployment.control("sleep", 2))  # already asleep: nothing more
+    assert deployment.engine_info is not None and deployment.asleep == 2
+    run(deployment.control("wake_up"))
+    run(deployment.control("wake_up"))  # awake: nothing more
+    assert sent(deployment) == [
+        ("pause_generation", "PauseGenerationReqInput", {"mode": "retract"}),
+        ("release_memory_occupation", "ReleaseMemoryOccupationReqInput", {"tags": None}),
+        ("resume_memory_occupation", "ResumeMemoryOccupationReqInput", {"tags": None}),
+        ("continue_generation", "ContinueGenerationReqInput", {}),
+    ]
+
+
+def test_a_paused_deployment_stays_paused_across_sleep_and_a_sleeping_one_across_resume(replica):
+    deployment = replica(enable_memory_saver=True)
+    run(deployment._pause("wait"))
+    run(deployment.control("sleep", 2))
+    run(deployment.control("wake_up"))  # still paused: the engine does not go on yet
+    assert sent(deployment)[-1][0] == "resume_memory_occupation"
+    run(deployment._resume())
+    assert sent(deployment)[-1][0] == "continue_generation"
+
+    sleeper = replica(enable_memory_saver=True)
+    run(sleeper.control("sleep", 2))
+    run(sleeper._pause("keep"))  # asleep: already paused (retracted)
+    run(sleeper._resume())  # asleep: goes on only at wake_up
+    assert [c[0] for c in sent(sleeper)] == ["pause_generation", "release_memory_occupation"]
+    run(sleeper.control("wake_up"))
+    assert [c[0] for c in sent(sleeper)][-2:] == [
+        "resume_memory_occupation",
+        "continue_generation",
+    ]
+
+
+def test_what_sglang_does_not_translate_is_refused_by_name(replica):
+    refused = run(replica(enable_memory_saver=True).control_refusals())["refused"]
+    assert set(refused) == {"load_adapter", "unload_adapter", "adapters"}
+    assert all("the sglang adapter does not implement it" in r for r in refused.values())
