@@ -17,6 +17,8 @@ sys.path.insert(0, str(Path(__file__).parent))  # vllm_support
 
 from vllm_support import EXAMPLES, HTTP_CONFIG, KEY_ENV, cli, cli_env
 
+from relayllm_vllm.versions import VLLM_GPU_VERSIONS
+
 # Before Ray starts: the replicas inherit it, as a user's cluster inherits its environment.
 os.environ.setdefault(KEY_ENV, "sk-relayllm-http-" + secrets.token_hex(16))
 
@@ -151,18 +153,24 @@ def no_engine(ray_session):
 # -- the GPU build's source (the API contract test) --------------------------------------------
 
 
-@pytest.fixture(scope="session")
-def vllm_gpu_wheel() -> Path:
-    """The pinned GPU release's wheel (~330 MB), fetched once into the user's cache dir."""
-    from relayllm.testing.source import pinned_wheel
-    from relayllm_vllm.versions import VLLM_DISTRIBUTIONS, VLLM_VERSION
+@pytest.fixture(scope="session", params=VLLM_GPU_VERSIONS, ids=lambda v: f"vllm-{v}")
+def vllm_gpu_version(request) -> str:
+    """Each release the ``[gpu]`` extra accepts: every test using the GPU wheel runs for each."""
+    return request.param
 
-    return pinned_wheel(VLLM_DISTRIBUTIONS["gpu"], VLLM_VERSION)
+
+@pytest.fixture(scope="session")
+def vllm_gpu_wheel(vllm_gpu_version) -> Path:
+    """The GPU release's wheel (~330 MB), fetched once into the user's cache dir."""
+    from relayllm.testing.source import pinned_wheel
+    from relayllm_vllm.versions import VLLM_DISTRIBUTIONS
+
+    return pinned_wheel(VLLM_DISTRIBUTIONS["gpu"], vllm_gpu_version)
 
 
 @pytest.fixture(scope="session")
 def vllm_gpu_source(vllm_gpu_wheel):
-    """The pinned GPU release's source, read from its wheel (never imported)."""
+    """The GPU release's source, read from its wheel (never imported)."""
     from relayllm.testing.source import SourceTree
 
     return SourceTree(vllm_gpu_wheel)

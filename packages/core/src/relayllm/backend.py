@@ -81,7 +81,8 @@ class Backend:
     #: The pip command that installs what ``requires`` names.
     install_hint: ClassVar[str | None] = None
     #: Distribution -> the versions this backend supports (``*`` matches one release part
-    #: or the rest: ``"0.32.*"``); ``relayllm backends`` and the CLI's up-front check
+    #: or the rest: ``"0.32.*"``; ``|`` separates alternatives: ``"0.32.0|0.33.0"``);
+    #: ``relayllm backends`` and the CLI's up-front check
     #: (:mod:`relayllm.versions`) compare them with what is installed.
     supported_versions: ClassVar[dict[str, str]] = {}
     #: Every task some deployment of this backend can serve (``relayllm backends`` lists

@@ -24,10 +24,22 @@ RAY_INSTALL = "pip install 'ray[data,serve]==2.60.*'"
 
 
 def matches(version: str, pattern: str) -> bool:
-    """``"2.60.1"`` matches ``"2.60.*"``; a local suffix (``0.32.0+cpu``) is ignored."""
+    """``"2.60.1"`` matches ``"2.60.*"``; a local suffix (``0.32.0+cpu``) is ignored; ``|``
+    separates alternatives (a window of releases: ``"0.32.0|0.33.0"``)."""
     base = version.split("+", 1)[0]
-    regex = re.escape(pattern).replace(r"\*", r"[\w.]*")
-    return re.fullmatch(regex, base) is not None
+    for alternative in pattern.split("|"):
+        regex = re.escape(alternative.strip()).replace(r"\*", r"[\w.]*")
+        if re.fullmatch(regex, base) is not None:
+            return True
+    return False
+
+
+def describe(pattern: str) -> str:
+    """A pattern as a message says it: ``"0.32.0|0.33.0"`` is ``"0.32.0 or 0.33.0"``."""
+    alternatives = [a.strip() for a in pattern.split("|")]
+    if len(alternatives) == 1:
+        return alternatives[0]
+    return ", ".join(alternatives[:-1]) + " or " + alternatives[-1]
 
 
 def installed(distribution: str) -> str | None:
@@ -61,9 +73,18 @@ def unsupported(backends: Iterable[type[Backend]] = ()) -> list[str]:
             if found is not None and not matches(found, pattern):
                 hint = f": {backend.install_hint} installs it" if backend.install_hint else ""
                 problems.append(
-                    f"backend {backend.name!r} supports {dist} {pattern}, found {found}{hint}"
+                    f"backend {backend.name!r} supports {dist} {describe(pattern)}, "
+                    f"found {found}{hint}"
                 )
     return problems
 
 
-__all__ = ["RAY_INSTALL", "RAY_VERSIONS", "installed", "matches", "supported", "unsupported"]
+__all__ = [
+    "RAY_INSTALL",
+    "RAY_VERSIONS",
+    "describe",
+    "installed",
+    "matches",
+    "supported",
+    "unsupported",
+]

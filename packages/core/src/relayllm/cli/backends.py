@@ -144,7 +144,7 @@ def _text(item: dict[str, Any]) -> str:
         f"  adapter contract: {item['contract_version']}",
         f"  engine: {engine}",
         *(
-            f"  supports: {v['distribution']} {v['supported']}"
+            f"  supports: {v['distribution']} {versions.describe(v['supported'])}"
             + (f" (installed {v['installed']})" if v["installed"] else "")
             for v in item["supported_versions"]
         ),
