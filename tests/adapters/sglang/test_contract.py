@@ -576,6 +576,42 @@ def test_sleep_needs_the_memory_saver_and_an_idle_engine(sglang_source):
     assert deployment_module.SGLANG_PAUSE_MODES["keep"] == "retract"
 
 
+def test_runtime_lora_calls_the_engines_async_adapter_methods_as_defined(sglang_source):
+    """load_adapter/unload_adapter await Engine.async_load_lora_adapter(name, path) /
+    async_unload_lora_adapter(name) and read ``success`` and ``error_message`` of the
+    LoRAUpdateOutput they return (a failed load is an answer, not an exception); LoRA at
+    runtime needs the ``enable_lora`` server arg."""
+    functions = deployment_functions()
+    expected = {
+        "engine_load_adapter": ("async_load_lora_adapter", 2),
+        "engine_unload_adapter": ("async_unload_lora_adapter", 1),
+    }
+    for hook, (method, positional) in expected.items():
+        (call,) = [
+            node
+            for node in ast.walk(functions[hook])
+            if isinstance(node, ast.Call) and ast.unparse(node.func) == f"self.engine.{method}"
+        ]
+        assert len(call.args) == positional and not call.keywords
+        definition = engine_method(sglang_source, method)
+        assert isinstance(definition, ast.AsyncFunctionDef), method
+        assert function_signature(definition, method=True).refuses(positional, set()) is None
+        returned = [n.value for n in ast.walk(definition) if isinstance(n, ast.Return)]
+        (manager_call,) = [ast.unparse(r) for r in returned if r is not None]
+        manager_method = manager_call.split("tokenizer_manager.")[1].split("(")[0]
+        annotation = class_method_any(sglang_source, *TOKENIZER_MANAGER, manager_method).returns
+        assert ast.unparse(annotation) in {"LoadLoRAAdapterReqOutput", "UnloadLoRAAdapterReqOutput"}
+        assert "result.success" in ast.unparse(functions[hook])
+        assert "result.error_message" in ast.unparse(functions[hook])
+    aliases = ast.unparse(sglang_source.module(IO_STRUCT))
+    assert (
+        "LoadLoRAAdapterReqOutput = UnloadLoRAAdapterReqOutput = "
+        "LoadLoRAAdapterFromTensorsReqOutput = LoRAUpdateOutput" in aliases
+    )
+    assert {"success", "error_message"} <= sglang_source.fields(IO_STRUCT, "LoRAUpdateOutput")
+    assert deployment_module.ENABLE_LORA in server_args_fields(sglang_source)
+
+
 def altered_wheel(original, target, edits: dict[str, tuple[str, str]]):
     """A copy of the wheel's Python sources with ``edits`` (path -> (old, new)) applied."""
     with zipfile.ZipFile(original) as src, zipfile.ZipFile(target, "w") as dst:
@@ -624,8 +660,14 @@ def altered_wheel(original, target, edits: dict[str, tuple[str, str]]):
             "    enable_memory_saver: A[",
             "    enable_gpu_memory_saver: A[",
         ),
+        (  # the adapter name made keyword-only: the adapter's positional call breaks
+            test_runtime_lora_calls_the_engines_async_adapter_methods_as_defined,
+            "sglang/srt/entrypoints/engine.py",
+            "    async def async_unload_lora_adapter(self, lora_name: str):",
+            "    async def async_unload_lora_adapter(self, *, lora_name: str):",
+        ),
     ],
-    ids=["method-renamed", "field-renamed", "mode-dropped", "server-arg-renamed"],
+    ids=["method-renamed", "field-renamed", "mode-dropped", "server-arg-renamed", "keyword-only"],
 )
 def test_a_changed_control_api_fails_the_control_checks(
     sglang_wheel, tmp_path, test, path, old, new

@@ -90,8 +90,11 @@ def replica(monkeypatch):
         deployment = SGLangDeployment.__new__(SGLangDeployment)
         BatchDeployment.__init__(deployment, options, {"name": "sg"})
         deployment.asleep = None
-        deployment.engine = types.SimpleNamespace(tokenizer_manager=Manager())
+        deployment.engine = types.SimpleNamespace(
+            tokenizer_manager=Manager(), shutdown=lambda: None
+        )
         deployment.tokenizer = Tokenizer()
+        deployment.lora_names = frozenset(options.lora_paths or ())
         return deployment
 
     return build
@@ -199,7 +202,47 @@ def test_a_paused_deployment_stays_paused_across_sleep_and_a_sleeping_one_across
     ]
 
 
-def test_what_sglang_does_not_translate_is_refused_by_name(replica):
+def test_runtime_lora_is_refused_unless_the_engine_has_lora_on(replica):
     refused = run(replica(enable_memory_saver=True).control_refusals())["refused"]
     assert set(refused) == {"load_adapter", "unload_adapter", "adapters"}
-    assert all("the sglang adapter does not implement it" in r for r in refused.values())
+    assert all("server_args.enable_lora" in r for r in refused.values())
+    assert (
+        run(replica(enable_memory_saver=True, enable_lora=True).control_refusals())["refused"] == {}
+    )
+
+
+class LoraEngine(types.SimpleNamespace):
+    """Engine.async_load_lora_adapter / async_unload_lora_adapter: SGLang answers a failure."""
+
+    async def async_load_lora_adapter(self, lora_name, lora_path):
+        self.calls.append(("load", lora_name, lora_path))
+        ok = lora_path != "/missing"
+        return types.SimpleNamespace(success=ok, error_message=None if ok else "no such file")
+
+    def shutdown(self):
+        pass
+
+    async def async_unload_lora_adapter(self, lora_name):
+        self.calls.append(("unload", lora_name))
+        return types.SimpleNamespace(success=True, error_message=None)
+
+
+def test_load_and_unload_adapter_reach_the_engine_and_the_rows_names(replica):
+    deployment = replica(enable_lora=True)
+    deployment.engine = LoraEngine(tokenizer_manager=Manager(), calls=[])
+    run(deployment.control("load_adapter", "terse", "/a/terse"))
+    assert "terse" in deployment.lora_names  # rows naming it now go to the adapter
+    assert run(deployment.control("adapters")) == {"terse": "/a/terse"}
+    run(deployment.control("load_adapter", "terse", "/b/terse"))  # again: replaced
+    with pytest.raises(RuntimeError, match="could not load the LoRA adapter: no such file"):
+        run(deployment.control("load_adapter", "other", "/missing"))
+    assert "other" not in deployment.lora_names and "other" not in deployment.runtime_adapters
+    run(deployment.control("unload_adapter", "terse"))
+    assert deployment.lora_names == frozenset() and run(deployment.control("adapters")) == {}
+    assert deployment.engine.calls == [
+        ("load", "terse", "/a/terse"),
+        ("unload", "terse"),
+        ("load", "terse", "/b/terse"),
+        ("load", "other", "/missing"),
+        ("unload", "terse"),
+    ]

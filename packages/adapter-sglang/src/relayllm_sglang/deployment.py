@@ -38,6 +38,9 @@ MEMORY_SAVER = "enable_memory_saver"
 #: Sleep level 1 keeps the weights in host memory (restored by wake_up): SGLang's CPU backup.
 WEIGHTS_BACKUP = "enable_weights_cpu_backup"
 SLEEP_LEVELS = (1, 2)
+#: Runtime LoRA needs LoRA on in the engine: this server arg, or adapters at start (lora_paths).
+ENABLE_LORA = "enable_lora"
+ADAPTER_CALLS = ("load_adapter", "unload_adapter", "adapters")
 
 
 def import_sglang() -> ModuleType:
@@ -148,7 +151,30 @@ class SGLangDeployment(BatchDeployment):
                 f"sleep needs SGLang's memory saver: set server_args.{MEMORY_SAVER} "
                 f"(without it release_memory_occupation frees nothing)"
             )
+        if call in ADAPTER_CALLS:
+            if not (self.options.server_args.get(ENABLE_LORA) or self.options.lora_paths):
+                return (
+                    f"LoRA is not enabled on this deployment's engine: set "
+                    f"server_args.{ENABLE_LORA} (with max_lora_rank and lora_target_modules "
+                    f"for adapters loaded at runtime only) or lora_paths"
+                )
+            if self.options.dp_size > 1:
+                return "SGLang loads LoRA adapters at runtime only with dp_size 1"
         return super().control_refusal(call)
+
+    async def engine_load_adapter(self, name: str, path: str) -> None:
+        if name in self.lora_names:  # the same name again: replace it
+            await self.engine_unload_adapter(name)
+        result = await self.engine.async_load_lora_adapter(name, path)
+        if not result.success:  # SGLang answers a failed load, it does not raise
+            raise RuntimeError(f"SGLang could not load the LoRA adapter: {result.error_message}")
+        self.lora_names = self.lora_names | {name}
+
+    async def engine_unload_adapter(self, name: str) -> None:
+        result = await self.engine.async_unload_lora_adapter(name)
+        if not result.success:
+            raise RuntimeError(f"SGLang could not unload the LoRA adapter: {result.error_message}")
+        self.lora_names = self.lora_names - {name}
 
     async def engine_pause(self, mode: str) -> None:
         from sglang.srt.managers.io_struct import PauseGenerationReqInput
