@@ -77,7 +77,7 @@ class ServeStage:
         deployment_seen: bool = False,
         handles_key: tuple[str, str | None] | None = None,
     ) -> None:
-        from relayllm.deployments import check_task_served, handle_for
+        from relayllm.deployments import handle_for
         from relayllm.errors import DeploymentNotFoundError
 
         self.config = config
@@ -88,13 +88,12 @@ class ServeStage:
         self._postprocess = postprocess
         self._gone = False  # the deployment was shut down: fail fast instead of retrying
         self._features: Any = None
+        self._check_pending = False  # the check below is still to do (no replica answered)
         try:
             handle_for(config.deployment)  # unknown name -> an error that lists the running ones
             # A task the deployment's options do not serve fails here, not on every row.
             # So does a feature (logprobs, tools...) its sampling_params ask the backend can't do.
-            self._features = check_task_served(
-                config.deployment, config.task, features=features_of(config.sampling_params)
-            )
+            self._features = self._check_served()
         except DeploymentNotFoundError:
             if not deployment_seen:
                 raise
@@ -112,7 +111,28 @@ class ServeStage:
         self._input_column = INPUT_COLUMN[config.task]
         self._extra_columns = EXTRA_INPUT_COLUMNS.get(config.task, ())
 
+    def _check_served(self) -> Any:
+        """:func:`check_task_served` for this stage; when no replica answers in time (one is
+        starting, or replacing a dead engine) the check waits for the next batch instead of
+        failing the stage: a dead engine is a failed call to retry, not a failed job."""
+        from relayllm.deployments import check_task_served
+
+        try:
+            found = check_task_served(
+                self.config.deployment,
+                self.config.task,
+                features=features_of(self.config.sampling_params),
+            )
+        except TimeoutError:
+            self._check_pending = True
+            return None
+        self._check_pending = False
+        return found
+
     async def __call__(self, batch: pa.Table) -> pa.Table:
+        if self._check_pending and not self._gone:
+            # In a thread: the check waits on the replica, this event loop runs the calls.
+            self._features = await asyncio.to_thread(self._check_served)
         n = batch.num_rows
         rows: list[dict[str, Any]] | None = None
         if self._preprocess is not None:
