@@ -12,6 +12,7 @@ from typing import Any
 
 from reporting import (
     batch_file,
+    batch_service,
     engine,
     memory,
     multiturn,
@@ -45,6 +46,7 @@ SECTIONS = [
     ("token_budget", "8. Token-budget batching", token_budget.section),
     ("online_batch-jobid-1", "9. Online and batch traffic on one engine", online_batch.section),
     ("batch_file", "10. relayllm batch at scale", batch_file.section),
+    ("batch_service", "11. The Batch API service at scale", batch_service.section),
 ]
 
 #: Result files a question reads besides the one it is listed under.
