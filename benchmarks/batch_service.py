@@ -42,7 +42,14 @@ from typing import Any
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from _common import write_results
-from batch_file import DEPLOY_YAML, DEPLOYMENT, _free_port, start_cluster, stop_cluster, write_inputs
+from batch_file import (
+    DEPLOY_YAML,
+    DEPLOYMENT,
+    _free_port,
+    start_cluster,
+    stop_cluster,
+    write_inputs,
+)
 from overhead import RunMonitor, host_facts
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -254,9 +261,7 @@ def serve(temp: str, env: dict[str, str], args: argparse.Namespace) -> str:
         text=True,
     )
     return next(
-        line.split(": ", 1)[1]
-        for line in done.stdout.splitlines()
-        if line.startswith("base URL: ")
+        line.split(": ", 1)[1] for line in done.stdout.splitlines() if line.startswith("base URL: ")
     )
 
 
@@ -297,7 +302,9 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "--sizes", type=lambda s: [int(float(x)) for x in s.split(",")], default=[100_000, 1_000_000]
+        "--sizes",
+        type=lambda s: [int(float(x)) for x in s.split(",")],
+        default=[100_000, 1_000_000],
     )
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=2)
@@ -349,8 +356,7 @@ def main() -> None:
                     "lines_per_s": statistics.median(s["lines_per_s"] for s in runs),
                     "cpu_us_per_line": statistics.median(s["cpu_us_per_line"] or 0 for s in runs),
                     "peak_rss_mib": {
-                        role: max(s["peak_rss_mib"].get(role, 0.0) for s in runs)
-                        for role in roles
+                        role: max(s["peak_rss_mib"].get(role, 0.0) for s in runs) for role in roles
                     },
                     "runs": len(runs),
                 }

@@ -94,7 +94,8 @@ def _phases(label: str, phases: list[dict[str, float]]) -> str:
     if not phases:
         return f"The service's upload, batch and download times at {label} lines were not recorded."
     each = "; ".join(
-        f"upload {p['upload_s']:.1f} s, batch {p['batch_s']:.0f} s, download {p['download_s']:.1f} s"
+        f"upload {p['upload_s']:.1f} s, batch {p['batch_s']:.0f} s, "
+        f"download {p['download_s']:.1f} s"
         for p in phases
     )
     return f"Where the service's time went at {label} lines, run by run: {each}."
