@@ -77,6 +77,7 @@ def section(results: dict[str, dict[str, Any]]) -> list[str]:
         small=rows_label(smallest["rows"]),
         large=rows_label(largest["rows"]),
         provenance=provenance("batch_service", data),
+        note=data.get("note", ""),
         contenders=table(
             ["lines", "contender", "lines/s", "CPU µs/line"]
             + [f"{p} peak RSS (MiB)" for p in shown]
