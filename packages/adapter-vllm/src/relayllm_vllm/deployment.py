@@ -23,6 +23,7 @@ from relayllm.errors import describe_exception
 from relayllm.rows import Request, Result, error_result
 from relayllm_vllm.compat import (
     hide_broken_torch_extensions,
+    reload_weights,
     vllm_distribution,
     vllm_release,
     vllm_version,
@@ -607,6 +608,16 @@ class VLLMDeployment(BatchDeployment):
         request = self.loras.pop(name, None)
         if request is not None:
             await self.engine.remove_lora(request.lora_int_id)
+
+    async def engine_update_weights(self, path: str, version: str) -> None:
+        """The worker's in-place reload from ``path`` (the base class has emptied the engine
+        and holds the rows), then the prefix cache is dropped -- its blocks were computed by
+        the old weights, and a prompt that hit them would mix both -- and the engine's own
+        weight version set (vLLM stamps it on its outputs; ``get_weight_version``)."""
+        await reload_weights(self.engine, path)
+        if not await self.engine.reset_prefix_cache():
+            raise RuntimeError("the vLLM engine kept its prefix cache after a weight update")
+        await self.engine.update_weight_version(version)
 
     async def engine_pause(self, mode: str) -> None:
         # clear_cache=False: the prefix cache stays warm for the rows after the resume

@@ -6,8 +6,10 @@ Their answers are meaningless; the path is real: vLLM loads them as it loads any
 reuse the demo model's tokenizer (its vocabulary sizes the embedding table), so building one
 needs no download beyond the demo model. Seeded: the same weights every time.
 
-``python -m relayllm_vllm.tiny_models classify|score|vision DIR`` writes one to DIR
-(``vision``: a tiny LLaVA, for images in chat rows).
+``python -m relayllm_vllm.tiny_models classify|score|vision|random-demo DIR`` writes one to
+DIR (``vision``: a tiny LLaVA, for images in chat rows; ``random-demo``: the demo model's
+architecture with random weights, a checkpoint that weight updates can swap the demo's
+weights in and out of).
 """
 
 from __future__ import annotations
@@ -61,6 +63,31 @@ def build(kind: str, directory: str | Path, *, seed: int = 0) -> Path:
     )
     torch.manual_seed(seed)
     model = LlamaForSequenceClassification(config)
+    model.save_pretrained(out, safe_serialization=True)
+    return out
+
+
+def build_random_demo(directory: str | Path, *, seed: int = 0) -> Path:
+    """Write a model of the demo model's architecture (its ``config.json``: same shapes, so its
+    weights and the demo's load into one another in place) with random weights, in bfloat16,
+    with the demo's tokenizer files. Its answers are noise; the demo's are sensible."""
+    from relayllm_vllm.compat import hide_broken_torch_extensions
+
+    hide_broken_torch_extensions(for_subprocesses=False)
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from relayllm_vllm.demo import ensure_demo_model
+
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    demo = Path(ensure_demo_model())
+    for name in (*_TOKENIZER_FILES, "generation_config.json"):
+        if (demo / name).exists():
+            shutil.copy(demo / name, out / name)
+    config = AutoConfig.from_pretrained(demo)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
     model.save_pretrained(out, safe_serialization=True)
     return out
 
@@ -168,10 +195,16 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2:
         print(
-            "usage: python -m relayllm_vllm.tiny_models classify|score|vision DIR", file=sys.stderr
+            "usage: python -m relayllm_vllm.tiny_models classify|score|vision|random-demo DIR",
+            file=sys.stderr,
         )
         return 2
-    print(build_vision(args[1]) if args[0] == "vision" else build(args[0], args[1]))
+    if args[0] == "vision":
+        print(build_vision(args[1]))
+    elif args[0] == "random-demo":
+        print(build_random_demo(args[1]))
+    else:
+        print(build(args[0], args[1]))
     return 0
 
 

@@ -84,6 +84,45 @@ class Controller:
         answers = list(self._each("adapters", timeout_s=timeout_s).values())
         return {k: v for k, v in answers[0].items() if all(a.get(k) == v for a in answers)}
 
+    # -- weight updates: every replica, then kept for the ones to come -------------------------
+
+    def update_weights(
+        self, source: str, *, version: str | int, timeout_s: float = DEFAULT_TIMEOUT_S
+    ) -> None:
+        """Load the checkpoint ``source`` into every replica's engine and name it ``version``
+        (a string; an int is written as its decimal string): every row answered from then on
+        carries it in its ``weight_version`` column (and every HTTP or batch-file answer in
+        its body). ``source``: a directory each replica's node can read, or a filesystem URI
+        (``s3://...``: copied to a local temporary directory by each replica first).
+
+        On each replica: new rows wait (they do not fail; HTTP requests get 503 with
+        Retry-After), the rows in the engine finish on the old weights with the old version,
+        the engine loads the new ones, the waiting rows run on them. Returns once every
+        replica has; a replica that starts later loads the same checkpoint. A failed load
+        records nothing (replicas that loaded already keep the new weights: update again)."""
+        import ray
+
+        if isinstance(version, bool) or not isinstance(version, (str, int)) or version == "":
+            raise ConfigError(f"version {version!r}: give a non-empty string or an int")
+        version = str(version)
+        self._each("update_weights", source, version, timeout_s=timeout_s)  # fails first
+        actor = state_actor(self.name, create=True)
+        ray.get(
+            actor.update.remote({"weights": {"source": source, "version": version}}),
+            timeout=timeout_s,
+        )
+
+    def weight_version(self, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> str | None:
+        """The version of the weights every running replica serves (None: never updated).
+        Raises if the replicas disagree (an update under way, or one that failed part-way)."""
+        versions = set(self._each("weight_version", timeout_s=timeout_s).values())
+        if len(versions) > 1:
+            raise RuntimeError(
+                f"the replicas of {self.name!r} serve different weight versions: "
+                f"{sorted(map(str, versions))}"
+            )
+        return versions.pop()
+
     def replicas(self, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> dict[str, dict[str, Any]]:
         """Every running replica's ``info()``, by replica id. Asked of each replica directly:
         a handle's ``info()`` waits in Serve's queue behind the batch calls a pause holds."""

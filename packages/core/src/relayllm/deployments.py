@@ -353,7 +353,8 @@ def get_deployment(name: str, *, address: str | None = None) -> DeploymentRef:
 def control(name: str, *, address: str | None = None) -> Controller:
     """The control plane of the running deployment ``name`` (the error lists the running
     ones): ``pause``/``resume``/``is_paused``, ``reset_prefix_cache``, ``sleep``/``wake_up``,
-    ``tokenize``/``detokenize``, runtime LoRA adapters, each on every replica."""
+    ``tokenize``/``detokenize``, runtime LoRA adapters and ``update_weights``, each on every
+    replica."""
     from relayllm.control import Controller
 
     ref = get_deployment(name, address=address)  # connects; lists the running ones

@@ -9,6 +9,11 @@ the engine as the row's ``sampling_params``: OpenAI's own names
 ``top_k``, ``min_p``, ``chat_template_kwargs``...). The backend refuses, by name and on that
 row only, a name it cannot do; nothing is dropped on the way.
 
+Every response body has one field OpenAI's does not: ``weight_version``, the version of the
+weights that produced the answer (``relayllm.control(name).update_weights``; null before any
+update). A body answering several inputs (embeddings, score, rerank) gives each item its own
+and, at the top, the one they share (null if a weight update fell between them).
+
 Plain dicts in OpenAI's shapes (the ``openai`` package's types read them; tests check it), so
 neither door needs the ``openai`` package to build them.
 """
@@ -34,6 +39,7 @@ from relayllm.rows import (
     SCORE,
     TEXT_TASKS,
     TOOL_CALLS,
+    WEIGHT_VERSION,
     Task,
 )
 
@@ -156,6 +162,7 @@ def responses_body(result: Row, model: str, request_id: str) -> dict[str, Any]:
     return {
         "id": f"resp_{request_id}",
         "object": "response",
+        WEIGHT_VERSION: result.get(WEIGHT_VERSION),
         "created_at": int(time.time()),
         "status": "incomplete" if cut else "completed",
         "incomplete_details": {"reason": "max_output_tokens"} if cut else None,
@@ -205,6 +212,7 @@ def completion_body(task: Task, result: Row, model: str, request_id: str) -> dic
         "model": model,
         "choices": [choose(i, s) for i, s in enumerate(samples)],
         "usage": usage(result),
+        WEIGHT_VERSION: result.get(WEIGHT_VERSION),
     }
 
 
@@ -223,11 +231,17 @@ def embeddings_body(
     return {
         "object": "list",
         "data": [
-            {"object": "embedding", "index": i, "embedding": encode(list(r.get(EMBEDDING) or []))}
+            {
+                "object": "embedding",
+                "index": i,
+                "embedding": encode(list(r.get(EMBEDDING) or [])),
+                WEIGHT_VERSION: r.get(WEIGHT_VERSION),
+            }
             for i, r in enumerate(results)
         ],
         "model": model,
         "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        WEIGHT_VERSION: shared_weight_version(results),
     }
 
 
@@ -238,8 +252,12 @@ def score_body(pairs: Sequence[Row], model: str, request_id: str) -> dict[str, A
         "object": "list",
         "created": int(time.time()),
         "model": model,
-        "data": [{"index": i, "object": "score", "score": r[SCORE]} for i, r in enumerate(pairs)],
+        "data": [
+            {"index": i, "object": "score", "score": r[SCORE], WEIGHT_VERSION: r.get(WEIGHT_VERSION)}
+            for i, r in enumerate(pairs)
+        ],
         "usage": _pooling_usage(pairs),
+        WEIGHT_VERSION: shared_weight_version(pairs),
     }
 
 
@@ -253,10 +271,22 @@ def rerank_body(
         "model": model,
         "usage": _pooling_usage(pairs),
         "results": [
-            {"index": i, "document": {"text": documents[i]}, "relevance_score": pairs[i][SCORE]}
+            {
+                "index": i,
+                "document": {"text": documents[i]},
+                "relevance_score": pairs[i][SCORE],
+                WEIGHT_VERSION: pairs[i].get(WEIGHT_VERSION),
+            }
             for i in (ranked[:top_n] if top_n else ranked)
         ],
+        WEIGHT_VERSION: shared_weight_version(pairs),
     }
+
+
+def shared_weight_version(rows: Sequence[Row]) -> str | None:
+    """The weight version every row of a many-input answer has (None if they differ)."""
+    versions = {r.get(WEIGHT_VERSION) for r in rows}
+    return versions.pop() if len(versions) == 1 else None
 
 
 def usage(result: Row) -> dict[str, int]:
@@ -350,6 +380,7 @@ __all__ = [
     "rerank_body",
     "sampling_params",
     "score_body",
+    "shared_weight_version",
     "single_input",
     "usage",
 ]

@@ -55,6 +55,10 @@ PROMPT_LOGPROBS = "prompt_logprobs"
 TOOL_CALLS = "tool_calls"
 REASONING_CONTENT = "reasoning_content"
 SAMPLES = "samples"
+#: The weights that produced the answer: the ``version`` of the deployment's last weight update
+#: (``relayllm.control(name).update_weights``) when the row entered the engine; null on a
+#: deployment never updated and on a row that never reached an engine.
+WEIGHT_VERSION = "weight_version"
 REQUEST_ID = "request_id"
 ERROR = "error"
 
@@ -202,6 +206,7 @@ OUTPUT_SCHEMA: tuple[OutputField, ...] = (
     OutputField(TOOL_CALLS, "tool_calls", tasks=_CHAT),
     OutputField(REASONING_CONTENT, "string", tasks=_CHAT),
     OutputField(SAMPLES, "samples", tasks=_TEXT),
+    OutputField(WEIGHT_VERSION, "string"),
     OutputField(REQUEST_ID, "string", by_stage=True),
     OutputField(ERROR, "string"),
 )
@@ -259,6 +264,7 @@ class Result(TypedDict, total=False):
     tool_calls: list[dict[str, Any]] | None
     reasoning_content: str | None
     samples: list[dict[str, Any]] | None
+    weight_version: str | None  # stamped by the replica (BatchDeployment), not the adapter
     error: str | None
 
 

@@ -75,11 +75,14 @@ def control_command(name, call, args, address, verbose):
       relayllm control NAME load_adapter ADAPTER /path/to/lora   # rows: model ADAPTER
       relayllm control NAME unload_adapter ADAPTER
       relayllm control NAME adapters
+      relayllm control NAME update_weights /path/to/checkpoint VERSION   # or s3://...
+      relayllm control NAME weight_version
     """
     import relayllm
     from relayllm.errors import ConfigError
 
     controller_args: list[object] = list(args)
+    keywords: dict[str, object] = {}
     if call == "tokenize":
         if len(args) != 1:
             raise ConfigError("tokenize takes one TEXT argument (quote it)")
@@ -95,6 +98,10 @@ def control_command(name, call, args, address, verbose):
     elif call == "load_adapter":
         if len(args) != 2:
             raise ConfigError("load_adapter takes NAME PATH")
+    elif call == "update_weights":
+        if len(args) != 2:
+            raise ConfigError("update_weights takes SOURCE VERSION")
+        controller_args, keywords = [args[0]], {"version": args[1]}
     elif call == "unload_adapter":
         if len(args) != 1:
             raise ConfigError("unload_adapter takes NAME")
@@ -102,5 +109,5 @@ def control_command(name, call, args, address, verbose):
         raise ConfigError(f"{call} takes no arguments (got {' '.join(args)})")
     connect(address, verbose, existing_cluster=True)
     controller = relayllm.control(name, address=address)
-    answer = getattr(controller, call)(*controller_args)
+    answer = getattr(controller, call)(*controller_args, **keywords)
     click.echo(json.dumps(answer))

@@ -32,6 +32,8 @@ CONTROL_CALLS = (
     "load_adapter",
     "unload_adapter",
     "adapters",
+    "update_weights",
+    "weight_version",
 )
 #: How a pause treats the rows already in the engine: ``wait`` lets them finish (``pause()``
 #: returns once they have), ``keep`` freezes them where they are until ``resume()``. vLLM's
@@ -54,12 +56,18 @@ def state_actor_name(deployment: str) -> str:
 class ControlState:
     """The durable control state of one deployment (a detached actor, no CPU): the state as a
     dict (``paused``: None or the pause mode; ``adapters``: LoRA adapter name -> path, loaded
-    at runtime; ``changed_at``: wall-clock time of the last change) and a version that grows
-    with every change."""
+    at runtime; ``weights``: None, or the last weight update's ``source`` and ``version``;
+    ``changed_at``: wall-clock time of the last change) and a version that grows with every
+    change."""
 
     def __init__(self) -> None:
         self.version = 0
-        self.state: dict[str, Any] = {"paused": None, "adapters": {}, "changed_at": 0.0}
+        self.state: dict[str, Any] = {
+            "paused": None,
+            "adapters": {},
+            "weights": None,
+            "changed_at": 0.0,
+        }
         self._changed = asyncio.Event()
 
     async def set_adapter(self, name: str, path: str | None) -> int:

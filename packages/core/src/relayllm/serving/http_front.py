@@ -34,7 +34,15 @@ from relayllm.errors import (
     MissingDependencyError,
     RelayLLMError,
 )
-from relayllm.rows import Request, Result, Task, build_request, features_of, unsupported_features
+from relayllm.rows import (
+    WEIGHT_VERSION,
+    Request,
+    Result,
+    Task,
+    build_request,
+    features_of,
+    unsupported_features,
+)
 from relayllm.serving.http_config import HttpConfig
 from relayllm.serving.traffic import INTERACTIVE_PRIORITY
 
@@ -114,6 +122,8 @@ class HttpFront:
             body = await self._body(request, route)
             if getattr(self.replica, "paused", None) is not None:  # before a stream starts
                 raise _paused(self.model)
+            if getattr(self.replica, "updating_weights", False):
+                raise _paused(self.model, "is updating its weights")
             if route == "embedding":
                 answer = await self._embeddings(body)
             elif body.get("stream"):
@@ -263,8 +273,9 @@ class HttpFront:
             return await awaitable
         except EngineFailedError as exc:
             raise HttpError(503, f"the engine failed: {exc}; retry", "server_error") from None
-        except DeploymentPausedError:
-            raise _paused(self.model) from None
+        except DeploymentPausedError as exc:
+            updating = "updating its weights" in str(exc)
+            raise _paused(self.model, "is updating its weights" if updating else None) from None
 
     # -- endpoints -----------------------------------------------------------------------------
 
@@ -326,6 +337,8 @@ class HttpFront:
 
         def event(choices: list[dict[str, Any]], usage: dict[str, Any] | None = None) -> str:
             fields = {"id": ident, "created": created, "model": self.model, "choices": choices}
+            if last:  # every chunk after the first part: the weights that produced it
+                fields[WEIGHT_VERSION] = last.get(WEIGHT_VERSION)
             if usage is not None:
                 fields["usage"] = usage
             if task == "chat":
@@ -336,9 +349,9 @@ class HttpFront:
                 chunk = Completion.model_validate({**fields, "object": "text_completion"})
             return f"data: {json.dumps(chunk.model_dump(exclude_none=True))}\n\n"
 
+        last: Result = {}
         if task == "chat":
             yield event([{"index": 0, "delta": {"role": "assistant", "content": ""}}])
-        last: Result = {}
         try:
             async for part in self.replica.stream_http_row(row):
                 if part.get("error"):
@@ -411,7 +424,7 @@ def _control_call(deployment: str, call: str, arguments: dict[str, Any]) -> Any:
         raise HttpError(409, str(exc), "invalid_request_error", "control_refused") from None
 
 
-def _paused(model: str) -> HttpError:
+def _paused(model: str, state: str | None = None) -> HttpError:
     """A paused deployment answers interactive requests at once with 503 and Retry-After
     (OpenAI's clients retry a 503 after the time it names) instead of holding the connection
     for a pause of unknown length; batch rows wait in the replica instead."""
@@ -419,7 +432,7 @@ def _paused(model: str) -> HttpError:
 
     return HttpError(
         503,
-        f"{model} is paused (relayllm.control); retry after {PAUSED_RETRY_AFTER_S}s",
+        f"{model} {state or 'is paused (relayllm.control)'}; retry after {PAUSED_RETRY_AFTER_S}s",
         "server_error",
         "paused",
         headers={"Retry-After": str(PAUSED_RETRY_AFTER_S)},

@@ -24,7 +24,7 @@ from relayllm.errors import (
     EngineFailedError,
     describe_exception,
 )
-from relayllm.rows import Request, Result, error_result
+from relayllm.rows import WEIGHT_VERSION, Request, Result, error_result
 from relayllm.serving.admission import Admission, AdmissionConfig
 from relayllm.serving.control import CONTROL_CALLS, PAUSE_MODES, WAIT_S, state_actor
 from relayllm.serving.metrics import ReplicaMetrics
@@ -58,6 +58,8 @@ CONTROL_HOOKS = {
     "load_adapter": "engine_load_adapter",
     "unload_adapter": "engine_load_adapter",
     "adapters": "engine_load_adapter",
+    "update_weights": "engine_update_weights",
+    "weight_version": "engine_update_weights",
 }
 
 
@@ -114,6 +116,12 @@ class BatchDeployment:
         self.control_version = 0
         self._control_lock = asyncio.Lock()
         self.runtime_adapters: dict[str, str] = {}  # loaded by control calls: name -> path
+        # Weight updates: the version every row entering the engine is stamped with (None:
+        # never updated), the update (source, version) applied, and whether one is under way.
+        self.weight_version: str | None = None
+        self.weights: dict[str, str] | None = None
+        self.weight_updates = 0
+        self.updating_weights = False
         self._follow_control()
 
     # -- what adapters implement -------------------------------------------------------------
@@ -188,6 +196,13 @@ class BatchDeployment:
         raise NotImplementedError
 
     async def engine_unload_adapter(self, name: str) -> None:
+        raise NotImplementedError
+
+    async def engine_update_weights(self, path: str, version: str) -> None:
+        """Load the checkpoint in the local directory ``path`` into the engine, in place, and
+        record ``version`` where the engine keeps one (how a backend offers weight updates).
+        Called with no row in the engine and none let in until it returns: the base class
+        holds the rows and stamps each with the version it ran with."""
         raise NotImplementedError
 
     def control_refusal(self, call: str) -> str | None:
@@ -311,6 +326,12 @@ class BatchDeployment:
                     self.runtime_adapters.pop(name)
         elif call == "adapters":
             return dict(self.runtime_adapters)
+        elif call == "update_weights":
+            source, version = args
+            async with self._control_lock:
+                await self._load_weights(str(source), str(version))
+        elif call == "weight_version":
+            return self.weight_version
         return None
 
     def _name(self) -> str:
@@ -351,6 +372,7 @@ class BatchDeployment:
             if version < self.control_version or (version == self.control_version and version):
                 return
             await self._apply_adapters(state.get("adapters") or {})
+            await self._apply_weights(state.get("weights"))
             mode = state.get("paused")
             if mode in PAUSE_MODES and self.paused != mode:
                 await self._pause(str(mode))
@@ -376,6 +398,48 @@ class BatchDeployment:
             except Exception:
                 logger.exception("could not load the LoRA adapter %r from %s", name, path)
 
+    async def _apply_weights(self, wanted: dict[str, str] | None) -> None:
+        """Load the deployment's last weight update if this replica has not (one that started
+        after it). A load that fails is logged: the replica serves its weights and says which
+        (its rows' weight_version, info())."""
+        if wanted is None or wanted == self.weights:
+            return
+        if self.control_refusal("update_weights") is not None:
+            return
+        try:
+            await self._load_weights(wanted["source"], wanted["version"])
+        except Exception:
+            logger.exception("could not load the weights %s (version %s)", *wanted.values())
+
+    async def _load_weights(self, source: str, version: str) -> None:
+        """A weight update on this replica (the caller holds the control lock): new rows wait
+        at the gate, the rows in the engine finish with the old weights (stamped with the old
+        version), the engine loads the new ones, and the rows let in after carry the new
+        version. A URI's checkpoint is copied to a local directory first, while rows run."""
+        from relayllm.serving.weights import fetch_checkpoint
+
+        if self.paused == "keep" and self._in_engine:
+            raise RuntimeError(
+                "the deployment is paused in mode 'keep' with rows frozen in the engine, which "
+                "would finish on other weights than they started with: resume it (or pause "
+                "with mode 'wait') before updating its weights"
+            )
+        path, cleanup = await asyncio.to_thread(fetch_checkpoint, source)
+        was_open = self._open.is_set()
+        self._open.clear()  # no batch row enters the engine from now on...
+        self.updating_weights = True  # ...and no interactive one (503, as when paused)
+        try:
+            await self._drained.wait()  # the rows in the engine finish with the old weights
+            await self.engine_update_weights(path, version)
+            self.weight_version = version
+            self.weights = {"source": source, "version": version}
+            self.weight_updates += 1
+        finally:
+            self.updating_weights = False
+            if was_open:
+                self._open.set()
+            await asyncio.to_thread(cleanup)
+
     async def _pause(self, mode: str) -> None:
         self._open.clear()  # no batch row enters the engine from now on
         self.paused = mode
@@ -396,14 +460,27 @@ class BatchDeployment:
         """``run_batch`` behind the pause gate, counting the rows inside the engine."""
         while not self._open.is_set():  # paused: the rows wait here, they do not fail
             await self._open.wait()
-        self._in_engine += len(requests)
-        self._drained.clear()
+        # The version is read as the rows enter the engine: a weight update waits for every
+        # row inside it before it loads, so these rows run on exactly these weights.
+        version = self.weight_version
+        self._enter(len(requests))
         try:
-            return await self.run_batch(requests)
+            results = await self.run_batch(requests)
         finally:
-            self._in_engine -= len(requests)
-            if not self._in_engine:
-                self._drained.set()
+            self._leave(len(requests))
+        for result in results:
+            if isinstance(result, dict):
+                result[WEIGHT_VERSION] = version
+        return results
+
+    def _enter(self, rows: int) -> None:
+        self._in_engine += rows
+        self._drained.clear()
+
+    def _leave(self, rows: int) -> None:
+        self._in_engine -= rows
+        if not self._in_engine:
+            self._drained.set()
 
     # -- what the HTTP front calls (interactive traffic, one row per request) ------------------
 
@@ -418,19 +495,33 @@ class BatchDeployment:
 
     async def serve_http_row(self, request: Request) -> Result:
         self._check_serving()
+        version = self.weight_version  # as for batch rows (_engine_batch)
+        self._enter(1)
         self.http_rows += 1
         admission = self.admission
         watch = admission.begin(streamed=False) if admission is not None else None
         try:
             result = await self._serve_one(request)
         finally:
+            self._leave(1)
             if admission is not None and watch is not None:  # the whole answer's time
                 admission.end(watch)
+        result[WEIGHT_VERSION] = version
         self.metrics.count("interactive", (result,))
         return result
 
     async def stream_http_row(self, request: Request) -> AsyncIterator[Result]:
         self._check_serving()
+        version = self.weight_version  # as for batch rows (_engine_batch)
+        self._enter(1)
+        try:
+            async for part in self._stream_http_row(request):
+                part[WEIGHT_VERSION] = version
+                yield part
+        finally:
+            self._leave(1)
+
+    async def _stream_http_row(self, request: Request) -> AsyncIterator[Result]:
         self.http_rows += 1
         # The controller sees each part as it comes: the first one's delay is the time to
         # first token, the gaps after it the time per output token.
@@ -454,6 +545,8 @@ class BatchDeployment:
             raise EngineFailedError(self.failure)
         if self.paused is not None:  # interactive requests are not held: the client retries
             raise DeploymentPausedError(f"deployment {self._name()!r} is paused")
+        if self.updating_weights:
+            raise DeploymentPausedError(f"deployment {self._name()!r} is updating its weights")
         self.serving_loop = asyncio.get_running_loop()
 
     async def health(self) -> dict[str, Any]:
@@ -480,6 +573,8 @@ class BatchDeployment:
             ),
             "tasks": self.deployment.get("tasks"),
             "paused": self.paused,
+            "weight_version": self.weight_version,
+            "weight_updates": self.weight_updates,
             **self.engine_info(),
             "rows_by_class": {"batch": self.rows, "interactive": self.http_rows},
             # Tokens by class and the engine's figures (TTFT, queue, KV cache, prefix hits).

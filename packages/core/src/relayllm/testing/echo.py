@@ -48,6 +48,9 @@ ECHO_LABELS = ("short", "long")
 #: echo's "model": its most likely next word holds this share of the probability, so a nucleus
 #: (``top_p``) no larger holds that word alone and sampling is greedy.
 ECHO_TOP_WORD_P = 0.5
+#: echo's "checkpoint": a directory with this file, ``{"tag": "..."}``; after a weight update
+#: every text answer starts with ``[tag]`` (:func:`write_echo_checkpoint`).
+ECHO_WEIGHTS_FILE = "echo_weights.json"
 #: What the ``features`` option accepts: the optional features :func:`generate` implements.
 ECHO_FEATURES = ("logprobs", "n", "structured_outputs.json", "structured_outputs.choice")
 
@@ -135,6 +138,7 @@ class EchoDeployment(BatchDeployment):
         self.busy_rows = 0  # rows inside run_batch now (the echo 'engine' load)
         self._thawed = asyncio.Event()  # cleared by a pause in ``keep`` mode
         self._thawed.set()
+        self.weights_tag: str | None = None  # echo's "weights" (engine_update_weights)
 
     # -- control calls: echo's 'engine' pauses and tokenizes (words, as everywhere in echo) ----
 
@@ -164,6 +168,18 @@ class EchoDeployment(BatchDeployment):
 
     async def engine_unload_adapter(self, name: str) -> None:
         """Nothing to free: the base class forgets the name."""
+
+    async def engine_update_weights(self, path: str, version: str) -> None:
+        """Echo's "weights" are the tag of an echo checkpoint (:data:`ECHO_WEIGHTS_FILE` in
+        ``path``): text answers start with ``[tag]`` from now on. A directory without one fails
+        the update, as an engine fails on a checkpoint that is not its model's."""
+        file = os.path.join(path, ECHO_WEIGHTS_FILE)
+        try:
+            with open(file) as handle:
+                tag = json.load(handle)["tag"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"{path} is not an echo checkpoint ({ECHO_WEIGHTS_FILE}): {exc}")
+        self.weights_tag = str(tag)
 
     def stop_engine(self) -> None:
         """What the conformance kit calls to check that health() reports a stopped engine
@@ -235,6 +251,8 @@ class EchoDeployment(BatchDeployment):
         out = list(reversed(words)) if self.options.mode == "reverse" else words
         if request.get("model") in self.runtime_adapters:  # a LoRA adapter loaded at runtime
             out = [f"<{request['model']}>", *out]
+        if self.weights_tag is not None:  # the weights of the last update
+            out = [f"[{self.weights_tag}]", *out]
         params = request.get("sampling_params", {})
         try:
             result = generate(
@@ -422,6 +440,15 @@ def _instance(schema: Mapping[str, Any], words: list[str]) -> Any:
     if kind == "null":
         return None
     return words[0] if words else "echo"
+
+
+def write_echo_checkpoint(directory: str | os.PathLike[str], tag: str) -> str:
+    """Write an echo checkpoint (answers after the update start with ``[tag]``) to
+    ``directory``; returns its path."""
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, ECHO_WEIGHTS_FILE), "w") as handle:
+        json.dump({"tag": tag}, handle)
+    return os.fspath(directory)
 
 
 @hookimpl
