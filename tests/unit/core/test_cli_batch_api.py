@@ -162,6 +162,7 @@ def test_response_lines_follow_openai_shapes():
             "num_input_tokens": 3,
             "num_generated_tokens": 2,
             "request_id": "r1",
+            "weight_version": "7",
         },
         "dep",
     )
@@ -184,12 +185,14 @@ def test_response_lines_follow_openai_shapes():
         }
     ]
     assert body["usage"] == {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
+    assert body["weight_version"] == "7", "the weights that produced the answer"
     embedding = response_line(
         BatchRequest(1, "e", "embedding", "x", {}, "m"),
         {"embedding": [0.5, 1.0], "num_input_tokens": 1},
         "m",
     )["response"]["body"]
     assert embedding["data"] == [{"object": "embedding", "index": 0, "embedding": [0.5, 1.0]}]
+    assert embedding["weight_version"] is None, "a deployment never updated"
     assert embedding["model"] == "m" and embedding["usage"] == {
         "prompt_tokens": 1,
         "total_tokens": 1,

@@ -180,6 +180,7 @@ def test_a_paused_http_front_answers_503_with_retry_after():
         (["tokenize"], "tokenize takes one TEXT"),
         (["is_paused", "extra"], "is_paused takes no arguments"),
         (["load_adapter", "only-a-name"], "load_adapter takes NAME PATH"),
+        (["update_weights", "/ckpt"], "update_weights takes SOURCE VERSION"),
     ],
 )
 def test_control_command_checks_its_arguments_before_touching_a_cluster(args, message):

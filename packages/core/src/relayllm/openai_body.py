@@ -11,8 +11,8 @@ row only, a name it cannot do; nothing is dropped on the way.
 
 Every response body has one field OpenAI's does not: ``weight_version``, the version of the
 weights that produced the answer (``relayllm.control(name).update_weights``; null before any
-update). A body answering several inputs (embeddings, score, rerank) gives each item its own
-and, at the top, the one they share (null if a weight update fell between them).
+update), at the top level. A body answering several inputs (embeddings, score, rerank) gives
+the version they share: null if a weight update fell between them.
 
 Plain dicts in OpenAI's shapes (the ``openai`` package's types read them; tests check it), so
 neither door needs the ``openai`` package to build them.
@@ -235,7 +235,6 @@ def embeddings_body(
                 "object": "embedding",
                 "index": i,
                 "embedding": encode(list(r.get(EMBEDDING) or [])),
-                WEIGHT_VERSION: r.get(WEIGHT_VERSION),
             }
             for i, r in enumerate(results)
         ],
@@ -253,8 +252,7 @@ def score_body(pairs: Sequence[Row], model: str, request_id: str) -> dict[str, A
         "created": int(time.time()),
         "model": model,
         "data": [
-            {"index": i, "object": "score", "score": r[SCORE], WEIGHT_VERSION: r.get(WEIGHT_VERSION)}
-            for i, r in enumerate(pairs)
+            {"index": i, "object": "score", "score": r[SCORE]} for i, r in enumerate(pairs)
         ],
         "usage": _pooling_usage(pairs),
         WEIGHT_VERSION: shared_weight_version(pairs),
@@ -275,7 +273,6 @@ def rerank_body(
                 "index": i,
                 "document": {"text": documents[i]},
                 "relevance_score": pairs[i][SCORE],
-                WEIGHT_VERSION: pairs[i].get(WEIGHT_VERSION),
             }
             for i in (ranked[:top_n] if top_n else ranked)
         ],
