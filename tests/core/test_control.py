@@ -240,3 +240,83 @@ def test_pause_resume_and_control_from_the_command_line():
     assert f"{name}: resumed" in done.stdout
     assert not relayllm.control(name).is_paused()
     relayllm.shutdown(name)
+
+
+# -- weight updates: a version on every row --------------------------------------------------
+
+
+def test_a_weight_update_mid_job_shows_in_the_version_of_every_row_after_it(tmp_path):
+    from relayllm.testing.echo import write_echo_checkpoint
+
+    name = "ctl-weights"
+    relayllm.deploy(
+        DeploymentConfig(name=name, backend="echo", num_replicas=2, options={"delay_s": 0.05})
+    )
+    ctl = relayllm.control(name)
+    assert ctl.weight_version() is None, "never updated"
+    ctl.update_weights(write_echo_checkpoint(tmp_path / "one", "one"), version=1)
+    assert ctl.weight_version() == "1"
+    proc = build_processor(
+        ProcessorConfig(deployment=name, task="completion", batch_size=10, max_in_flight_batches=4)
+    )
+    n = 600
+    job = Job(proc, [{"id": i, "prompt": f"row {i}"} for i in range(n)], blocks=6)
+    _wait_for(lambda: _rows(ctl) >= 100, "the job got going")
+    # A URI: each replica copies the checkpoint to a local directory before it loads.
+    ctl.update_weights(f"file://{write_echo_checkpoint(tmp_path / 'two', 'two')}", version="v2")
+    at_update = _rows(ctl)
+    out = job.finish()
+    assert at_update < n, "updated mid-job"
+    assert sorted(r["id"] for r in out) == list(range(n)), "every row, once"
+    assert not [r for r in out if r["error"]]
+    assert _rows(ctl) == n, "no row was computed twice"
+    versions = {"1": "[one]", "v2": "[two]"}
+    for row in out:
+        tag = versions[row["weight_version"]]
+        assert row["generated_text"] == f"{tag} row {row['id']}", "the version that answered"
+    counted = {v: sum(r["weight_version"] == v for r in out) for v in versions}
+    assert counted["1"] >= 100 and counted["v2"] > 0, counted
+    assert [i["weight_version"] for i in ctl.replicas().values()] == ["v2", "v2"]
+    relayllm.shutdown(name)
+
+
+def test_a_replacement_replica_comes_up_with_the_current_weights(tmp_path):
+    from relayllm import compat
+    from relayllm.testing.echo import write_echo_checkpoint
+
+    name = "ctl-weights-replace"
+    relayllm.deploy(DeploymentConfig(name=name, backend="echo"))
+    ctl = relayllm.control(name)
+    ctl.update_weights(write_echo_checkpoint(tmp_path / "w", "w7"), version=7)
+    (old_id,) = ctl.replicas()
+    ((_, actor_name),) = compat.running_replicas(f"relayllm-{name}", name)
+    ray.kill(ray.get_actor(actor_name, namespace="serve"), no_restart=True)
+    _wait_for(lambda: set(ctl.replicas()) - {old_id}, "Serve started a replacement")
+    assert ctl.weight_version() == "7"
+    handle = relayllm.get_deployment(name).handle()
+    (row,) = handle.process_batch.remote([{"task": "completion", "prompt": "x"}]).result(
+        timeout_s=60
+    )
+    assert (row["generated_text"], row["weight_version"]) == ("[w7] x", "7")
+    relayllm.shutdown(name)
+    relayllm.deploy(DeploymentConfig(name=name, backend="echo"))
+    assert relayllm.control(name).weight_version() is None, "a new deployment starts afresh"
+    relayllm.shutdown(name)
+
+
+def test_update_weights_from_the_command_line(tmp_path):
+    from relayllm.testing.echo import write_echo_checkpoint
+
+    name = "ctl-weights-cli"
+    relayllm.deploy(DeploymentConfig(name=name, backend="echo"))
+    address = ray.get_runtime_context().gcs_address
+    env = {**os.environ, "RELAYLLM_ECHO_BACKEND": "1", "RAY_AUTH_MODE": "token"}
+    path = write_echo_checkpoint(tmp_path / "c", "cli")
+    args = ("--address", address)
+    cli("control", name, "update_weights", path, "3", *args, env=env, check=0)
+    done = cli("control", name, "weight_version", *args, env=env, check=0)
+    assert done.stdout == '"3"\n'
+    done = cli("control", name, "update_weights", str(tmp_path), "4", *args, env=env, check=1)
+    assert "not an echo checkpoint" in done.stderr and "Traceback" not in done.stderr
+    assert relayllm.control(name).weight_version() == "3", "the failed update recorded nothing"
+    relayllm.shutdown(name)

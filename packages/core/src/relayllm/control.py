@@ -21,7 +21,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from relayllm.errors import ConfigError, ControlRefusedError, DeploymentNotFoundError
+from relayllm.errors import (
+    ConfigError,
+    ControlCallError,
+    ControlRefusedError,
+    DeploymentNotFoundError,
+    RelayLLMError,
+    describe_exception,
+)
 from relayllm.serving.control import PAUSE_MODES, PauseMode, state_actor
 
 #: How long a control call waits for every replica to answer (a ``wait`` pause waits for the
@@ -203,6 +210,13 @@ class Controller:
             except (ray.exceptions.ActorDiedError, ray.exceptions.ActorUnavailableError):
                 # A replica on its way out: its replacement reads the state when it starts.
                 continue
+            except ray.exceptions.RayTaskError as exc:  # the replica's own error, said plainly
+                cause = exc.cause
+                if isinstance(cause, RelayLLMError):
+                    raise cause from None
+                call = str(args[0]) if method == "control" and args else method
+                reason = describe_exception(cause) if cause is not None else str(exc)
+                raise ControlCallError(call, rid, reason, self.name) from None
         return answers
 
 

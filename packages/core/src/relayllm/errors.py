@@ -71,6 +71,19 @@ class ControlRefusedError(RelayLLMError):
         )
 
 
+class ControlCallError(RelayLLMError):
+    """A control call a replica accepted but could not complete (a checkpoint that is not
+    there or not the model's, an adapter that does not load): the replica's own error."""
+
+    def __init__(self, call: str, replica: str, reason: str, deployment: str | None = None):
+        super().__init__(call, replica, reason, deployment)
+        self.call, self.replica, self.reason, self.deployment = call, replica, reason, deployment
+
+    def __str__(self) -> str:
+        where = f" of deployment {self.deployment!r}" if self.deployment else ""
+        return f"the control call {self.call!r} failed on replica {self.replica}{where}: {self.reason}"
+
+
 class DeploymentPausedError(RelayLLMError):
     """An interactive request reached a paused deployment (the HTTP front answers 503 with
     Retry-After); batch rows wait instead."""
