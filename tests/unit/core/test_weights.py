@@ -144,9 +144,13 @@ def test_a_uri_checkpoint_is_copied_locally_and_removed_after(tmp_path):
 def test_bodies_carry_the_weight_version():
     row = {"generated_text": "hi", "finish_reason": "stop", "weight_version": "5"}
     assert completion_body("chat", row, "m", "r")["weight_version"] == "5"
-    assert completion_body("completion", {"generated_text": "x"}, "m", "r")["weight_version"] is None
+    assert (
+        completion_body("completion", {"generated_text": "x"}, "m", "r")["weight_version"] is None
+    )
     same = [{"embedding": [1.0], "weight_version": "5"}] * 2
     assert embeddings_body(same, "m")["weight_version"] == "5"
-    split = [{"embedding": [1.0], "weight_version": "5"}, {"embedding": [1.0], "weight_version": "6"}]
+    split = [
+        {"embedding": [1.0], "weight_version": "5"},
+        {"embedding": [1.0], "weight_version": "6"},
+    ]
     assert embeddings_body(split, "m")["weight_version"] is None, "an update between the inputs"
-

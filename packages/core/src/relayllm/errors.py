@@ -81,7 +81,9 @@ class ControlCallError(RelayLLMError):
 
     def __str__(self) -> str:
         where = f" of deployment {self.deployment!r}" if self.deployment else ""
-        return f"the control call {self.call!r} failed on replica {self.replica}{where}: {self.reason}"
+        return (
+            f"the control call {self.call!r} failed on replica {self.replica}{where}: {self.reason}"
+        )
 
 
 class DeploymentPausedError(RelayLLMError):

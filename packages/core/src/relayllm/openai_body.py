@@ -251,9 +251,7 @@ def score_body(pairs: Sequence[Row], model: str, request_id: str) -> dict[str, A
         "object": "list",
         "created": int(time.time()),
         "model": model,
-        "data": [
-            {"index": i, "object": "score", "score": r[SCORE]} for i, r in enumerate(pairs)
-        ],
+        "data": [{"index": i, "object": "score", "score": r[SCORE]} for i, r in enumerate(pairs)],
         "usage": _pooling_usage(pairs),
         WEIGHT_VERSION: shared_weight_version(pairs),
     }

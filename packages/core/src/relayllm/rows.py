@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any, Literal, TypedDict, get_args
+from typing import Any, Final, Literal, TypedDict, get_args
 
 Task = Literal["chat", "completion", "embedding", "classify", "score"]
 #: Every task, in the order the docs list them.
@@ -58,7 +58,7 @@ SAMPLES = "samples"
 #: The weights that produced the answer: the ``version`` of the deployment's last weight update
 #: (``relayllm.control(name).update_weights``) when the row entered the engine; null on a
 #: deployment never updated and on a row that never reached an engine.
-WEIGHT_VERSION = "weight_version"
+WEIGHT_VERSION: Final = "weight_version"  # Final: a TypedDict key in the replica
 REQUEST_ID = "request_id"
 ERROR = "error"
 

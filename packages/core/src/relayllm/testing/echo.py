@@ -178,7 +178,9 @@ class EchoDeployment(BatchDeployment):
             with open(file) as handle:
                 tag = json.load(handle)["tag"]
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise ValueError(f"{path} is not an echo checkpoint ({ECHO_WEIGHTS_FILE}): {exc}")
+            raise ValueError(
+                f"{path} is not an echo checkpoint ({ECHO_WEIGHTS_FILE}): {exc}"
+            ) from None
         self.weights_tag = str(tag)
 
     def stop_engine(self) -> None:
