@@ -299,3 +299,66 @@ def test_a_paused_engine_rejects_new_requests_as_recorded(vllm_gpu_source, vllm_
         assert "if self.retryable:\n        return RetryableRequestError(" in to_exception
         processor = ast.unparse(vllm_gpu_source.module("vllm.v1.engine.output_processor"))
         assert "req_state.queue.put(error.to_exception())" in processor
+
+
+# -- the private APIs the adapter calls by name (relayllm_vllm.compat.PRIVATE_APIS) -----------
+
+#: The reload's keywords the adapter passes (compat.reload_weights).
+RELOAD_KEYWORDS = {"weights_path", "is_checkpoint_format"}
+WORKERS = {"gpu": ("vllm.v1.worker.gpu_worker", "Worker")}
+
+
+def _check_reload_weights(source: SourceTree, workers: dict[str, tuple[str, str]]) -> list[str]:
+    """``collective_rpc("reload_weights", kwargs=...)`` reaches each worker class's method,
+    which hands its keywords to the model runner's ``reload_weights``."""
+    from relayllm_vllm.compat import RELOAD_WEIGHTS
+
+    problems = []
+    for module, cls in workers.values():
+        try:
+            source.method(module, cls, RELOAD_WEIGHTS)
+        except (LookupError, SyntaxError) as exc:
+            problems.append(f"{cls}.{RELOAD_WEIGHTS}: {exc}")
+    runner = source.method("vllm.v1.worker.gpu_model_runner", "GPUModelRunner", RELOAD_WEIGHTS)
+    refused = function_signature(runner, method=True).refuses(0, RELOAD_KEYWORDS)
+    if refused:
+        problems.append(f"GPUModelRunner.{RELOAD_WEIGHTS}: {refused}")
+    return problems
+
+
+def test_every_private_api_is_checked():
+    from relayllm_vllm.compat import PRIVATE_APIS, RELOAD_WEIGHTS
+
+    # One entry, checked below; a new one needs its own check here.
+    assert len(PRIVATE_APIS) == 1 and f"Worker.{RELOAD_WEIGHTS}" in PRIVATE_APIS[0]
+
+
+def test_the_private_apis_exist_in_the_gpu_wheel(vllm_gpu_source):
+    problems = _check_reload_weights(vllm_gpu_source, WORKERS)
+    assert not problems, problems
+
+
+def test_and_in_the_cpu_build():
+    cpu = {**WORKERS, "cpu": ("vllm.v1.worker.cpu_worker", "CPUWorker")}
+    problems = _check_reload_weights(SourceTree.installed("vllm"), cpu)
+    assert not problems, problems
+
+
+def test_a_removed_reload_fails_the_check(vllm_gpu_wheel, tmp_path):
+    changed = altered_wheel(
+        vllm_gpu_wheel,
+        tmp_path / "vllm-altered.whl",
+        {
+            "vllm/v1/worker/gpu_worker.py": (
+                "    def reload_weights(self, *args, **kwargs)",
+                "    def reload_model(self, *args, **kwargs)",
+            ),
+            "vllm/v1/worker/gpu_model_runner.py": (
+                "        weights_path: str | None = None,\n",
+                "        path: str | None = None,\n",
+            ),
+        },
+    )
+    problems = "\n".join(_check_reload_weights(SourceTree(changed), WORKERS))
+    assert "Worker.reload_weights" in problems
+    assert "GPUModelRunner.reload_weights: no parameter weights_path" in problems
