@@ -111,17 +111,16 @@ class Trainer:
             total = self.torch.stack(losses).mean()
             total.backward()
             self.optimizer.step()
-            loss = float(total)
+            loss = float(total.detach())
         return loss
 
     def _example(self, row: dict[str, Any]) -> tuple[Any, int]:
-        prompt = self.tokenizer.apply_chat_template(
-            row["messages"], add_generation_prompt=True, tokenize=True
+        text = self.tokenizer.apply_chat_template(
+            row["messages"], add_generation_prompt=True, tokenize=False
         )
-        if isinstance(prompt, dict):  # transformers 5 returns a BatchEncoding
-            prompt = prompt["input_ids"]
+        prompt = self.tokenizer(text, add_special_tokens=False)["input_ids"]
         answer = self.tokenizer(row["generated_text"] + "<|im_end|>", add_special_tokens=False)
-        ids = self.torch.tensor([list(prompt) + answer["input_ids"]])
+        ids = self.torch.tensor([prompt + answer["input_ids"]])
         return ids, len(prompt)
 
     def _loss(self, ids: Any, start: int) -> Any:
