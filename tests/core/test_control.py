@@ -298,6 +298,21 @@ def test_a_replacement_replica_comes_up_with_the_current_weights(tmp_path):
         timeout_s=60
     )
     assert (row["generated_text"], row["weight_version"]) == ("[w7] x", "7")
+    # A batch file's output lines say it too (response.body.weight_version).
+    lines = [
+        {
+            "custom_id": f"c{i}",
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {"model": name, "messages": [{"role": "user", "content": f"q {i}"}]},
+        }
+        for i in range(3)
+    ]
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    relayllm.run_batch_file(tmp_path / "in.jsonl", deployment=name, output=tmp_path / "out.jsonl")
+    bodies = [json.loads(t)["response"]["body"] for t in (tmp_path / "out.jsonl").open()]
+    assert [b["weight_version"] for b in bodies] == ["7"] * 3
+    assert all(b["choices"][0]["message"]["content"].startswith("[w7]") for b in bodies)
     relayllm.shutdown(name)
     relayllm.deploy(DeploymentConfig(name=name, backend="echo"))
     assert relayllm.control(name).weight_version() is None, "a new deployment starts afresh"
