@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
+from collections.abc import Iterator
 
 from relayllm.errors import ConfigError
 
 ADDRESS_ENV = "RAY_ADDRESS"
+#: Ray's setting of its workers' nice value (Ray's default 15 makes every worker, an engine's
+#: replica and its engine processes included, yield the CPU to any other process).
+NICENESS_ENV = "RAY_worker_niceness"
 
 
 def connect(
@@ -35,23 +40,43 @@ def connect(
         quiet_ray_loggers()  # before init: Ray logs its token-authentication notice there
         address = address or os.environ.get(ADDRESS_ENV) or ("auto" if existing_cluster else None)
         try:
-            ray.init(
-                address=address,
-                namespace="relayllm",
-                log_to_driver=verbose,
-                # Ray's INFO lines go to the log file; quiet=True (the CLI) drops them too.
-                logging_level=logging.WARNING if quiet else logging.INFO,
-                configure_logging=True,
-                # A local cluster started here has no dashboard: nothing in relayllm reads it,
-                # and its processes hold ~0.4 GiB (measured: benchmarks/demo_memory.py). A
-                # cluster started with `ray start` keeps its own (ignored when connecting).
-                include_dashboard=False,
-            )
+            with _workers_at_normal_priority():
+                ray.init(
+                    address=address,
+                    namespace="relayllm",
+                    log_to_driver=verbose,
+                    # Ray's INFO lines go to the log file; quiet=True (the CLI) drops them too.
+                    logging_level=logging.WARNING if quiet else logging.INFO,
+                    configure_logging=True,
+                    # A local cluster started here has no dashboard: nothing in relayllm reads
+                    # it, and its processes hold ~0.4 GiB (measured: benchmarks/demo_memory.py).
+                    # A cluster started with `ray start` keeps its own (ignored when connecting).
+                    include_dashboard=False,
+                )
         except ConnectionError as exc:
             raise ConfigError(connection_advice(address, exc)) from None
     quiet_ray_loggers()
     serve.start(proxy_location="Disabled")
     quiet_ray_loggers()  # Serve sets its logger up on start
+
+
+@contextlib.contextmanager
+def _workers_at_normal_priority() -> Iterator[None]:
+    """While ``ray.init`` runs: a local cluster it starts runs its workers at nice 0, unless
+    the user set ``RAY_worker_niceness``. Ray's default (15) is for machines where workers
+    are background work; the workers of a cluster relayllm starts are the job -- the engine's
+    replica and the engine's own processes (children of the replica) among them -- and at
+    nice 15 they yield the CPU to every other process on the machine, where vLLM's own
+    runner, say, competes as an equal (docs/benchmarks.md, section 10b). Only a raylet started by this call reads the setting (it inherits the environment);
+    connecting to a running cluster leaves its workers as they are."""
+    if NICENESS_ENV in os.environ:
+        yield
+        return
+    os.environ[NICENESS_ENV] = "0"
+    try:
+        yield
+    finally:
+        os.environ.pop(NICENESS_ENV, None)
 
 
 def ensure_http_proxy(host: str, port: int) -> None:
