@@ -202,6 +202,10 @@ def test_completion_and_info(deployment):
     assert set(phases) == {"imports_s", "engine_config_s", "engine_core_s"}, phases
     assert all(v >= 0 for v in phases.values()) and phases["engine_core_s"] > 0
     assert info["engine_ready_s"] >= sum(phases.values()) - 0.5
+    # What vLLM resolved (the benchmark against vLLM's own runner passes it the same values).
+    resolved = info["engine_resolved"]
+    assert resolved["dtype"] in ("float32", "bfloat16", "float16"), resolved
+    assert resolved["max_num_seqs"] > 0 and resolved["max_num_batched_tokens"] > 0, resolved
     # The KV cache sized to the model and the job, not a fraction of the machine, and vLLM
     # really allocated that much.
     from relayllm_vllm.memory import model_shape

@@ -75,6 +75,7 @@ class VLLMDeployment(BatchDeployment):
         self.engine_processes: list[Any] = []
         self.engine_cores: list[Any] = []  # the ones vLLM titled VLLM::*, watched for hangs
         self.kv_cache_blocks = self.kv_cache_block_size = None
+        self.resolved: dict[str, Any] = {}
         self.priority_scheduling = False  # set from the engine's config once it runs
         self.release = vllm_release()  # where vLLM releases differ (relayllm_vllm.versions)
         self.engine = self._start_engine()
@@ -112,6 +113,14 @@ class VLLMDeployment(BatchDeployment):
         cache = engine.vllm_config.cache_config
         self.kv_cache_blocks, self.kv_cache_block_size = cache.num_gpu_blocks, cache.block_size
         self.priority_scheduling = engine.vllm_config.scheduler_config.policy == "priority"
+        # What vLLM resolved from the arguments (its defaults depend on the device and the
+        # usage context): for a like-for-like run elsewhere (benchmarks/batch_vs_vllm.py).
+        scheduler = engine.vllm_config.scheduler_config
+        self.resolved = {
+            "dtype": str(self.model_config.dtype).removeprefix("torch."),
+            "max_num_seqs": scheduler.max_num_seqs,
+            "max_num_batched_tokens": scheduler.max_num_batched_tokens,
+        }
         logger.info(
             "vLLM engine for %s ready in %.1fs (%s)",
             self.options.model,
@@ -694,6 +703,8 @@ class VLLMDeployment(BatchDeployment):
             "pipeline_parallel_size": self.options.pipeline_parallel_size,
             "placement_group": _describe_group(plan.placement_group),
             "engine_args": {k: v for k, v in plan.args.items() if _plain(v)},
+            # The engine's dtype and scheduler limits as vLLM resolved them.
+            "engine_resolved": dict(self.resolved),
             "kv_cache_memory_bytes": plan.args.get("kv_cache_memory_bytes"),
             "kv_cache_blocks": self.kv_cache_blocks,
             "kv_cache_block_size": self.kv_cache_block_size,
