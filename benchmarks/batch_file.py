@@ -58,10 +58,17 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_cluster(temp: str) -> tuple[subprocess.Popen, dict[str, str]]:
+def start_cluster(
+    temp: str, extra_env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen, dict[str, str]]:
     """``ray start --head`` (as tests/core/test_cli.py does) and the env of its drivers."""
     port = _free_port()
-    env = {**os.environ, "RAY_AUTH_MODE": "token", "RELAYLLM_ECHO_BACKEND": "1"}
+    env = {
+        **os.environ,
+        "RAY_AUTH_MODE": "token",
+        "RELAYLLM_ECHO_BACKEND": "1",
+        **(extra_env or {}),
+    }
     subprocess.run([str(BIN / "ray"), "get-auth-token", "--generate"], env=env, check=False)
     log = open(os.path.join(temp, "head.log"), "w")  # noqa: SIM115 (open while it runs)
     head = subprocess.Popen(
