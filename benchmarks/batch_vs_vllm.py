@@ -291,7 +291,8 @@ def cold_env(ray_tmp: Path) -> dict[str, str]:
 def engine_info(env: dict[str, str]) -> dict[str, Any]:
     code = (
         "import json, relayllm\n"
-        "relayllm.cluster.connect(quiet=True)\n"
+        "from relayllm.cluster import connect\n"
+        "connect(quiet=True)\n"
         f"ref = relayllm.get_deployment({DEPLOYMENT!r})\n"
         "print(json.dumps(ref.handle().info.remote().result(timeout_s=120), default=str))\n"
     )

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
 import time
@@ -43,6 +44,8 @@ from relayllm.batch.format import (
 from relayllm.batch.scan import Done, Scan, read_done, scan_batch_file, stage_batch
 from relayllm.errors import ConfigError
 from relayllm.rows import ERROR, INPUT_COLUMN, SAMPLING_PARAMS_COLUMN, Task
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from ray.data import Dataset
@@ -180,11 +183,78 @@ def _deployments(
     def fits(running: set[str]) -> None:
         _check_fit(declared.deployments, running, fields)
 
+    warm_ups: list[StageWarmUp] = []
+
+    def fits_then_warm(running: set[str]) -> None:
+        fits(running)
+        if any(d.name not in running for d in declared.deployments):  # an engine will start
+            warm_ups.append(StageWarmUp.start(fields))  # after the check: it reserves CPU
+
     names = declared.names
     with deployed_configs(
-        declared.deployments, fits=fits, address=address, on_deploy=hooks.deploying
+        declared.deployments, fits=fits_then_warm, address=address, on_deploy=hooks.deploying
     ):
+        for warm_up in warm_ups:
+            warm_up.join()
         yield names, names[0] if len(names) == 1 else None
+
+
+class StageWarmUp:
+    """While an engine starts (tens of seconds, one core busy importing it): a tiny Ray Data
+    job whose tasks import what the batch's read and stage tasks import, on a thread of the
+    driver. The batch's own tasks then run in worker processes that have those modules
+    already, Ray Data's helper actors are up, and the driver has imported Ray Data: the rows
+    start moving seconds sooner once the engine is ready (docs/benchmarks.md, section 10b).
+    Best effort: a failure is logged and the batch runs as it would have."""
+
+    def __init__(self, workers: int) -> None:
+        import threading
+
+        self.thread = threading.Thread(
+            target=self._run, args=(workers,), name="relayllm-stage-warm-up", daemon=True
+        )
+
+    @classmethod
+    def start(cls, fields: dict[str, Any]) -> StageWarmUp:
+        from relayllm.config import ProcessorConfig
+        from relayllm.processor import stage_workers
+
+        workers, _, _ = stage_workers(ProcessorConfig(deployment="warm-up", **fields))
+        warm_up = cls(workers + 1)  # the stage's tasks and the read task
+        warm_up.thread.start()
+        return warm_up
+
+    def _run(self, workers: int) -> None:
+        try:
+            import ray.data
+
+            from relayllm.fit import TASK_NUM_CPUS
+
+            dataset = ray.data.range(workers, override_num_blocks=workers).map_batches(
+                _import_stage_modules,
+                batch_size=None,
+                num_cpus=TASK_NUM_CPUS,
+                compute=ray.data.TaskPoolStrategy(size=workers),
+            )
+            dataset.context.enable_progress_bars = False
+            for _ in dataset.iter_batches(batch_size=None):
+                pass
+        except Exception:  # the batch runs without it
+            logger.debug("the stage warm-up failed", exc_info=True)
+
+    def join(self, timeout_s: float = 30.0) -> None:
+        """Wait for it (normally done long before the engine), at most ``timeout_s``: the
+        batch's own job starts after it, not beside it."""
+        self.thread.join(timeout_s)
+
+
+def _import_stage_modules(batch: Any) -> Any:
+    """A warm-up task: the modules a batch's read and stage tasks import."""
+    import pyarrow  # noqa: F401
+
+    import relayllm.stage.udf  # noqa: F401  (this module's own imports came with the call)
+
+    return batch
 
 
 def _check_fit(configs: list[DeploymentConfig], running: set[str], fields: dict[str, Any]) -> None:
