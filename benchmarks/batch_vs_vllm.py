@@ -370,6 +370,34 @@ def cold_run(name: str, source: Path, work: Path, info: dict[str, Any], lock: st
     return sample
 
 
+def anonymous(argv: list[str], model: str) -> list[str]:
+    """The run_batch arguments as recorded: the model's directory on this machine named by
+    what it is."""
+    return ["DEMO_MODEL_DIR" if a == model else a for a in argv]
+
+
+def summarise(samples: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    pairs = [
+        (r, c)
+        for r, c in zip(samples["vLLM run_batch"], samples["relayllm batch"], strict=False)
+        if r["round"] == c["round"]
+    ]
+    cold = [r["seconds"] / c["seconds"] for r, c in pairs]
+    deployed = samples["relayllm batch on a running deployment"]
+    warm = [
+        r["seconds"] / d["seconds"]
+        for r, d in zip(samples["vLLM run_batch"], deployed, strict=False)
+    ]
+    return {
+        "cold ratios (run_batch seconds / relayllm seconds)": [round(x, 3) for x in cold],
+        "cold ratio median": round(statistics.median(cold), 3) if cold else None,
+        "deployed ratios (cold run_batch seconds / relayllm on a running deployment)": [
+            round(x, 3) for x in warm
+        ],
+        "deployed ratio median": round(statistics.median(warm), 3) if warm else None,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -380,20 +408,55 @@ def main() -> None:
     parser.add_argument("--deployed-runs", type=int, default=3)
     parser.add_argument("--lock", help="flock this file during each run that starts an engine")
     parser.add_argument("--results-name", default="batch_vs_vllm")
+    parser.add_argument(
+        "--no-run-after",
+        type=float,
+        help="a Unix time after which no further run starts (a shared machine's slot)",
+    )
     args = parser.parse_args()
 
     host = host_facts()
     work = Path(tempfile.mkdtemp(prefix="rlbv-"))
     source = work / "in.jsonl"
     write_input(source, args.lines, args.max_tokens)
+    names = ["relayllm batch", "vLLM run_batch"]
+    samples: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
+
+    def save(info: dict[str, Any], argv: list[str]) -> Path:
+        """The results so far (written after every run: a stopped benchmark keeps them)."""
+        model = info["engine_args"]["model"]
+        engine = {
+            "engine_args": {**info["engine_args"], "model": "DEMO_MODEL_DIR"},
+            **{
+                k: info.get(k) for k in ("engine_resolved", "engine_version", "engine_distribution")
+            },
+        }
+        return write_results(
+            args.results_name,
+            {
+                "host": host,
+                "lines": args.lines,
+                "max_tokens": args.max_tokens,
+                "engine": engine,
+                "run_batch_arguments": anonymous(argv[3:], model),
+                "targets": {"cold_ratio_at_least": 1.0},
+                "summary": summarise(samples),
+                "samples": samples,
+            },
+        )
+
+    path = None
     try:
         info, deployed = deployed_phase(source, work, args.lines, args.deployed_runs, args.lock)
+        samples["relayllm batch on a running deployment"] = deployed
         argv = run_batch_argv(info, Path("IN.jsonl"), Path("OUT.jsonl"))
-        print("run_batch arguments:", " ".join(argv[3:]), flush=True)
-        names = ["relayllm batch", "vLLM run_batch"]
-        samples: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
+        shown = anonymous(argv[3:], info["engine_args"]["model"])
+        print("run_batch arguments:", " ".join(shown), flush=True)
         for round_ in range(args.pairs):
             for name in names if round_ % 2 == 0 else names[::-1]:
+                if args.no_run_after and time.time() > args.no_run_after:
+                    print("past --no-run-after: no more runs", flush=True)
+                    break
                 sample = cold_run(name, source, work, info, args.lock)
                 sample["round"] = round_
                 samples[name].append(sample)
@@ -403,42 +466,10 @@ def main() -> None:
                     flush=True,
                 )
                 print("    " + json.dumps(sample["phases"]), flush=True)
+                path = save(info, argv)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    cold = [
-        r["seconds"] / c["seconds"]
-        for r, c in zip(samples["vLLM run_batch"], samples["relayllm batch"], strict=True)
-    ]
-    warm = [
-        r["seconds"] / d["seconds"]
-        for r, d in zip(samples["vLLM run_batch"], deployed, strict=False)
-    ]
-    summary = {
-        "cold ratios (run_batch seconds / relayllm seconds)": [round(x, 3) for x in cold],
-        "cold ratio median": round(statistics.median(cold), 3),
-        "deployed ratios (cold run_batch seconds / relayllm on a running deployment)": [
-            round(x, 3) for x in warm
-        ],
-        "deployed ratio median": round(statistics.median(warm), 3) if warm else None,
-    }
-    print(json.dumps(summary, indent=2))
-    engine = {
-        k: info.get(k)
-        for k in ("engine_args", "engine_resolved", "engine_version", "engine_distribution")
-    }
-    path = write_results(
-        args.results_name,
-        {
-            "host": host,
-            "lines": args.lines,
-            "max_tokens": args.max_tokens,
-            "engine": engine,
-            "run_batch_arguments": argv[3:],
-            "targets": {"cold_ratio_at_least": 1.0},
-            "summary": summary,
-            "samples": {**samples, "relayllm batch on a running deployment": deployed},
-        },
-    )
+    print(json.dumps(summarise(samples), indent=2))
     print(f"wrote {path}")
 
 

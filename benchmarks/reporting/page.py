@@ -13,6 +13,7 @@ from typing import Any
 from reporting import (
     batch_file,
     batch_service,
+    batch_vs_vllm,
     engine,
     memory,
     multiturn,
@@ -46,6 +47,7 @@ SECTIONS = [
     ("token_budget", "8. Token-budget batching", token_budget.section),
     ("online_batch-jobid-1", "9. Online and batch traffic on one engine", online_batch.section),
     ("batch_file", "10. relayllm batch at scale", batch_file.section),
+    ("batch_vs_vllm", "10b. relayllm batch against vLLM's run_batch", batch_vs_vllm.section),
     ("batch_service", "11. The Batch API service at scale", batch_service.section),
 ]
 
