@@ -406,12 +406,18 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--deployed-runs", type=int, default=3)
-    parser.add_argument("--lock", help="flock this file during each run that starts an engine")
+    parser.add_argument(
+        "--lock",
+        default=os.environ.get("RELAYLLM_BENCH_LOCK"),
+        help="flock this file during each run that starts an engine (default: RELAYLLM_BENCH_LOCK)",
+    )
     parser.add_argument("--results-name", default="batch_vs_vllm")
     parser.add_argument(
         "--no-run-after",
         type=float,
-        help="a Unix time after which no further run starts (a shared machine's slot)",
+        default=float(os.environ.get("RELAYLLM_BENCH_NO_RUN_AFTER", 0)) or None,
+        help="a Unix time after which no further run starts, for a shared machine's slot "
+        "(default: RELAYLLM_BENCH_NO_RUN_AFTER)",
     )
     args = parser.parse_args()
 
