@@ -21,8 +21,9 @@ The first phase (the deployed engine) also reads the engine arguments run_batch 
 cold pairs, in alternating order. Every run is a process of its own; wall time is its whole
 life. Each run's phases come from timestamps: its own output lines, stamped as they arrive,
 the Serve replica's log and when the output file was first and last written (polled every
-0.1 s). ``--lock FILE`` holds an flock on FILE during each run that starts an engine (for a
-machine shared with other engine work). Writes benchmarks/results/batch_vs_vllm.json.
+0.1 s). ``--lock FILE`` (or ``RELAYLLM_BENCH_LOCK``) holds an flock on FILE during the
+deployed phase and during each cold pair (for a machine shared with other engine work).
+Writes benchmarks/results/batch_vs_vllm.json after every pair.
 """
 
 from __future__ import annotations
@@ -345,7 +346,7 @@ def deployed_phase(
     return info, samples
 
 
-def cold_run(name: str, source: Path, work: Path, info: dict[str, Any], lock: str | None):
+def cold_run(name: str, source: Path, work: Path, info: dict[str, Any]):
     ray_tmp = Path(tempfile.mkdtemp(prefix="rlbv-", dir="/tmp"))
     out = work / f"{name.split()[0]}-out.jsonl"
     out.unlink(missing_ok=True)
@@ -356,9 +357,8 @@ def cold_run(name: str, source: Path, work: Path, info: dict[str, Any], lock: st
     else:
         argv = run_batch_argv(info, source, out)
     load = os.getloadavg()[0]
-    with held(lock):
-        run = StampedRun(argv, cold_env(ray_tmp), out)
-        seconds = run.run()
+    run = StampedRun(argv, cold_env(ray_tmp), out)
+    seconds = run.run()
     phases = relayllm_phases(run, ray_tmp) if name == "relayllm batch" else run_batch_phases(run)
     sample = {
         "seconds": round(seconds, 1),
@@ -425,8 +425,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="rlbv-"))
     source = work / "in.jsonl"
     write_input(source, args.lines, args.max_tokens)
-    names = ["relayllm batch", "vLLM run_batch"]
-    samples: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
+    samples: dict[str, list[dict[str, Any]]] = {"relayllm batch": [], "vLLM run_batch": []}
 
     def save(info: dict[str, Any], argv: list[str]) -> Path:
         """The results so far (written after every run: a stopped benchmark keeps them)."""
@@ -459,24 +458,38 @@ def main() -> None:
         shown = anonymous(argv[3:], info["engine_args"]["model"])
         print("run_batch arguments:", " ".join(shown), flush=True)
         for round_ in range(args.pairs):
-            for name in names if round_ % 2 == 0 else names[::-1]:
-                if args.no_run_after and time.time() > args.no_run_after:
-                    print("past --no-run-after: no more runs", flush=True)
-                    break
-                sample = cold_run(name, source, work, info, args.lock)
-                sample["round"] = round_
-                samples[name].append(sample)
-                print(
-                    f"  round {round_}: {name:>15} {sample['seconds']:7.1f} s "
-                    f"({sample['ok_lines']}/{args.lines} lines, load {sample['load_average']})",
-                    flush=True,
-                )
-                print("    " + json.dumps(sample["phases"]), flush=True)
-                path = save(info, argv)
+            if args.no_run_after and time.time() > args.no_run_after:
+                print("past --no-run-after: no more runs", flush=True)
+                break
+            with held(args.lock):  # a pair at a time: the machine's other engines wait
+                run_pair(round_, source, work, info, samples, args.lines)
+            path = save(info, argv)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(json.dumps(summarise(samples), indent=2))
     print(f"wrote {path}")
+
+
+def run_pair(
+    round_: int,
+    source: Path,
+    work: Path,
+    info: dict[str, Any],
+    samples: dict[str, list[dict[str, Any]]],
+    lines: int,
+) -> None:
+    """A cold run of each contender, in this round's order (alternating round by round)."""
+    names = ["relayllm batch", "vLLM run_batch"]
+    for name in names if round_ % 2 == 0 else names[::-1]:
+        sample = cold_run(name, source, work, info)
+        sample["round"] = round_
+        samples[name].append(sample)
+        print(
+            f"  round {round_}: {name:>15} {sample['seconds']:7.1f} s "
+            f"({sample['ok_lines']}/{lines} lines, load {sample['load_average']})",
+            flush=True,
+        )
+        print("    " + json.dumps(sample["phases"]), flush=True)
 
 
 if __name__ == "__main__":
