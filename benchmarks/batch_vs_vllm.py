@@ -17,8 +17,10 @@ engine arguments, each a cold process as a user runs it.
   against the same engine deployed beforehand on a ``ray start`` cluster (its start not
   counted), each run paired with the cold ``run_batch`` run of the same round.
 
-The first phase (the deployed engine) also reads the engine arguments run_batch gets. Then
-cold pairs, in alternating order. Every run is a process of its own; wall time is its whole
+The engine arguments run_batch gets are computed first as a replica computes them
+(``relayllm_vllm.options.engine_args``, then vLLM's config of them), without an engine; cold
+pairs follow, in alternating order; then the deployed phase, whose replica's ``info()`` must
+report the same arguments. Every run is a process of its own; wall time is its whole
 life. Each run's phases come from timestamps: its own output lines, stamped as they arrive,
 the Serve replica's log and when the output file was first and last written (polled every
 0.1 s). ``--lock FILE`` (or ``RELAYLLM_BENCH_LOCK``) holds an flock on FILE during the
@@ -289,6 +291,44 @@ def cold_env(ray_tmp: Path) -> dict[str, str]:
     return env
 
 
+#: What a replica of examples/questions.yaml's deployment gives vLLM, computed as the replica
+#: does (relayllm_vllm.options.engine_args, then vLLM's own config of those arguments in the
+#: offline usage context the replica uses), without starting an engine.
+PLANNED = """
+import json, sys
+from relayllm.deployments import resolve
+from relayllm.pipelines.deployments_file import load_deployments
+from relayllm_vllm.compat import hide_broken_torch_extensions
+from relayllm_vllm.demo import DEMO_MODEL, ensure_demo_model
+from relayllm_vllm.options import engine_args
+
+hide_broken_torch_extensions(for_subprocesses=False)
+from vllm.engine.arg_utils import AsyncEngineArgs
+from vllm.platforms import current_platform
+from vllm.usage.usage_lib import UsageContext
+
+(config,) = load_deployments(sys.argv[1]).deployments
+_, options = resolve(config)
+path = str(ensure_demo_model()) if options.model == DEMO_MODEL else options.model
+args = engine_args(options, cpu=current_platform.is_cpu(), model_path=path)
+vllm = AsyncEngineArgs(**args).create_engine_config(UsageContext.LLM_CLASS)
+resolved = {
+    "dtype": str(vllm.model_config.dtype).removeprefix("torch."),
+    "max_num_seqs": vllm.scheduler_config.max_num_seqs,
+    "max_num_batched_tokens": vllm.scheduler_config.max_num_batched_tokens,
+}
+plain = {k: v for k, v in args.items() if isinstance(v, (str, int, float, bool))}
+print(json.dumps({"engine_args": plain, "engine_resolved": resolved}))
+"""
+
+
+def planned_engine() -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, "-c", PLANNED, str(CONFIG)], capture_output=True, text=True, check=True
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def engine_info(env: dict[str, str]) -> dict[str, Any]:
     code = (
         "import json, relayllm\n"
@@ -466,9 +506,11 @@ def main() -> None:
         )
 
     path = None
+    samples["relayllm batch on a running deployment"] = []
     try:
-        info, deployed = deployed_phase(source, work, args.lines, args.deployed_runs, args.lock)
-        samples["relayllm batch on a running deployment"] = deployed
+        # The engine arguments as a replica plans them, before any engine runs (the
+        # deployed phase, last, reads them from a running replica and checks they agree).
+        info = planned_engine()
         argv = run_batch_argv(info, Path("IN.jsonl"), Path("OUT.jsonl"))
         shown = anonymous(argv[3:], info["engine_args"]["model"])
         print("run_batch arguments:", " ".join(shown), flush=True)
@@ -478,6 +520,15 @@ def main() -> None:
                 break
             with held(args.lock):  # a pair at a time: the machine's other engines wait
                 run_pair(round_, source, work, info, samples, args.lines)
+            path = save(info, argv)
+        if args.deployed_runs and not (args.no_run_after and time.time() > args.no_run_after):
+            replica, deployed = deployed_phase(
+                source, work, args.lines, args.deployed_runs, args.lock
+            )
+            for key in ("engine_args", "engine_resolved"):
+                if replica.get(key) != info[key]:
+                    raise RuntimeError(f"{key}: planned {info[key]}, replica {replica.get(key)}")
+            samples["relayllm batch on a running deployment"] = deployed
             path = save(info, argv)
     finally:
         shutil.rmtree(work, ignore_errors=True)
