@@ -67,8 +67,8 @@ def section(results: dict[str, dict[str, Any]]) -> list[str]:
         cold_spread=spread(cold, ratio),
         cold_verdict=verdict(cold, target, at_least=True),
         target=f"{target:.1f}",
-        warm=", ".join(ratio(x) for x in warm),
-        warm_spread=spread(warm, ratio),
+        warm=", ".join(ratio(x) for x in warm) or "not measured in this run",
+        warm_spread=spread(warm, ratio) or "no runs",
         phases=table(["phase", "seconds, median (min–max)"], "lr", phases),
         engine_phases=_engine_phases(samples[RELAYLLM]),
     ) + [""]
