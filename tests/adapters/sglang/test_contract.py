@@ -420,6 +420,7 @@ CONTROL_METHODS = {
     "engine_reset_prefix_cache": {"flush_cache"},
     "engine_sleep": {"pause_generation", "release_memory_occupation"},
     "engine_wake_up": {"resume_memory_occupation"},
+    "engine_update_weights": {"update_weights_from_disk"},
 }
 
 
@@ -610,6 +611,23 @@ def test_runtime_lora_calls_the_engines_async_adapter_methods_as_defined(sglang_
     )
     assert {"success", "error_message"} <= sglang_source.fields(IO_STRUCT, "LoRAUpdateOutput")
     assert deployment_module.ENABLE_LORA in server_args_fields(sglang_source)
+
+
+def test_update_weights_from_disk_answers_success_message_and_paused_requests(sglang_source):
+    """engine_update_weights unpacks (success, message, ...) from
+    TokenizerManager.update_weights_from_disk (a failed load is an answer, not an exception),
+    and the request fields it sets exist: model_path and weight_version, the version SGLang
+    then reports as its own."""
+    update = class_method_any(sglang_source, *TOKENIZER_MANAGER, "update_weights_from_disk")
+    returned = [
+        ast.unparse(n.value) for n in ast.walk(update) if isinstance(n, ast.Return) and n.value
+    ]
+    assert returned == ["(success, message, num_paused_requests)"], returned
+    assert "self._update_weight_version_if_provided(obj.weight_version)" in ast.unparse(update)
+    fields = sglang_source.fields(IO_STRUCT, "UpdateWeightFromDiskReqInput")
+    assert {"model_path", "weight_version", "flush_cache"} <= fields
+    source = inspect.getsource(deployment_module.SGLangDeployment.engine_update_weights)
+    assert "success, message, *_ = await" in source and "if not success" in source
 
 
 def altered_wheel(original, target, edits: dict[str, tuple[str, str]]):

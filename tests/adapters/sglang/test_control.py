@@ -33,6 +33,7 @@ def fake_io_struct() -> types.ModuleType:
         "ContinueGenerationReqInput",
         "ReleaseMemoryOccupationReqInput",
         "ResumeMemoryOccupationReqInput",
+        "UpdateWeightFromDiskReqInput",
     ):
         setattr(module, name, type(name, (Sent,), {}))
     return module
@@ -67,6 +68,11 @@ class Manager:
 
     async def resume_memory_occupation(self, obj, request):
         self._record("resume_memory_occupation", obj)
+
+    async def update_weights_from_disk(self, obj, request):
+        self._record("update_weights_from_disk", obj)
+        ok = obj.fields["model_path"] != "/broken"
+        return ok, "Succeeded." if ok else "no safetensors in /broken", 0
 
 
 class Tokenizer:
@@ -246,3 +252,18 @@ def test_load_and_unload_adapter_reach_the_engine_and_the_rows_names(replica):
         ("load", "other", "/missing"),
         ("unload", "terse"),
     ]
+
+
+def test_update_weights_loads_from_disk_with_the_version_and_a_failure_says_why(replica):
+    deployment = replica()
+    assert deployment.control_refusal("update_weights") is None
+    run(deployment.engine_update_weights("/ckpt/step-7", "7"))
+    assert sent(deployment) == [
+        (
+            "update_weights_from_disk",
+            "UpdateWeightFromDiskReqInput",
+            {"model_path": "/ckpt/step-7", "weight_version": "7"},
+        )
+    ]
+    with pytest.raises(RuntimeError, match="no safetensors in /broken"):
+        run(deployment.engine_update_weights("/broken", "8"))

@@ -176,6 +176,21 @@ class SGLangDeployment(BatchDeployment):
             raise RuntimeError(f"SGLang could not unload the LoRA adapter: {result.error_message}")
         self.lora_names = self.lora_names - {name}
 
+    async def engine_update_weights(self, path: str, version: str) -> None:
+        """Load the checkpoint in ``path`` in place: ``update_weights_from_disk``, what SGLang's
+        server's /update_weights_from_disk awaits, which also records ``version`` as the
+        engine's weight version and flushes the prefix cache (its default). The replica has
+        drained the engine first, so no running request is aborted or paused by it."""
+        from sglang.srt.managers.io_struct import UpdateWeightFromDiskReqInput
+
+        request = UpdateWeightFromDiskReqInput(model_path=path, weight_version=version)
+        # SGLang answers (success, message, paused requests): a failed load is an answer.
+        success, message, *_ = await self.engine.tokenizer_manager.update_weights_from_disk(
+            request, None
+        )
+        if not success:
+            raise RuntimeError(f"SGLang could not load the weights in {path}: {message}")
+
     async def engine_pause(self, mode: str) -> None:
         from sglang.srt.managers.io_struct import PauseGenerationReqInput
 
