@@ -28,6 +28,7 @@ OBJECT_TYPES = {
     "renderer": ("vllm.renderers.base", "BaseRenderer"),
     "config": ("vllm.config.vllm", "VllmConfig"),
     "cache": ("vllm.config.cache", "CacheConfig"),
+    "scheduler": ("vllm.config.scheduler", "SchedulerConfig"),
     "current_platform": ("vllm.platforms.interface", "Platform"),
     "model_config": ("vllm.config.model", "ModelConfig"),
     "output": ("vllm.outputs", "RequestOutput"),
