@@ -46,6 +46,7 @@ from batch_file import (
     DEPLOY_YAML,
     DEPLOYMENT,
     _free_port,
+    run_child,
     start_cluster,
     stop_cluster,
     write_inputs,
@@ -123,19 +124,6 @@ def _rss(pid: int) -> tuple[str, int] | None:
     except (OSError, IndexError, ValueError):
         return None
     return stat[19], resident * PAGE  # stat[19]: field 22, starttime (as RunMonitor's key)
-
-
-def run_child(argv: list[str], env: dict[str, str]) -> tuple[float, float, str]:
-    """A driver process: its wall time, its peak RSS (MiB) and its stderr's tail."""
-    start = time.perf_counter()
-    process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    stderr = process.stderr.read() if process.stderr else b""
-    _, status, usage = os.wait4(process.pid, 0)
-    process.returncode = os.waitstatus_to_exitcode(status)
-    seconds = time.perf_counter() - start
-    if process.returncode != 0:
-        raise RuntimeError(f"{argv[1:3]} exited {process.returncode}: {stderr[-3000:]!r}")
-    return seconds, usage.ru_maxrss / 1024, stderr.decode(errors="replace")[-500:]
 
 
 def check_once(out: Path, rows: int) -> None:
