@@ -112,6 +112,15 @@ def run_cluster_job(script: Path, *, timeout: float) -> subprocess.CompletedProc
         shutil.rmtree(temp, ignore_errors=True)
 
 
+def wait_for(condition, what: str, timeout_s: float = 120, period_s: float = 0.2) -> None:
+    """Until ``condition()`` is true; past ``timeout_s`` the test fails saying ``what`` never
+    happened."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        time.sleep(period_s)
+
+
 def kill_group(head: subprocess.Popen[bytes]) -> None:
     """SIGKILL every process of a :func:`ray_head_node` cluster (its own process group)."""
     with contextlib.suppress(ProcessLookupError):

@@ -9,7 +9,7 @@ import time
 
 import pytest
 import ray
-from support import cli
+from support import cli, wait_for
 
 import relayllm
 from relayllm import DeploymentConfig, ProcessorConfig, build_processor
@@ -50,13 +50,6 @@ def _rows(controller) -> int:
     return sum(info["rows"] for info in controller.replicas().values())
 
 
-def _wait_for(condition, what: str, timeout_s: float = 120) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"never happened: {what}"
-        time.sleep(0.2)
-
-
 def test_a_job_paused_mid_way_waits_and_finishes_after_resume_with_every_row_once():
     name = "ctl-job"
     relayllm.deploy(DeploymentConfig(name=name, backend="echo", options={"delay_s": 0.05}))
@@ -71,7 +64,7 @@ def test_a_job_paused_mid_way_waits_and_finishes_after_resume_with_every_row_onc
     n = 600
     job = Job(proc, [{"id": i, "prompt": f"row {i}"} for i in range(n)], blocks=6)
     try:
-        _wait_for(lambda: _rows(ctl) >= 100, "the job got going")
+        wait_for(lambda: _rows(ctl) >= 100, "the job got going")
         assert not ctl.is_paused()
         ctl.pause()  # "wait": returns once the rows in the engine have finished
         assert ctl.is_paused()
@@ -99,7 +92,7 @@ def test_keep_mode_freezes_the_rows_in_the_engine_until_resume():
     ctl = relayllm.control(name)
     ref = relayllm.get_deployment(name)
     call = ref.handle().process_batch.remote([{"task": "completion", "prompt": "a b"}])
-    _wait_for(lambda: next(iter(ctl.replicas().values()))["ongoing"] == 1, "the call arrived")
+    wait_for(lambda: next(iter(ctl.replicas().values()))["ongoing"] == 1, "the call arrived")
     ctl.pause("keep")  # returns at once: the row in the 'engine' stays there
     time.sleep(1.0)  # past the row's 0.5 s in the engine
     assert _rows(ctl) == 0, "the row in the engine is frozen, not answered"
@@ -120,7 +113,7 @@ def test_a_replacement_replica_comes_up_paused_with_the_adapters_loaded(tmp_path
 
     ((_, actor_name),) = compat.running_replicas(f"relayllm-{name}", name)
     ray.kill(ray.get_actor(actor_name, namespace="serve"), no_restart=True)
-    _wait_for(lambda: set(ctl.replicas()) - {old_id}, "Serve started a replacement")
+    wait_for(lambda: set(ctl.replicas()) - {old_id}, "Serve started a replacement")
     (new_id, info), *_ = ctl.replicas().items()
     assert new_id != old_id
     assert info["paused"] == "wait", "the replacement read the deployment's pause state"
@@ -261,7 +254,7 @@ def test_a_weight_update_mid_job_shows_in_the_version_of_every_row_after_it(tmp_
     )
     n = 600
     job = Job(proc, [{"id": i, "prompt": f"row {i}"} for i in range(n)], blocks=6)
-    _wait_for(lambda: _rows(ctl) >= 100, "the job got going")
+    wait_for(lambda: _rows(ctl) >= 100, "the job got going")
     # A URI: each replica copies the checkpoint to a local directory before it loads.
     ctl.update_weights(f"file://{write_echo_checkpoint(tmp_path / 'two', 'two')}", version="v2")
     at_update = _rows(ctl)
@@ -291,7 +284,7 @@ def test_a_replacement_replica_comes_up_with_the_current_weights(tmp_path):
     (old_id,) = ctl.replicas()
     ((_, actor_name),) = compat.running_replicas(f"relayllm-{name}", name)
     ray.kill(ray.get_actor(actor_name, namespace="serve"), no_restart=True)
-    _wait_for(lambda: set(ctl.replicas()) - {old_id}, "Serve started a replacement")
+    wait_for(lambda: set(ctl.replicas()) - {old_id}, "Serve started a replacement")
     assert ctl.weight_version() == "7"
     handle = relayllm.get_deployment(name).handle()
     (row,) = handle.process_batch.remote([{"task": "completion", "prompt": "x"}]).result(

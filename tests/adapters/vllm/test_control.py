@@ -11,28 +11,18 @@ from pathlib import Path
 
 import pytest
 import ray
+from support import wait_for
+from vllm_support import only_replica_info
 
 import relayllm
 from relayllm import ProcessorConfig, build_processor
 from relayllm.errors import ControlRefusedError
 
 
-def _info(ctl) -> dict:
-    (info,) = ctl.replicas().values()
-    return info
-
-
-def _wait_for(condition, what: str, timeout_s: float = 300) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"never happened: {what}"
-        time.sleep(0.2)
-
-
 def test_a_paused_job_waits_and_finishes_after_resume_with_every_row_once(demo_deployment):
     name = demo_deployment.name
     ctl = relayllm.control(name)
-    before = _info(ctl)["rows"]
+    before = only_replica_info(ctl)["rows"]
     # The stage's side of a pause longer than timeout_s (a timed-out call re-sent without
     # counting as an attempt) is tested on echo (tests/core/test_control.py), where a call's
     # time does not depend on the machine's load; here the engine's side is.
@@ -61,13 +51,15 @@ def test_a_paused_job_waits_and_finishes_after_resume_with_every_row_once(demo_d
     job = threading.Thread(target=run)
     job.start()
     try:
-        _wait_for(lambda: _info(ctl)["rows"] >= before + 8, "the job got going")
+        wait_for(
+            lambda: only_replica_info(ctl)["rows"] >= before + 8, "the job got going", timeout_s=300
+        )
         ctl.pause()  # "wait": returns once the rows in the engine have finished
         assert ctl.is_paused(), "AsyncLLM.is_paused() says so"
-        at_pause = _info(ctl)["rows"]
+        at_pause = only_replica_info(ctl)["rows"]
         assert at_pause < before + n, "paused mid-job"
         time.sleep(8)
-        info = _info(ctl)
+        info = only_replica_info(ctl)
         assert info["rows"] == at_pause, "no row was computed while paused"
         assert info["paused"] == "wait"
         assert job.is_alive(), "the job waits while the deployment is paused"
@@ -82,7 +74,7 @@ def test_a_paused_job_waits_and_finishes_after_resume_with_every_row_once(demo_d
     failed = [r["error"] for r in out if r["error"]]
     assert not failed, f"{len(failed)} rows failed: {failed[:3]}"
     assert all(r["generated_text"] for r in out)
-    assert _info(ctl)["rows"] == before + n, "no row was computed twice"
+    assert only_replica_info(ctl)["rows"] == before + n, "no row was computed twice"
 
 
 def test_tokenize_and_detokenize_use_the_model_tokenizer(demo_deployment):
@@ -91,7 +83,7 @@ def test_tokenize_and_detokenize_use_the_model_tokenizer(demo_deployment):
     ctl = relayllm.control(demo_deployment.name)
     text = "The capital of France is Paris."
     ids = ctl.tokenize(text)
-    model = Path(_info(ctl)["model_path"])
+    model = Path(only_replica_info(ctl)["model_path"])
     expected = Tokenizer.from_file(str(model / "tokenizer.json")).encode(
         text, add_special_tokens=False
     )
@@ -100,7 +92,7 @@ def test_tokenize_and_detokenize_use_the_model_tokenizer(demo_deployment):
 
 
 def _prefix_hits(ctl) -> tuple[int, float]:
-    metrics = _info(ctl)["metrics"]
+    metrics = only_replica_info(ctl)["metrics"]
     queries = metrics["prefix_cache_queries"]
     return queries, (metrics["prefix_cache_hit_rate"] or 0.0) * queries
 
@@ -121,7 +113,9 @@ def test_reset_prefix_cache_empties_the_engines_prefix_cache(demo_deployment):
         queries, hits = _prefix_hits(ctl)
         (row,) = proc(ray.data.from_items([{"prompt": prompt}])).take_all()
         assert not row["error"], row["error"]
-        _wait_for(lambda: _prefix_hits(ctl)[0] > queries, "the engine's step stats arrived")
+        wait_for(
+            lambda: _prefix_hits(ctl)[0] > queries, "the engine's step stats arrived", timeout_s=300
+        )
         return _prefix_hits(ctl)[1] - hits
 
     ask()  # now cached
@@ -191,7 +185,7 @@ def test_a_lora_adapter_loaded_at_runtime_answers_the_rows_that_name_it(no_engin
     )
     try:
         ctl = relayllm.control(ref.name)
-        path = _tiny_lora(Path(_info(ctl)["model_path"]), tmp_path / "tiny")
+        path = _tiny_lora(Path(only_replica_info(ctl)["model_path"]), tmp_path / "tiny")
         assert ctl.adapters() == {}
         ctl.load_adapter("tiny", str(path))
         assert ctl.adapters() == {"tiny": str(path)}
@@ -227,4 +221,4 @@ def test_adapter_calls_are_refused_where_lora_is_off(demo_deployment):
     ctl = relayllm.control(demo_deployment.name)
     with pytest.raises(ControlRefusedError, match="LoRA is not enabled"):
         ctl.load_adapter("tiny", "/nowhere")
-    assert "tiny" not in _info(ctl)["lora_adapters"]
+    assert "tiny" not in only_replica_info(ctl)["lora_adapters"]

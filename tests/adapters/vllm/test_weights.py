@@ -11,12 +11,12 @@ demo's weights; the test loads the random ones as ``v1`` before the job.
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 import pytest
 import ray
-from vllm_support import REPO, exclusive
+from support import wait_for
+from vllm_support import REPO, exclusive, only_replica_info
 
 import relayllm
 from relayllm import ProcessorConfig, build_processor
@@ -44,23 +44,11 @@ def policy(ray_session):
     return exclusive(example_deployment())
 
 
-def _info(ctl) -> dict:
-    (info,) = ctl.replicas().values()
-    return info
-
-
-def _wait_for(condition, what: str, timeout_s: float = 300) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"never happened: {what}"
-        time.sleep(0.1)
-
-
 def test_a_weight_update_mid_job_changes_the_answers_and_the_version_of_every_row_after_it(
     policy, random_demo
 ):
     ctl = relayllm.control(policy.name)
-    demo = _info(ctl)["model_path"]
+    demo = only_replica_info(ctl)["model_path"]
     proc = build_processor(
         ProcessorConfig(
             deployment=policy.name,
@@ -82,7 +70,7 @@ def test_a_weight_update_mid_job_changes_the_answers_and_the_version_of_every_ro
     assert noise["weight_version"] == "v1"
     assert "Paris" not in noise["generated_text"], "random weights do not know"
 
-    before = _info(ctl)["rows"]
+    before = only_replica_info(ctl)["rows"]
     n = 40
     rows = [{"id": i, "messages": QUESTION} for i in range(n)]
     result: dict = {}
@@ -95,9 +83,14 @@ def test_a_weight_update_mid_job_changes_the_answers_and_the_version_of_every_ro
 
     job = threading.Thread(target=run)
     job.start()
-    _wait_for(lambda: _info(ctl)["rows"] >= before + 6, "the job got going")
+    wait_for(
+        lambda: only_replica_info(ctl)["rows"] >= before + 6,
+        "the job got going",
+        timeout_s=300,
+        period_s=0.1,
+    )
     ctl.update_weights(demo, version="v2")
-    at_update = _info(ctl)["rows"] - before
+    at_update = only_replica_info(ctl)["rows"] - before
     job.join(timeout=900)
     assert not job.is_alive(), "the job hung"
     assert "error" not in result, result.get("error")
@@ -106,7 +99,7 @@ def test_a_weight_update_mid_job_changes_the_answers_and_the_version_of_every_ro
     assert sorted(r["id"] for r in out) == list(range(n)), "every row, once"
     failed = [r["error"] for r in out if r["error"]]
     assert not failed, f"{len(failed)} rows failed: {failed[:3]}"
-    assert _info(ctl)["rows"] == before + n, "no row was computed twice"
+    assert only_replica_info(ctl)["rows"] == before + n, "no row was computed twice"
 
     sensible = ask()
     assert sensible["weight_version"] == "v2" and "Paris" in sensible["generated_text"]
@@ -119,7 +112,7 @@ def test_a_weight_update_mid_job_changes_the_answers_and_the_version_of_every_ro
     assert all(text == sensible["generated_text"] for text in by_version["v2"]), by_version
     assert not [text for text in by_version["v1"] if "Paris" in text], by_version["v1"]
     assert len(by_version["v1"]) >= 6, "the rows answered before the update say v1"
-    assert _info(ctl)["weight_version"] == "v2"
+    assert only_replica_info(ctl)["weight_version"] == "v2"
 
 
 def test_the_example_loop_stamps_each_round_with_its_own_version(policy, tmp_path):

@@ -104,6 +104,12 @@ def exclusive(config):
     return relayllm.deploy(config)
 
 
+def only_replica_info(controller) -> dict[str, Any]:
+    """``info()`` of the one replica of a controlled deployment (the tests run one)."""
+    (info,) = controller.replicas().values()
+    return info
+
+
 def cli_env(address: str, *, with_address: bool = True) -> dict[str, str]:
     """The environment of a ``relayllm`` command joining the tests' cluster: through
     RAY_ADDRESS, or (``with_address=False``) with no RAY_ADDRESS, for ``--address``."""
