@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -119,6 +120,22 @@ def wait_for(condition, what: str, timeout_s: float = 120, period_s: float = 0.2
     while not condition():
         assert time.monotonic() < deadline, f"never happened: {what}"
         time.sleep(period_s)
+
+
+def altered_wheel(original: Path, target: Path, edits: dict[str, tuple[str, str]]) -> Path:
+    """A copy of a wheel's Python sources with ``edits`` (path -> (old, new)) applied: what an
+    API contract test runs against to show it fails on a renamed or removed name."""
+    with zipfile.ZipFile(original) as src, zipfile.ZipFile(target, "w") as dst:
+        for item in src.infolist():
+            if not item.filename.endswith(".py"):
+                continue
+            data = src.read(item).decode("utf-8")
+            if item.filename in edits:
+                old, new = edits[item.filename]
+                assert old in data, f"{old!r} not in {item.filename}"
+                data = data.replace(old, new)
+            dst.writestr(item.filename, data)
+    return target
 
 
 def kill_group(head: subprocess.Popen[bytes]) -> None:

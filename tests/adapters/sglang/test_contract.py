@@ -14,6 +14,7 @@ import re
 import zipfile
 
 import pytest
+from support import altered_wheel
 
 import relayllm_sglang.deployment as deployment_module
 from relayllm.testing.source import function_signature
@@ -628,21 +629,6 @@ def test_update_weights_from_disk_answers_success_message_and_paused_requests(sg
     assert {"model_path", "weight_version", "flush_cache"} <= fields
     source = inspect.getsource(deployment_module.SGLangDeployment.engine_update_weights)
     assert "success, message, *_ = await" in source and "if not success" in source
-
-
-def altered_wheel(original, target, edits: dict[str, tuple[str, str]]):
-    """A copy of the wheel's Python sources with ``edits`` (path -> (old, new)) applied."""
-    with zipfile.ZipFile(original) as src, zipfile.ZipFile(target, "w") as dst:
-        for item in src.infolist():
-            if not item.filename.endswith(".py"):
-                continue
-            data = src.read(item).decode("utf-8")
-            if item.filename in edits:
-                old, new = edits[item.filename]
-                assert old in data, f"{old!r} not in {item.filename}"
-                data = data.replace(old, new)
-            dst.writestr(item.filename, data)
-    return target
 
 
 @pytest.mark.parametrize(

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 from packaging.version import Version
+from support import altered_wheel
 from vllm_api import Use, adapter_uses, check
 
 import relayllm_vllm
@@ -187,21 +188,6 @@ def test_requires_dist_agrees_with_the_tested_build_and_the_core(vllm_gpu_wheel,
     assert core_ray.specifier.contains(importlib.metadata.version("ray"))
     if "ray" in gpu:
         assert gpu["ray"].specifier.contains(importlib.metadata.version("ray"))
-
-
-def altered_wheel(original: Path, target: Path, edits: dict[str, tuple[str, str]]) -> Path:
-    """A copy of the wheel's Python sources with ``edits`` (path -> (old, new)) applied."""
-    with zipfile.ZipFile(original) as src, zipfile.ZipFile(target, "w") as dst:
-        for item in src.infolist():
-            if not item.filename.endswith(".py"):
-                continue
-            data = src.read(item).decode("utf-8")
-            if item.filename in edits:
-                old, new = edits[item.filename]
-                assert old in data, f"{old!r} not in {item.filename}"
-                data = data.replace(old, new)
-            dst.writestr(item.filename, data)
-    return target
 
 
 def test_a_renamed_or_removed_name_fails_the_check(uses, vllm_gpu_wheel, tmp_path):
