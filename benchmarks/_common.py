@@ -43,12 +43,31 @@ def git_commit() -> str | None:
     return None if not commit else commit + ("-dirty" if changed.returncode == 1 else "")
 
 
+#: Options that coordinate a run with other work on its machine (a lock file's path) and say
+#: nothing about what was measured: left out of the recorded command.
+LOCAL_OPTIONS = ("--lock",)
+
+
+def recorded_command(argv: list[str]) -> str:
+    """The command as the results page gives it: the script and its options, without
+    :data:`LOCAL_OPTIONS` (and their values)."""
+    kept, skip = [], False
+    for arg in argv[1:]:
+        if skip:
+            skip = False
+        elif arg in LOCAL_OPTIONS:
+            skip = True
+        elif not arg.startswith(tuple(option + "=" for option in LOCAL_OPTIONS)):
+            kept.append(arg)
+    return "python " + shlex.join([f"benchmarks/{Path(argv[0]).name}", *kept])
+
+
 def write_results(name: str, payload: dict) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"
     payload = {
         "benchmark": name,
-        "command": "python " + shlex.join([f"benchmarks/{Path(sys.argv[0]).name}", *sys.argv[1:]]),
+        "command": recorded_command(sys.argv),
         "machine": machine(),
         "commit": git_commit(),
         **payload,
