@@ -456,6 +456,7 @@ steps: [{name: s, deployment: alpha, prompt: "{q}", output_column: a}]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == {
         "request_counts": {"total": 50, "completed": 45, "failed": 5}
     }
+    assert "Warning" not in done.stderr, done.stderr  # Ray's deprecations are not the user's
     out, err = jsonl(tmp_path / "out.jsonl"), jsonl(tmp_path / "err.jsonl")
     assert len(out) == 45 and len(err) == 5
     assert sorted(r["custom_id"] for r in out) == sorted(f"req-{i}" for i in range(45))

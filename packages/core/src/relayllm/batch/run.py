@@ -47,6 +47,9 @@ from relayllm.rows import ERROR, INPUT_COLUMN, SAMPLING_PARAMS_COLUMN, Task
 
 logger = logging.getLogger(__name__)
 
+#: The label every Ray node carries with its id (what pins a task to one node).
+NODE_ID_LABEL = "ray.io/node-id"
+
 if TYPE_CHECKING:
     from ray.data import Dataset
 
@@ -411,7 +414,6 @@ def group_dataset(
 ) -> Dataset:
     """One group's lines as a lazy dataset: read from disk chunk by chunk, through the stage."""
     import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from relayllm.config import ProcessorConfig
     from relayllm.fit import TASK_NUM_CPUS
@@ -438,9 +440,9 @@ def group_dataset(
         concurrency=1,
         # On the node of this process (the driver of `relayllm batch`, the service's runner on
         # the head node): the file is on its disk, not necessarily on the other nodes'.
-        scheduling_strategy=NodeAffinitySchedulingStrategy(
-            ray.get_runtime_context().get_node_id(), soft=False
-        ),
+        # (A label selector, as Ray Data's own reads of local files pin them: the scheduling
+        # strategy argument is deprecated and warns on the user's console.)
+        label_selector={NODE_ID_LABEL: ray.get_runtime_context().get_node_id()},
     )
     # No more stage actors than blocks: an actor with no block to work on idles.
     fields = {**fields, "concurrency": min(fields.get("concurrency", 1), max(len(chunks), 1))}
