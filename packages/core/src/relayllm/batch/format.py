@@ -216,6 +216,12 @@ def _score_line(
     return BatchRequest(line, custom_id, "score", None, {}, model, pairs, rerank, top_n)
 
 
+def default_deployment(names: list[str]) -> str | None:
+    """The deployment a line or request without a matching ``model`` goes to: the only one
+    there is, else none."""
+    return names[0] if len(names) == 1 else None
+
+
 def route_models(
     first_line: dict[str | None, int],
     deployments: list[str],
@@ -357,6 +363,7 @@ __all__ = [
     "BadLine",
     "BatchRequest",
     "Envelope",
+    "default_deployment",
     "error_line",
     "model_not_found_line",
     "parse_line",

@@ -31,6 +31,7 @@ from typing import IO, TYPE_CHECKING, Any
 from relayllm.batch.format import (
     BadLine,
     BatchRequest,
+    default_deployment,
     error_line,
     gathered,
     model_not_found_line,
@@ -144,7 +145,7 @@ def run_batch_file(
         declared = load_deployments(pipeline)
         declared.check_backends()
         names = declared.names
-        default = names[0] if len(names) == 1 else None
+        default = default_deployment(names)
         groups_of(scan, names, default)  # routing errors before the cluster
     hooks.connect(address)
     with _deployments(declared, deployment, fields, address, hooks) as (names, default):
@@ -199,7 +200,7 @@ def _deployments(
     ):
         for warm_up in warm_ups:
             warm_up.join()
-        yield names, names[0] if len(names) == 1 else None
+        yield names, default_deployment(names)
 
 
 class StageWarmUp:

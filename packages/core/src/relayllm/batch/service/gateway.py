@@ -315,8 +315,8 @@ class Gateway:
         return _json({"object": "list", "data": data})
 
     async def online(self, request: Request) -> Response:
-        from relayllm.batch.format import route_models
-        from relayllm.batch.service.runner import default_deployment, deployment_names
+        from relayllm.batch.format import default_deployment, route_models
+        from relayllm.batch.service.runner import deployment_names
         from relayllm.errors import ConfigError
 
         body = await _json_body(request)  # starlette keeps it: the front reads it again

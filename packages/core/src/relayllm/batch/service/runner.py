@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from relayllm.batch.format import error_line, parse_envelope
+from relayllm.batch.format import default_deployment, error_line, parse_envelope
 from relayllm.batch.service.errors import (
     ClaimHeldError,
     IllegalTransitionError,
@@ -90,12 +90,6 @@ def deployment_names() -> list[str]:
     return sorted(
         app[len(APP_PREFIX) :] for app in serve.status().applications if app.startswith(APP_PREFIX)
     )
-
-
-def default_deployment(names: list[str]) -> str | None:
-    """The deployment a line or request without a matching ``model`` goes to: the only one
-    running, else none (``relayllm batch``'s rule too)."""
-    return names[0] if len(names) == 1 else None
 
 
 class BatchJob:
@@ -614,7 +608,6 @@ __all__ = [
     "TEST_HOOK_KILL_BEFORE_FINISH",
     "BatchJob",
     "BatchRunner",
-    "default_deployment",
     "deployment_names",
     "find_runner",
     "processor_fields",
