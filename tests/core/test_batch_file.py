@@ -124,6 +124,47 @@ def test_scoring_lines_are_gathered_across_blocks(echo, tmp_path):
     assert err[0]["custom_id"] == "bad" and "needs" in err[0]["error"]["message"]
 
 
+def test_a_stopped_scoring_group_sends_and_writes_nothing(echo, tmp_path):
+    """The batch service's cancel on scoring lines: with the stop flag up, the stage's
+    preprocess marks every pair row, none is sent, no line is written (a resumed run finds
+    them all undone), and ``on_block`` ends the run at the first block."""
+    lines = [
+        json.dumps({"custom_id": f"s{i}", "url": "/v1/score",
+                    "body": {"text_1": "q", "text_2": [f"d{i}", f"e{i}"]}})
+        for i in range(40)
+    ]  # fmt: skip
+    path = tmp_path / "score.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    (tmp_path / "stop").touch()
+    scan = batch_file.scan_batch_file(str(path), batch_file.stage_batch(8))
+    out, err, blocks = io.StringIO(), io.StringIO(), []
+
+    class Stopped(Exception):
+        pass
+
+    def on_block(completed, failed):
+        blocks.append((completed, failed))
+        raise Stopped
+
+    fields = {"batch_size": 8, "concurrency": 1}
+    stop = batch_run.StopCheck(str(tmp_path / "stop"))
+    before = rows_computed(NAME)
+    with pytest.raises(Stopped):
+        batch_run.run_scanned(scan, [NAME], NAME, out, err, fields, None, on_block, stop)
+    assert blocks == [(0, 0)] and out.getvalue() == err.getvalue() == ""
+    assert rows_computed(NAME) == before  # not a pair was sent
+    (tmp_path / "stop").unlink()  # the same file, not stopped: every line answered
+    scan, counts, answered, _ = run(path, concurrency=1, batch_size=8)
+    assert counts["completed"] == 40 and rows_computed(NAME) > before
+
+
+def rows_computed(name):
+    """Rows the deployment's replica has computed so far (its info() counter)."""
+    from relayllm.deployments import handle_for
+
+    return handle_for(name).info.remote().result(timeout_s=30)["rows"]
+
+
 def test_run_batch_file_on_a_deployments_only_file_starts_and_stops_its_deployment(tmp_path):
     config = tmp_path / "deployments.yaml"
     config.write_text("deployments:\n  - name: bf-own\n    backend: echo\n")

@@ -89,3 +89,20 @@ def test_a_stopped_line_is_neither_sent_nor_written_and_an_image_error_is_named(
     (refused,) = [json.loads(x) for x in err.getvalue().splitlines()]
     assert refused["error"]["code"] == "invalid_image_url"
     assert refused["error"]["message"].startswith("messages[0].content[1].image_url")
+
+
+def test_a_scoring_line_with_a_stopped_pair_is_not_written():
+    """A stop can fall between the pairs of one scoring line: the pairs sent before it are
+    dropped with the line, which is written to neither file, so a resumed run does it whole."""
+    import io
+
+    from relayllm.batch.run import StopCheck, _ScoreWriter, _StopPairs
+
+    running, stopped = _StopPairs(StopCheck()), _StopPairs(StopCheck(deadline=0.0))
+    row = {"line": 1, "custom_id": "s", "pairs": 2, "query": "q", "rerank": False, "top_n": 0}
+    first = {**running({**row, "pair": 0, "document": "a"}), "score": 0.5, "error": None}
+    second = stopped({**row, "pair": 1, "document": "b"})
+    assert not first["skip"] and second["skip"] and second["query"] is None
+    out, err = io.StringIO(), io.StringIO()
+    assert _ScoreWriter("echo", "echo")([first, {**second, "error": None}], out, err) == (0, 0, 1)
+    assert out.getvalue() == err.getvalue() == ""

@@ -347,9 +347,8 @@ def run_scanned(
         keep_input_order(dataset.context)
         write = _ScoreWriter(deployment, served_model(deployment)) if task == "score" else None
         for batch in dataset.iter_batches(batch_format="pyarrow", batch_size=None):
-            skipped = 0
             if write is not None:
-                ok, bad = write(batch.to_pylist(), output, errors)  # type: ignore[union-attr]
+                ok, bad, skipped = write(batch.to_pylist(), output, errors)  # type: ignore[union-attr]
             else:
                 ok, bad, skipped = _write_block(batch, output, errors)
             completed, failed = completed + ok, failed + bad
@@ -369,8 +368,8 @@ def run_scanned(
 class StopCheck:
     """When a run's lines stop being sent: once the file ``flag`` exists or the clock passes
     ``deadline`` (the batch service's cancel and completion window). Asked by the stage
-    workers for each line of a block before its calls go out, so a stop takes effect within
-    the calls in flight, not at the end of a block (which may hold 4,096 lines). A stat of
+    workers for each line of a block (each pair of a scoring line) before its calls go out,
+    so a stop takes effect within the calls in flight, not at the end of a block. A stat of
     a local file per line; the flag is on the node the run's driver writes it on (the head
     node), so stage workers elsewhere see only the deadline and stop at the block's end."""
 
@@ -449,7 +448,7 @@ def group_dataset(
     fields = {**fields, "concurrency": min(fields.get("concurrency", 1), max(len(chunks), 1))}
     config = ProcessorConfig(deployment=deployment, task=task, **fields)
     if task == "score":  # the read task built the pair rows; the driver gathers them
-        return build_processor(config)(lines)
+        return build_processor(config, _StopPairs(stop) if stop is not None else None)(lines)
     served = served_model(deployment)
     return build_processor(config, _Parse(task, stop), _Respond(deployment, served))(lines)
 
@@ -523,6 +522,21 @@ def _score_schema() -> Any:
             ("bad", pa.string()),
         ]
     )
+
+
+class _StopPairs:
+    """``preprocess`` of a scoring group's pair rows in the stage actor, when the run can be
+    stopped: a pair row after the stop carries ``skip`` and no query (nothing is sent for it),
+    and :class:`_ScoreWriter` leaves its whole line unwritten, so a resumed or expired run
+    finds the line undone."""
+
+    def __init__(self, stop: StopCheck) -> None:
+        self.stop = stop
+
+    def __call__(self, row: dict[str, Any]) -> dict[str, Any]:
+        if self.stop():
+            return {**row, "skip": True, "query": None}
+        return {**row, "skip": False}
 
 
 class _Parse:
@@ -617,7 +631,8 @@ def _write_block(batch: Any, output: IO[str], errors: IO[str]) -> tuple[int, int
 
 class _ScoreWriter:
     """Gathers a scoring line's pair rows (they arrive in one block, in order) into its
-    response; a pair that failed sends the whole line to the errors file."""
+    response; a pair that failed sends the whole line to the errors file; a line with a pair
+    stopped before it was sent (``skip``) is written to neither file and counted as skipped."""
 
     def __init__(self, deployment: str, served: str) -> None:
         self.deployment, self.served = deployment, served
@@ -625,8 +640,8 @@ class _ScoreWriter:
 
     def __call__(
         self, rows: list[dict[str, Any]], output: IO[str], errors: IO[str]
-    ) -> tuple[int, int]:
-        ok = bad = 0
+    ) -> tuple[int, int, int]:
+        ok = bad = skipped = 0
         for row in rows:
             if row.get("bad"):
                 errors.write(row["bad"] + "\n")
@@ -637,6 +652,9 @@ class _ScoreWriter:
             if len(pairs) < row["pairs"]:
                 continue
             pairs = sorted(self.pending.pop(row["line"]), key=lambda r: r["pair"])
+            if any(r.get("skip") for r in pairs):
+                skipped += 1
+                continue
             first = pairs[0]
             request = BatchRequest(
                 first["line"],
@@ -663,7 +681,7 @@ class _ScoreWriter:
                 line = response_line(request, result, self.served)
                 output.write(json.dumps(line, ensure_ascii=False) + "\n")
                 ok += 1
-        return ok, bad
+        return ok, bad, skipped
 
 
 __all__ = [
