@@ -158,6 +158,36 @@ def test_a_stopped_scoring_group_sends_and_writes_nothing(echo, tmp_path):
     assert counts["completed"] == 40 and rows_computed(NAME) > before
 
 
+def test_a_stop_raised_in_the_cluster_reaches_the_stage_workers(echo, tmp_path):
+    """The signal a runner raises for stage workers on other nodes (no flag file there): in
+    Ray's key-value store, asked by each worker process; raised before the run, no line is
+    sent or written; cleared, the same file runs whole."""
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(chat(i) for i in range(40)) + "\n")
+    key = f"test-{tmp_path.name}"
+    stop = batch_run.StopCheck(key=key)
+    assert not stop()  # not raised yet
+    batch_run.raise_stop(key)
+    scan = batch_file.scan_batch_file(str(path), batch_file.stage_batch(8))
+    out, err, blocks = io.StringIO(), io.StringIO(), []
+
+    def on_block(completed, failed):
+        blocks.append((completed, failed))
+        raise KeyboardInterrupt  # ends the run, as the runner's _Stop does
+
+    fields = {"batch_size": 8, "concurrency": 2}
+    before = rows_computed(NAME)
+    with pytest.raises(KeyboardInterrupt):
+        batch_run.run_scanned(scan, [NAME], NAME, out, err, fields, None, on_block, stop)
+    assert blocks == [(0, 0)] and out.getvalue() == err.getvalue() == ""
+    assert rows_computed(NAME) == before
+    batch_run.clear_stop(key)
+    out = io.StringIO()
+    fresh = batch_run.StopCheck(key=key + "-unraised")
+    counts = batch_run.run_scanned(scan, [NAME], NAME, out, err, fields, None, None, fresh)
+    assert counts["completed"] == 40 and rows_computed(NAME) == before + 40
+
+
 def rows_computed(name):
     """Rows the deployment's replica has computed so far (its info() counter)."""
     from relayllm.deployments import handle_for

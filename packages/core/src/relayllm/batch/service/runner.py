@@ -114,8 +114,10 @@ class BatchJob:
         self.input = os.path.join(self.dir, "input.jsonl")
         self.output = os.path.join(self.dir, f"out.{claim}.jsonl")
         self.errors = os.path.join(self.dir, f"err.{claim}.jsonl")
-        #: While this file exists the stage workers send none of the batch's lines.
+        #: While this file exists (on this node) or this signal is raised (in the cluster:
+        #: stage workers on other nodes) the stage workers send none of the batch's lines.
         self.stop_flag = os.path.join(self.dir, f"stop.{claim}")
+        self.stop_key = f"{batch_id}.{claim}"
 
     def update(self, **changes: Any) -> BatchRecord:
         return self.store.update(self.batch_id, self.claim, **changes)
@@ -126,9 +128,12 @@ class BatchJob:
     def request_stop(self) -> None:
         """Stop sending lines now (a cancel): the calls in flight finish, the block's other
         lines are not sent, and ``on_block`` ends the run as cancelled."""
+        from relayllm.batch.run import raise_stop
+
         if os.path.isdir(self.dir):
             with open(self.stop_flag, "w"):
                 pass
+        raise_stop(self.stop_key)
 
     # -- the life cycle --------------------------------------------------------------------
 
@@ -217,7 +222,7 @@ class BatchJob:
             open(self.output, "a", encoding="utf-8") as out,
             open(self.errors, "a", encoding="utf-8") as err,
         ):
-            stop = StopCheck(self.stop_flag, float(record.expires_at))
+            stop = StopCheck(self.stop_flag, float(record.expires_at), self.stop_key)
             run_scanned(
                 scan, names, default, out, err, fields, done, on_block, stop, strict_routing=False
             )
@@ -319,7 +324,13 @@ class BatchJob:
                 err.write(json.dumps(line, ensure_ascii=False) + "\n")
 
     def _cleanup(self) -> None:
+        from relayllm.batch.run import clear_stop
+
         shutil.rmtree(self.dir, ignore_errors=True)
+        try:
+            clear_stop(self.stop_key)
+        except Exception:  # a signal left behind is a few bytes in the GCS, no more
+            logger.debug("batch %s: the stop signal stays", self.batch_id, exc_info=True)
 
 
 def _delete_quietly(storage: FileStorage, file_id: str) -> None:
