@@ -73,12 +73,16 @@ class Envelope:
     model: str | None
 
 
-def duplicate_ids_error(path: str, duplicates: dict[str, list[int]]) -> ConfigError:
-    """The error for a batch file whose custom_ids repeat (``duplicates``: id -> its lines)."""
+def duplicate_ids_error(
+    path: str, duplicates: dict[str, list[int]], count: int | None = None
+) -> ConfigError:
+    """The error for a batch file whose custom_ids repeat (``duplicates``: id -> its lines,
+    the first ten named; ``count``: how many ids repeat, when ``duplicates`` holds only some)."""
     shown = "; ".join(
         f"{cid!r} on lines {', '.join(map(str, n))}" for cid, n in list(duplicates.items())[:10]
     )
-    more = f" (and {len(duplicates) - 10} more)" if len(duplicates) > 10 else ""
+    count = len(duplicates) if count is None else count
+    more = f" (and {count - 10} more)" if count > 10 else ""
     return ConfigError(f"{path}: duplicate custom_id values, nothing was run: {shown}{more}")
 
 

@@ -1,12 +1,14 @@
 """The driver's one pass over an OpenAI Batch API file, before anything runs
 (:func:`scan_batch_file`), and what a stopped run already wrote (:func:`read_done`).
 
-The scan keeps only what must be known up front -- each line's ``custom_id`` (duplicates
-reject the file), the ``model`` values (routing errors reject it), and per line one byte: which
-(model, task) it belongs to, or that it does not run (blank, already done on ``--resume``, or
-bad at a glance: not JSON, no ``custom_id``, another url). The file is cut into chunks of lines
-at byte offsets found on the way; a chunk is a byte range, its first line number and those
-bytes, so the driver holds about one byte per line. :mod:`relayllm.batch.run` runs them.
+The scan keeps only what must be known up front -- each line's ``custom_id`` as a fixed-size
+digest (duplicates reject the file: :mod:`relayllm.batch.custom_ids`), the ``model`` values
+(routing errors reject it), and per line one byte: which (model, task) it belongs to, or that
+it does not run (blank, already done on ``--resume``, or bad at a glance: not JSON, no
+``custom_id``, another url). The file is cut into chunks of lines at byte offsets found on the
+way; a chunk is a byte range, its first line number and those bytes, so the driver holds about
+21 bytes per line whatever the ids hold (the duplicate check's digest and line number, and the
+line's byte). :mod:`relayllm.batch.run` runs them.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from relayllm.batch.custom_ids import IdLines, ids_on_lines
 from relayllm.batch.format import BadLine, duplicate_ids_error, parse_envelope
 from relayllm.blocks import block_rows, stage_batch
 from relayllm.errors import ConfigError
@@ -71,15 +74,17 @@ def count_lines(path: str) -> int:
     return count + (last != b"\n")
 
 
-def scan_batch_file(path: str, stage_batch: int = 256, done: Done | None = None) -> Scan:
+def scan_batch_file(
+    path: str, stage_batch: int = 256, done: Done | None = None, *, check_ids: bool = True
+) -> Scan:
     """One pass over the file in the driver; see the module's docstring. Duplicate
     ``custom_id``s (bad lines included) and a file with no request lines are ConfigErrors,
-    raised before anything runs."""
+    raised before anything runs. ``check_ids=False`` leaves the duplicate check out, for a
+    caller that has already checked this file (the batch service's runner validates it)."""
     done = done or Done()
     scan = Scan(path)
     key_index: dict[tuple[str | None, Task], int] = {}
-    seen: dict[str, int] = {}  # custom_id -> its first line
-    duplicates: dict[str, list[int]] = {}
+    seen = IdLines() if check_ids else None
     try:
         per_chunk = block_rows(count_lines(path), stage_batch)  # chunks are blocks
         with open(path, "rb") as handle:
@@ -90,13 +95,13 @@ def scan_batch_file(path: str, stage_batch: int = 256, done: Done | None = None)
                     scan.chunks.append(chunk)
                 offset += len(raw)
                 chunk.end = offset
-                chunk.keys.append(_scan_line(raw, number, scan, key_index, seen, duplicates, done))
+                chunk.keys.append(_scan_line(raw, number, scan, key_index, seen, done))
+        if seen is not None:
+            _check_repeats(path, seen)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the batch file: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    if duplicates:
-        raise duplicate_ids_error(path, duplicates)
     if not scan.lines:
         raise ConfigError(f"{path}: the batch file has no request lines")
     # A chunk with nothing to run costs a read task for nothing (most of a resumed file).
@@ -109,8 +114,7 @@ def _scan_line(
     number: int,
     scan: Scan,
     key_index: dict[tuple[str | None, Task], int],
-    seen: dict[str, int],
-    duplicates: dict[str, list[int]],
+    seen: IdLines | None,
     done: Done,
 ) -> int:
     """The line's byte in its chunk (see :class:`Chunk`), noting what the scan keeps."""
@@ -119,10 +123,8 @@ def _scan_line(
     scan.lines += 1
     envelope = parse_envelope(raw.decode("utf-8"), number)
     custom_id = envelope.custom_id
-    if custom_id is not None:
-        first = seen.setdefault(custom_id, number)
-        if first != number:
-            duplicates.setdefault(custom_id, [first]).append(number)
+    if custom_id is not None and seen is not None:
+        seen.add(custom_id, number)
     if custom_id in done.ids or (custom_id is None and number in done.bad_lines):
         scan.already += 1
         return SKIP
@@ -142,6 +144,27 @@ def _scan_line(
         scan.first_line.setdefault(envelope.model, number)
     scan.key_lines[index] += 1
     return index
+
+
+def _check_repeats(path: str, seen: IdLines, shown: int = 10) -> None:
+    """The ConfigError naming the repeated custom_ids, if any: the ids of the first ``shown``
+    (in the order their first repeat comes in the file) read again from the file, with
+    all their lines."""
+    lines, firsts = seen.repeats()
+    if not len(lines):
+        return
+    import numpy as np
+
+    unique, at = np.unique(firsts, return_index=True)  # each id's first line, first repeat
+    groups: list[int] = unique[np.argsort(at)][:shown].tolist()  # by their first repeat
+    picked = np.isin(firsts, groups)
+    members: dict[int, list[int]] = {first: [first] for first in groups}
+    for line, first in zip(lines[picked].tolist(), firsts[picked].tolist(), strict=True):
+        members[first].append(line)
+    with open(path, "rb") as handle:
+        ids = ids_on_lines(handle, set(groups))
+    duplicates = {ids.get(first, f"<line {first}>"): members[first] for first in groups}
+    raise duplicate_ids_error(path, duplicates, len(unique))
 
 
 def read_done(output_file: str, errors_file: str, retry_errors: bool) -> Done:

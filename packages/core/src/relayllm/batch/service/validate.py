@@ -17,8 +17,12 @@ The codes are ``relayllm batch``'s error-file codes (``invalid_json``, ``missing
 ``mismatched_endpoint``, ``duplicate_custom_id``, ``empty_file``, ``too_many_lines``,
 ``file_too_large``, ``model_not_found`` and ``too_many_errors``.
 
-Memory: the set of ``custom_id`` values (as the driver's scan holds it) and one line at a time;
-no line is read past the byte limit.
+Memory: a fixed size per line for the ``custom_id`` duplicate check (a digest and the line's
+number, :mod:`relayllm.batch.custom_ids`, as the driver's scan holds them) and one line at a
+time; no line is read past the byte limit. Repeated ids are found at the end of the pass and
+merged into the problems in line order (a line's repeat before its other problem), so the list
+is the file's first problems, as a check line by line would give. Their messages name the id
+when ``source`` can seek (the lines reported are read again); otherwise only the lines.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
+from relayllm.batch.custom_ids import IdLines, ids_on_lines
 from relayllm.batch.format import URL_TASKS, BadLine, parse_envelope, route_models
 from relayllm.batch.service.errors import InvalidRequestError
 from relayllm.batch.service.files import DEFAULT_MAX_BYTES
@@ -100,7 +105,8 @@ def validate_input(
     check_endpoint(endpoint)
     limits = limits or Limits()
     found = Validation()
-    seen: dict[str, int] = {}  # custom_id -> its first line
+    seen = IdLines()
+    start = _position(source)  # where to read the repeated lines' ids again
     read = number = 0
 
     def problem(code: str, message: str, param: str | None = None, line: int | None = None) -> bool:
@@ -136,6 +142,7 @@ def validate_input(
             break
         if _check_line(raw, number, endpoint, found, seen, problem):
             break
+    _add_repeats(found, seen, source, start, limits.max_errors)
     if found.lines == 0 and not found.problems:
         problem("empty_file", "the file has no request lines")
     if found.ok and deployments is not None:
@@ -151,7 +158,7 @@ def _check_line(
     number: int,
     endpoint: str,
     found: Validation,
-    seen: dict[str, int],
+    seen: IdLines,
     problem: Callable[..., bool],
 ) -> bool:
     """One request line's problems; True when validation must stop."""
@@ -164,14 +171,7 @@ def _check_line(
     envelope = parse_envelope(text, number)
     custom_id = envelope.custom_id
     if custom_id is not None:
-        first = seen.setdefault(custom_id, number)
-        if first != number and problem(
-            "duplicate_custom_id",
-            f"line {number}: custom_id {custom_id!r} repeats line {first}; each must be unique",
-            "custom_id",
-            number,
-        ):
-            return True
+        seen.add(custom_id, number)  # repeats: at the end of the pass (_add_repeats)
     if isinstance(envelope, BadLine):
         return problem(envelope.code, envelope.message, envelope.param, number)
     if envelope.url != endpoint:
@@ -184,6 +184,51 @@ def _check_line(
         )
     found.first_line.setdefault(envelope.model, number)
     return False
+
+
+def _position(source: BinaryIO) -> int | None:
+    """Where ``source`` stands, if it can go back there."""
+    try:
+        return source.tell() if source.seekable() else None
+    except (OSError, ValueError):
+        return None
+
+
+def _add_repeats(
+    found: Validation, seen: IdLines, source: BinaryIO, start: int | None, max_errors: int
+) -> None:
+    """The repeated custom_ids of the lines read, merged into ``found.problems`` in line order
+    (the list cut at ``max_errors``, as it would have been line by line)."""
+    lines, firsts = seen.repeats()
+    if not len(lines):
+        return
+    cut = max_errors + 1  # more cannot be listed
+    pairs = list(zip(lines[:cut].tolist(), firsts[:cut].tolist(), strict=True))
+    ids: dict[int, str] = {}
+    if start is not None:
+        try:
+            source.seek(start)
+            ids = ids_on_lines(iter(source.readline, b""), {line for line, _ in pairs})
+        except (OSError, ValueError):
+            ids = {}
+    repeats = [
+        _problem(
+            "duplicate_custom_id",
+            f"line {line}: custom_id {ids[line]!r} repeats line {first}; each must be unique"
+            if line in ids
+            else f"line {line}: its custom_id repeats line {first}; each must be unique",
+            "custom_id",
+            line,
+        )
+        for line, first in pairs
+    ]
+    merged = sorted(
+        [*repeats, *found.problems],  # sorted() is stable: a line's repeat comes first
+        key=lambda p: p["line"] if p["line"] is not None else float("inf"),
+    )
+    if len(merged) > max_errors:
+        found.truncated = True
+    found.problems = merged[:max_errors]
 
 
 def _problem(
