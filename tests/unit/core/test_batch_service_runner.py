@@ -277,6 +277,27 @@ def test_the_runners_lines_may_not_read_local_image_files(service, monkeypatch):
     assert (config.batch_size, config.concurrency) == (settings.batch_size, settings.concurrency)
 
 
+def test_the_runners_scan_leaves_the_duplicate_check_to_validation(service, monkeypatch):
+    """A batch reaches in_progress only through validation, which fails a repeated custom_id
+    (test above): the runner's scan of the same file does not check the ids a second time.
+    Here the batch is put in_progress by hand, so the scan sees a repeat and must let it by."""
+    import relayllm.batch.run
+
+    _, store, _ = service
+    scans = []
+
+    def run_scanned(scan, names, default, out, err, fields, done, on_block, stop, **routing):
+        scans.append(scan)
+        return {}
+
+    monkeypatch.setattr(relayllm.batch.run, "run_scanned", run_scanned)
+    batch = new_batch(service, [line(0), line(0)])
+    running = job(service, batch.id, store.claim(batch.id, "me"))
+    running.run_lines(running.update(status="in_progress"))
+    (scan,) = scans
+    assert scan.lines == 2 and scan.to_run == 2
+
+
 KILLED_FINISH = """
 import sys
 from relayllm.batch.service.files import FileStorage

@@ -200,7 +200,11 @@ class BatchJob:
 
         self._fetch_input(record)
         done = read_done(self.output, self.errors, False)
-        scan = scan_batch_file(self.input, stage_batch(self.settings.batch_size), done)
+        # No second duplicate check: a batch reaches in_progress only through validate(),
+        # which failed it on any repeated custom_id of this same input file.
+        scan = scan_batch_file(
+            self.input, stage_batch(self.settings.batch_size), done, check_ids=False
+        )
         names = self.deployments()
         default = default_deployment(names)
         total = scan.lines
