@@ -1,7 +1,8 @@
 """The one duplicate check of a batch file's custom_ids (``batch/custom_ids.py``), a digest
 and a line number per line: repeats found with their first and repeated lines among many ids,
 no false repeat among 200k distinct ones, and both of its users (the service's validation, the
-driver's scan) still failing a file on a repeat with their codes and messages."""
+driver's scan) still failing a file on a repeat with their codes and messages. And the ids a
+resumed run skips, as a set of digests: exactly the ids written, no other."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import random
 
 import pytest
 
-from relayllm.batch.custom_ids import IdLines, digest, ids_on_lines
+from relayllm.batch.custom_ids import IdLines, IdSet, digest, ids_on_lines
 from relayllm.batch.scan import scan_batch_file
 from relayllm.batch.service.validate import Limits, validate_input
 from relayllm.errors import ConfigError
@@ -195,3 +196,29 @@ def test_the_scan_and_validation_agree_on_which_lines_repeat(tmp_path):
         ("duplicate_custom_id", 4),
         ("duplicate_custom_id", 5),
     ]
+
+
+def test_the_set_of_ids_written_holds_exactly_those_ids():
+    written = [f"request-{i}" for i in range(0, 200_000, 2)]
+    ids = IdSet(b"".join(digest(i) for i in written + written[:10]))  # repeats count once
+    assert len(ids) == 100_000 and ids
+    assert all(f"request-{i}" in ids for i in range(0, 200_000, 2))
+    assert not any(f"request-{i}" in ids for i in range(1, 200_000, 2))
+    assert None not in ids and 4 not in ids and "" not in ids
+    empty = IdSet()
+    assert len(empty) == 0 and not empty and "request-0" not in empty
+
+
+def test_a_digest_found_across_two_of_the_set_is_not_in_it():
+    """The set is one bytes object searched in the digest's bucket: a match that straddles
+    two digests of that bucket is not one of them."""
+    first = b"\x01\x01" + b"\x07" * 12 + b"\x01\x01"
+    second = b"\x01\x01" + b"\x09" * 14
+    ids = IdSet(first + second)
+    across = first[14:] + second[:14]  # in the same bucket (0x0101), starting at byte 14
+    assert (first + second).find(across) == 14
+    assert ids.has_digest(first) and ids.has_digest(second)
+    assert not ids.has_digest(across)
+    edges = IdSet(b"\x00" * 16 + b"\xff" * 16)  # the first and the last bucket
+    assert edges.has_digest(b"\x00" * 16) and edges.has_digest(b"\xff" * 16)
+    assert not edges.has_digest(b"\x00" * 15 + b"\x01")

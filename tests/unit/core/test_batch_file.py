@@ -33,6 +33,7 @@ def test_resume_skips_what_the_files_hold(tmp_path):
     done = batch_file.read_done(str(out), str(err), retry_errors=False)
     assert out.read_text().endswith('"error": null}\n'), "the cut line is trimmed"
     assert (done.completed, done.failed) == (4, 2)
+    assert len(done.ids) == 5 and "c5" in done.ids and "c4" not in done.ids
     scan = batch_file.scan_batch_file(str(path), 256, done)
     assert scan.already == 6 and scan.to_run == 5 and not scan.bad  # c4, c6..c9
     keys = scan.chunks[0].keys

@@ -9,6 +9,11 @@ neighbours. Two different ids share a digest with a chance of about ``lines**2 /
 
 The digests do not say what the ids were: an error that names them re-reads the lines it
 reports (:func:`ids_on_lines`), on the failure path only.
+
+:class:`IdSet` is the same digests as a frozen set (the ids a stopped run already wrote, which
+a resumed one skips): 16 bytes an id, sorted, with an index of their first two bytes; a look-up
+is a digest and a search of about ``ids / 65536`` digests. A digest shared by two ids would
+skip a line that never ran, so the 128 bits matter here too.
 """
 
 from __future__ import annotations
@@ -72,6 +77,48 @@ class IdLines:
         return found[by_line], first[by_line]
 
 
+class IdSet:
+    """A frozen set of custom_ids kept as their digests: ``custom_id in ids``, ``len(ids)``
+    (distinct ids). Anything but a string is never in it."""
+
+    _BUCKETS = 1 << 16  # by the digests' first two bytes
+
+    def __init__(self, digests: bytes | bytearray = b"") -> None:
+        """From the concatenated digests of the ids (:func:`digest`; repeats allowed)."""
+        import numpy as np
+
+        halves = np.frombuffer(bytes(digests), dtype=">u8").reshape(-1, 2)  # byte order
+        halves = halves[np.lexsort((halves[:, 1], halves[:, 0]))]
+        if len(halves) > 1:
+            distinct = (halves[1:] != halves[:-1]).any(axis=1)
+            halves = halves[np.concatenate(([True], distinct))]
+        self._keys = halves.tobytes()
+        prefixes = halves[:, 0] >> np.uint64(48)  # the first two bytes, ascending
+        starts = np.searchsorted(prefixes, np.arange(self._BUCKETS + 1, dtype=np.uint64))
+        self._starts = array("I", starts.astype(np.uint32).tobytes())
+
+    def __len__(self) -> int:
+        return len(self._keys) // DIGEST_SIZE
+
+    def __bool__(self) -> bool:
+        return bool(self._keys)
+
+    def __contains__(self, custom_id: object) -> bool:
+        if not isinstance(custom_id, str) or not self._keys:
+            return False
+        return self.has_digest(digest(custom_id))
+
+    def has_digest(self, key: bytes) -> bool:
+        """Whether ``key`` (a :func:`digest`) is one of the set's."""
+        bucket = key[0] << 8 | key[1]
+        start = self._starts[bucket] * DIGEST_SIZE
+        end = self._starts[bucket + 1] * DIGEST_SIZE
+        at = self._keys.find(key, start, end)
+        while at >= 0 and at % DIGEST_SIZE:  # across two digests: not one of them
+            at = self._keys.find(key, at + 1, end)
+        return at >= 0
+
+
 def ids_on_lines(lines: Iterable[bytes], wanted: Collection[int]) -> dict[int, str]:
     """The ``custom_id`` of each ``wanted`` line (1-based) of ``lines``, read again; the
     reading stops after the last one wanted."""
@@ -89,4 +136,4 @@ def ids_on_lines(lines: Iterable[bytes], wanted: Collection[int]) -> dict[int, s
     return found
 
 
-__all__ = ["DIGEST_SIZE", "IdLines", "digest", "ids_on_lines"]
+__all__ = ["DIGEST_SIZE", "IdLines", "IdSet", "digest", "ids_on_lines"]

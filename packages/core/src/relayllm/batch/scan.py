@@ -8,7 +8,8 @@ it does not run (blank, already done on ``--resume``, or bad at a glance: not JS
 ``custom_id``, another url). The file is cut into chunks of lines at byte offsets found on the
 way; a chunk is a byte range, its first line number and those bytes, so the driver holds about
 21 bytes per line whatever the ids hold (the duplicate check's digest and line number, and the
-line's byte). :mod:`relayllm.batch.run` runs them.
+line's byte), and on ``--resume`` 16 bytes per id already written (:func:`read_done`).
+:mod:`relayllm.batch.run` runs them.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from relayllm.batch.custom_ids import IdLines, ids_on_lines
+from relayllm.batch.custom_ids import IdLines, IdSet, digest, ids_on_lines
 from relayllm.batch.format import BadLine, duplicate_ids_error, parse_envelope
 from relayllm.blocks import block_rows, stage_batch
 from relayllm.errors import ConfigError
@@ -58,7 +59,8 @@ class Scan:
 class Done:
     """What a stopped run left in its output and error files (``--resume``)."""
 
-    ids: frozenset[str] = frozenset()  # custom_ids with a line in either file
+    #: custom_ids with a line in either file, as digests (``custom_id in ids``)
+    ids: IdSet = field(default_factory=IdSet)
     bad_lines: frozenset[int] = frozenset()  # error lines without a custom_id, by line number
     completed: int = 0
     failed: int = 0
@@ -171,23 +173,40 @@ def read_done(output_file: str, errors_file: str, retry_errors: bool) -> Done:
     """The custom_ids a stopped run already wrote (a last line cut short by a kill is trimmed,
     as ``relayllm run --resume`` does); with ``retry_errors`` the errors file is emptied, so
     its lines run again."""
-    from relayllm.pipelines.resume import RowIds, jsonl_ids
+    from relayllm.pipelines.resume import RowIds, read_jsonl_ids
 
     ids = RowIds("custom_id")
-    completed = jsonl_ids(output_file, ids)
+    completed, failed = _Written(), _Written()
+    read_jsonl_ids(output_file, ids, completed.add)
     if retry_errors:
         if os.path.exists(errors_file):
             open(errors_file, "w").close()
-        failed: set[Any] = set()
     else:
-        failed = jsonl_ids(errors_file, ids)
-    bad_lines = frozenset(_lines_without_id(errors_file)) if failed else frozenset()
+        read_jsonl_ids(errors_file, ids, failed.add)
+    bad_lines = frozenset(_lines_without_id(errors_file)) if failed.rows else frozenset()
     return Done(
-        frozenset(i for i in completed | failed if i is not None),
+        IdSet(completed.digests + failed.digests),
         bad_lines,
-        len(completed),
-        _count_lines(errors_file) if failed else 0,
+        len(IdSet(completed.digests)) + len(completed.others),  # distinct ids, as a set counts
+        _count_lines(errors_file) if failed.rows else 0,
     )
+
+
+class _Written:
+    """The ids of one work file's rows: the custom_id strings as digests (16 bytes each), any
+    other value (None: a line without one) as itself."""
+
+    def __init__(self) -> None:
+        self.digests = bytearray()
+        self.others: set[Any] = set()
+        self.rows = 0
+
+    def add(self, value: Any) -> None:
+        self.rows += 1
+        if isinstance(value, str):
+            self.digests += digest(value)
+        else:
+            self.others.add(value)
 
 
 def _lines_without_id(path: str) -> list[int]:

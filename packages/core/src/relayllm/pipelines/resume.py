@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -111,8 +112,14 @@ def jsonl_ids(path: str | os.PathLike[str], ids: RowIds) -> set[Any]:
     """Ids of the rows of a JSONL output file that a killed run left behind. A last line cut
     short by the kill is removed from the file, so appending to it stays valid JSONL."""
     done: set[Any] = set()
+    read_jsonl_ids(path, ids, done.add)
+    return done
+
+
+def read_jsonl_ids(path: str | os.PathLike[str], ids: RowIds, add: Callable[[Any], None]) -> None:
+    """:func:`jsonl_ids`, each id given to ``add`` (one call a row) instead of kept in a set."""
     if not Path(path).exists():
-        return done
+        return
     with open(path, "r+b") as lines:
         whole = 0  # bytes of complete lines so far
         for number, line in enumerate(lines, 1):
@@ -120,8 +127,7 @@ def jsonl_ids(path: str | os.PathLike[str], ids: RowIds) -> set[Any]:
                 lines.truncate(whole)
                 break
             whole += len(line)
-            _add_id(done, line, ids, path, number)
-    return done
+            _add_id(add, line, ids, path, number)
 
 
 def drop_error_rows(path: str | os.PathLike[str], error_column: str = "error") -> int:
@@ -148,7 +154,7 @@ def drop_error_rows(path: str | os.PathLike[str], error_column: str = "error") -
     return dropped
 
 
-def _add_id(done: set[Any], line: bytes, ids: RowIds, path: Any, number: int) -> None:
+def _add_id(add: Callable[[Any], None], line: bytes, ids: RowIds, path: Any, number: int) -> None:
     if not line.strip():
         return
     try:
@@ -162,7 +168,7 @@ def _add_id(done: set[Any], line: bytes, ids: RowIds, path: Any, number: int) ->
         raise ConfigError(
             f"{path}, line {number}: no {missing[0]!r} column, so the run cannot resume it"
         )
-    done.add(ids.of(row))
+    add(ids.of(row))
 
 
 def skip_done(dataset: Dataset, ids: RowIds, done: set[Any]) -> Dataset:
@@ -197,6 +203,7 @@ __all__ = [
     "content_id",
     "drop_error_rows",
     "jsonl_ids",
+    "read_jsonl_ids",
     "prepare",
     "row_ids",
     "skip_done",
