@@ -207,6 +207,7 @@ def test_the_set_of_ids_written_holds_exactly_those_ids():
     assert None not in ids and 4 not in ids and "" not in ids
     empty = IdSet()
     assert len(empty) == 0 and not empty and "request-0" not in empty
+    assert not empty.has_digest(digest("request-0"))
 
 
 def test_a_digest_found_across_two_of_the_set_is_not_in_it():

@@ -85,9 +85,12 @@ class IdSet:
 
     def __init__(self, digests: bytes | bytearray = b"") -> None:
         """From the concatenated digests of the ids (:func:`digest`; repeats allowed)."""
+        self._keys, self._starts = b"", array("I")
+        if not digests:
+            return
         import numpy as np
 
-        halves = np.frombuffer(bytes(digests), dtype=">u8").reshape(-1, 2)  # byte order
+        halves = np.frombuffer(digests, dtype=">u8").reshape(-1, 2)  # in byte order
         halves = halves[np.lexsort((halves[:, 1], halves[:, 0]))]
         if len(halves) > 1:
             distinct = (halves[1:] != halves[:-1]).any(axis=1)
@@ -110,6 +113,8 @@ class IdSet:
 
     def has_digest(self, key: bytes) -> bool:
         """Whether ``key`` (a :func:`digest`) is one of the set's."""
+        if not self._keys:
+            return False
         bucket = key[0] << 8 | key[1]
         start = self._starts[bucket] * DIGEST_SIZE
         end = self._starts[bucket + 1] * DIGEST_SIZE
