@@ -6,11 +6,10 @@ files.
 Only bytes live here; who owns a file, its name and purpose are the job store's. A file is
 written under a temporary name and moved into place when complete, so a killed upload never
 leaves a partial file under an id, and bytes over the size limit are stopped as they cross
-the limit (copied a chunk at a time, never held whole) and deleted. The gateway's uploads
-reach :meth:`FileStorage.put` through the form parser, which spools the part to a temporary
-file first: there the request's Content-Length, required and checked against the limit
-before the body is read, is what bounds the spool. File ids are checked before
-they become paths: a client's id can never name anything outside the storage's root.
+the limit (copied a chunk at a time, never held whole) and deleted. The gateway writes an
+upload's file through a :class:`FileWriter` as the request's body arrives
+(:mod:`~relayllm.batch.service.uploads`), never spooled whole first. File ids are checked
+before they become paths: a client's id can never name anything outside the storage's root.
 """
 
 from __future__ import annotations
@@ -67,24 +66,22 @@ class FileStorage:
         """Write ``source`` (a readable binary stream, or an iterable of byte pieces) as the
         file ``file_id``; returns its size. Over ``max_bytes`` (default: the storage's) it
         raises :class:`TooLargeError` and keeps nothing."""
+        writer = self.writer(file_id, max_bytes)
+        try:
+            for piece in _pieces(source):
+                writer.write(piece)
+            return writer.commit()
+        except BaseException:
+            writer.abort()
+            raise
+
+    def writer(self, file_id: str, max_bytes: int | None = None) -> FileWriter:
+        """The file ``file_id``, written a piece at a time by whoever has its pieces (the
+        gateway, as an upload's body arrives): :meth:`FileWriter.commit` puts it in place,
+        :meth:`FileWriter.abort` (also after a failed write) keeps nothing."""
         limit = self.max_bytes if max_bytes is None else max_bytes
         path = self._path(file_id)
-        partial = f"{path}.part-{secrets.token_hex(4)}"
-        written = 0
-        try:
-            with self._fs.open_output_stream(partial) as out:
-                for piece in _pieces(source):
-                    written += len(piece)
-                    if written > limit:
-                        raise TooLargeError(
-                            f"the file is larger than the limit of {limit:,} bytes", "file"
-                        )
-                    out.write(piece)
-            self._fs.move(partial, path)
-        except BaseException:
-            _delete_quietly(self._fs, partial)
-            raise
-        return written
+        return FileWriter(self._fs, path, f"{path}.part-{secrets.token_hex(4)}", limit)
 
     def open(self, file_id: str, offset: int = 0) -> io.BufferedReader:
         """The file for reading, buffered (iterating it gives its lines), from byte ``offset``."""
@@ -120,6 +117,58 @@ class FileStorage:
         self._fs.delete_file(path)
 
 
+class FileWriter:
+    """One file being written under a temporary name: :meth:`write` its pieces (a piece
+    that takes it over the limit raises :class:`TooLargeError` and is not written), then
+    :meth:`commit` (moved into place, its size returned) or :meth:`abort` (deleted).
+    Blocking calls: the gateway makes them in a thread."""
+
+    def __init__(self, filesystem: Any, path: str, partial: str, limit: int) -> None:
+        self._fs = filesystem
+        self._path, self._partial = path, partial
+        self.limit = limit
+        self.written = 0
+        self._out: Any = None
+        self._done = False
+
+    def write(self, piece: bytes) -> None:
+        if self._done:
+            raise ValueError("the file is already committed or aborted")
+        if self.written + len(piece) > self.limit:
+            limit = f"{self.limit:,}"
+            raise TooLargeError(f"the file is larger than the limit of {limit} bytes", "file")
+        if self._out is None:
+            self._out = self._fs.open_output_stream(self._partial)
+        self._out.write(piece)
+        self.written += len(piece)
+
+    def commit(self) -> int:
+        if self._done:
+            raise ValueError("the file is already committed or aborted")
+        try:
+            if self._out is None:  # an empty file
+                self._out = self._fs.open_output_stream(self._partial)
+            self._out.close()
+            self._fs.move(self._partial, self._path)
+        except BaseException:
+            self.abort()
+            raise
+        self._done = True
+        return self.written
+
+    def abort(self) -> None:
+        """Delete what was written (nothing if it was committed: that is the store's)."""
+        if self._done:
+            return
+        self._done = True
+        if self._out is not None:
+            try:
+                self._out.close()
+            except OSError:
+                pass
+            _delete_quietly(self._fs, self._partial)
+
+
 def _pieces(source: BinaryIO | Iterable[bytes]) -> Iterable[bytes]:
     read = getattr(source, "read", None)
     if read is None:
@@ -136,4 +185,4 @@ def _delete_quietly(filesystem: Any, path: str) -> None:
         pass  # never written, or already gone: nothing to clean
 
 
-__all__ = ["CHUNK", "DEFAULT_MAX_BYTES", "FileStorage"]
+__all__ = ["CHUNK", "DEFAULT_MAX_BYTES", "FileStorage", "FileWriter"]
