@@ -193,3 +193,150 @@ def test_a_batchs_output_expiry_is_the_one_asked_else_the_servers_default(tmp_pa
     too_short = {**base, "output_expires_after": {"anchor": "created_at", "seconds": 60}}
     status, error = create(gateway, too_short)
     assert status == 400 and error["error"]["param"] == "output_expires_after"
+
+
+# -- uploads parsed as they arrive ---------------------------------------------------------
+
+
+def upload_in_pieces(gateway, body: bytes, piece: int, unread: list[int] | None = None):
+    """``body`` as ASGI messages of ``piece`` bytes (the proxy hands a body on in pieces)."""
+    headers = [
+        (b"content-type", f"multipart/form-data; boundary={BOUNDARY}".encode()),
+        (b"content-length", str(len(body)).encode()),
+    ]
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/v1/files",
+        "root_path": "",
+        "query_string": b"",
+        "headers": headers,
+    }
+    pieces = [body[i : i + piece] for i in range(0, len(body), piece)]
+    pieces.reverse()
+
+    async def receive():
+        chunk = pieces.pop() if pieces else b""
+        return {"type": "http.request", "body": chunk, "more_body": bool(pieces)}
+
+    response = asyncio.run(gateway(Request(scope, receive)))
+    if unread is not None:
+        unread.append(len(pieces))  # the messages the gateway never asked for
+    return response.status_code, json.loads(response.body)
+
+
+END = f"--{BOUNDARY}--\r\n".encode()
+
+
+def file_form(content: bytes, before: str = "purpose", purpose: str = "batch") -> bytes:
+    field = f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="purpose"\r\n\r\n{purpose}\r\n'
+    part = (
+        (
+            f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="big.jsonl"\r\n'
+            "Content-Type: application/octet-stream\r\n\r\n"
+        ).encode()
+        + content
+        + b"\r\n"
+    )
+    if before == "purpose":
+        return field.encode() + part + END
+    return part + field.encode() + END
+
+
+def stored_names(gateway) -> list[str]:
+    import os
+
+    return sorted(os.listdir(gateway.settings.files_location))
+
+
+def spy_writes(gateway, monkeypatch) -> list[int]:
+    """The size of each piece the upload wrote to storage."""
+    from relayllm.batch.service.files import FileWriter
+
+    sizes: list[int] = []
+    write = FileWriter.write
+
+    def recording(self, piece):
+        sizes.append(len(piece))
+        return write(self, piece)
+
+    monkeypatch.setattr(FileWriter, "write", recording)
+    return sizes
+
+
+def test_a_multi_mb_upload_arriving_in_pieces_round_trips_exactly(gateway, monkeypatch):
+    """Bytes that look like the boundary's start, CRLFs and every byte value, in odd-sized
+    messages: the stored file is the part's bytes exactly, written in pieces of about a
+    CHUNK (never whole), and the fields after the file are read too."""
+    import random
+
+    from relayllm.batch.service.files import CHUNK
+
+    rng = random.Random(7)
+    tricky = f"\r\n--{BOUNDARY[:-1]}\r\n--{BOUNDARY}_\r\n-\r\n".encode()  # never a delimiter
+    content = b"".join(rng.randbytes(rng.randrange(1, 5000)) + tricky for _ in range(1200))  # ~3 MB
+    assert len(content) > 2 * CHUNK
+    sizes = spy_writes(gateway, monkeypatch)
+    for before in ("purpose", "file"):
+        status, body = upload_in_pieces(gateway, file_form(content, before), piece=7919)
+        assert status == 200, body
+        assert body["bytes"] == len(content) and body["filename"] == "big.jsonl"
+        with gateway.storage.open(body["id"]) as stored:
+            assert stored.read() == content
+    assert max(sizes) < CHUNK + 7919, "the file was held whole before it was written"
+    assert len(sizes) >= 2 * (len(content) // (CHUNK + 7919))
+
+
+def test_an_upload_over_the_storage_limit_is_refused_as_it_crosses_it_and_keeps_nothing(
+    tmp_path, monkeypatch
+):
+    """A Content-Length under the limit plus the form's room, a file over the limit: refused
+    with the limit named once the bytes cross it, with no bytes or record kept."""
+    monkeypatch.setattr(runner_module, "start_runner", lambda settings: None)
+    settings = ServiceSettings(state_dir=str(tmp_path), max_file_bytes=100_000)
+    gateway = Gateway(settings, KeyMap(anonymous="alpha"))
+    body = file_form(b"x" * 150_000)
+    unread: list[int] = []
+    status, error = upload_in_pieces(gateway, body, piece=10_000, unread=unread)
+    assert status == 413, error
+    assert "100,000 bytes" in error["error"]["message"] and error["error"]["param"] == "file"
+    assert stored_names(gateway) == [] and gateway.store.list_files("alpha").data == []
+    assert unread[0] >= 3, "the body was read to its end before the limit stopped it"
+    # the same file under the limit is stored
+    assert upload_in_pieces(gateway, file_form(b"x" * 100_000), piece=10_000)[0] == 200
+
+
+@pytest.mark.parametrize(
+    "case, body, param",
+    [
+        ("purpose", file_form(b"abc\n" * 1000, purpose="fine-tune"), "purpose"),
+        ("purpose after", file_form(b"abc\n" * 1000, before="file", purpose="x"), "purpose"),
+        ("cut short", file_form(b"abc\n" * 1000)[:-300], None),
+        ("no file", form_with({"purpose": "batch"})[: -len(BODY)] + END, "file"),
+        ("two files", file_form(b"a\n")[: -len(END)] + BODY, "file"),
+        ("not multipart", b"not a form at all", None),
+    ],
+)
+def test_a_refused_upload_keeps_no_bytes(gateway, case, body, param):
+    status, error = upload_in_pieces(gateway, body, piece=333)
+    assert status == 400, (case, error)
+    assert error["error"]["param"] == param, (case, error)
+    assert stored_names(gateway) == [] and gateway.store.list_files("alpha").data == []
+
+
+def test_a_body_that_is_not_multipart_is_refused_by_its_content_type(gateway):
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/v1/files",
+        "root_path": "",
+        "query_string": b"",
+        "headers": [(b"content-type", b"application/json"), (b"content-length", b"2")],
+    }
+
+    async def receive():
+        return {"type": "http.request", "body": b"{}", "more_body": False}
+
+    response = asyncio.run(gateway(Request(scope, receive)))
+    assert response.status_code == 400
+    assert "multipart" in json.loads(response.body)["error"]["message"]

@@ -135,56 +135,63 @@ class Gateway:
     # -- files -----------------------------------------------------------------------------
 
     async def upload(self, request: Request, project: str) -> Response:
+        from starlette.requests import ClientDisconnect
+
+        from relayllm.batch.service.uploads import FILE_PART, receive_upload
+
         limit = self.settings.max_file_bytes
-        # The form parser reads the whole part before we see it: its size is checked first.
-        # The HTTP server reads no more than Content-Length, so the declared size caps it.
+        # The body is parsed as it arrives and the file written to storage a piece at a time
+        # (uploads.py): the storage stops it where it crosses the limit. A Content-Length is
+        # required, and one that declares more than the limit is refused before any is read.
         declared = request.headers.get("content-length")
         if not declared or not declared.isdigit():
             raise _HttpStatus(411, "an upload needs a Content-Length header")
         if int(declared) > limit + _FORM_SLACK:
             raise TooLargeError(f"the file is larger than the limit of {limit:,} bytes", "file")
+        file_id = new_file_id()
         try:
-            form = await request.form(max_files=1, max_fields=8)
-        except AssertionError as exc:  # starlette's way of saying python-multipart is missing
-            raise RuntimeError(f"uploads need python-multipart: {exc}") from exc
-        except Exception as exc:
-            raise InvalidRequestError(f"the body is not a multipart form: {exc}") from None
+            received = await receive_upload(
+                request.headers.get("content-type"), request.stream(), self.storage, file_id
+            )
+        except ClientDisconnect:
+            raise InvalidRequestError("the client went away before the upload ended") from None
         try:
-            purpose, upload = form.get("purpose"), form.get("file")
+            form = received.fields
+            purpose = form.get("purpose")
             if purpose != "batch":
                 raise InvalidRequestError(
                     f"purpose {purpose!r} is not supported here; upload with purpose='batch'",
                     "purpose",
                 )
-            if upload is None or isinstance(upload, str):
-                raise InvalidRequestError("no file part in the form", "file")
-            filename = str(getattr(upload, "filename", None) or "upload.jsonl")
+            if received.filename is None:
+                raise InvalidRequestError("no file part in the form", FILE_PART)
+            filename = received.filename or "upload.jsonl"
             expires_s = self._expires_after(
                 {
-                    key: form.get(f"expires_after[{key}]")
+                    key: form[f"expires_after[{key}]"]
                     for key in ("anchor", "seconds")
-                    if form.get(f"expires_after[{key}]") is not None
+                    if f"expires_after[{key}]" in form
                 }
                 or None,
                 "expires_after",
             )
-            file_id = new_file_id()
-            size = await asyncio.to_thread(self.storage.put, file_id, upload.file)
-            try:
-                record = await asyncio.to_thread(
-                    self.store.add_file,
-                    project,
-                    filename=filename,
-                    purpose="batch",
-                    bytes=size,
-                    file_id=file_id,
-                    expires_s=expires_s,
-                )
-            except BaseException:
-                await asyncio.to_thread(self.storage.delete, file_id)
-                raise
-        finally:
-            await form.close()
+            size = await asyncio.to_thread(received.commit)
+        except BaseException:
+            await asyncio.to_thread(received.discard)
+            raise
+        try:
+            record = await asyncio.to_thread(
+                self.store.add_file,
+                project,
+                filename=filename,
+                purpose="batch",
+                bytes=size,
+                file_id=file_id,
+                expires_s=expires_s,
+            )
+        except BaseException:
+            await asyncio.to_thread(self.storage.delete, file_id)
+            raise
         return _json(objects.file_object(record))
 
     async def list_files(self, request: Request, project: str) -> Response:
