@@ -3,8 +3,8 @@ Serve's real HTTP proxy, and the real ``openai`` client on loopback uploads, cre
 cancels and downloads; the runner is the real detached actor, SIGKILLed in one test.
 
 One gateway (and one runner) for the module; a second gateway on the same state, under
-``/short``, enforces a 3 s completion window for the expiry test and lets files expire after
-a second."""
+``/short``, enforces a 3 s completion window for the expiry test, lets files expire after
+a second and takes uploads of at most 1 MB."""
 
 import io
 import json
@@ -25,6 +25,8 @@ KEY_A = "alpha-key-" + "a" * 24
 KEY_B = "beta-key-" + "b" * 24
 KEYS_ENV = "RELAYLLM_API_KEYS"
 SLOW_LINES = 64
+#: The short gateway's upload limit (the main one has the default, 512 MB).
+SHORT_MAX_BYTES = 1_000_000
 
 DEPLOYMENTS = """\
 deployments:
@@ -40,7 +42,7 @@ deployments:
 @pytest.fixture(scope="module")
 def service(ray_session, tmp_path_factory):
     """``relayllm serve`` (a subprocess, as a user runs it) on the session's cluster, and a
-    second gateway on the same state with a 3 s completion window."""
+    second gateway on the same state with a 3 s completion window and a 1 MB upload limit."""
     from ray import serve
 
     import relayllm
@@ -67,7 +69,8 @@ def service(ray_session, tmp_path_factory):
     keys = KeyMap([("alpha", KEY_A), ("beta", KEY_B)])
     short = deploy_gateway(
         ServiceSettings(name="short", route_prefix="/short", window_s=3, min_expires_s=1,
-                        state_dir=state, port=port, batch_size=2, max_batches=1, turn_s=1),
+                        state_dir=state, port=port, batch_size=2, max_batches=1, turn_s=1,
+                        max_file_bytes=SHORT_MAX_BYTES),
         keys,
     )  # fmt: skip
     yield {
@@ -145,6 +148,30 @@ def test_upload_create_poll_download_with_openai_types(service):
     with pytest.raises(openai.NotFoundError):
         api.files.retrieve(uploaded.id)
     assert uploaded.id not in {f.id for f in api.files.list()}
+
+
+def test_a_multi_mb_upload_round_trips_and_one_over_the_limit_keeps_nothing(service):
+    """Through Serve's proxy, whose body reaches the gateway in pieces: a file of several MB
+    with boundary-like bytes comes back exactly; a file over the short gateway's limit (its
+    Content-Length within the limit plus the form's room, so the body is read) is refused
+    with the limit named, and no bytes or record of it are left."""
+    import random
+
+    api, short = client(service["url"]), client(service["short_url"])
+    rng = random.Random(11)
+    content = b"".join(
+        rng.randbytes(rng.randrange(1, 9000)) + b"\r\n--\r\n-" for _ in range(1500)
+    )  # ~7 MB
+    uploaded = api.files.create(file=("big.jsonl", content), purpose="batch")
+    assert uploaded.bytes == len(content)
+    assert api.files.content(uploaded.id).content == content
+    api.files.delete(uploaded.id)
+    files = service["settings"].files_location
+    stored, listed = sorted(os.listdir(files)), {f.id for f in api.files.list()}
+    with pytest.raises(openai.APIStatusError) as refused:
+        short.files.create(file=("big.jsonl", b"x" * (SHORT_MAX_BYTES + 30_000)), purpose="batch")
+    assert refused.value.status_code == 413 and f"{SHORT_MAX_BYTES:,} bytes" in str(refused.value)
+    assert sorted(os.listdir(files)) == stored and {f.id for f in api.files.list()} == listed
 
 
 def test_relayllm_serve_printed_the_url_and_status_shows_the_gateway(service):
