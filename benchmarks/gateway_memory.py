@@ -28,26 +28,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from overhead import _descendants
+
 FIELDS = ("VmRSS", "RssAnon", "RssShmem", "RssFile", "VmHWM")
 MIB = 1 << 20
-
-
-def _descendants(root: int) -> list[int]:
-    tree, stack = [], [root]
-    while stack:
-        pid = stack.pop()
-        tree.append(pid)
-        try:
-            tasks = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for tid in tasks:
-            try:
-                with open(f"/proc/{pid}/task/{tid}/children") as f:
-                    stack.extend(int(c) for c in f.read().split())
-            except OSError:
-                pass
-    return tree
 
 
 def _title(pid: int) -> str:
