@@ -551,7 +551,12 @@ class BatchDeployment:
 
     async def health(self) -> dict[str, Any]:
         await self.engine_health()
-        return {"ok": True, "backend": self.backend_name, "deployment": self.deployment.get("name")}
+        return {
+            "ok": True,
+            "backend": self.backend_name,
+            "deployment": self.deployment.get("name"),
+            "replica_id": _replica_id(),  # which replica answered: Serve may have replaced one
+        }
 
     async def info(self) -> dict[str, Any]:
         return {
