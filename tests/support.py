@@ -199,6 +199,26 @@ def alive(pid: int) -> bool:
         return False
 
 
+def _comm(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/comm").read_bytes()
+    except OSError:
+        return b""
+
+
+def describe(pids: list[int]) -> list[str]:
+    """Each process's pid, parent, state, name and command line as /proc shows them now."""
+    shown = []
+    for pid in pids:
+        try:
+            state, parent = _stat_fields(pid)[:2]
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0")[:80]
+            shown.append(f"{pid} (parent {parent}, {state}, {_comm(pid).strip()!r}, {cmdline!r})")
+        except (OSError, ValueError):
+            shown.append(f"{pid} (gone)")
+    return shown
+
+
 def processes() -> Iterator[tuple[int, bytes]]:
     """(pid, command line) of every process readable now."""
     for proc in Path("/proc").iterdir():
@@ -211,10 +231,12 @@ def processes() -> Iterator[tuple[int, bytes]]:
 
 
 def children(parent: int, *titles: bytes) -> set[int]:
-    """The children of ``parent`` whose command line holds one of ``titles``."""
+    """The children of ``parent`` whose command line or name holds one of ``titles`` (or its
+    first 15 bytes: the kernel's ``comm``, which a title also sets and which is read without
+    the process's memory, where ``cmdline`` lives)."""
     found = set()
     for pid, cmdline in processes():
-        if not any(title in cmdline for title in titles):
+        if not any(title in cmdline or title[:15] in _comm(pid) for title in titles):
             continue
         try:
             if parent_pid(pid) == parent:

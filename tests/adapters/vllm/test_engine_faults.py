@@ -16,7 +16,7 @@ import threading
 import time
 
 import pytest
-from support import actor_death_reason, alive, children
+from support import actor_death_reason, alive, children, describe
 from vllm_support import stop, stop_others
 
 import relayllm
@@ -35,10 +35,14 @@ JOB_CAP_S = 1200
 STEP = {"deployment": NAME, "batch_size": 8, "max_retries": 6, "timeout_s": 3 * JOB_CAP_S}
 
 
-def engine_core_pid(replica_pid: int) -> int:
+def engine_core_pid(info: dict) -> int:
     """The replica's EngineCore process (vLLM titles it ``VLLM::EngineCore``)."""
+    replica_pid = info["pid"]
     found = children(replica_pid, b"EngineCore")
-    assert len(found) == 1, f"EngineCore processes under replica {replica_pid}: {found}"
+    assert len(found) == 1, (
+        f"EngineCore processes under replica {replica_pid}: {found}; the engine processes "
+        f"it recorded: {describe(info['engine_pids'])}"
+    )
     return found.pop()
 
 
@@ -103,7 +107,7 @@ def run_with_fault(handle, fault: int, record_result, label: str) -> None:
         assert thread.is_alive() and time.monotonic() - started < 900, out or "no progress"
         time.sleep(0.2)
     done_before_fault = info["rows"] - before["rows"]
-    core = engine_core_pid(info["pid"])
+    core = engine_core_pid(info)
     engine_pids = info["engine_pids"]
     assert core in engine_pids, info
     os.kill(core, fault)

@@ -768,9 +768,10 @@ def _kill_all(processes: list[Any]) -> None:
 
 def _is_engine(proc: Any) -> bool:
     """A process vLLM titled as its own (``VLLM::EngineCore``, ``VLLM::Worker``), not a helper
-    such as multiprocessing's resource tracker."""
+    such as multiprocessing's resource tracker. The title is in its name (the kernel's
+    ``comm``, read without the process's memory) and its command line."""
     try:
-        return " ".join(proc.cmdline()[:1]).startswith("VLLM::")
+        return proc.name().startswith("VLLM::") or " ".join(proc.cmdline()[:1]).startswith("VLLM::")
     except Exception:  # gone already
         return False
 
