@@ -236,8 +236,10 @@ def children(parent: int, *titles: bytes) -> set[int]:
     the process's memory, where ``cmdline`` lives)."""
     found = set()
     for pid, cmdline in processes():
-        if not any(title in cmdline or title[:15] in _comm(pid) for title in titles):
-            continue
+        if not any(title in cmdline for title in titles):
+            name = _comm(pid)
+            if not any(title[:15] in name for title in titles):
+                continue
         try:
             if parent_pid(pid) == parent:
                 found.add(pid)
