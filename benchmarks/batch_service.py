@@ -236,6 +236,8 @@ def serve(temp: str, env: dict[str, str], args: argparse.Namespace) -> str:
             str(config),
             "--port",
             str(port),
+            "--direct-port",
+            str(_free_port()),
             "--state-dir",
             str(Path(temp, "state")),
             "--batch-size",

@@ -4,6 +4,10 @@ file (``files.create(purpose="batch")``) and streams it back (``files.content``)
 
     python benchmarks/gateway_memory.py --mb 20,190            # the two sizes, one run each
     python benchmarks/gateway_memory.py --mb 190 --slow-mb-s 50  # a reader slower than the disk
+    python benchmarks/gateway_memory.py --through proxy         # one door only
+
+Each size goes through both doors of the gateway in one run: its own HTTP server (the base
+URL ``relayllm serve`` prints, ``direct``) and Serve's HTTP proxy (``proxy``).
 
 A local cluster of its own (``ray.init(address="local")``, 2 CPUs, no dashboard) runs only the
 gateway (no deployment: files need none). Per phase, every 50 ms, from /proc/PID/status of
@@ -141,6 +145,12 @@ def main() -> None:
     parser.add_argument("--mb", type=lambda s: [int(x) for x in s.split(",")], default=[20, 190])
     parser.add_argument("--slow-mb-s", type=float, default=0.0, help="the download's reader pace")
     parser.add_argument("--json", help="write the figures here")
+    parser.add_argument(
+        "--through",
+        choices=["both", "direct", "proxy"],
+        default="both",
+        help="the gateway's own server, Serve's proxy, or each in turn",
+    )
     args = parser.parse_args()
 
     os.environ["RELAYLLM_ECHO_BACKEND"] = "1"
@@ -162,14 +172,17 @@ def main() -> None:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         ref = deploy_gateway(
-            ServiceSettings(state_dir=os.path.join(temp, "state"), port=port),
+            ServiceSettings(state_dir=os.path.join(temp, "state"), port=port, direct_port=0),
             KeyMap([("bench", key)]),
         )
-        client = OpenAI(base_url=ref.url, api_key=key, timeout=600, max_retries=0)
+        doors = {"direct": ref.url, "proxy": ref.proxy_url}
+        if args.through != "both":
+            doors = {args.through: doors[args.through]}
         roles = find_roles()
         code = ray.get(ray.remote(lambda: __import__("relayllm").__file__).remote())
-        print(f"gateway at {ref.url}; processes: {roles}; workers' relayllm: {code}", flush=True)
-        for mb in args.mb:
+        print(f"gateway at {doors}; processes: {roles}; workers' relayllm: {code}", flush=True)
+        for (door, url), mb in ((door, mb) for door in doors.items() for mb in args.mb):
+            client = OpenAI(base_url=url, api_key=key, timeout=600, max_retries=0)
             source = Path(temp, f"in-{mb}.jsonl")
             size = write_input(source, mb)
             began = time.perf_counter()
@@ -192,15 +205,24 @@ def main() -> None:
             for phase, sampler, seconds in (("upload", up, up_s), ("download", down, down_s)):
                 for role, row in sampler.figures().items():
                     results.append(
-                        {"mb": size / 1e6, "phase": phase, "role": role, "s": seconds, **row}
+                        {
+                            "mb": size / 1e6,
+                            "door": door,
+                            "phase": phase,
+                            "role": role,
+                            "s": seconds,
+                            **row,
+                        }
                     )
             source.unlink()
             out.unlink()
-        header = ("MB", "phase", "role", "s", "+VmRSS", "+RssAnon", "+RssShmem", "peak VmHWM")
+        header = ("MB", "door", "phase", "role", "s")
+        header += ("+VmRSS", "+RssAnon", "+RssShmem", "peak VmHWM")
         print(" ".join(f"{h:>16}" for h in header))
         for r in results:
             cells = (
                 f"{r['mb']:.0f}",
+                r["door"],
                 r["phase"],
                 r["role"],
                 f"{r['s']:.1f}",

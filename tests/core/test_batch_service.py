@@ -56,25 +56,29 @@ def service(ray_session, tmp_path_factory):
     serve.shutdown()
     root = tmp_path_factory.mktemp("batch-service")
     (root / "deployments.yaml").write_text(DEPLOYMENTS)
-    port, state = free_port(), str(root / "state")
+    port, direct_port, state = free_port(), free_port(), str(root / "state")
     address = ray_session.get_runtime_context().gcs_address
     env = {**os.environ, "RELAYLLM_ECHO_BACKEND": "1", KEYS_ENV: f"alpha={KEY_A},beta={KEY_B}"}
     served = cli(
-        "serve", root / "deployments.yaml", "--port", port, "--state-dir", state,
-        "--batch-size", 2, "--max-batches", 1, "--turn-s", 1, "--address", address,
-        env=env, check=0,
+        "serve", root / "deployments.yaml", "--port", port, "--direct-port", direct_port,
+        "--state-dir", state, "--batch-size", 2, "--max-batches", 1, "--turn-s", 1,
+        "--address", address, env=env, check=0,
     )  # fmt: skip
     url = served.stdout.split("base URL: ")[1].split()[0]
-    settings = ServiceSettings(state_dir=state, port=port, batch_size=2, max_batches=1, turn_s=1)
+    proxy_url = served.stdout.split("also through Serve's proxy: ")[1].split()[0]
+    settings = ServiceSettings(
+        state_dir=state, port=port, direct_port=direct_port, batch_size=2, max_batches=1, turn_s=1
+    )
     keys = KeyMap([("alpha", KEY_A), ("beta", KEY_B)])
     short = deploy_gateway(
         ServiceSettings(name="short", route_prefix="/short", window_s=3, min_expires_s=1,
-                        state_dir=state, port=port, batch_size=2, max_batches=1, turn_s=1,
-                        max_file_bytes=SHORT_MAX_BYTES),
+                        state_dir=state, port=port, direct_port=None, batch_size=2,
+                        max_batches=1, turn_s=1, max_file_bytes=SHORT_MAX_BYTES),
         keys,
     )  # fmt: skip
     yield {
         "url": url,
+        "proxy_url": proxy_url,
         "short_url": short.url,
         "settings": settings,
         "address": address,
@@ -175,7 +179,10 @@ def test_a_multi_mb_upload_round_trips_and_one_over_the_limit_keeps_nothing(serv
 
 
 def test_relayllm_serve_printed_the_url_and_status_shows_the_gateway(service):
-    assert service["url"] == f"http://127.0.0.1:{service['settings'].port}/v1"
+    settings = service["settings"]
+    assert service["url"] == f"http://127.0.0.1:{settings.direct_port}/v1"
+    assert service["proxy_url"] == f"http://127.0.0.1:{settings.port}/v1"
+    assert service["short_url"] == f"http://127.0.0.1:{settings.port}/short/v1"  # proxy only
     assert "echo: RUNNING" in service["served"] and "slow: RUNNING" in service["served"]
     listed = json.loads(cli("status", "--json", "--address", service["address"], check=0).stdout)
     gateways = {g["name"]: g for g in listed if g.get("kind") == "gateway"}
@@ -184,6 +191,63 @@ def test_relayllm_serve_printed_the_url_and_status_shows_the_gateway(service):
     assert {d["name"] for d in listed if d.get("kind") == "deployment"} == {"echo", "slow"}
     assert {d.get("kind") for d in listed} == {"deployment", "gateway"}
     assert KEY_A not in json.dumps(listed) and KEY_A not in service["served"]
+
+
+def test_the_gateways_own_server_and_serves_proxy_answer_from_the_same_state(service):
+    direct, proxy = client(service["url"]), client(service["proxy_url"])
+    uploaded = proxy.files.create(file=("doors.jsonl", jsonl(chat_lines(2))), purpose="batch")
+    assert direct.files.retrieve(uploaded.id).bytes == len(jsonl(chat_lines(2)))
+    batch = wait(proxy, direct.batches.create(
+        input_file_id=uploaded.id, endpoint=CHAT, completion_window="24h").id)  # fmt: skip
+    assert batch.status == "completed" and batch.request_counts.completed == 2, batch
+    assert lines_of(direct, batch.output_file_id) == lines_of(proxy, batch.output_file_id)
+    messages = [{"role": "user", "content": "a b"}]
+    reply = direct.chat.completions.create(model="echo", messages=messages, max_tokens=2)
+    assert reply.choices[0].message.content == "a b"
+
+
+def reading_positions(path):
+    """Where each process that has ``path`` open is in it (``/proc/PID/fdinfo``)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                if os.readlink(f"/proc/{pid}/fd/{fd}") == path:
+                    with open(f"/proc/{pid}/fdinfo/{fd}") as info:
+                        found.append(int(info.read().split()[1]))
+        except OSError:  # gone, or not ours
+            continue
+    return found
+
+
+def test_a_download_the_client_stops_reading_is_read_no_further_than_the_sockets_hold(service):
+    """The base URL's server sends a file as the client takes it: a client that stops after
+    its first MB leaves the stored file read no further than a few MB. (Serve's proxy reads
+    the whole file out of the replica, the memory that grew with a file.)"""
+    import socket
+    from urllib.parse import urlsplit
+
+    api, size = client(service["url"]), 64 << 20
+    content = (b"x" * 1023 + b"\n") * (size >> 10)
+    uploaded = api.files.create(file=("big.jsonl", content), purpose="batch")
+    path = os.path.join(service["settings"].files_location, uploaded.id)
+    url = urlsplit(service["url"])
+    request = (
+        f"GET {url.path}/files/{uploaded.id}/content HTTP/1.1\r\nHost: {url.netloc}\r\n"
+        f"Authorization: Bearer {KEY_A}\r\n\r\n"
+    )
+    with socket.create_connection((url.hostname, url.port)) as sock:
+        sock.sendall(request.encode())
+        received = 0
+        while received < 1 << 20:
+            received += len(sock.recv(1 << 16))
+        seen = []  # the reader's position until it has not moved for a second
+        while len(seen) < 5 or len(set(seen[-5:])) > 1:
+            assert len(seen) < 120, f"the file is still being read: {seen[-5:]}"
+            seen.append(tuple(reading_positions(path)))
+            time.sleep(0.25)
+        assert len(seen[-1]) == 1 and seen[-1][0] < 24 << 20, (seen[-1], size)
+    api.files.delete(uploaded.id)
 
 
 def test_a_file_that_fails_validation_fails_the_batch_with_openais_errors(service):

@@ -31,8 +31,8 @@ def serve(path, state, env):
     from batch_api import client
 
     served = cli(
-        "serve", path, "--port", free_port(), "--state-dir", state, "--batch-size", 2,
-        env={**env, "RELAYLLM_API_KEYS": f"team={KEY}"}, check=0,
+        "serve", path, "--port", free_port(), "--direct-port", 0, "--state-dir", state,
+        "--batch-size", 2, env={**env, "RELAYLLM_API_KEYS": f"team={KEY}"}, check=0,
     )  # fmt: skip
     return client(served.stdout.split("base URL: ")[1].split()[0], KEY)
 

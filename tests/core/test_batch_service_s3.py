@@ -74,7 +74,8 @@ def test_files_and_a_batchs_output_live_in_object_storage(s3_endpoint, tmp_path,
     with ray_head_node("rls3-") as (head, log, env):
         wait_started(head, log)
         served = cli(
-            "serve", path, "--port", free_port(), "--state-dir", state, "--files", uri,
+            "serve", path, "--port", free_port(), "--direct-port", 0, "--state-dir", state,
+            "--files", uri,
             "--batch-size", 2, env={**env, "RELAYLLM_API_KEYS": f"team={KEY}"}, check=0,
         )  # fmt: skip
         api = client(served.stdout.split("base URL: ")[1].split()[0], KEY)

@@ -28,7 +28,8 @@ def base_url(demo_deployed, address, tmp_path_factory):
     env = {**cli_env(address, with_address=False), "RELAYLLM_API_KEYS": f"team={KEY}"}
     state = tmp_path_factory.mktemp("service-state")
     served = cli(
-        "serve", EXAMPLES / "questions.yaml", "--port", HTTP_PORT, "--state-dir", state,
+        "serve", EXAMPLES / "questions.yaml", "--port", HTTP_PORT, "--direct-port", 0,
+        "--state-dir", state,
         "--batch-size", 4, "--address", address, env=env,
     )  # fmt: skip
     yield served.stdout.split("base URL: ")[1].split()[0]

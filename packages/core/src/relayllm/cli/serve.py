@@ -25,10 +25,35 @@ def _field(name: str, *flag: str, **extra: Any) -> Callable[[Any], Any]:
     return click.option(*(flag or (f"--{name.replace('_', '-')}",)), name, **options)
 
 
+class PortOrOff(click.ParamType):
+    """A port number (0: any free one) or ``off``."""
+
+    name = "PORT|off"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> int | None:
+        if value is None or str(value).lower() == "off":
+            return None
+        try:
+            port = int(value)
+        except (TypeError, ValueError):
+            port = -1
+        if not 0 <= port <= 65535:
+            self.fail(f"{value!r} is not a port (0-65535) or 'off'", param, ctx)
+        return port
+
+
 @click.command()
 @click.argument("config_file", metavar="FILE.yaml", type=click.Path(dir_okay=False))
 @_field("host")
 @_field("port", type=click.IntRange(1, 65535))
+@_field(
+    "direct_port",
+    type=PortOrOff(),
+    metavar="PORT|off",
+    help="Port of the gateway's own HTTP server beside Serve's proxy: the same API, the base "
+    "URL printed, and where files of any size pass in flat memory (Serve's proxy holds a "
+    "file's body in memory). 0: any free port; off: only Serve's proxy.",
+)
 @_field(
     "state_dir",
     metavar="DIR",
@@ -84,6 +109,7 @@ def serve(
     config_file,
     host,
     port,
+    direct_port,
     state_dir,
     files,
     keys_file,
@@ -113,7 +139,7 @@ def serve(
       ray start --head
       export RELAYLLM_API_KEYS=team-a=$(openssl rand -hex 24)
       relayllm serve examples/questions.yaml --address 127.0.0.1:6379
-      # then: OpenAI(base_url="http://127.0.0.1:8000/v1", api_key=THE_KEY)
+      # then: OpenAI(base_url="http://127.0.0.1:8001/v1", api_key=THE_KEY)
     """
     from relayllm.batch.service.deploy import serve_file
     from relayllm.batch.service.keys import load_keys
@@ -125,6 +151,7 @@ def serve(
         files=files,
         host=host,
         port=port,
+        direct_port=direct_port,
         window_s=window_s,
         output_expires_s=output_expires_s,
         batch_size=batch_size,
@@ -141,3 +168,5 @@ def serve(
     gateway = serve_file(config_file, settings, keys, address=address, on_deploy=deployed)
     click.echo(f"gateway: {gateway.status} ({len(keys)} API keys, state in {state_dir})")
     click.echo(f"base URL: {gateway.url}")
+    if gateway.proxy_url and gateway.proxy_url != gateway.url:
+        click.echo(f"also through Serve's proxy: {gateway.proxy_url}")

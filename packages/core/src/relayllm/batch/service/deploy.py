@@ -27,9 +27,10 @@ class GatewayRef:
     name: str
     app_name: str
     status: str
-    url: str | None = None
+    url: str | None = None  # the one clients are told: the gateway's own server's, if on
     unfinished: int | None = None  # batches not in a final status
     state_dir: str | None = None
+    proxy_url: str | None = None  # through Serve's HTTP proxy
 
 
 def deploy_gateway(
@@ -44,7 +45,7 @@ def deploy_gateway(
     from ray import serve
 
     from relayllm import compat
-    from relayllm.batch.service.gateway import Gateway
+    from relayllm.batch.service.gateway import GatewayReplica
     from relayllm.batch.service.runner import HEAD_RESOURCE, stop_runner
     from relayllm.cluster import connect, ensure_http_proxy
     from relayllm.deployments import DeploymentRef, _wait_running
@@ -60,7 +61,7 @@ def deploy_gateway(
         for state_dir in {running.get("settings", {}).get("state_dir"), settings.state_dir}:
             if state_dir:
                 stop_runner(ServiceSettings(state_dir=state_dir).runner_name)
-    deployment: Any = serve.deployment(Gateway)
+    deployment: Any = serve.deployment(GatewayReplica)
     app = deployment.options(
         name=GATEWAY_DEPLOYMENT,
         num_replicas=1,
@@ -213,6 +214,7 @@ def _ref(app: str, timeout_s: float = 30.0) -> GatewayRef:
         described.get("url"),
         described.get("unfinished"),
         settings.get("state_dir"),
+        described.get("proxy_url"),
     )
 
 

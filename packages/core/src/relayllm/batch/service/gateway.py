@@ -1,4 +1,5 @@
-"""The gateway: a Serve application on the cluster's HTTP proxy that answers OpenAI's
+"""The gateway: a Serve application on the cluster's HTTP proxy (and, by default, on its own
+HTTP server beside it: :mod:`~relayllm.batch.service.direct`) that answers OpenAI's
 ``/v1/files`` and ``/v1/batches`` for the projects of the API keys, and routes
 ``/v1/chat/completions``, ``/v1/completions``, ``/v1/embeddings`` and ``/v1/models`` to the
 deployment a body's ``model`` names, so one ``base_url`` serves online and batch traffic.
@@ -100,14 +101,20 @@ class Gateway:
             ("GET", re.compile(r"/v1/models"), self.models),
         ]
 
+    @property
+    def url(self) -> str:
+        """The base URL clients are told (the proxy's; :class:`GatewayReplica` has its own)."""
+        return self.settings.url
+
     async def describe(self) -> dict[str, Any]:
         """What the gateway runs with (``relayllm status``, the reuse check): its settings,
-        its keys' fingerprint (no key), its URL and the batches not finished yet."""
+        its keys' fingerprint (no key), its URLs and the batches not finished yet."""
         unfinished = await asyncio.to_thread(self.store.unfinished)
         return {
             "settings": self.settings.model_dump(mode="json"),
             "keys": self.keys.fingerprint,
-            "url": self.settings.url,
+            "url": self.url,
+            "proxy_url": self.settings.url,
             "unfinished": len(unfinished),
         }
 
@@ -367,6 +374,35 @@ class Gateway:
         return front
 
 
+class GatewayReplica(Gateway):
+    """The gateway as Serve runs it: also on its own HTTP server (``settings.direct_port``,
+    :mod:`~relayllm.batch.service.direct`), the URL it then gives clients, where files of
+    any size pass in flat memory."""
+
+    # Serve awaits an async constructor and destructor on the replica's event loop, where
+    # the server must run (the same loop as the requests Serve's proxy sends).
+    async def __init__(self, settings: ServiceSettings, keys: KeyMap) -> None:  # type: ignore[misc]
+        from relayllm.batch.service.direct import DirectServer
+
+        super().__init__(settings, keys)
+        self.direct: DirectServer | None = None
+        if settings.direct_port is not None:
+            direct = DirectServer(
+                self.__call__, settings.host, settings.direct_port, settings.route_prefix
+            )
+            await direct.start()
+            self.direct = direct
+
+    @property
+    def url(self) -> str:
+        return self.direct.url if self.direct is not None else self.settings.url
+
+    async def __del__(self) -> None:
+        direct = getattr(self, "direct", None)  # None if the constructor failed before it
+        if direct is not None:
+            await direct.stop()
+
+
 class _HttpStatus(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
@@ -421,4 +457,4 @@ def _json(body: Any, status: int = 200) -> Response:
     return JSONResponse(body, status_code=status)
 
 
-__all__ = ["ONLINE", "Gateway", "RemoteReplica"]
+__all__ = ["ONLINE", "Gateway", "GatewayReplica", "RemoteReplica"]

@@ -553,7 +553,16 @@ def processor_fields(settings: ServiceSettings) -> dict[str, Any]:
 #: Settings only the gateway reads (its address, and what it applies when a file is uploaded
 #: or a batch created): a gateway that differs only in these shares the state's runner.
 GATEWAY_ONLY = frozenset(
-    {"name", "host", "port", "route_prefix", "window_s", "output_expires_s", "min_expires_s"}
+    {
+        "name",
+        "host",
+        "port",
+        "direct_port",
+        "route_prefix",
+        "window_s",
+        "output_expires_s",
+        "min_expires_s",
+    }
 )
 
 

@@ -41,8 +41,20 @@ class ServiceSettings(BaseModel):
         description="Where file bytes live: a directory or a pyarrow.fs URI (s3://...); "
         "default: STATE_DIR/files.",
     )
-    host: str = Field(default="127.0.0.1", description="Address Serve's HTTP proxy binds.")
+    host: str = Field(
+        default="127.0.0.1",
+        description="Address Serve's HTTP proxy (and the gateway's own server) binds.",
+    )
     port: int = Field(default=8000, ge=1, le=65535, description="Port of Serve's HTTP proxy.")
+    direct_port: int | None = Field(
+        default=8001,
+        ge=0,
+        le=65535,
+        description="Port of the gateway's own HTTP server on --host, beside Serve's proxy: "
+        "the same API, the base URL given to clients, and where files of any size pass in "
+        "flat memory (Serve's proxy holds a file's body in memory). 0: any free port; "
+        "None (--direct-port off): only Serve's proxy.",
+    )
     route_prefix: str = Field(default="/", description="Path the API is served under.")
     window_s: int | None = Field(
         default=None,
@@ -134,7 +146,8 @@ class ServiceSettings(BaseModel):
 
     @property
     def url(self) -> str:
-        """The base URL an OpenAI client takes (``base_url``)."""
+        """The base URL through Serve's proxy (``base_url``; the gateway's own server's is
+        known once it listens: ``GatewayRef.url``)."""
         host = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host
         return f"http://{host}:{self.port}{self.route_prefix.rstrip('/')}/v1"
 
