@@ -15,7 +15,8 @@ each process (found by title among this process's descendants): the peak VmRSS a
 (RssAnon: the heap; RssShmem: pages of Ray's shared object store the process touched;
 RssFile), and VmHWM, reset before the phase (``clear_refs``, when allowed). Figures in MiB,
 as growth over the process's size before the phase and as the peak. Prints a table and,
-with ``--json``, writes the figures to that file. Nothing here is a pass or fail: it locates.
+writes them to benchmarks/results/gateway_memory.json (section 11b of docs/benchmarks.md;
+``--json`` names another file). Nothing here is a pass or fail: it locates.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from overhead import _descendants
+from _common import write_results
+from overhead import _descendants, host_facts
 
 FIELDS = ("VmRSS", "RssAnon", "RssShmem", "RssFile", "VmHWM")
 MIB = 1 << 20
@@ -144,7 +146,7 @@ def main() -> None:
     )
     parser.add_argument("--mb", type=lambda s: [int(x) for x in s.split(",")], default=[20, 190])
     parser.add_argument("--slow-mb-s", type=float, default=0.0, help="the download's reader pace")
-    parser.add_argument("--json", help="write the figures here")
+    parser.add_argument("--json", help="write the figures here instead of benchmarks/results")
     parser.add_argument(
         "--through",
         choices=["both", "direct", "proxy"],
@@ -161,6 +163,7 @@ def main() -> None:
     from relayllm.batch.service.keys import KeyMap
     from relayllm.batch.service.settings import ServiceSettings
 
+    host = host_facts()  # the load average before anything starts
     key = secrets.token_hex(24)
     temp = tempfile.mkdtemp(prefix="gwmem-")
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
@@ -231,6 +234,10 @@ def main() -> None:
             print(" ".join(f"{c:>16}" for c in cells))
         if args.json:
             Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
+        else:
+            payload = {"host": host, "sizes_mb": args.mb, "slow_mb_s": args.slow_mb_s}
+            payload["rows"] = results
+            print(f"wrote {write_results('gateway_memory', payload)}")
     finally:
         from ray import serve
 

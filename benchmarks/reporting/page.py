@@ -15,6 +15,7 @@ from reporting import (
     batch_service,
     batch_vs_vllm,
     engine,
+    gateway_memory,
     memory,
     multiturn,
     online_batch,
@@ -49,6 +50,7 @@ SECTIONS = [
     ("batch_file", "10. relayllm batch at scale", batch_file.section),
     ("batch_vs_vllm", "10b. relayllm batch against vLLM's run_batch", batch_vs_vllm.section),
     ("batch_service", "11. The Batch API service at scale", batch_service.section),
+    ("gateway_memory", "11b. The gateway's memory on a large file", gateway_memory.section),
 ]
 
 #: Result files a question reads besides the one it is listed under.
