@@ -29,8 +29,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 #: How long a fixed port may stay taken before the server gives up: the gateway's previous
-#: replica (replaced or restarted) may still be closing it.
-BIND_WAIT_S = 30.0
+#: replica (replaced or restarted) may still be closing it. Short, because Serve gives up
+#: on a deployment after a few failed constructors, and the error names the port.
+BIND_WAIT_S = 10.0
 
 
 class DirectServer:
