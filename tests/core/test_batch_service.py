@@ -187,6 +187,7 @@ def test_relayllm_serve_printed_the_url_and_status_shows_the_gateway(service):
     listed = json.loads(cli("status", "--json", "--address", service["address"], check=0).stdout)
     gateways = {g["name"]: g for g in listed if g.get("kind") == "gateway"}
     assert gateways["gateway"]["url"] == service["url"]
+    assert gateways["gateway"]["proxy_url"] == service["proxy_url"]
     assert gateways["short"]["url"] == service["short_url"]
     assert {d["name"] for d in listed if d.get("kind") == "deployment"} == {"echo", "slow"}
     assert {d.get("kind") for d in listed} == {"deployment", "gateway"}

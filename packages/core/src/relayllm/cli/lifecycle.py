@@ -169,6 +169,7 @@ def _gateways(address: str | None) -> list[dict[str, Any]]:
             "name": ref.name,
             "status": ref.status,
             "url": ref.url,
+            "proxy_url": ref.proxy_url,
             "unfinished_batches": ref.unfinished,
         }
         for ref in list_gateways(address=address, timeout_s=GATEWAY_TIMEOUT_S)
