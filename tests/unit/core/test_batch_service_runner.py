@@ -127,6 +127,7 @@ def test_settings_name_the_gateway_apart_from_deployments_and_the_runner_by_stat
     settings = ServiceSettings(state_dir="/srv/a", port=8123, route_prefix="/api")
     assert settings.url == "http://127.0.0.1:8123/api/v1"
     assert ServiceSettings(host="0.0.0.0").url == "http://127.0.0.1:8000/v1"
+    assert ServiceSettings(host="::1", port=9).url == "http://[::1]:9/v1"
     assert settings.app_name.startswith(GATEWAY_APP_PREFIX)
     assert not settings.app_name.startswith("relayllm-")  # list_deployments' prefix
     same = ServiceSettings(state_dir="/srv/a", name="other")
@@ -397,3 +398,20 @@ def test_waiting_batches_take_turns_oldest_first_then_the_longest_waiting(servic
         store.update(batch_id, claim, status="cancelled")
     runner._start_due()
     assert not runner.contended and not runner._turn_over(60.0)  # alone: it keeps its slot
+
+
+def test_serve_takes_a_direct_port_zero_or_off():
+    """``relayllm serve --direct-port``: a port, 0 (any free one) or ``off`` (proxy only); the
+    default is the settings'."""
+    import click
+
+    from relayllm.cli.serve import PortOrOff, serve
+
+    port = PortOrOff()
+    taken = [port.convert(value, None, None) for value in ("8001", "0", "off", "OFF")]
+    assert taken == [8001, 0, None, None]
+    for bad in ("x", "-1", "65536"):
+        with pytest.raises(click.BadParameter, match="not a port"):
+            port.convert(bad, None, None)
+    option = next(p for p in serve.params if p.name == "direct_port")
+    assert option.default == ServiceSettings().direct_port

@@ -50,9 +50,6 @@ class PortOrOff(click.ParamType):
     "direct_port",
     type=PortOrOff(),
     metavar="PORT|off",
-    help="Port of the gateway's own HTTP server beside Serve's proxy: the same API, the base "
-    "URL printed, and where files of any size pass in flat memory (Serve's proxy holds a "
-    "file's body in memory). 0: any free port; off: only Serve's proxy.",
 )
 @_field(
     "state_dir",

@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from relayllm.batch.service.errors import ServiceError
+from relayllm.batch.service.settings import base_url
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -55,10 +56,7 @@ class DirectServer:
     @property
     def url(self) -> str:
         """The base URL an OpenAI client takes (``base_url``)."""
-        host = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host
-        if ":" in host:
-            host = f"[{host}]"
-        return f"http://{host}:{self.port}{self.prefix}/v1"
+        return base_url(self.host, self.port or self.requested_port, self.prefix or "/")
 
     async def start(self) -> None:
         """Bind (waiting up to ``BIND_WAIT_S`` for a fixed port another process still holds)

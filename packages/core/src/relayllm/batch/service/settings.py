@@ -148,8 +148,16 @@ class ServiceSettings(BaseModel):
     def url(self) -> str:
         """The base URL through Serve's proxy (``base_url``; the gateway's own server's is
         known once it listens: ``GatewayRef.url``)."""
-        host = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host
-        return f"http://{host}:{self.port}{self.route_prefix.rstrip('/')}/v1"
+        return base_url(self.host, self.port, self.route_prefix)
+
+
+def base_url(host: str, port: int, route_prefix: str) -> str:
+    """The ``base_url`` an OpenAI client on the same node takes for a server bound to ``host``
+    (any address: loopback) and ``port`` under ``route_prefix``."""
+    host = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}{route_prefix.rstrip('/')}/v1"
 
 
 __all__ = [
@@ -159,4 +167,5 @@ __all__ = [
     "MIN_EXPIRES_S",
     "STATE_DIR_ENV",
     "ServiceSettings",
+    "base_url",
 ]
