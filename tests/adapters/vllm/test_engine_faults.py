@@ -87,6 +87,25 @@ def two_step_job(rows: int):
     return second(first(ray.data.from_items(data, override_num_blocks=8)))
 
 
+def settled_counts(handle, pid: int) -> dict:
+    """The replica's info once its row counter stops moving with its engine stopped: the
+    outputs the engine sent before the stop are still read, and a batch counts when its last
+    row is in. Two equal reads a second apart, well inside the health check's bound (10 s)."""
+    last = None
+    deadline = time.monotonic() + 8
+    while True:
+        time.sleep(1)
+        info = handle.info.remote().result(timeout_s=60)
+        assert info["pid"] == pid, f"replica {pid} was replaced before its count settled"
+        if last is not None and info["rows"] == last["rows"]:
+            return info
+        assert time.monotonic() < deadline, (
+            f"rows still counted {time.monotonic() - deadline + 8:.0f}s after the engine was "
+            f"stopped: {last and last['rows']} -> {info['rows']}"
+        )
+        last = info
+
+
 def run_with_fault(handle, fault: int, record_result, label: str) -> None:
     before = handle.info.remote().result(timeout_s=600)
     out: dict = {}
@@ -106,12 +125,17 @@ def run_with_fault(handle, fault: int, record_result, label: str) -> None:
     ] < FAULT_AFTER_ROWS:
         assert thread.is_alive() and time.monotonic() - started < 900, out or "no progress"
         time.sleep(0.2)
-    done_before_fault = info["rows"] - before["rows"]
     core = engine_core_pid(info)
     engine_pids = info["engine_pids"]
     assert core in engine_pids, info
-    os.kill(core, fault)
+    # The engine is stopped first, whatever the fault, and the replica's own row counter read
+    # once it settles: rows finish until the signal lands, so a count taken before it is low.
+    os.kill(core, signal.SIGSTOP)
     faulted, fault_wall = time.monotonic(), time.time()
+    info = settled_counts(handle, info["pid"])
+    done_before_fault = info["rows"] - before["rows"]
+    if fault != signal.SIGSTOP:
+        os.kill(core, fault)  # a stopped process takes SIGKILL like a running one
     thread.join(timeout=JOB_CAP_S)
     assert not thread.is_alive(), f"the job did not end within {JOB_CAP_S}s of the fault (hung?)"
     finished = time.monotonic()
