@@ -91,3 +91,16 @@ def record_result(tmp_path_factory):
         path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
     return record
+
+
+def pytest_runtest_logreport(report):
+    """A failure's message and traceback are printed as soon as the test fails, not only in the
+    end-of-run summary: a process that dies later (Ray's core worker ends the process when a
+    thread a failed test left running touches Ray after the cluster shut down) still leaves
+    the failing test's name and message in the log."""
+    if report.failed and report.when in ("setup", "call", "teardown"):
+        import sys
+
+        sys.stderr.write(f"\n{'_' * 20} FAILED {report.nodeid} ({report.when}) {'_' * 20}\n")
+        sys.stderr.write(f"{report.longreprtext}\n")
+        sys.stderr.flush()
