@@ -33,6 +33,8 @@ JOB_CAP_S = 1200
 #: and a call timeout longer than JOB_CAP_S: a call left waiting for its timeout (instead of
 #: failing when its engine is found dead or hung) cannot end the job in time, whatever the load.
 STEP = {"deployment": NAME, "batch_size": 8, "max_retries": 6, "timeout_s": 3 * JOB_CAP_S}
+#: The calls the job keeps outstanding at most: two steps, each with one unit of concurrency.
+OUTSTANDING_CALLS = 2 * ProcessorConfig.model_fields["max_in_flight_batches"].default
 
 
 def engine_core_pid(info: dict) -> int:
@@ -55,8 +57,13 @@ def engine(ray_session):
         options={"model": "demo", "max_model_len": 512},
         startup_timeout_s=1200,
         # A short period finds a hung engine sooner; the probe is one round trip to EngineCore.
+        # The replica gives up on a probe after half the timeout (20 s): time enough to read
+        # its row counter after the engine is stopped, even on a loaded machine.
         health_check_period_s=2,
-        health_check_timeout_s=20,
+        health_check_timeout_s=40,
+        # Serve sends a replica at most this many calls: room for the test's info() calls
+        # beside every call the job keeps outstanding, even while the engine is stopped.
+        max_ongoing_requests=OUTSTANDING_CALLS + 4,
     )
     ref = relayllm.deploy(config)
     yield ref.handle()
@@ -90,7 +97,7 @@ def two_step_job(rows: int):
 def settled_counts(handle, pid: int) -> dict:
     """The replica's info once its row counter stops moving with its engine stopped: the
     outputs the engine sent before the stop are still read, and a batch counts when its last
-    row is in. Two equal reads a second apart, well inside the health check's bound (10 s)."""
+    row is in. Two equal reads a second apart, inside the health check's bound (20 s)."""
     last = None
     deadline = time.monotonic() + 8
     while True:
@@ -132,7 +139,14 @@ def run_with_fault(handle, fault: int, record_result, label: str) -> None:
     # once it settles: rows finish until the signal lands, so a count taken before it is low.
     os.kill(core, signal.SIGSTOP)
     faulted, fault_wall = time.monotonic(), time.time()
-    info = settled_counts(handle, info["pid"])
+    try:
+        info = settled_counts(handle, info["pid"])
+    except BaseException:
+        # The job still ends (its engine replaced) before the next test starts: a job left
+        # running touches Ray after the session shut it down, and Ray ends the process.
+        os.kill(core, signal.SIGKILL)
+        thread.join(timeout=JOB_CAP_S)
+        raise
     done_before_fault = info["rows"] - before["rows"]
     if fault != signal.SIGSTOP:
         os.kill(core, fault)  # a stopped process takes SIGKILL like a running one
@@ -167,10 +181,9 @@ def run_with_fault(handle, fault: int, record_result, label: str) -> None:
     assert after["rows"] >= 2 * ROWS - done_before_fault
     assert after["calls"] >= (2 * ROWS - done_before_fault) / STEP["batch_size"]
     # Rows the dead engine finished were not computed again: the new replica did the rest of
-    # the 2 x ROWS engine rows plus at most what was in flight (max_ongoing_requests calls).
+    # the 2 x ROWS engine rows plus at most what was in flight (the job's outstanding calls).
     recomputed = done_before_fault + after["rows"] - 2 * ROWS
-    in_flight = DeploymentConfig.model_fields["max_ongoing_requests"].default  # the fixture's
-    assert recomputed <= in_flight * STEP["batch_size"], f"{recomputed} rows computed twice"
+    assert recomputed <= OUTSTANDING_CALLS * STEP["batch_size"], f"{recomputed} rows computed twice"
     record_result(
         f"vllm_{label}",
         {
