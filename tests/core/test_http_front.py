@@ -33,7 +33,17 @@ PORT = free_port()  # Serve's one proxy: every deployment here shares it
 
 
 @pytest.fixture(scope="module")
-def front():
+def sources(tmp_path_factory):
+    """The directory the control routes may load adapters and weights from, and one beside
+    it they may not."""
+    root = tmp_path_factory.mktemp("http-sources")
+    for name in ("allowed/terse", "outside/terse"):
+        (root / name).mkdir(parents=True)
+    return root
+
+
+@pytest.fixture(scope="module")
+def front(sources):
     relayllm.shutdown()  # Serve gets its HTTP proxy only while no application runs
     config = DeploymentConfig(
         name=NAME,
@@ -44,6 +54,7 @@ def front():
             "port": PORT,
             "api_key_env": KEY_ENV,
             "admin_key_env": ADMIN_ENV,
+            "admin_sources": [str(sources / "allowed")],
         },
     )
     ref = relayllm.deploy(config)
@@ -424,3 +435,52 @@ def test_control_routes_pause_and_resume_the_deployment_behind_a_key_of_their_ow
     assert not controller.is_paused()  # nothing was changed by a refused call
     shown = json.dumps([ref.handle().describe.remote().result(timeout_s=30), controller.replicas()])
     assert ADMIN not in shown and ADMIN_ENV in shown
+
+
+def test_control_routes_load_adapters_only_from_admin_sources(front, sources):
+    """docs/control.md, "Sources over HTTP": a source outside ``http.admin_sources`` (or
+    stepping out of it) is a 403 before any replica is asked; one inside is loaded."""
+    _, info, client = front
+    admin = info["http"]["url"].removesuffix("/v1") + "/admin"
+    controller = relayllm.control(NAME)
+    allowed = str(sources / "allowed" / "terse")
+    for path in (
+        str(sources / "outside" / "terse"),
+        f"{sources}/allowed/../outside/terse",
+        f"{sources}/allowed/%2e%2e/outside/terse",
+        "allowed/terse",
+    ):
+        status, body = _post(f"{admin}/load_adapter", {"name": "terse", "path": path}, ADMIN)
+        assert (status, body["error"]["code"]) == (403, "source_not_allowed"), (path, body)
+    status, body = _post(f"{admin}/update_weights", {"source": "/", "version": 2}, ADMIN)
+    assert status == 403, body
+    assert controller.adapters() == {} and controller.weight_version() is None
+    assert _post(f"{admin}/load_adapter", {"name": "terse", "path": allowed}, ADMIN) == (
+        200,
+        {"call": "load_adapter", "result": None},
+    )
+    try:
+        assert controller.adapters() == {"terse": allowed}
+        reply = client.completions.create(model="terse", prompt="a b")
+        assert reply.choices[0].text == "<terse> a b"
+    finally:
+        controller.unload_adapter("terse")
+
+
+def test_without_admin_key_env_the_control_routes_answer_404(front):
+    """A deployment with an ``http`` section but no ``admin_key_env`` serves no control
+    route, whatever key is sent: nothing is paused."""
+    config = DeploymentConfig(
+        name="httpplain", backend="echo", http={"route_prefix": "/plain", "port": PORT}
+    )
+    ref = relayllm.deploy(config)
+    try:
+        url = ref.handle().info.remote().result(timeout_s=60)["http"]["url"]
+        admin = url.removesuffix("/v1") + "/admin"
+        for key in (KEY, ADMIN, None):
+            for call in ("pause", "update_weights", "nothing"):
+                status, body = _post(f"{admin}/{call}", {}, key=key)
+                assert (status, body["error"]["code"]) == (404, "not_found"), (call, body)
+        assert not relayllm.control("httpplain").is_paused()
+    finally:
+        relayllm.shutdown("httpplain")

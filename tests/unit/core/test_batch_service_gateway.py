@@ -108,7 +108,7 @@ def test_an_online_request_to_a_known_deployment_skips_serves_status(gateway, mo
         raise AssertionError("serve.status() asked on the hot path")
 
     class Front:
-        async def __call__(self, request):
+        async def answer(self, route, request):
             from starlette.responses import JSONResponse
 
             return JSONResponse({"ok": True})

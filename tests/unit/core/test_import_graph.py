@@ -33,6 +33,8 @@ LAYERS: list[tuple[str, ...]] = [
         "relayllm.compat",
         "relayllm.openai_body",  # OpenAI bodies <-> rows: both front doors, on rows alone
     ),
+    # the one HTTP layer both servers are route sets on (the front's, the gateway's)
+    ("relayllm.http", "relayllm.http."),
     # what runs in a Serve replica: on the foundation only; and the control calls fanned out
     # to every replica, from a driver or from a replica's control routes
     ("relayllm.serving", "relayllm.serving.", "relayllm.control"),

@@ -7,12 +7,16 @@ is :mod:`relayllm.serving.http_front`, loaded in the replica.
 
 from __future__ import annotations
 
+import posixpath
 import re
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 _PREFIX = re.compile(r"^/([A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*)?$")
 _ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_URI = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://(.*)$")
+#: The control calls that read a source a client names, and the argument naming it.
+SOURCE_ARGUMENTS = {"update_weights": "source", "load_adapter": "path"}
 
 
 class HttpConfig(BaseModel):
@@ -43,6 +47,13 @@ class HttpConfig(BaseModel):
         "own: a client that may ask questions may not pause the engine. Unset: no control "
         "routes.",
     )
+    admin_sources: list[str] = Field(
+        default_factory=list,
+        description="Where the control routes may load weights (update_weights' source) and "
+        "LoRA adapters (load_adapter's path) from: absolute directories or URI prefixes "
+        "(s3://bucket/checkpoints). A source sent over HTTP must lie under one of them. "
+        "Empty: those two calls are refused over HTTP (use relayllm.control or the CLI).",
+    )
     model_name: str | None = Field(
         default=None, description="Model id served at /v1/models; default: the deployment name."
     )
@@ -69,6 +80,16 @@ class HttpConfig(BaseModel):
             )
         return value
 
+    @field_validator("admin_sources")
+    @classmethod
+    def _valid_sources(cls, value: list[str]) -> list[str]:
+        for root in value:
+            if _place(root) is None:
+                raise ValueError(
+                    f"{root!r} must be an absolute directory or a URI (scheme://...) without '..'"
+                )
+        return value
+
     @model_validator(mode="after")
     def _admin_key_of_its_own(self) -> HttpConfig:
         if self.admin_key_env is not None and self.admin_key_env == self.api_key_env:
@@ -77,6 +98,30 @@ class HttpConfig(BaseModel):
                 "the API key could pause the engine"
             )
         return self
+
+    def source_problem(self, call: str, arguments: dict[str, object]) -> str | None:
+        """Why the control call ``call`` may not read the source ``arguments`` name over
+        HTTP (None: it may, or it reads none). The key of the control routes opens the
+        engine, not every directory and address the replicas can reach: a source must lie
+        under ``admin_sources``, after normalisation, so ``..`` and encoded tricks cannot
+        step out."""
+        param = SOURCE_ARGUMENTS.get(call)
+        if param is None or param not in arguments:
+            return None  # no source: the call's own argument check answers
+        source = arguments[param]
+        if not self.admin_sources:
+            return (
+                f"{call} reads no source over HTTP on this deployment: list the allowed "
+                "directories or URI prefixes in http.admin_sources (or call it with "
+                "relayllm.control / the CLI)"
+            )
+        place = _place(source) if isinstance(source, str) else None
+        if place is not None and any(_under(place, _place(root)) for root in self.admin_sources):
+            return None
+        return (
+            f"{param} must be an absolute directory or URI under one of http.admin_sources "
+            f"({', '.join(self.admin_sources)}), without '..'"
+        )
 
     def prefix_for(self, deployment: str) -> str:
         return self.route_prefix or f"/{deployment}"
@@ -88,4 +133,26 @@ class HttpConfig(BaseModel):
         return f"http://{host}:{self.port}{prefix}/v1"
 
 
-__all__ = ["HttpConfig"]
+def _place(source: str) -> tuple[str, str] | None:
+    """(scheme, normalised path) of an absolute directory ("" scheme) or a URI; None for a
+    relative path, a '..' segment (escaped or not) or a percent-escape, which the reader of
+    the source may decode where this check did not."""
+    if "%" in source or "\\" in source or "\x00" in source:
+        return None
+    match = _URI.match(source)
+    scheme, path = (match.group(1).lower(), match.group(2)) if match else ("", source)
+    if not match and not path.startswith("/"):
+        return None
+    if ".." in path.split("/"):
+        return None
+    return scheme, posixpath.normpath("/" + path.lstrip("/")) if path else "/"
+
+
+def _under(place: tuple[str, str], root: tuple[str, str] | None) -> bool:
+    if root is None or place[0] != root[0]:
+        return False
+    base = root[1].rstrip("/")
+    return place[1] == base or place[1].startswith(base + "/") or base == ""
+
+
+__all__ = ["SOURCE_ARGUMENTS", "HttpConfig"]

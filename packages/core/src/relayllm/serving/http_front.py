@@ -1,8 +1,9 @@
 """The OpenAI-compatible HTTP front of a deployment, served by its own replicas.
 
 Ray Serve's HTTP proxy hands each request to the replica's ``__call__`` (a starlette
-``Request``); :class:`HttpFront` turns it into one row of the row protocol, runs it on the
-same engine the batch processors reach by name, and answers with the ``openai`` package's own
+``Request``); :class:`HttpFront`, a route set on :mod:`relayllm.http` (routing, error envelope,
+keys, JSON bodies), turns it into one row of the row protocol, runs it on the same engine the
+batch processors reach by name, and answers with the ``openai`` package's own
 response bodies. Request bodies are checked against the ``openai`` package's request types
 (``CompletionCreateParams`` and friends): the schema is that library's, not written here. Body
 -> row and result -> response are :mod:`relayllm.openai_body`'s, the translation batch files
@@ -17,10 +18,9 @@ starlette), never by ``import relayllm``.
 
 from __future__ import annotations
 
-import hmac
+import asyncio
 import json
 import logging
-import os
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -34,6 +34,9 @@ from relayllm.errors import (
     MissingDependencyError,
     RelayLLMError,
 )
+from relayllm.http.app import Endpoint, HttpApp, json_body
+from relayllm.http.auth import SingleKey, project_of
+from relayllm.http.errors import HttpError, UnauthorizedError, json_response
 from relayllm.rows import (
     WEIGHT_VERSION,
     Request,
@@ -50,10 +53,11 @@ if TYPE_CHECKING:
     from starlette.requests import Request as HttpRequest
     from starlette.responses import Response
 
-    from relayllm.serving.replica import BatchDeployment
+    from relayllm.http.host import FrontHost
 
 logger = logging.getLogger(__name__)
 
+#: The OpenAI routes, under the deployment's prefix: path -> (method, what it answers).
 ROUTES: dict[str, tuple[str, str]] = {
     "/v1/chat/completions": ("POST", "chat"),
     "/v1/completions": ("POST", "completion"),
@@ -61,44 +65,34 @@ ROUTES: dict[str, tuple[str, str]] = {
     "/v1/models": ("GET", "models"),
 }
 #: The control routes' path, under the deployment's prefix: ``POST <prefix>/admin/pause``.
-ADMIN_PATH = "/admin/"
-
-
-class HttpError(Exception):
-    """An answer other than 200, with OpenAI's error body."""
-
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        kind: str,
-        code: str | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status, self.message, self.kind, self.code = status, message, kind, code
-        self.headers = headers or {}
+ADMIN_ROUTE = "/admin/{call}"
+ANY_METHOD = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
 
 class HttpFront:
-    """One replica's HTTP front. Built when the replica starts, so a missing key variable or
-    a missing ``openai`` package fails the deploy, not the first request."""
+    """One replica's HTTP front: the OpenAI routes and the control routes, a route set on
+    :class:`relayllm.http.app.HttpApp`. Built when the replica starts, so a missing key
+    variable or a missing ``openai`` package fails the deploy, not the first request.
 
-    def __init__(self, replica: BatchDeployment, config: HttpConfig, deployment: str) -> None:
+    ``host`` is what the front answers from (:class:`relayllm.http.host.FrontHost`): the
+    replica itself, or the batch gateway's view of a deployment it reaches by handle."""
+
+    def __init__(self, host: FrontHost, config: HttpConfig, deployment: str) -> None:
         try:
             from openai.types import completion_create_params, embedding_create_params
             from openai.types.chat import completion_create_params as chat_params
             from pydantic import TypeAdapter
+            from starlette.routing import Route
         except ImportError as exc:
             raise MissingDependencyError(
                 "the HTTP front needs the openai package: pip install 'relayllm[http]'"
             ) from exc
-        self.replica = replica
+        self.host = host
         self.config = config
         self.deployment = deployment
         self.model = config.model_name or deployment
-        self._key = _key_from(config.api_key_env, "api_key_env", "to ask for no key")
-        self._admin_key = _key_from(
+        self._key = SingleKey.from_env(config.api_key_env, "api_key_env", "to ask for no key")
+        self._admin_key = SingleKey.from_env(
             config.admin_key_env, "admin_key_env", "to serve no control routes"
         )
         self._validators: dict[str, Any] = {
@@ -107,75 +101,52 @@ class HttpFront:
             "embedding": TypeAdapter(embedding_create_params.EmbeddingCreateParams),
         }
         self.requests: dict[str, int] = {"ok": 0, "failed": 0, "unauthorized": 0}
+        routes = [
+            Route(path, self._counted(route), methods=[method])
+            for path, (method, route) in ROUTES.items()
+        ]
+        # Every method: a GET is refused inside, after the key (no key set: 404 for all).
+        routes.append(Route(ADMIN_ROUTE, self._admin, methods=ANY_METHOD))
+        self.app = HttpApp(routes)
 
-    # -- entry point ---------------------------------------------------------------------------
+    # -- entry points --------------------------------------------------------------------------
 
     async def __call__(self, request: HttpRequest) -> Response:
-        path = self._path(request)
-        if path.startswith(ADMIN_PATH):
-            return await self._admin(request, path[len(ADMIN_PATH) :])
-        try:
-            route = self._route(request)
-            self._authorize(request, self._key)
-            if route == "models":
-                return _json(self.models_body())
-            body = await self._body(request, route)
-            if getattr(self.replica, "paused", None) is not None:  # before a stream starts
-                raise _paused(self.model)
-            if getattr(self.replica, "updating_weights", False):
-                raise _paused(self.model, "is updating its weights")
-            if route == "embedding":
-                answer = await self._embeddings(body)
-            elif body.get("stream"):
-                answer = self._stream(route, body)
-            else:
-                answer = await self._complete(route, body)
+        """Serve's ingress hands the replica each request to the deployment's prefix."""
+        return await self.app.respond(request)
+
+    async def answer(self, route: str, request: HttpRequest) -> Response:
+        """The answer of an OpenAI route (``chat``, ``completion``, ``embedding``,
+        ``models``), the key checked already (by this front, or by the batch gateway)."""
+        if route == "models":
+            return json_response(self.models_body())
+        body = await self._body(request, route)
+        if route == "embedding":
+            return await self._embeddings(body)
+        if body.get("stream"):
+            return await self._stream(route, body)
+        return await self._complete(route, body)
+
+    def _counted(self, route: str) -> Endpoint:
+        async def endpoint(request: HttpRequest) -> Response:
+            try:
+                project_of(request, self._key)
+                answer = await self.answer(route, request)
+            except UnauthorizedError:
+                self.requests["unauthorized"] += 1
+                raise
+            except HttpError:
+                self.requests["failed"] += 1
+                raise
             self.requests["ok"] += 1
             return answer
-        except HttpError as exc:
-            key = "unauthorized" if exc.status == 401 else "failed"
-            self.requests[key] += 1
-            return _error(exc)
 
-    def _path(self, request: HttpRequest) -> str:
-        path = request.url.path
-        root = request.scope.get("root_path") or ""
-        return path[len(root) :] if root and path.startswith(root) else path
-
-    def _route(self, request: HttpRequest) -> str:
-        path = self._path(request)
-        found = ROUTES.get(path.rstrip("/") or "/")
-        if found is None:
-            known = ", ".join(ROUTES)
-            raise HttpError(404, f"no route {path!r}; this server has {known}", "not_found")
-        method, route = found
-        if request.method != method:
-            raise HttpError(405, f"{path} takes {method}", "invalid_request_error")
-        return route
-
-    def _authorize(self, request: HttpRequest, key: bytes | None) -> None:
-        if key is None:
-            return
-        header = request.headers.get("authorization", "")
-        scheme, _, given = header.partition(" ")
-        # compare_digest: the time taken does not tell how much of a guess was right.
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), key):
-            raise HttpError(
-                401,
-                "missing or wrong API key: send it as 'Authorization: Bearer KEY'",
-                "invalid_request_error",
-                "invalid_api_key",
-            )
+        return endpoint
 
     async def _body(self, request: HttpRequest, route: str) -> dict[str, Any]:
         from pydantic import ValidationError
 
-        try:
-            body = await request.json()
-        except ValueError:
-            raise HttpError(400, "the body is not JSON", "invalid_request_error") from None
-        if not isinstance(body, dict):
-            raise HttpError(400, "the body must be a JSON object", "invalid_request_error")
+        body = await json_body(request)
         try:
             checked = self._validators[route].validate_python(body)
             for value in checked.values():  # pydantic checks list items lazily: force it
@@ -185,50 +156,41 @@ class HttpFront:
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
             )
-            raise HttpError(400, f"invalid request: {problems}", "invalid_request_error") from None
+            raise HttpError(400, f"invalid request: {problems}") from None
         return body
 
     # -- control routes ------------------------------------------------------------------------
 
-    async def _admin(self, request: HttpRequest, call: str) -> Response:
+    async def _admin(self, request: HttpRequest) -> Response:
         """``POST <prefix>/admin/CALL`` with the call's keyword arguments as a JSON object (or
         no body): the control call on every replica of this deployment, as
-        ``relayllm.control(name).CALL(**arguments)``; answers ``{"call": ..., "result": ...}``."""
-        import asyncio
-
+        ``relayllm.control(name).CALL(**arguments)``; answers ``{"call": ..., "result": ...}``.
+        Without ``http.admin_key_env`` there are no control routes: 404, whatever is sent."""
         from relayllm.serving.control import CONTROL_CALLS
 
-        try:
-            if self._admin_key is None:
-                raise HttpError(
-                    404,
-                    "this deployment serves no control routes: set http.admin_key_env to the "
-                    "name of a variable holding their key",
-                    "not_found",
-                )
-            self._authorize(request, self._admin_key)
-            if request.method != "POST":
-                raise HttpError(405, f"{ADMIN_PATH}{call} takes POST", "invalid_request_error")
-            if call not in CONTROL_CALLS:
-                known = ", ".join(CONTROL_CALLS)
-                raise HttpError(404, f"no control call {call!r}; calls: {known}", "not_found")
-            raw = await request.body()
-            try:
-                arguments = json.loads(raw) if raw.strip() else {}
-            except ValueError:
-                raise HttpError(400, "the body is not JSON", "invalid_request_error") from None
-            if not isinstance(arguments, dict):
-                raise HttpError(
-                    400,
-                    "the body must be a JSON object of the call's arguments",
-                    "invalid_request_error",
-                )
-            # In a thread: the call reaches every replica, this one too, whose event loop must
-            # stay free to answer it.
-            result = await asyncio.to_thread(_control_call, self.deployment, call, arguments)
-            return _json({"call": call, "result": result})
-        except HttpError as exc:
-            return _error(exc)
+        call = str(request.path_params["call"])
+        if not self._admin_key.required:
+            raise HttpError(
+                404,
+                "this deployment serves no control routes: set http.admin_key_env to the "
+                "name of a variable holding their key",
+                code="not_found",
+            )
+        project_of(request, self._admin_key)
+        if request.method != "POST":
+            raise HttpError(405, f"/admin/{call} takes POST", headers={"Allow": "POST"})
+        if call not in CONTROL_CALLS:
+            known = ", ".join(CONTROL_CALLS)
+            raise HttpError(404, f"no control call {call!r}; calls: {known}", code="not_found")
+        arguments = await json_body(
+            request, empty=True, what="a JSON object of the call's arguments"
+        )
+        if problem := self.config.source_problem(call, arguments):
+            raise HttpError(403, problem, code="source_not_allowed")  # nothing was asked
+        # In a thread: the call reaches every replica, this one too, whose event loop must
+        # stay free to answer it.
+        result = await asyncio.to_thread(_control_call, self.deployment, call, arguments)
+        return json_response({"call": call, "result": result})
 
     # -- rows ----------------------------------------------------------------------------------
 
@@ -238,34 +200,34 @@ class HttpFront:
         adapter = model if model not in (None, self.model, self._engine_model()) else None
         row = build_request(task, value, {}, params, adapter, f"http-{uuid.uuid4().hex}")
         if isinstance(row, str):
-            raise HttpError(400, row, "invalid_request_error")
+            raise HttpError(400, row)
         # What the backend cannot do is refused by name, as a batch row's is by the stage.
-        supported = self.replica.deployment.get("features")
+        supported = self.host.deployment.get("features")
         if supported is not None and (
             problem := unsupported_features(
-                self.replica.backend_name, features_of(row["sampling_params"]), supported
+                self.host.backend_name, features_of(row["sampling_params"]), supported
             )
         ):
-            raise HttpError(400, problem, "invalid_request_error")
+            raise HttpError(400, problem)
         row.setdefault("priority", INTERACTIVE_PRIORITY)
         return row
 
     def _single_input(self, task: Task, body: dict[str, Any]) -> Any:
         value, problem = openai_body.single_input(task, body)
         if problem:
-            raise HttpError(400, f"{problem} here", "invalid_request_error")
+            raise HttpError(400, f"{problem} here")
         return value
 
     def _engine_model(self) -> str | None:
-        model = self.replica.engine_info().get("model")
+        model = self.host.engine_info().get("model")
         return model if isinstance(model, str) else None
 
     async def _run(self, row: Request) -> Result:
-        result = await self._guard(self.replica.serve_http_row(row))
+        result = await self._guard(self.host.serve_http_row(row))
         if result.get("error"):
             # The engine refused this request (too long, bad parameter): the client's to fix,
             # and a 400 is not retried by OpenAI's clients, which retry 5xx answers.
-            raise HttpError(400, str(result["error"]), "invalid_request_error")
+            raise HttpError(400, str(result["error"]))
         return result
 
     async def _guard(self, awaitable: Any) -> Any:
@@ -295,40 +257,42 @@ class HttpFront:
         result = await self._run(row)
         answer = openai_body.completion_body(task, result, self.model, row["request_id"])
         (ChatCompletion if task == "chat" else Completion).model_validate(answer)  # a guard
-        return _json(answer)
+        return json_response(answer)
 
     async def _embeddings(self, body: dict[str, Any]) -> Response:
-        import asyncio
-
         from openai.types import CreateEmbeddingResponse
 
         inputs = body["input"]
         texts = [inputs] if isinstance(inputs, str) else inputs
         if not texts or not all(isinstance(t, str) for t in texts):
-            raise HttpError(
-                400, "input must be a string or a list of strings here", "invalid_request_error"
-            )
+            raise HttpError(400, "input must be a string or a list of strings here")
         rows = [self._row("embedding", text, body) for text in texts]
         results = await asyncio.gather(*(self._run(row) for row in rows))
         answer = openai_body.embeddings_body(results, self.model, body.get("encoding_format"))
         if body.get("encoding_format") != "base64":
             CreateEmbeddingResponse.model_validate(answer)  # a guard
-        return _json(answer)
+        return json_response(answer)
 
     # -- streaming -----------------------------------------------------------------------------
 
-    def _stream(self, route: str, body: dict[str, Any]) -> Response:
+    async def _stream(self, route: str, body: dict[str, Any]) -> Response:
         from starlette.responses import StreamingResponse
 
         task: Task = "chat" if route == "chat" else "completion"
         row = self._row(task, self._single_input(task, body), body)
         if (row.get("sampling_params") or {}).get("n", 1) != 1:
-            raise HttpError(400, "streaming serves n=1 only", "invalid_request_error")
+            raise HttpError(400, "streaming serves n=1 only")
         usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        events = self._events(task, row, usage)
+        # The first part is awaited before the status line is sent: a paused, updating or
+        # failed deployment refuses the row there, and the client gets its 503, not a 200.
+        parts = self.host.stream_http_row(row)
+        first = await self._guard(anext(parts, None))
+        events = self._events(task, row, usage, _chain(first, parts))
         return StreamingResponse(events, media_type="text/event-stream")
 
-    async def _events(self, task: Task, row: Request, include_usage: bool) -> AsyncIterator[str]:
+    async def _events(
+        self, task: Task, row: Request, include_usage: bool, parts: AsyncIterator[Result]
+    ) -> AsyncIterator[str]:
         from openai.types import Completion
         from openai.types.chat import ChatCompletionChunk
 
@@ -353,9 +317,9 @@ class HttpFront:
         if task == "chat":
             yield event([{"index": 0, "delta": {"role": "assistant", "content": ""}}])
         try:
-            async for part in self.replica.stream_http_row(row):
+            async for part in parts:
                 if part.get("error"):
-                    raise HttpError(400, str(part["error"]), "invalid_request_error")
+                    raise HttpError(400, str(part["error"]))
                 last = part
                 text = part.get("generated_text") or ""
                 reason = part.get("finish_reason")
@@ -374,26 +338,19 @@ class HttpFront:
                 exc if isinstance(exc, HttpError) else HttpError(503, str(exc), "server_error")
             )
             self.requests["failed"] += 1
-            yield f"data: {json.dumps(_error_body(failure))}\n\n"
+            yield f"data: {json.dumps(failure.body())}\n\n"
             return
         if include_usage:
             yield event([], openai_body.usage(last))
         yield "data: [DONE]\n\n"
 
 
-def _key_from(env: str | None, field: str, unset: str) -> bytes | None:
-    """The key in the variable ``env`` names (None when no variable is named); a named
-    variable that is not set fails the replica's start, naming the field."""
-    if not env:
-        return None
-    key = os.environ.get(env)
-    if not key:
-        raise ConfigError(
-            f"http.{field} is {env!r}, but that environment variable is not set where the "
-            "replica runs; set it in the environment the Ray cluster was started with (or "
-            f"remove {field} {unset})"
-        )
-    return key.encode()
+async def _chain(first: Result | None, rest: AsyncIterator[Result]) -> AsyncIterator[Result]:
+    if first is None:  # the stream ended before its first part
+        return
+    yield first
+    async for part in rest:
+        yield part
 
 
 def _control_call(deployment: str, call: str, arguments: dict[str, Any]) -> Any:
@@ -413,15 +370,13 @@ def _control_call(deployment: str, call: str, arguments: dict[str, Any]) -> Any:
     try:
         inspect.signature(method).bind(**arguments)
     except TypeError as exc:
-        raise HttpError(
-            400, f"{call}{inspect.signature(method)}: {exc}", "invalid_request_error"
-        ) from None
+        raise HttpError(400, f"{call}{inspect.signature(method)}: {exc}") from None
     try:
         return method(**arguments)
     except (ConfigError, ValueError) as exc:
-        raise HttpError(400, str(exc), "invalid_request_error") from None
+        raise HttpError(400, str(exc)) from None
     except RelayLLMError as exc:  # refused by the backend, or no such deployment any more
-        raise HttpError(409, str(exc), "invalid_request_error", "control_refused") from None
+        raise HttpError(409, str(exc), code="control_refused") from None
 
 
 def _paused(model: str, state: str | None = None) -> HttpError:
@@ -437,23 +392,6 @@ def _paused(model: str, state: str | None = None) -> HttpError:
         "paused",
         headers={"Retry-After": str(PAUSED_RETRY_AFTER_S)},
     )
-
-
-def _error_body(exc: HttpError) -> dict[str, Any]:
-    from openai.types.shared import ErrorObject
-
-    error = ErrorObject(message=exc.message, type=exc.kind, code=exc.code, param=None)
-    return {"error": error.model_dump()}
-
-
-def _error(exc: HttpError) -> Response:
-    return _json(_error_body(exc), exc.status, exc.headers)
-
-
-def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    from starlette.responses import JSONResponse
-
-    return JSONResponse(body, status_code=status, headers=headers)
 
 
 __all__ = ["HttpError", "HttpFront"]

@@ -4,6 +4,7 @@ and each message is safe to show a client (no key, no other project's data, no s
 from __future__ import annotations
 
 from relayllm.errors import RelayLLMError
+from relayllm.http import errors as http_errors
 
 
 class ServiceError(RelayLLMError):
@@ -42,8 +43,9 @@ class ClaimHeldError(ServiceError):
     """Another runner holds the batch and is alive (its lease has not run out): not taken."""
 
 
-class UnauthorizedError(ServiceError):
-    """No API key, or one no project has (HTTP 401). Never carries the key."""
+class UnauthorizedError(ServiceError, http_errors.UnauthorizedError):
+    """No API key, or one no project has (HTTP 401, as every server of the HTTP layer
+    answers it). Never carries the key."""
 
 
 __all__ = [

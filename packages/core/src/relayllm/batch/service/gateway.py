@@ -1,5 +1,5 @@
 """The gateway: a Serve application on the cluster's HTTP proxy (and, by default, on its own
-HTTP server beside it: :mod:`~relayllm.batch.service.direct`) that answers OpenAI's
+HTTP server beside it: :mod:`relayllm.http.server`) that answers OpenAI's
 ``/v1/files`` and ``/v1/batches`` for the projects of the API keys, and routes
 ``/v1/chat/completions``, ``/v1/completions``, ``/v1/embeddings`` and ``/v1/models`` to the
 deployment a body's ``model`` names, so one ``base_url`` serves online and batch traffic.
@@ -8,7 +8,8 @@ Routing only: what a client reads is :mod:`~relayllm.batch.service.objects`' (er
 through ``objects.http_error``), the state is the job store's and the file storage's, and the
 online requests go through the deployments' own HTTP front code
 (:class:`relayllm.serving.http_front.HttpFront`, with :mod:`relayllm.openai_body`'s one
-translation), given a stand-in for its replica that calls the deployment through a handle.
+translation), hosted by :class:`DeploymentOverHandle`, which calls the deployment through its
+Serve handle. Routes, keys, bodies and errors are :mod:`relayllm.http`'s, as the front's are.
 SQLite and file calls run in threads, never on the event loop. Batches are run by the
 runner (:mod:`~relayllm.batch.service.runner`), which the gateway starts (or finds running)
 and wakes after a create or a cancel.
@@ -20,10 +21,10 @@ python-multipart: ``pip install 'relayllm[http]'``).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
-import re
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from relayllm.batch.service import objects
@@ -38,6 +39,12 @@ from relayllm.batch.service.keys import KeyMap
 from relayllm.batch.service.settings import MAX_EXPIRES_S, ServiceSettings
 from relayllm.batch.service.store import SQLiteJobStore
 from relayllm.batch.service.validate import check_endpoint
+from relayllm.http.app import Endpoint, HttpApp, json_body
+from relayllm.http.auth import project_of
+from relayllm.http.errors import HttpError, json_response
+from relayllm.rows import Request as Row
+from relayllm.rows import Result
+from relayllm.serving.http_front import ROUTES, HttpFront
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -45,18 +52,19 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: Online routes: served by a deployment's HTTP front code.
-ONLINE = {"/v1/chat/completions", "/v1/completions", "/v1/embeddings"}
+#: Online routes: path -> what a deployment's HTTP front answers there.
+ONLINE = {path: route for path, (_, route) in ROUTES.items() if route != "models"}
 #: Room for the multipart envelope around an upload's bytes.
 _FORM_SLACK = 64 * 1024
 
 Handler = Callable[..., Awaitable["Response"]]
 
 
-class RemoteReplica:
-    """What :class:`~relayllm.serving.http_front.HttpFront` reads of its replica, answered
-    by a running deployment through its handle (the same methods the deployment's own front
-    calls, so admission, priorities and counts are the same)."""
+class DeploymentOverHandle:
+    """A running deployment as :class:`~relayllm.serving.http_front.HttpFront` reads its
+    host (:class:`relayllm.http.host.FrontHost`), answered through its Serve handle: the
+    same methods the deployment's own front calls, so admission, priorities, counts and the
+    pause gate are the replica's own."""
 
     def __init__(self, handle: Any, describe: dict[str, Any], info: dict[str, Any]) -> None:
         self.deployment = describe
@@ -67,16 +75,18 @@ class RemoteReplica:
     def engine_info(self) -> dict[str, Any]:
         return self._info
 
-    async def serve_http_row(self, row: dict[str, Any]) -> Any:
-        return await self._handle.serve_http_row.remote(row)
+    async def serve_http_row(self, request: Row) -> Result:
+        result: Result = await self._handle.serve_http_row.remote(request)
+        return result
 
-    async def stream_http_row(self, row: dict[str, Any]) -> Any:
-        async for part in self._handle.options(stream=True).stream_http_row.remote(row):
+    async def stream_http_row(self, request: Row) -> AsyncIterator[Result]:
+        async for part in self._handle.options(stream=True).stream_http_row.remote(request):
             yield part
 
 
 class Gateway:
-    """The gateway's Serve deployment (one or more replicas; the state is shared)."""
+    """The gateway's Serve deployment (one or more replicas; the state is shared): a route
+    set on :class:`relayllm.http.app.HttpApp`, every route behind the project keys."""
 
     def __init__(self, settings: ServiceSettings, keys: KeyMap) -> None:
         from relayllm.batch.service.runner import start_runner
@@ -86,20 +96,40 @@ class Gateway:
         os.makedirs(settings.state_dir, exist_ok=True)
         self.store = SQLiteJobStore(settings.store_path)
         self.storage = FileStorage.from_uri(settings.files_location, settings.max_file_bytes)
-        self.fronts: dict[str, Any] = {}
+        self.fronts: dict[str, HttpFront] = {}
         self.runner = start_runner(settings)
-        self.routes: list[tuple[str, re.Pattern[str], Handler]] = [
-            ("POST", re.compile(r"/v1/files"), self.upload),
-            ("GET", re.compile(r"/v1/files"), self.list_files),
-            ("GET", re.compile(r"/v1/files/([^/]+)"), self.get_file),
-            ("GET", re.compile(r"/v1/files/([^/]+)/content"), self.file_content),
-            ("DELETE", re.compile(r"/v1/files/([^/]+)"), self.delete_file),
-            ("POST", re.compile(r"/v1/batches"), self.create_batch),
-            ("GET", re.compile(r"/v1/batches"), self.list_batches),
-            ("GET", re.compile(r"/v1/batches/([^/]+)"), self.get_batch),
-            ("POST", re.compile(r"/v1/batches/([^/]+)/cancel"), self.cancel_batch),
-            ("GET", re.compile(r"/v1/models"), self.models),
+        self.app = HttpApp(self._routes(), errors=objects.http_error)
+
+    def _routes(self) -> list[Any]:
+        from starlette.routing import Route
+
+        table: list[tuple[str, str, Handler]] = [
+            ("/v1/files", "POST", self.upload),
+            ("/v1/files", "GET", self.list_files),
+            ("/v1/files/{file_id}", "GET", self.get_file),
+            ("/v1/files/{file_id}", "DELETE", self.delete_file),
+            ("/v1/files/{file_id}/content", "GET", self.file_content),
+            ("/v1/batches", "POST", self.create_batch),
+            ("/v1/batches", "GET", self.list_batches),
+            ("/v1/batches/{batch_id}", "GET", self.get_batch),
+            ("/v1/batches/{batch_id}/cancel", "POST", self.cancel_batch),
+            ("/v1/models", "GET", self.models),
         ]
+        table += [
+            (path, "POST", functools.partial(self.online, route)) for path, route in ONLINE.items()
+        ]
+        return [
+            Route(path, self._keyed(handler), methods=[method]) for path, method, handler in table
+        ]
+
+    def _keyed(self, handler: Handler) -> Endpoint:
+        """``handler(request, project, **path parameters)`` for the project of the key."""
+
+        async def endpoint(request: Request) -> Response:
+            project = project_of(request, self.keys)
+            return await handler(request, project, **request.path_params)
+
+        return endpoint
 
     @property
     def url(self) -> str:
@@ -119,25 +149,7 @@ class Gateway:
         }
 
     async def __call__(self, request: Request) -> Response:
-        try:
-            project = self.keys.project_for_header(request.headers.get("authorization"))
-            path = _path(request)
-            if path in ONLINE:
-                return await self.online(request)
-            for method, pattern, handler in self.routes:
-                match = pattern.fullmatch(path)
-                if match and request.method == method:
-                    return await handler(request, project, *match.groups())
-            if any(pattern.fullmatch(path) for _, pattern, _ in self.routes):
-                raise _HttpStatus(405, f"{path} does not take {request.method}")
-            raise _HttpStatus(404, f"no route {path!r}")
-        except _HttpStatus as exc:
-            return _json(objects.error_body(str(exc)), exc.status)
-        except Exception as exc:
-            status, body = objects.http_error(exc)
-            if status == 500:
-                logger.exception("the gateway failed on %s %s", request.method, request.url.path)
-            return _json(body, status)
+        return await self.app.respond(request)
 
     # -- files -----------------------------------------------------------------------------
 
@@ -152,7 +164,7 @@ class Gateway:
         # required, and one that declares more than the limit is refused before any is read.
         declared = request.headers.get("content-length")
         if not declared or not declared.isdigit():
-            raise _HttpStatus(411, "an upload needs a Content-Length header")
+            raise HttpError(411, "an upload needs a Content-Length header")
         if int(declared) > limit + _FORM_SLACK:
             raise TooLargeError(f"the file is larger than the limit of {limit:,} bytes", "file")
         file_id = new_file_id()
@@ -199,7 +211,7 @@ class Gateway:
         except BaseException:
             await asyncio.to_thread(self.storage.delete, file_id)
             raise
-        return _json(objects.file_object(record))
+        return json_response(objects.file_object(record))
 
     async def list_files(self, request: Request, project: str) -> Response:
         query = request.query_params
@@ -211,12 +223,12 @@ class Gateway:
             order=query.get("order", "desc"),  # type: ignore[arg-type]
             purpose=query.get("purpose"),
         )
-        return _json(objects.list_object(page, objects.file_object))
+        return json_response(objects.list_object(page, objects.file_object))
 
     async def get_file(self, request: Request, project: str, file_id: str) -> Response:
         _check_file_id(file_id)
         record = await asyncio.to_thread(self.store.get_file, project, file_id)
-        return _json(objects.file_object(record))
+        return json_response(objects.file_object(record))
 
     async def file_content(self, request: Request, project: str, file_id: str) -> Response:
         from starlette.responses import StreamingResponse
@@ -239,12 +251,12 @@ class Gateway:
             await asyncio.to_thread(self.storage.delete, file_id)
         except NotFoundError:
             pass
-        return _json(objects.file_deleted(file_id))
+        return json_response(objects.file_deleted(file_id))
 
     # -- batches ---------------------------------------------------------------------------
 
     async def create_batch(self, request: Request, project: str) -> Response:
-        body = await _json_body(request)
+        body = await json_body(request)
         endpoint = body.get("endpoint")
         check_endpoint(endpoint)
         input_file_id = body.get("input_file_id")
@@ -262,7 +274,7 @@ class Gateway:
             output_expires_s=self.settings.output_expires_s if keep is None else keep,
         )
         self._wake_runner()
-        return _json(objects.batch_object(record))
+        return json_response(objects.batch_object(record))
 
     async def list_batches(self, request: Request, project: str) -> Response:
         query = request.query_params
@@ -272,18 +284,18 @@ class Gateway:
         page = await asyncio.to_thread(
             self.store.list_batches, project, after=after, limit=_int(query.get("limit"), 20)
         )
-        return _json(objects.list_object(page, objects.batch_object))
+        return json_response(objects.list_object(page, objects.batch_object))
 
     async def get_batch(self, request: Request, project: str, batch_id: str) -> Response:
         _check_batch_id(batch_id)
         record = await asyncio.to_thread(self.store.get_batch, project, batch_id)
-        return _json(objects.batch_object(record))
+        return json_response(objects.batch_object(record))
 
     async def cancel_batch(self, request: Request, project: str, batch_id: str) -> Response:
         _check_batch_id(batch_id)
         record = await asyncio.to_thread(self.store.cancel_batch, project, batch_id)
         self._wake_runner()
-        return _json(objects.batch_object(record))
+        return json_response(objects.batch_object(record))
 
     def _expires_after(self, value: Any, param: str) -> int | None:
         """OpenAI's expiration policy (``{"anchor": "created_at", "seconds": N}``, N from an
@@ -326,19 +338,20 @@ class Gateway:
         for name in await asyncio.to_thread(deployment_names):
             front = await self._front(name)
             data.extend(front.models_body()["data"])
-        return _json({"object": "list", "data": data})
+        return json_response({"object": "list", "data": data})
 
-    async def online(self, request: Request) -> Response:
+    async def online(self, route: str, request: Request, project: str) -> Response:
+        """A chat, completion or embeddings request, answered by the front code of the
+        deployment its ``model`` names (the key was checked here: the front asks no other)."""
         from relayllm.batch.format import default_deployment, route_models
         from relayllm.batch.service.runner import deployment_names
         from relayllm.errors import ConfigError
 
-        body = await _json_body(request)  # starlette keeps it: the front reads it again
+        body = await json_body(request)  # the Request keeps it: the front reads it again
         model = body.get("model")
         cached = self.fronts.get(model) if isinstance(model, str) else None
         if cached is not None:  # a deployment already answered here: no Serve status call
-            answer: Response = await cached(request)
-            return answer
+            return await cached.answer(route, request)
         names = await asyncio.to_thread(deployment_names)
         try:
             name = route_models(
@@ -352,43 +365,46 @@ class Gateway:
                 f"{', '.join(names) or 'none'})"
             ) from None
         front = await self._front(name)
-        response: Response = await front(request)
-        return response
+        return await front.answer(route, request)
 
-    async def _front(self, name: str) -> Any:
+    async def _front(self, name: str) -> HttpFront:
         """The HTTP front code of deployment ``name``, on a handle (made once per name)."""
         front = self.fronts.get(name)
         if front is None:
             from relayllm.deployments import handle_for
             from relayllm.serving.http_config import HttpConfig
-            from relayllm.serving.http_front import HttpFront
 
             handle = await asyncio.to_thread(handle_for, name)
             describe = await handle.describe.remote()
             info = await handle.info.remote()
-            replica: Any = RemoteReplica(handle, describe, info)
             # Here a deployment is known by its name (what routing matches and /v1/models
             # lists), not its own http.model_name; and the gateway's project keys replace
             # its http.api_key_env: the gateway checked the key before this.
-            front = self.fronts[name] = HttpFront(replica, HttpConfig(), name)
+            host = DeploymentOverHandle(handle, describe, info)
+            front = self.fronts[name] = HttpFront(host, HttpConfig(), name)
         return front
 
 
 class GatewayReplica(Gateway):
     """The gateway as Serve runs it: also on its own HTTP server (``settings.direct_port``,
-    :mod:`~relayllm.batch.service.direct`), the URL it then gives clients, where files of
+    :mod:`relayllm.http.server`), the URL it then gives clients, where files of
     any size pass in flat memory."""
 
     # Serve awaits an async constructor and destructor on the replica's event loop, where
     # the server must run (the same loop as the requests Serve's proxy sends).
     async def __init__(self, settings: ServiceSettings, keys: KeyMap) -> None:  # type: ignore[misc]
-        from relayllm.batch.service.direct import DirectServer
+        from relayllm.http.server import DirectServer
 
         super().__init__(settings, keys)
         self.direct: DirectServer | None = None
         if settings.direct_port is not None:
             direct = DirectServer(
-                self.__call__, settings.host, settings.direct_port, settings.route_prefix
+                self.app,
+                settings.host,
+                settings.direct_port,
+                settings.route_prefix,
+                hint="set direct_port / --direct-port to another port, 0 for any free one, or "
+                "off to serve only through Serve's proxy",
             )
             await direct.start()
             self.direct = direct
@@ -401,20 +417,6 @@ class GatewayReplica(Gateway):
         direct = getattr(self, "direct", None)  # None if the constructor failed before it
         if direct is not None:
             await direct.stop()
-
-
-class _HttpStatus(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-def _path(request: Request) -> str:
-    path = request.url.path
-    root = request.scope.get("root_path") or ""
-    if root and path.startswith(root):
-        path = path[len(root) :]
-    return path.rstrip("/") or "/"
 
 
 def _check_file_id(value: Any, param: str = "file_id") -> None:
@@ -441,20 +443,4 @@ def _int(value: str | None, default: int) -> int:
         raise InvalidRequestError(f"{value!r} is not a number", "limit") from None
 
 
-async def _json_body(request: Request) -> dict[str, Any]:
-    try:
-        body = await request.json()
-    except ValueError:
-        raise InvalidRequestError("the body is not JSON") from None
-    if not isinstance(body, dict):
-        raise InvalidRequestError("the body must be a JSON object")
-    return body
-
-
-def _json(body: Any, status: int = 200) -> Response:
-    from starlette.responses import JSONResponse
-
-    return JSONResponse(body, status_code=status)
-
-
-__all__ = ["ONLINE", "Gateway", "GatewayReplica", "RemoteReplica"]
+__all__ = ["ONLINE", "DeploymentOverHandle", "Gateway", "GatewayReplica"]

@@ -21,6 +21,8 @@ from collections.abc import Iterable, Mapping
 
 from relayllm.batch.service.errors import UnauthorizedError
 from relayllm.errors import ConfigError
+from relayllm.http import errors as http_errors
+from relayllm.http.auth import bearer_key
 
 ENV_KEYS = "RELAYLLM_API_KEYS"
 ENV_KEYS_FILE = "RELAYLLM_API_KEYS_FILE"
@@ -50,7 +52,8 @@ def looks_like_key(name: str) -> bool:
 
 class KeyMap:
     """Which project each API key belongs to (``anonymous``: the project of requests without
-    a key, for a server without keys; None refuses them)."""
+    a key, for a server without keys; None refuses them): the batch service's
+    :class:`relayllm.http.auth.KeyProvider`."""
 
     __slots__ = ("_anonymous", "_projects")
 
@@ -147,12 +150,11 @@ class KeyMap:
 
     def project_for_header(self, authorization: str | None) -> str:
         """The project of an ``Authorization: Bearer KEY`` header's value."""
-        if not authorization:
-            return self.project_for(None)
-        scheme, _, key = authorization.strip().partition(" ")
-        if scheme.lower() != "bearer":
-            raise UnauthorizedError("the Authorization header must be 'Bearer KEY'")
-        return self.project_for(key.strip())
+        try:
+            key = bearer_key(authorization)
+        except http_errors.UnauthorizedError as exc:  # as the service's own, same message
+            raise UnauthorizedError(str(exc)) from None
+        return self.project_for(key)
 
 
 def load_keys(

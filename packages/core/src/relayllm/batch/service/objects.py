@@ -20,6 +20,7 @@ from relayllm.batch.service.errors import (
     UnauthorizedError,
 )
 from relayllm.batch.service.store import BatchRecord, FileRecord, Page
+from relayllm.http.errors import envelope as error_body  # OpenAI's error envelope, the one
 
 T = TypeVar("T")
 
@@ -86,14 +87,6 @@ def list_object(page: Page[T], render: Callable[[T], dict[str, Any]]) -> dict[st
         "last_id": data[-1]["id"] if data else None,
         "has_more": page.has_more,
     }
-
-
-def error_body(
-    message: str, type: str = "invalid_request_error", param: str | None = None, code: Any = None
-) -> dict[str, Any]:
-    """OpenAI's error envelope (the ``openai`` client raises its status error with
-    ``message``)."""
-    return {"error": {"message": message, "type": type, "param": param, "code": code}}
 
 
 def http_error(exc: BaseException) -> tuple[int, dict[str, Any]]:

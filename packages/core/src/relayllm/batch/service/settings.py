@@ -11,6 +11,7 @@ import re
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from relayllm.batch.service.files import DEFAULT_MAX_BYTES
+from relayllm.http.server import base_url  # the one base_url rule, the direct server's too
 
 #: OpenAI's bounds of a file's ``expires_after`` seconds (an hour to 30 days).
 MIN_EXPIRES_S = 3600
@@ -149,15 +150,6 @@ class ServiceSettings(BaseModel):
         """The base URL through Serve's proxy (``base_url``; the gateway's own server's is
         known once it listens: ``GatewayRef.url``)."""
         return base_url(self.host, self.port, self.route_prefix)
-
-
-def base_url(host: str, port: int, route_prefix: str) -> str:
-    """The ``base_url`` an OpenAI client on the same node takes for a server bound to ``host``
-    (any address: loopback) and ``port`` under ``route_prefix``."""
-    host = "127.0.0.1" if host in ("0.0.0.0", "::") else host
-    if ":" in host:
-        host = f"[{host}]"
-    return f"http://{host}:{port}{route_prefix.rstrip('/')}/v1"
 
 
 __all__ = [

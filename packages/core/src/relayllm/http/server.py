@@ -1,6 +1,5 @@
-"""The gateway's own HTTP server, in its replica on the head node, beside Serve's proxy: the
-same routes (the gateway's ``__call__``) under the same path prefix, served by uvicorn on the
-replica's event loop.
+"""The direct server: uvicorn serving an :class:`~relayllm.http.app.HttpApp` on the running
+event loop (a Serve replica's), under a route prefix, beside Serve's proxy.
 
 Why a second door: Serve (2.60) passes request and response bodies between its proxy and a
 replica without flow control, so a large upload or download is held in memory as fast as the
@@ -8,7 +7,8 @@ faster side moves it. uvicorn stops reading a socket while a request's body wait
 and a streamed response waits while the client's socket is full, so a file of any size passes
 here in the memory of a few pieces.
 
-Loaded only in the gateway's replicas (uvicorn and starlette come with ``ray[serve]``).
+Light at import (uvicorn and starlette are imported when a server starts): :func:`base_url`
+is the config models' too.
 """
 
 from __future__ import annotations
@@ -17,38 +17,44 @@ import asyncio
 import errno
 import logging
 import socket
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from relayllm.batch.service.errors import ServiceError
-from relayllm.batch.service.settings import base_url
-
-if TYPE_CHECKING:
-    from starlette.requests import Request
-    from starlette.responses import Response
+from relayllm.errors import RelayLLMError
+from relayllm.http.errors import envelope, json_response
 
 logger = logging.getLogger(__name__)
 
-#: How long a fixed port may stay taken before the server gives up: the gateway's previous
-#: replica (replaced or restarted) may still be closing it. Short, because Serve gives up
-#: on a deployment after a few failed constructors, and the error names the port.
+#: How long a fixed port may stay taken before the server gives up: the previous replica
+#: (replaced or restarted) may still be closing it. Short, because Serve gives up on a
+#: deployment after a few failed constructors, and the error names the port.
 BIND_WAIT_S = 10.0
 
 
+class ServerError(RelayLLMError):
+    """The direct server could not listen or start (the message names the address)."""
+
+
+def base_url(host: str, port: int, route_prefix: str) -> str:
+    """The ``base_url`` an OpenAI client on the same node takes for a server bound to ``host``
+    (any address: loopback) and ``port`` under ``route_prefix``."""
+    host = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}{route_prefix.rstrip('/')}/v1"
+
+
 class DirectServer:
-    """uvicorn serving ``handler`` on ``host:port`` (0: a free port) under ``route_prefix``."""
+    """uvicorn serving ``app`` on ``host:port`` (0: a free port) under ``route_prefix``;
+    ``hint`` ends the error of a port it cannot take (what to set instead)."""
 
     def __init__(
-        self,
-        handler: Callable[[Request], Awaitable[Response]],
-        host: str,
-        port: int,
-        route_prefix: str = "/",
+        self, app: Any, host: str, port: int, route_prefix: str = "/", hint: str = ""
     ) -> None:
-        self.handler = handler
+        self.app = app
         self.host = host
         self.requested_port = port
         self.prefix = "" if route_prefix == "/" else route_prefix
+        self.hint = hint
         self.port: int | None = None
         self._server: Any = None
         self._task: asyncio.Task[None] | None = None
@@ -66,7 +72,7 @@ class DirectServer:
         sock = await self._bind()
         self.port = sock.getsockname()[1]
         config = uvicorn.Config(
-            self.app,
+            self._mounted,
             interface="asgi3",
             lifespan="off",
             proxy_headers=False,
@@ -80,9 +86,9 @@ class DirectServer:
         while not self._server.started:
             if self._task.done():  # uvicorn failed to start: its error, or a plain one
                 self._task.result()
-                raise ServiceError(f"the gateway's own HTTP server on {self.url} did not start")
+                raise ServerError(f"the HTTP server on {self.url} did not start")
             await asyncio.sleep(0.02)
-        logger.info("the gateway also serves on %s", self.url)
+        logger.info("serving on %s", self.url)
 
     async def _bind(self) -> socket.socket:
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
@@ -99,11 +105,9 @@ class DirectServer:
                 if busy and loop.time() < deadline:
                     await asyncio.sleep(0.5)
                     continue
-                raise ServiceError(
-                    f"the gateway's own HTTP server cannot listen on "
-                    f"{self.host}:{self.requested_port}: {exc.strerror or exc} (set "
-                    "direct_port / --direct-port to another port, 0 for any free one, or "
-                    "off to serve only through Serve's proxy)"
+                raise ServerError(
+                    f"the HTTP server cannot listen on {self.host}:{self.requested_port}: "
+                    f"{exc.strerror or exc}" + (f" ({self.hint})" if self.hint else "")
                 ) from None
             sock.listen(2048)
             sock.setblocking(False)
@@ -115,24 +119,17 @@ class DirectServer:
             self._server.should_exit = True
             await asyncio.wait({self._task}, timeout=10)
 
-    async def app(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        """The ASGI application: the gateway's handler, as behind Serve's proxy (which gives
-        the route prefix as ``root_path``)."""
-        from starlette.requests import Request
-        from starlette.responses import JSONResponse
-
-        from relayllm.batch.service.objects import error_body
-
-        if scope["type"] != "http":  # no websockets here; lifespan is off
-            return
-        path: str = scope["path"]
-        if self.prefix and not (path == self.prefix or path.startswith(self.prefix + "/")):
-            message = f"no route {path!r} (this server's paths start with {self.prefix})"
-            await JSONResponse(error_body(message), status_code=404)(scope, receive, send)
-            return
-        scope = {**scope, "root_path": self.prefix}
-        response = await self.handler(Request(scope, receive))
-        await response(scope, receive, send)
+    async def _mounted(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """``app`` under the prefix, given as ``root_path`` as Serve's proxy gives it."""
+        if scope["type"] == "http" and self.prefix:
+            path: str = scope["path"]
+            if not (path == self.prefix or path.startswith(self.prefix + "/")):
+                message = f"no route {path!r} (this server's paths start with {self.prefix})"
+                response = json_response(envelope(message, code="not_found"), 404)
+                await response(scope, receive, send)
+                return
+            scope = {**scope, "root_path": self.prefix}
+        await self.app(scope, receive, send)
 
 
-__all__ = ["BIND_WAIT_S", "DirectServer"]
+__all__ = ["BIND_WAIT_S", "DirectServer", "ServerError", "base_url"]
