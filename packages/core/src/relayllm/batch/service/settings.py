@@ -1,6 +1,6 @@
 """The batch service's server settings: where its state lives, where the gateway listens, the
 limits, and how the runner sizes its work. One frozen model, pickled to the gateway's replicas
-and the runner (pydantic only: no Ray, no HTTP stack)."""
+and the runner (no Ray, no HTTP stack)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import hashlib
 import os
 import re
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
 from relayllm.batch.service.files import DEFAULT_MAX_BYTES
+from relayllm.config import ConfigModel
 from relayllm.http.server import base_url  # the one base_url rule, the direct server's too
 
 #: OpenAI's bounds of a file's ``expires_after`` seconds (an hour to 30 days).
@@ -26,8 +27,10 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _PREFIX = re.compile(r"^/([A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*)?$")
 
 
-class ServiceSettings(BaseModel):
-    """One batch service: a gateway (Serve application) and the runner of its state."""
+class ServiceSettings(ConfigModel):
+    """One batch service: a gateway (Serve application) and the runner of its state. A bad
+    key or value raises ``ConfigError`` naming the field (with "did you mean"), as the other
+    config models do."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
