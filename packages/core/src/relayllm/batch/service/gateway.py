@@ -7,9 +7,8 @@ deployment a body's ``model`` names, so one ``base_url`` serves online and batch
 Routing only: what a client reads is :mod:`~relayllm.batch.service.objects`' (errors
 through ``objects.http_error``), the state is the job store's and the file storage's, and the
 online requests go through the deployments' own HTTP front code
-(:class:`relayllm.serving.http_front.HttpFront`, with :mod:`relayllm.openai_body`'s one
-translation), hosted by :class:`DeploymentOverHandle`, which calls the deployment through its
-Serve handle. Routes, keys, bodies and errors are :mod:`relayllm.http`'s, as the front's are.
+(:mod:`~relayllm.batch.service.online`). Routes, keys, bodies and errors are
+:mod:`relayllm.http`'s, as the front's are.
 SQLite and file calls run in threads, never on the event loop. Batches are run by the
 runner (:mod:`~relayllm.batch.service.runner`), which the gateway starts (or finds running)
 and wakes after a create or a cancel.
@@ -24,7 +23,7 @@ import asyncio
 import functools
 import logging
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from relayllm.batch.service import objects
@@ -36,15 +35,13 @@ from relayllm.batch.service.errors import (
 from relayllm.batch.service.files import CHUNK, FileStorage
 from relayllm.batch.service.ids import is_batch_id, is_file_id, new_file_id
 from relayllm.batch.service.keys import KeyMap
+from relayllm.batch.service.online import ONLINE, OnlineRoutes
 from relayllm.batch.service.settings import MAX_EXPIRES_S, ServiceSettings
 from relayllm.batch.service.store import SQLiteJobStore
 from relayllm.batch.service.validate import check_endpoint
 from relayllm.http.app import Endpoint, HttpApp, json_body
 from relayllm.http.auth import project_of
 from relayllm.http.errors import HttpError, json_response
-from relayllm.rows import Request as Row
-from relayllm.rows import Result
-from relayllm.serving.http_front import ROUTES, HttpFront
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -52,36 +49,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: Online routes: path -> what a deployment's HTTP front answers there.
-ONLINE = {path: route for path, (_, route) in ROUTES.items() if route != "models"}
 #: Room for the multipart envelope around an upload's bytes.
 _FORM_SLACK = 64 * 1024
 
 Handler = Callable[..., Awaitable["Response"]]
-
-
-class DeploymentOverHandle:
-    """A running deployment as :class:`~relayllm.serving.http_front.HttpFront` reads its
-    host (:class:`relayllm.http.host.FrontHost`), answered through its Serve handle: the
-    same methods the deployment's own front calls, so admission, priorities, counts and the
-    pause gate are the replica's own."""
-
-    def __init__(self, handle: Any, describe: dict[str, Any], info: dict[str, Any]) -> None:
-        self.deployment = describe
-        self.backend_name = str(info.get("backend") or describe.get("backend") or "unknown")
-        self._info = info
-        self._handle = handle
-
-    def engine_info(self) -> dict[str, Any]:
-        return self._info
-
-    async def serve_http_row(self, request: Row) -> Result:
-        result: Result = await self._handle.serve_http_row.remote(request)
-        return result
-
-    async def stream_http_row(self, request: Row) -> AsyncIterator[Result]:
-        async for part in self._handle.options(stream=True).stream_http_row.remote(request):
-            yield part
 
 
 class Gateway:
@@ -96,7 +67,8 @@ class Gateway:
         os.makedirs(settings.state_dir, exist_ok=True)
         self.store = SQLiteJobStore(settings.store_path)
         self.storage = FileStorage.from_uri(settings.files_location, settings.max_file_bytes)
-        self.fronts: dict[str, HttpFront] = {}
+        self.online = OnlineRoutes()
+        self.fronts = self.online.fronts  # the front code of each deployment, by name
         self.runner = start_runner(settings)
         self.app = HttpApp(self._routes(), errors=objects.http_error)
 
@@ -116,7 +88,7 @@ class Gateway:
             ("/v1/models", "GET", self.models),
         ]
         table += [
-            (path, "POST", functools.partial(self.online, route)) for path, route in ONLINE.items()
+            (path, "POST", functools.partial(self._online, route)) for path, route in ONLINE.items()
         ]
         return [
             Route(path, self._keyed(handler), methods=[method]) for path, method, handler in table
@@ -332,57 +304,10 @@ class Gateway:
     # -- online traffic --------------------------------------------------------------------
 
     async def models(self, request: Request, project: str) -> Response:
-        from relayllm.batch.service.runner import deployment_names
+        return json_response(await self.online.models())
 
-        data = []
-        for name in await asyncio.to_thread(deployment_names):
-            front = await self._front(name)
-            data.extend(front.models_body()["data"])
-        return json_response({"object": "list", "data": data})
-
-    async def online(self, route: str, request: Request, project: str) -> Response:
-        """A chat, completion or embeddings request, answered by the front code of the
-        deployment its ``model`` names (the key was checked here: the front asks no other)."""
-        from relayllm.batch.format import default_deployment, route_models
-        from relayllm.batch.service.runner import deployment_names
-        from relayllm.errors import ConfigError
-
-        body = await json_body(request)  # the Request keeps it: the front reads it again
-        model = body.get("model")
-        cached = self.fronts.get(model) if isinstance(model, str) else None
-        if cached is not None:  # a deployment already answered here: no Serve status call
-            return await cached.answer(route, request)
-        names = await asyncio.to_thread(deployment_names)
-        try:
-            name = route_models(
-                {model if isinstance(model, str) else None: 1},
-                names,
-                default_deployment(names),
-            )[model if isinstance(model, str) else None]
-        except ConfigError:
-            raise NotFoundError(
-                f"model {model!r} names no deployment here (deployments: "
-                f"{', '.join(names) or 'none'})"
-            ) from None
-        front = await self._front(name)
-        return await front.answer(route, request)
-
-    async def _front(self, name: str) -> HttpFront:
-        """The HTTP front code of deployment ``name``, on a handle (made once per name)."""
-        front = self.fronts.get(name)
-        if front is None:
-            from relayllm.deployments import handle_for
-            from relayllm.serving.http_config import HttpConfig
-
-            handle = await asyncio.to_thread(handle_for, name)
-            describe = await handle.describe.remote()
-            info = await handle.info.remote()
-            # Here a deployment is known by its name (what routing matches and /v1/models
-            # lists), not its own http.model_name; and the gateway's project keys replace
-            # its http.api_key_env: the gateway checked the key before this.
-            host = DeploymentOverHandle(handle, describe, info)
-            front = self.fronts[name] = HttpFront(host, HttpConfig(), name)
-        return front
+    async def _online(self, route: str, request: Request, project: str) -> Response:
+        return await self.online.answer(route, request)
 
 
 class GatewayReplica(Gateway):
@@ -443,4 +368,4 @@ def _int(value: str | None, default: int) -> int:
         raise InvalidRequestError(f"{value!r} is not a number", "limit") from None
 
 
-__all__ = ["ONLINE", "DeploymentOverHandle", "Gateway", "GatewayReplica"]
+__all__ = ["ONLINE", "Gateway", "GatewayReplica"]
