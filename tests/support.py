@@ -178,6 +178,20 @@ def cli(
     return done
 
 
+def session_logs_holding(ray, *secrets: str) -> tuple[int, list[tuple[str, str]]]:
+    """Every log file of the connected Ray session (drivers, workers, Serve's replicas and
+    proxy, the raylet...) read whole: (files read, [(file, the secret's first 5 characters)]
+    for each file holding a secret). A test of secrets: the list must be empty."""
+    logs = Path(ray._private.worker.global_worker.node.get_session_dir_path()) / "logs"
+    read, hits = 0, []
+    for path in logs.rglob("*"):
+        if path.is_file():
+            read += 1
+            data = path.read_bytes()
+            hits += [(path.name, s[:5]) for s in secrets if s.encode() in data]
+    return read, hits
+
+
 # -- the process table -------------------------------------------------------------------------
 
 

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 import batch_api
 import pytest
-from support import cli, free_port
+from support import cli, free_port, session_logs_holding
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -171,15 +171,7 @@ def test_the_keys_are_in_no_log_line_of_the_session(gateway, ray_session):
     )
     assert reply.choices[0].message.content == "keys stay secret"
 
-    node = ray_session._private.worker.global_worker.node
-    logs = Path(node.get_session_dir_path()) / "logs"
-    scanned, found = 0, []
-    for path in logs.rglob("*"):
-        if not path.is_file():
-            continue
-        scanned += 1
-        data = path.read_bytes()
-        found += [(path.name, k[:5]) for k in (KEY, OTHER_KEY, WRONG_KEY) if k.encode() in data]
-    assert scanned > 10 and not found, found
+    read, found = session_logs_holding(ray_session, KEY, OTHER_KEY, WRONG_KEY)
+    assert read > 10 and not found, found
     served = gateway["served"]
     assert not any(k in served.stdout + served.stderr for k in (KEY, OTHER_KEY))

@@ -9,7 +9,7 @@ import threading
 import urllib.request
 
 import pytest
-from support import free_port
+from support import free_port, session_logs_holding
 
 import relayllm
 from relayllm import DeploymentConfig, ProcessorConfig, build_processor
@@ -484,3 +484,14 @@ def test_without_admin_key_env_the_control_routes_answer_404(front):
         assert not relayllm.control("httpplain").is_paused()
     finally:
         relayllm.shutdown("httpplain")
+
+
+def test_the_keys_are_in_no_log_line_of_the_session(front, ray_session):
+    """Runs last: the API key went with every request of the module, the admin key with the
+    control calls, and wrong keys with the refused ones; none of them is in a log file."""
+    _, info, _ = front
+    wrong = "wrong-" + secrets.token_hex(16)
+    status, _ = _post(info["http"]["url"].removesuffix("/v1") + "/admin/pause", {}, key=wrong)
+    assert status == 401
+    read, found = session_logs_holding(ray_session, KEY, ADMIN, wrong)
+    assert read > 10 and not found, found
