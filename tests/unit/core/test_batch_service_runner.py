@@ -299,65 +299,6 @@ def test_the_runners_scan_leaves_the_duplicate_check_to_validation(service, monk
     assert scan.lines == 2 and scan.to_run == 2
 
 
-KILLED_FINISH = """
-import sys
-from relayllm.batch.service.files import FileStorage
-from relayllm.batch.service.runner import BatchJob
-from relayllm.batch.service.settings import ServiceSettings
-from relayllm.batch.service.store import SQLiteJobStore
-
-state, batch_id, claim = sys.argv[1], sys.argv[2], int(sys.argv[3])
-settings = ServiceSettings(state_dir=state)
-store = SQLiteJobStore(settings.store_path)
-job = BatchJob(settings, store, FileStorage.from_uri(settings.files_location), batch_id, claim,
-               deployments=lambda: ["echo"])
-job.finish(job.update(), "completed")
-print("not killed")
-"""
-
-
-def test_a_runner_killed_between_storing_its_files_and_recording_them_publishes_once(service):
-    """A real SIGKILL (the runner's test hook) after the output bytes are stored and before
-    the batch records them: the next claim publishes the same lines once, under one file,
-    and the killed finish's bytes are deleted."""
-    import signal
-    import subprocess
-    import sys
-
-    from relayllm.batch.service.runner import TEST_HOOK_KILL_BEFORE_FINISH
-
-    settings, store, storage = service
-    batch = new_batch(service, [line(0), line(1)])
-    first = job(service, batch.id, store.claim(batch.id, "dead"))
-    first.update(status="in_progress")
-    first.update(status="finalizing")
-    os.makedirs(first.dir, exist_ok=True)
-    with open(first.output, "w") as out:
-        out.write(output_line(0) + "\n" + output_line(1) + "\n")
-    open(os.path.join(settings.state_dir, TEST_HOOK_KILL_BEFORE_FINISH), "w").close()
-    killed = subprocess.run(
-        [sys.executable, "-c", KILLED_FINISH, settings.state_dir, batch.id, str(first.claim)],
-        capture_output=True,
-        text=True,
-    )
-    assert killed.returncode == -signal.SIGKILL, killed.stderr
-    left = store.get_batch("alpha", batch.id)
-    assert left.status == "finalizing" and len(left.pending_files) == 1
-    assert storage.exists(left.pending_files[0])  # its bytes were stored, never published
-    assert [f.purpose for f in store.list_files("alpha").data] == ["batch"]
-    second = job(service, batch.id, store.claim(batch.id, "new"))
-    second._carry_over()
-    second.finish(second.update(), "completed")
-    done = store.get_batch("alpha", batch.id)
-    assert done.status == "completed" and done.pending_files == ()
-    outputs = [f for f in store.list_files("alpha").data if f.purpose == "batch_output"]
-    assert [f.id for f in outputs] == [done.output_file_id]
-    assert [x["custom_id"] for x in content(service, done.output_file_id)] == ["r0", "r1"]
-    assert not storage.exists(left.pending_files[0])
-    assert sorted(os.listdir(storage._base)) == sorted([batch.input_file_id, done.output_file_id])
-    assert (done.request_counts.completed, done.request_counts.failed) == (2, 0)
-
-
 def test_the_runners_lines_fetch_images_only_from_the_hosts_the_service_allows(tmp_path):
     from relayllm import ProcessorConfig
 

@@ -10,6 +10,11 @@ the limit (copied a chunk at a time, never held whole) and deleted. The gateway 
 upload's file through a :class:`FileWriter` as the request's body arrives
 (:mod:`~relayllm.batch.service.uploads`), never spooled whole first. File ids are checked
 before they become paths: a client's id can never name anything outside the storage's root.
+
+A process killed while it writes (an upload cut mid-body, a runner killed mid-``put``) leaves
+its temporary ``ID.part-XXXX`` file behind; :meth:`FileStorage.remove_parts` sweeps them: a
+file id's own (the runner, for the ids a killed finish reserved) or every one not written to
+for a while (the runner, on start and periodically: an upload still arriving is left alone).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import io
 import os
 import secrets
+import time
 from collections.abc import Iterable
 from typing import Any, BinaryIO
 
@@ -29,6 +35,8 @@ from relayllm.batch.service.ids import is_file_id
 DEFAULT_MAX_BYTES = 512 * 1024 * 1024
 #: The piece read or written at a time: what an upload or a download holds in memory.
 CHUNK = 1 << 20
+#: What marks a file being written (``ID.part-XXXX``): never a file id (ids have no dot).
+PART = ".part-"
 
 
 class FileStorage:
@@ -81,7 +89,7 @@ class FileStorage:
         :meth:`FileWriter.abort` (also after a failed write) keeps nothing."""
         limit = self.max_bytes if max_bytes is None else max_bytes
         path = self._path(file_id)
-        return FileWriter(self._fs, path, f"{path}.part-{secrets.token_hex(4)}", limit)
+        return FileWriter(self._fs, path, f"{path}{PART}{secrets.token_hex(4)}", limit)
 
     def open(self, file_id: str, offset: int = 0) -> io.BufferedReader:
         """The file for reading, buffered (iterating it gives its lines), from byte ``offset``."""
@@ -115,6 +123,29 @@ class FileStorage:
         if not self.exists(file_id):
             raise NotFoundError(f"no file {file_id!r}")
         self._fs.delete_file(path)
+
+    def remove_parts(self, file_id: str | None = None, older_than_s: float = 0.0) -> list[str]:
+        """Delete the temporary files a killed writer left: ``file_id``'s (whatever their
+        age), or with no id every one last written more than ``older_than_s`` ago; returns
+        their names. Object stores list no unfinished multipart upload here: those are the
+        bucket's lifecycle rules' to abort."""
+        if file_id is not None:
+            self._path(file_id)  # checked: a client's id never widens the sweep
+        prefix = f"{file_id}{PART}" if file_id is not None else None
+        cutoff = time.time() - older_than_s
+        selector = pafs.FileSelector(self._base or "/", allow_not_found=True)
+        removed = []
+        for info in self._fs.get_file_info(selector):
+            name = info.base_name
+            if info.type != pafs.FileType.File or PART not in name:
+                continue
+            if prefix is not None and not name.startswith(prefix):
+                continue
+            if prefix is None and (info.mtime is None or info.mtime.timestamp() > cutoff):
+                continue  # being written now, perhaps: a later sweep takes it if it stays
+            _delete_quietly(self._fs, info.path)
+            removed.append(name)
+        return removed
 
 
 class FileWriter:
@@ -185,4 +216,4 @@ def _delete_quietly(filesystem: Any, path: str) -> None:
         pass  # never written, or already gone: nothing to clean
 
 
-__all__ = ["CHUNK", "DEFAULT_MAX_BYTES", "FileStorage", "FileWriter"]
+__all__ = ["CHUNK", "DEFAULT_MAX_BYTES", "PART", "FileStorage", "FileWriter"]

@@ -31,7 +31,6 @@ import json
 import logging
 import os
 import shutil
-import signal
 import socket
 import threading
 import time
@@ -45,7 +44,7 @@ from relayllm.batch.service.errors import (
     NotFoundError,
     StaleClaimError,
 )
-from relayllm.batch.service.files import FileStorage
+from relayllm.batch.service.files import PART, FileStorage
 from relayllm.batch.service.ids import new_file_id
 from relayllm.batch.service.settings import ServiceSettings
 from relayllm.batch.service.store import BatchRecord, RequestCounts, SQLiteJobStore, Status
@@ -67,6 +66,11 @@ RUNNER_ERROR: dict[str, Any] = {
 HEAD_RESOURCE = {"node:__internal_head__": 0.001}
 #: The runner's actor is named in this namespace, whatever namespace its starter has.
 RUNNER_NAMESPACE = "relayllm"
+#: A temporary ``.part-`` file in the storage not written to for this long is a killed
+#: writer's (an upload's body arrives far faster): the runner deletes it.
+PART_MAX_AGE_S = 3600.0
+#: How often the runner sweeps the storage for such files (and once when it starts).
+PART_SWEEP_S = 600.0
 
 
 class _TurnOver(Exception):
@@ -251,13 +255,13 @@ class BatchJob:
         lines = {kind: _lines(path) for kind, path in work.items()}
         ids = {kind: new_file_id() for kind, count in lines.items() if count}
         for leftover in self.store.reserve_files(self.batch_id, self.claim, list(ids.values())):
-            _delete_quietly(self.storage, leftover)  # a killed finish's unpublished bytes
+            _delete_quietly(self.storage, leftover)  # a killed finish's unpublished bytes,
+            self.storage.remove_parts(leftover)  # whole or cut short mid-put
         files: dict[str, tuple[str, int]] = {}
         try:
             for kind, file_id in ids.items():
                 with open(work[kind], "rb") as source:
                     files[kind] = (file_id, self.storage.put(file_id, source, max_bytes=1 << 62))
-            _test_hook(self.settings, TEST_HOOK_KILL_BEFORE_FINISH)
             self.store.finish_batch(
                 self.batch_id,
                 self.claim,
@@ -301,6 +305,8 @@ class BatchJob:
         for path in glob.glob(os.path.join(self.dir, "*.*.jsonl")):
             if path not in (self.output, self.errors):
                 os.unlink(path)  # an older claim's: never read again
+        for path in glob.glob(os.path.join(self.dir, f"*{PART}*")):
+            os.unlink(path)  # an input copy a killed claim left cut short
 
     def _fetch_input(self, record: BatchRecord) -> None:
         """The input file's bytes in the work directory (the read tasks read byte ranges)."""
@@ -344,23 +350,6 @@ def _delete_quietly(storage: FileStorage, file_id: str) -> None:
         pass  # never written, or already deleted
     except Exception:
         logger.exception("could not delete the unpublished file %s", file_id)
-
-
-#: **Test hook** (for the kill tests only): while a file of this name is in the state
-#: directory, a runner finishing a batch deletes the file and SIGKILLs its own process after
-#: storing the output and error bytes and before recording them: a real crash at the one
-#: point where a finish could publish twice.
-TEST_HOOK_KILL_BEFORE_FINISH = "TEST-HOOK-kill-runner-before-finish"
-
-
-def _test_hook(settings: ServiceSettings, name: str) -> None:
-    marker = os.path.join(settings.state_dir, name)
-    try:
-        os.unlink(marker)
-    except FileNotFoundError:
-        return
-    logger.warning("test hook %s: killing the runner's process", name)
-    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _lines(path: str) -> int:
@@ -412,8 +401,12 @@ class BatchRunner:
         return runner_fields(self.settings)
 
     def _loop(self) -> None:
+        swept = float("-inf")
         while True:  # until the actor is killed (stop_runner)
             try:
+                if time.monotonic() - swept >= PART_SWEEP_S:
+                    self._sweep()
+                    swept = time.monotonic()
                 self._heartbeat()
                 self._start_due()
                 self._remove_expired_files()
@@ -432,6 +425,21 @@ class BatchRunner:
                     job.request_stop()
             except Exception:  # finished or taken meanwhile: its thread finds out
                 logger.debug("batch %s: no heartbeat", job.batch_id, exc_info=True)
+
+    def _sweep(self) -> None:
+        """What killed writers left: the storage's old ``.part-`` files, and the work
+        directories of batches that ended (a runner killed after publishing a batch and
+        before deleting its work files). An unfinished batch's directory is its next
+        claim's to clean."""
+        removed = self.storage.remove_parts(older_than_s=PART_MAX_AGE_S)
+        if removed:
+            logger.info("removed %d unfinished file(s) killed writers left", len(removed))
+        if not os.path.isdir(self.settings.work_dir):
+            return
+        unfinished = {record.id for record in self.store.unfinished()}
+        for name in os.listdir(self.settings.work_dir):
+            if name not in unfinished and name not in self.active:
+                shutil.rmtree(os.path.join(self.settings.work_dir, name), ignore_errors=True)
 
     def _remove_expired_files(self) -> None:
         """Expired files' records, then their bytes (one runner per state does it)."""
@@ -629,7 +637,6 @@ def start_runner(settings: ServiceSettings, *, replace: bool = False) -> Any:
 
 __all__ = [
     "EXPIRED_MESSAGE",
-    "TEST_HOOK_KILL_BEFORE_FINISH",
     "BatchJob",
     "BatchRunner",
     "deployment_names",
