@@ -15,14 +15,16 @@ the batch's failure.
 The codes are ``relayllm batch``'s error-file codes (``invalid_json``, ``missing_custom_id``,
 ``unsupported_url``, ``invalid_request``) and, for what only a whole file shows,
 ``mismatched_endpoint``, ``duplicate_custom_id``, ``empty_file``, ``too_many_lines``,
-``file_too_large``, ``model_not_found`` and ``too_many_errors``.
+``file_too_large``, ``line_too_large``, ``model_not_found`` and ``too_many_errors``.
 
 Memory: a fixed size per line for the ``custom_id`` duplicate check (a digest and the line's
 number, :mod:`relayllm.batch.custom_ids`, as the driver's scan holds them) and one line at a
-time; no line is read past the byte limit. Repeated ids are found at the end of the pass and
-merged into the problems in line order (a line's repeat before its other problem), so the list
-is the file's first problems, as a check line by line would give. Their messages name the id
-when ``source`` can seek (the lines reported are read again); otherwise only the lines.
+time; no line is read past the file's byte limit, nor held past the line's
+(``max_line_bytes``: the rest of a longer line is read a piece at a time and dropped).
+Repeated ids are found at the end of the pass and merged into the problems in line order (a
+line's repeat before its other problem), so the list is the file's first problems, as a check
+line by line would give. Their messages name the id when ``source`` can seek (the lines
+reported are read again); otherwise only the lines.
 """
 
 from __future__ import annotations
@@ -34,9 +36,12 @@ from typing import Any, BinaryIO
 from relayllm.batch.custom_ids import IdLines, ids_on_lines
 from relayllm.batch.format import URL_TASKS, BadLine, parse_envelope, route_models
 from relayllm.batch.service.errors import InvalidRequestError
-from relayllm.batch.service.files import DEFAULT_MAX_BYTES
+from relayllm.batch.service.files import CHUNK, DEFAULT_MAX_BYTES
 from relayllm.errors import ConfigError
 from relayllm.rows import Task
+
+#: The default limit on one line: room for a request with several large base64 images.
+DEFAULT_MAX_LINE_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,9 @@ class Limits:
 
     max_lines: int = 1_000_000
     max_bytes: int = DEFAULT_MAX_BYTES
+    #: One line's bytes (its newline included): a longer line fails the batch, read no
+    #: further than this (a line is held whole only where it runs, after validation).
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
     #: Problems listed in the batch's ``errors``; validation stops at the first one past it.
     max_errors: int = 100
 
@@ -117,18 +125,36 @@ def validate_input(
         found.problems.append(_problem(code, message, param, line))
         return False
 
-    while raw := source.readline(limits.max_bytes - read + 1):
+    def too_large(number: int) -> None:
+        problem(
+            "file_too_large",
+            f"the file is larger than the limit of {limits.max_bytes:,} bytes "
+            f"(reached on line {number})",
+            None,
+            number,
+        )
+
+    while raw := source.readline(min(limits.max_bytes - read, limits.max_line_bytes) + 1):
         read += len(raw)
         number += 1
         if read > limits.max_bytes:
-            problem(
-                "file_too_large",
-                f"the file is larger than the limit of {limits.max_bytes:,} bytes "
-                f"(reached on line {number})",
+            too_large(number)
+            break
+        if len(raw) > limits.max_line_bytes:
+            found.lines += 1
+            read = _skip_line(source, raw, read, limits.max_bytes)
+            if read > limits.max_bytes:
+                too_large(number)
+                break
+            if problem(
+                "line_too_large",
+                f"line {number}: the line is larger than the limit of "
+                f"{limits.max_line_bytes:,} bytes",
                 None,
                 number,
-            )
-            break
+            ):
+                break
+            continue
         if not raw.strip():
             continue
         found.lines += 1
@@ -151,6 +177,17 @@ def validate_input(
         except ConfigError as exc:
             problem("model_not_found", str(exc), "body.model")
     return found
+
+
+def _skip_line(source: BinaryIO, raw: bytes, read: int, max_bytes: int) -> int:
+    """Read past the rest of a line over the limit a piece at a time (never held whole);
+    returns the bytes read in all, stopping once they pass ``max_bytes``."""
+    while not raw.endswith(b"\n") and read <= max_bytes:
+        raw = source.readline(min(CHUNK, max_bytes - read + 1))
+        if not raw:
+            break
+        read += len(raw)
+    return read
 
 
 def _check_line(
@@ -237,4 +274,4 @@ def _problem(
     return {"code": code, "message": message, "param": param, "line": line}
 
 
-__all__ = ["Limits", "Validation", "check_endpoint", "validate_input"]
+__all__ = ["DEFAULT_MAX_LINE_BYTES", "Limits", "Validation", "check_endpoint", "validate_input"]
