@@ -1,6 +1,7 @@
 """The batch service end to end: ``serve_file`` starts two echo deployments and the gateway on
 Serve's real HTTP proxy, and the real ``openai`` client on loopback uploads, creates, polls,
-cancels and downloads; the runner is the real detached actor, SIGKILLed in one test.
+cancels and downloads; the runner is the real detached actor, stopped and SIGKILLed from
+outside in one test.
 
 One gateway (and one runner) for the module; a second gateway on the same state, under
 ``/short``, enforces a 3 s completion window for the expiry test, lets files expire after
@@ -25,6 +26,9 @@ KEY_A = "alpha-key-" + "a" * 24
 KEY_B = "beta-key-" + "b" * 24
 KEYS_ENV = "RELAYLLM_API_KEYS"
 SLOW_LINES = 64
+#: The blocks a stopped runner can leave computed and unwritten: the one it was writing,
+#: those Ray Data finished for it meanwhile and those its stage worker held (3 seen).
+IN_FLIGHT_BLOCKS = 4
 #: The short gateway's upload limit (the main one has the default, 512 MB).
 SHORT_MAX_BYTES = 1_000_000
 
@@ -360,55 +364,90 @@ def test_online_requests_and_a_small_batch_are_answered_while_a_big_batch_runs(s
     wait(api, created.id)
 
 
+def work_lines(settings, batch_id):
+    """The complete lines of the batch's current work file (a line cut short is not one)."""
+    import glob
+
+    (path,) = glob.glob(os.path.join(settings.work_dir, batch_id, "out.*.jsonl"))
+    with open(path, "rb") as work:
+        return [line for line in work.read().split(b"\n")[:-1] if line.strip()]
+
+
+def settled_rows(name, quiet_s=2.0):
+    """The deployment's row counter once it has not moved for ``quiet_s`` (the calls sent
+    before the runner stopped have all been answered)."""
+    rows, since = deployment_rows(name), time.monotonic()
+    while time.monotonic() - since < quiet_s:
+        time.sleep(0.2)
+        now = deployment_rows(name)
+        if now != rows:
+            rows, since = now, time.monotonic()
+    return rows
+
+
+def check_bodies(lines, prefix):
+    """Each line's answer is echo's answer to its own request (a function of the line)."""
+    for line in lines:
+        number = line["custom_id"][len(prefix) :]
+        body = line["response"]["body"]
+        assert body["choices"][0]["message"]["content"] == f"line {number} words", line
+
+
 def test_runner_killed_mid_batch_resumes_each_line_exactly_once(service):
+    """The runner is stopped from outside while lines are in flight: the test holds the job
+    store's write lock, so the runner waits at its next write (the counts after a block),
+    while the stage worker goes on with the next block; SIGSTOP, then SIGKILL. The deployment
+    computed more rows than the work file kept (work was in flight), Ray restarts the runner,
+    which computes exactly the lines its work file lacks: the recompute is the rows of the
+    blocks in flight, no more; each custom_id once, each body its own line's answer."""
+    import sqlite3
+
     import ray
 
     from relayllm.batch.service.runner import RUNNER_NAMESPACE
+    from relayllm.blocks import block_rows, stage_batch
 
+    settings = service["settings"]
+    per_block = block_rows(SLOW_LINES, stage_batch(settings.batch_size))
     api = client(service["url"])
-    created = submit(api, chat_lines(SLOW_LINES, model="slow", prefix="k"))
-    before = wait(api, created.id, finished_lines(8))
-    assert before.status == "in_progress" and before.request_counts.completed < SLOW_LINES
-    runner = ray.get_actor(service["settings"].runner_name, namespace=RUNNER_NAMESPACE)
+    runner = ray.get_actor(settings.runner_name, namespace=RUNNER_NAMESPACE)
     pid = ray.get(runner.pid.remote(), timeout=30)
-    os.kill(pid, signal.SIGKILL)
+    start = deployment_rows("slow")
+    created = submit(api, chat_lines(SLOW_LINES, model="slow", prefix="k"))
+    running = wait(api, created.id, finished_lines(1))
+    assert running.status == "in_progress", running
+    lock = sqlite3.connect(settings.store_path, isolation_level=None)
+    try:
+        lock.execute("BEGIN IMMEDIATE")  # the runner's next write waits for it
+        recorded = api.batches.retrieve(created.id).request_counts.completed  # reads go on
+        deadline = time.monotonic() + 20
+        while deployment_rows("slow") - start <= recorded + per_block:
+            assert time.monotonic() < deadline, "the next block did not run"
+            time.sleep(0.05)
+        os.kill(pid, signal.SIGSTOP)
+        computed = settled_rows("slow") - start
+        kept = len(work_lines(settings, created.id))
+    finally:
+        lock.execute("ROLLBACK")
+        lock.close()
+        os.kill(pid, signal.SIGKILL)
+    assert kept < SLOW_LINES and kept >= recorded
+    assert computed > kept, (computed, kept)  # work was in flight at the kill
     batch = wait(api, created.id, timeout=90)
     assert ray.get(runner.pid.remote(), timeout=60) != pid  # Ray restarted it
     assert batch.status == "completed", batch
-    lines = lines_of(api, batch.output_file_id) + lines_of(api, batch.error_file_id)
-    ids = [line["custom_id"] for line in lines]
-    assert sorted(ids) == sorted(f"k{i}" for i in range(SLOW_LINES))  # none lost, none twice
-    assert batch.request_counts.completed == SLOW_LINES
-
-
-def test_runner_killed_between_storing_and_recording_its_files_publishes_them_once(service):
-    """The runner's test hook SIGKILLs its process after the output and error bytes are
-    stored and before the batch records them; the restarted runner ends the batch with one
-    output and one error file, every line once, and no unpublished bytes left."""
-    import ray
-
-    from relayllm.batch.service.runner import RUNNER_NAMESPACE, TEST_HOOK_KILL_BEFORE_FINISH
-
-    settings = service["settings"]
-    api, beta = client(service["url"]), client(service["url"], KEY_B)
-    runner = ray.get_actor(settings.runner_name, namespace=RUNNER_NAMESPACE)
-    pid = ray.get(runner.pid.remote(), timeout=30)
-    marker = os.path.join(settings.state_dir, TEST_HOOK_KILL_BEFORE_FINISH)
-    open(marker, "w").close()
-    lines = chat_lines(4, prefix="f")
-    lines[3]["body"]["messages"] = "not a list"  # one line for the error file
-    batch = wait(api, submit(api, lines).id, timeout=90)
-    assert not os.path.exists(marker)  # the hook fired...
-    assert ray.get(runner.pid.remote(), timeout=60) != pid  # ...and killed the runner
-    assert batch.status == "completed", batch
-    mine = [f for f in api.files.list() if f.filename.startswith(batch.id)]
-    assert sorted(f.id for f in mine) == sorted([batch.output_file_id, batch.error_file_id])
-    done = lines_of(api, batch.output_file_id) + lines_of(api, batch.error_file_id)
-    assert sorted(line["custom_id"] for line in done) == [f"f{i}" for i in range(4)]
-    assert (batch.request_counts.completed, batch.request_counts.failed) == (3, 1)
-    recorded = {f.id for f in api.files.list()} | {f.id for f in beta.files.list()}
-    stored = set(os.listdir(settings.files_location))
-    assert stored <= recorded, stored - recorded  # the killed finish's bytes were deleted
+    resumed = deployment_rows("slow") - start - computed
+    assert resumed == SLOW_LINES - kept, (resumed, kept)  # exactly the lines not kept
+    # The rows lost at the kill: those of the blocks in flight (finished but not written
+    # yet, and those the stage worker held), never the half of the batch.
+    assert computed - kept <= IN_FLIGHT_BLOCKS * per_block, (computed, kept, per_block)
+    output = lines_of(api, batch.output_file_id)
+    assert batch.error_file_id is None
+    assert sorted(line["custom_id"] for line in output) == sorted(
+        f"k{i}" for i in range(SLOW_LINES)
+    )  # none lost, none twice
+    check_bodies(output, "k")
+    assert (batch.request_counts.completed, batch.request_counts.failed) == (SLOW_LINES, 0)
 
 
 def deployment_rows(name):
@@ -617,3 +656,30 @@ def test_a_responses_batch_answers_response_objects(service):
         number = line["custom_id"][1:]
         assert response.status == "completed"
         assert response.output_text == f"echo it line {number} words"
+
+
+def test_the_batch_apis_output_lines_carry_the_weight_version_that_answered(service, tmp_path):
+    """A deployment updated with ``update_weights``: the service's output lines carry the
+    version in ``response.body.weight_version``, each answered by those weights (echo's
+    answers start with the checkpoint's tag); null before any update."""
+    import relayllm
+    from relayllm.testing.echo import write_echo_checkpoint
+
+    name = "versioned"
+    relayllm.deploy(relayllm.DeploymentConfig(name=name, backend="echo"))
+    try:
+        api = client(service["url"])
+        before = wait(api, submit(api, chat_lines(2, model=name, prefix="v")).id)
+        relayllm.control(name).update_weights(write_echo_checkpoint(tmp_path, "w9"), version=9)
+        after = wait(api, submit(api, chat_lines(3, model=name, prefix="w")).id)
+    finally:
+        relayllm.shutdown(name)
+    assert (before.status, after.status) == ("completed", "completed"), (before, after)
+    old, new = lines_of(api, before.output_file_id), lines_of(api, after.output_file_id)
+    assert [line["response"]["body"]["weight_version"] for line in old] == [None, None]
+    check_bodies(old, "v")
+    assert [line["response"]["body"]["weight_version"] for line in new] == ["9"] * 3
+    for line in new:
+        number = line["custom_id"][1:]
+        content = line["response"]["body"]["choices"][0]["message"]["content"]
+        assert content == f"[w9] line {number} words", line
