@@ -256,7 +256,9 @@ def test_run_writes_every_row_and_prints_a_summary_per_step(cluster, tmp_path):
     for r in rows:
         assert r["answer"] == f"q{r['id']} beta alpha"  # echo in reverse mode
         assert r["short"] == "alpha beta"  # "short q.. beta alpha" reversed, cut to 2 tokens
-        assert r["error"] is None and set(r) == {"id", "question", "answer", "short", "error"}
+        versions = {"answer_weight_version": None, "short_weight_version": None}  # no update
+        assert r["error"] is None and {k: r[k] for k in versions} == versions
+        assert set(r) == {"id", "question", "answer", "short", "error", *versions}
     summary = {
         line.split()[0]: line.split()
         for line in done.stderr.splitlines()

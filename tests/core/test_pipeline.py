@@ -146,3 +146,77 @@ steps:
     assert all(s.wall_s > 0 and s.rate(s.rows) > 0 for s in summary.steps)
     # One replica served all three steps; skipped rows were never sent.
     assert info["rows"] == 40 + (40 - len(boom)) + (40 - len(boom | not_json))
+
+
+def test_each_step_carries_the_weight_version_that_answered_it_across_an_update(tmp_path):
+    """``<output_column>_weight_version`` per step: step 1 and 3 on a deployment updated to
+    version 6 before the run, step 2 on one updated to 7 while the run is on it, so a row's
+    steps straddle that update: each step's column says which weights answered that step
+    (echo's answers start with the checkpoint's tag), null for the rows step 2 answered
+    before the update and for the steps a row refused at step 1 skipped."""
+    import threading
+    import time
+
+    from relayllm.pipelines.transforms import version_column
+    from relayllm.testing.echo import write_echo_checkpoint
+
+    n = 60
+    rows = [{"id": i, "question": f"q{i}" + (" BOOM" if i == 5 else "")} for i in range(n)]
+    text = """\
+deployments:
+  - name: ver-a
+    backend: echo
+    options: {fail_marker: BOOM}
+  - name: ver-b
+    backend: echo
+    options: {delay_s: 0.1}
+input: {id_column: id, rows: ROWS}
+steps:
+  - {name: first, deployment: ver-a, prompt: "{question}", output_column: first}
+  - {name: second, deployment: ver-b, prompt: "{first} then", output_column: second,
+     batch_size: 2}
+  - {name: third, deployment: ver-a, prompt: "{second} end", output_column: third}
+""".replace("ROWS", json.dumps(rows))
+    pipeline = parse_pipeline(text, "ver.yaml", tmp_path)
+    assert [version_column(s) for s in pipeline.spec.steps] == [
+        "first_weight_version",
+        "second_weight_version",
+        "third_weight_version",
+    ]
+    out: list[dict] = []
+    with deployed(pipeline, keep=True):
+        pass
+    try:
+        relayllm.control("ver-a").update_weights(
+            write_echo_checkpoint(tmp_path / "6", "w6"), version=6
+        )
+        b = relayllm.get_deployment("ver-b").handle()
+        run = threading.Thread(target=execute, args=(pipeline, open_dataset(pipeline), out.extend))
+        run.start()
+        deadline = time.monotonic() + 120
+        while b.info.remote().result(timeout_s=30)["rows"] < 10:
+            assert time.monotonic() < deadline and run.is_alive(), "step 2 did not get going"
+            time.sleep(0.05)
+        relayllm.control("ver-b").update_weights(
+            write_echo_checkpoint(tmp_path / "7", "w7"), version=7
+        )
+        run.join(timeout=300)
+        assert not run.is_alive()
+    finally:
+        relayllm.shutdown("ver-a")
+        relayllm.shutdown("ver-b")
+    assert sorted(r["id"] for r in out) == list(range(n))
+    seen = set()
+    for r in out:
+        if r["id"] == 5:  # refused at step 1 (by version 6), then skipped by steps 2 and 3
+            assert r["error"] and r["first_weight_version"] == "6", r
+            assert (r["second_weight_version"], r["third_weight_version"]) == (None, None), r
+            continue
+        assert r["error"] is None, r
+        assert r["first_weight_version"] == "6" and r["first"].startswith("[w6] "), r
+        assert r["third_weight_version"] == "6" and r["third"].startswith("[w6] "), r
+        second = r["second_weight_version"]
+        assert second in (None, "7"), r
+        assert r["second"].startswith("[w7] ") == (second == "7"), r  # the weights that answered
+        seen.add(second)
+    assert seen == {None, "7"}, "the update fell within step 2's rows"

@@ -1,5 +1,8 @@
 """Per-step row transforms: fill a step's template into the column its task reads, and put
-its answer in ``output_column``; the run's own numbers travel in hidden columns."""
+its answer in ``output_column`` and the version of the weights that answered it in
+``<output_column>_weight_version`` (:func:`version_column`: each step its own, since an
+update may fall between two steps of one row); the run's own numbers travel in hidden
+columns."""
 
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from relayllm.rows import (
     EXTRA_INPUT_COLUMNS,
     NUM_GENERATED_TOKENS,
     NUM_INPUT_TOKENS,
+    WEIGHT_VERSION,
     output_fields,
 )
 
@@ -33,6 +37,12 @@ if TYPE_CHECKING:
 ERROR_COLUMN = ERROR
 FIRST_ERROR = f"{HIDDEN_PREFIX}error"  # the first failure of the row, across steps (the
 # stage's own 'error' column is rewritten by every step)
+
+
+def version_column(step: StepSpec) -> str:
+    """The column of a step's weight version: null for a row the step did not answer and
+    for a deployment never updated (``update_weights``)."""
+    return f"{step.output_column}_{WEIGHT_VERSION}"
 
 
 def step_prefix(index: int) -> str:
@@ -109,6 +119,7 @@ class _Finish:
         self.templated = has_template(step)
         self.extras = filled_extras(step)
         self.answer = step.output_field or ANSWER_COLUMN[step.resolved_task]
+        self.version = version_column(step)
 
     def __call__(self, row: dict[str, Any]) -> dict[str, Any]:
         row = dict(row)
@@ -133,6 +144,7 @@ class _Finish:
         if not error and step.output_json_field:
             value, error = _json_field(value, step)
         row[step.output_column] = None if error else value
+        row[self.version] = None if skip else out.get(WEIGHT_VERSION)
         if error and not row.get(FIRST_ERROR):
             row[FIRST_ERROR] = error
         row.setdefault(FIRST_ERROR, None)
