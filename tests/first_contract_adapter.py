@@ -1,5 +1,6 @@
 """An adapter written against adapter contract 1: no declared contract version, options
-read as a mapping. The contract tests (unit and cluster) use it."""
+read as a mapping. This relayllm refuses it when it registers; the contract tests (unit and
+cluster) check that it is refused clearly, never by error rows."""
 
 from __future__ import annotations
 

@@ -10,9 +10,9 @@ import ray
 
 import relayllm
 from relayllm import DeploymentConfig, ProcessorConfig, build_processor
+from relayllm.adapters import Engine
 from relayllm.backend import Backend
 from relayllm.plugin import hookimpl, manager
-from relayllm.serving.replica import BatchDeployment
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -21,7 +21,7 @@ ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Serve ships t
 PREFIXES = {key: f"{key} " + "shared few-shot block " * 20 for key in "ABCD"}
 
 
-class CallProbeDeployment(BatchDeployment):
+class CallProbeEngine(Engine):
     backend_name = "call-probe"
 
     async def run_batch(self, requests):
@@ -34,11 +34,12 @@ class CallProbeDeployment(BatchDeployment):
 
 class CallProbeBackend(Backend):
     name = "call-probe"
+    contract_version = 3
     tasks = frozenset({"completion"})
 
     @classmethod
-    def deployment_class(cls):
-        return CallProbeDeployment
+    def engine_class(cls):
+        return CallProbeEngine
 
     @classmethod
     def deployment_options(cls, options):

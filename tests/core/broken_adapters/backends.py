@@ -17,8 +17,8 @@ from pydantic import BaseModel
 
 from relayllm.backend import Backend, BackendOptions
 from relayllm.plugin import hookimpl
+from relayllm.plugin.legacy import BatchDeployment
 from relayllm.rows import Request, Result, error_result, request_text
-from relayllm.serving.replica import BatchDeployment
 from relayllm.testing.echo import ECHO_FEATURES, generate
 
 ROW_SECONDS = 0.2

@@ -13,14 +13,15 @@ import pytest
 
 from relayllm.errors import ControlRefusedError
 from relayllm.serving.control import CONTROL_CALLS
-from relayllm.testing.echo import EchoDeployment, EchoOptions
+from relayllm.serving.replica import Replica
+from relayllm.testing.echo import EchoEngine, EchoOptions
 
 pytestmark = pytest.mark.usefixtures("echo_backend")
 
 
-def _echo(**options) -> EchoDeployment:
+def _echo(**options) -> Replica:
     deployment = {"name": "unit", **options.pop("deployment", {})}
-    return EchoDeployment(EchoOptions(**options), deployment)
+    return Replica(EchoEngine, EchoOptions(**options), deployment)
 
 
 def _row(text: str, rid: str | None = None) -> dict:
@@ -38,11 +39,11 @@ async def _turns(n: int = 20) -> None:
 def test_a_paused_replica_holds_batch_rows_until_resume():
     async def scenario():
         replica = _echo()
-        await replica._apply_control(1, {"paused": "wait"})
+        await replica.follower.apply(1, {"paused": "wait"})
         call = asyncio.create_task(replica.process_batch([_row("held a"), _row("held b")]))
         await asyncio.sleep(0.2)
         assert not call.done() and replica.rows == 0, "the rows wait; they neither run nor fail"
-        await replica._apply_control(2, {"paused": None})
+        await replica.follower.apply(2, {"paused": None})
         results = await asyncio.wait_for(call, 5)
         assert [r["generated_text"] for r in results] == ["held a", "held b"]
         assert replica.rows == 2 and replica.paused is None
@@ -55,8 +56,8 @@ def test_pause_in_wait_mode_returns_only_after_the_rows_in_the_engine_finish():
         replica = _echo(delay_s=0.3)
         call = asyncio.create_task(replica.process_batch([_row("in the engine")]))
         await _turns()
-        assert replica.busy_rows == 1
-        await replica._apply_control(1, {"paused": "wait"})
+        assert replica.engine.busy_rows == 1
+        await replica.follower.apply(1, {"paused": "wait"})
         assert replica.rows == 1, "pause() returned after the row in the engine finished"
         assert (await call)[0]["generated_text"] == "in the engine"
 
@@ -68,10 +69,10 @@ def test_pause_in_keep_mode_freezes_the_rows_in_the_engine():
         replica = _echo(delay_s=0.05)
         call = asyncio.create_task(replica.process_batch([_row("frozen")]))
         await _turns()
-        await replica._apply_control(1, {"paused": "keep"})
+        await replica.follower.apply(1, {"paused": "keep"})
         await asyncio.sleep(0.3)
         assert not call.done() and replica.rows == 0
-        await replica._apply_control(2, {"paused": None})
+        await replica.follower.apply(2, {"paused": None})
         assert (await asyncio.wait_for(call, 5))[0]["generated_text"] == "frozen"
 
     asyncio.run(scenario())
@@ -80,32 +81,38 @@ def test_pause_in_keep_mode_freezes_the_rows_in_the_engine():
 def test_an_old_state_version_is_not_applied_after_a_newer_one():
     async def scenario():
         replica = _echo()
-        await replica._apply_control(3, {"paused": None})
-        await replica._apply_control(2, {"paused": "wait"})  # late: a resume came after it
-        assert replica.paused is None and replica.control_version == 3
+        await replica.follower.apply(3, {"paused": None})
+        await replica.follower.apply(2, {"paused": "wait"})  # late: a resume came after it
+        assert replica.paused is None and replica.follower.version == 3
 
     asyncio.run(scenario())
 
 
 def test_refusals_name_backend_and_call_and_change_nothing():
-    from relayllm_shout.plugin import ShoutDeployment, ShoutOptions
+    from contract2_adapter import ShoutDeployment
+    from relayllm_shout.plugin import ShoutEngine, ShoutOptions
 
     async def scenario():
-        # An adapter written before the control plane refuses every call, and still serves.
-        shout = ShoutDeployment(ShoutOptions(), {"name": "loud"})
-        refusals = await shout.control_refusals()
-        assert refusals["backend"] == "shout" and set(refusals["refused"]) == set(CONTROL_CALLS)
-        with pytest.raises(ControlRefusedError) as refused:
-            await shout.control("tokenize", "a b")
-        assert str(refused.value).startswith(
-            "backend 'shout' cannot do the control call 'tokenize' (deployment 'loud')"
-        )
+        # An engine that implements no capability refuses every call, and still serves; so
+        # does a contract-2 adapter (through the wrapper) that overrides no hook.
+        for shout in (
+            Replica(ShoutEngine, ShoutOptions(), {"name": "loud"}),
+            ShoutDeployment(ShoutOptions(), {"name": "loud"}),
+        ):
+            refusals = await shout.control_refusals()
+            assert set(refusals["refused"]) == set(CONTROL_CALLS)
+            with pytest.raises(ControlRefusedError) as refused:
+                await shout.control("tokenize", "a b")
+            assert str(refused.value).startswith(
+                f"backend {shout.backend_name!r} cannot do the control call 'tokenize' "
+                "(deployment 'loud')"
+            )
         echo = _echo()
         refused_by_echo = (await echo.control_refusals())["refused"]
         assert set(refused_by_echo) == {"sleep", "wake_up", "reset_prefix_cache"}
         with pytest.raises(ControlRefusedError, match="'echo' cannot do the control call 'sleep'"):
             await echo.control("sleep", 1)
-        assert echo.paused is None and echo.control_version == 0
+        assert echo.paused is None and echo.follower.version == 0
         assert await echo.control("is_paused") is False
         ids = await echo.control("tokenize", "héllo wörld")
         assert await echo.control("detokenize", ids) == "héllo wörld"
@@ -126,9 +133,9 @@ def test_an_adapter_loaded_at_runtime_answers_the_rows_that_name_it(tmp_path):
         assert answers == ["<tiny> a b", "a b"]
         # A replica that starts later gets the deployment's adapters from the state.
         late = _echo()
-        await late._apply_control(1, {"paused": None, "adapters": {"tiny": str(tmp_path)}})
+        await late.follower.apply(1, {"paused": None, "adapters": {"tiny": str(tmp_path)}})
         assert await late.control("adapters") == {"tiny": str(tmp_path)}
-        await late._apply_control(2, {"paused": None, "adapters": {}})
+        await late.follower.apply(2, {"paused": None, "adapters": {}})
         assert await late.control("adapters") == {}
 
     asyncio.run(scenario())
@@ -158,7 +165,7 @@ def test_a_paused_http_front_answers_503_with_retry_after():
         async with http.AsyncClient(transport=http.ASGITransport(app=app)) as client:
             ok = await client.post("http://front/v1/completions", json=body)
             assert ok.status_code == 200
-            await replica._apply_control(1, {"paused": "wait"})
+            await replica.follower.apply(1, {"paused": "wait"})
             for stream in (False, True):
                 paused = await client.post(
                     "http://front/v1/completions", json={**body, "stream": stream}
@@ -166,7 +173,7 @@ def test_a_paused_http_front_answers_503_with_retry_after():
                 assert paused.status_code == 503
                 assert paused.headers["retry-after"] == "5"
                 assert "paused" in paused.json()["error"]["message"]
-            await replica._apply_control(2, {"paused": None})
+            await replica.follower.apply(2, {"paused": None})
             assert (await client.post("http://front/v1/completions", json=body)).status_code == 200
 
     asyncio.run(scenario())

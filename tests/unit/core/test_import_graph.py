@@ -46,8 +46,9 @@ LAYERS: list[tuple[str, ...]] = [
     ("relayllm.backend", "relayllm.adapters", "relayllm.adapters.", "relayllm.cluster"),
     # the config models (below the stage, which needs ProcessorConfig) and the block sizes
     ("relayllm.config", "relayllm.blocks"),
-    # deprecated import paths of what moved into serving/ (gone in 0.3)
-    ("relayllm.engine", "relayllm.replica", "relayllm.metrics", "relayllm.traffic"),
+    # deprecated import paths of what moved into serving/ (gone in 0.3), and the wrapper that
+    # runs contract-2 adapters on the replica (gone with contract 4)
+    ("relayllm.metrics", "relayllm.traffic", "relayllm.plugin.legacy"),
     ("relayllm.plugin.spec", "relayllm.plugin.manager"),
     # the driver: names -> Serve apps, what a pipeline asks of the cluster
     ("relayllm.deployments",),

@@ -19,10 +19,12 @@ pytestmark = pytest.mark.usefixtures("echo_backend")
 
 class _Alpha(Backend):
     name = "alpha"
+    contract_version = 3
 
 
 class _AlsoAlpha(Backend):
     name = "alpha"
+    contract_version = 3
 
 
 def _run(code: str, **env: str) -> dict:

@@ -48,6 +48,7 @@ def test_the_cli_warns_on_import_before_any_command_runs(tmp_path):
         "import relayllm\n"
         "class Pinned(relayllm.Backend):\n"
         "    name = 'pinned'\n"
+        "    contract_version = 3\n"
         "    install_hint = 'pip install relayllm-pinned'\n"
         "    supported_versions: ClassVar[dict[str, str]] = {'pluggy': '0.0.*'}\n"
         "@relayllm.hookimpl\n"

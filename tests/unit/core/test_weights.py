@@ -12,14 +12,15 @@ import os
 import pytest
 
 from relayllm.openai_body import completion_body, embeddings_body
+from relayllm.serving.replica import Replica
 from relayllm.serving.weights import fetch_checkpoint
-from relayllm.testing.echo import EchoDeployment, EchoOptions, write_echo_checkpoint
+from relayllm.testing.echo import EchoEngine, EchoOptions, write_echo_checkpoint
 
 pytestmark = pytest.mark.usefixtures("echo_backend")
 
 
-def _echo(**options) -> EchoDeployment:
-    return EchoDeployment(EchoOptions(**options), {"name": "unit"})
+def _echo(**options) -> Replica:
+    return Replica(EchoEngine, EchoOptions(**options), {"name": "unit"})
 
 
 def _row(text: str) -> dict:
@@ -31,7 +32,7 @@ async def _turns(n: int = 20) -> None:
         await asyncio.sleep(0)
 
 
-async def _updating(replica: EchoDeployment) -> None:
+async def _updating(replica: Replica) -> None:
     """Until the replica's update holds its gate (the checkpoint is looked up in a thread)."""
     for _ in range(500):
         if replica.updating_weights:
@@ -48,12 +49,12 @@ def test_rows_in_the_engine_keep_the_old_version_and_held_rows_get_the_new(tmp_p
         assert (await replica.process_batch([_row("before")]))[0]["weight_version"] is None
         inside = asyncio.create_task(replica.process_batch([_row("inside")]))
         await _turns()
-        assert replica.busy_rows == 1, "a row is in the engine"
+        assert replica.engine.busy_rows == 1, "a row is in the engine"
         update = asyncio.create_task(replica.control("update_weights", v2, "2"))
         await _updating(replica)
         held = asyncio.create_task(replica.process_batch([_row("held")]))
         await _turns()
-        assert replica.busy_rows == 1, "the new row waits at the gate during the update"
+        assert replica.engine.busy_rows == 1, "the new row waits at the gate during the update"
         (first,) = await inside
         assert first["generated_text"] == "inside" and first["weight_version"] is None
         await asyncio.wait_for(update, 5)
@@ -116,7 +117,7 @@ def test_a_bad_checkpoint_fails_the_update_and_changes_nothing(tmp_path):
             await replica.control("update_weights", str(tmp_path / "missing"), "x")
         with pytest.raises(ValueError, match="not an echo checkpoint"):
             await replica.control("update_weights", str(tmp_path), "x")
-        assert replica.weight_version is None and replica._open.is_set()
+        assert replica.follower.weight_version is None and replica.follower.open
         (row,) = await replica.process_batch([_row("still")])
         assert row["generated_text"] == "still" and row["weight_version"] is None
 

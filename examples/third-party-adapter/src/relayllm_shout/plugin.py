@@ -1,11 +1,11 @@
-"""The whole adapter: options, the deployment, and the hook that registers the backend."""
+"""The whole adapter: options, the engine, and the hook that registers the backend."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import relayllm
-from relayllm.adapters import check_sampling_support
+from relayllm.adapters import Engine, check_sampling_support
 from relayllm.rows import Request, Result, request_text
 
 CONTEXT_WORDS = 100  # shout's "context length": a longer prompt is refused
@@ -19,13 +19,13 @@ class ShoutOptions(relayllm.BackendOptions):
     suffix: str = "!"
 
 
-class ShoutDeployment(relayllm.BatchDeployment):
+class ShoutEngine(Engine):  # runs in each Serve replica; the core's replica wraps it
     backend_name = "shout"
     options: ShoutOptions  # the validated options, typed
 
-    async def run_request(self, request: Request) -> Result:
+    async def run_request(self, request: Request) -> Result:  # one row; raise: this row fails
         params = request["sampling_params"]
-        check_sampling_support("shout", params, SUPPORTED)  # raising fails this row only
+        check_sampling_support("shout", params, SUPPORTED)
         words = request_text(request).upper().split()
         if len(words) > CONTEXT_WORDS:
             raise ValueError(f"{len(words)} words is over shout's context of {CONTEXT_WORDS}")
@@ -45,19 +45,19 @@ class ShoutDeployment(relayllm.BatchDeployment):
             "num_generated_tokens": len(out),
         }
 
-    def engine_info(self) -> dict[str, Any]:
+    def info(self) -> dict[str, Any]:
         return {"model": "shout"}
 
 
 class ShoutBackend(relayllm.Backend):
     name = "shout"
-    contract_version = 2
+    contract_version = 3
     Options = ShoutOptions  # serves tasks_for(options) = chat and completion (the default)
     features = frozenset()  # no optional request features: no logprobs, n or JSON output
 
     @classmethod
-    def deployment_class(cls):
-        return ShoutDeployment
+    def engine_class(cls):  # import your engine's package here, not at module level
+        return ShoutEngine
 
     @classmethod
     def deployment_options(cls, options):

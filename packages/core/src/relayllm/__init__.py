@@ -33,10 +33,10 @@ from relayllm.errors import (
 )
 from relayllm.logs import configure_logging
 from relayllm.plugin import NAME, hookimpl
+from relayllm.plugin.legacy import BatchDeployment
 from relayllm.processor import Processor, build_processor
 from relayllm.serving.admission import AdmissionConfig
 from relayllm.serving.http_config import HttpConfig
-from relayllm.serving.replica import BatchDeployment
 
 __version__ = "0.1.0"
 

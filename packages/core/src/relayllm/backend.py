@@ -23,7 +23,8 @@ from relayllm.plugin import CONTRACT_VERSION, OLDEST_CONTRACT_VERSION
 from relayllm.rows import BASIC_FEATURES, TEXT_TASKS, Task
 
 if TYPE_CHECKING:
-    from relayllm.serving.replica import BatchDeployment
+    from relayllm.plugin.legacy import BatchDeployment
+    from relayllm.serving.engine import Engine
 
 
 class AdapterContractWarning(DeprecationWarning):
@@ -31,48 +32,23 @@ class AdapterContractWarning(DeprecationWarning):
 
 
 class BackendOptions(BaseModel):
-    """Base for a backend's ``Options``: unknown keys are an error, not silently ignored.
-
-    Contract 1 handed a replica its options as a mapping (``self.options["key"]``); contract 2
-    hands it this validated instance. Reading it as a mapping still works, with an
-    :class:`AdapterContractWarning` naming the attribute to use, until contract 3.
-    """
+    """Base for a backend's ``Options``: unknown keys are an error, not silently ignored. The
+    engine reads the validated instance's attributes (``self.options.key``); contract 1's
+    mapping access went with contract 3."""
 
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
-
-    def _as_mapping(self, key: str) -> None:
-        warnings.warn(
-            f"{type(self).__name__} read as a mapping (options[{key!r}] or options.get): "
-            f"read the attribute instead (options.{key}); mapping access goes with adapter "
-            f"contract 3",
-            AdapterContractWarning,
-            stacklevel=3,
-        )
-
-    def __getitem__(self, key: str) -> Any:
-        self._as_mapping(key)
-        try:
-            return getattr(self, key)
-        except AttributeError:
-            raise KeyError(key) from None
-
-    def get(self, key: str, default: Any = None) -> Any:
-        self._as_mapping(key)
-        return getattr(self, key, default)
-
-    def __contains__(self, key: object) -> bool:
-        return isinstance(key, str) and key in type(self).model_fields
 
 
 class Backend:
     """A kind of engine relayllm can deploy. Subclass, set the class attributes, implement
-    :meth:`deployment_class`; override :meth:`check_options` / :meth:`deployment_options` when
+    :meth:`engine_class`; override :meth:`check_options` / :meth:`deployment_options` when
     the engine needs deploy-time checks or resources (GPUs, placement groups)."""
 
     #: The name users put in ``DeploymentConfig.backend``.
     name: ClassVar[str]
     #: The adapter contract (``relayllm.plugin.CONTRACT_VERSION``) this backend was written
-    #: against. None: written before adapters declared one, which is contract 1.
+    #: against: 3 for an :meth:`engine_class`, 2 for a :meth:`deployment_class` (deprecated).
+    #: None: written before adapters declared one, which is contract 1 (refused).
     contract_version: ClassVar[int | None] = None
     #: Pydantic model of this backend's ``options``.
     Options: ClassVar[type[BaseModel]] = BackendOptions
@@ -133,10 +109,17 @@ class Backend:
         """Deploy-time checks that need the engine package (e.g. engine kwarg names)."""
 
     @classmethod
+    def engine_class(cls) -> type[Engine]:
+        """The :class:`relayllm.adapters.Engine` subclass each Serve replica runs (the core
+        builds the replica around it). Import the engine package inside this method, not at
+        module level."""
+        raise NotImplementedError(f"backend {cls.name!r} implements no engine_class()")
+
+    @classmethod
     def deployment_class(cls) -> type[BatchDeployment]:
-        """The class (a :class:`relayllm.serving.replica.BatchDeployment`) the Serve replicas run.
-        Import the engine package inside this method, not at module level."""
-        raise NotImplementedError
+        """Contract 2 (deprecated, goes with contract 4): the ``BatchDeployment`` subclass
+        the replicas run. Contract 3 implements :meth:`engine_class` instead."""
+        raise NotImplementedError(f"backend {cls.name!r} implements no deployment_class()")
 
     @classmethod
     def deployment_options(cls, options: BaseModel) -> dict[str, Any]:
@@ -230,7 +213,7 @@ def contract_problem(backend: type[Backend], origin: BackendOrigin) -> str | Non
     """Why ``backend`` cannot be used with this relayllm (None: it can). A deprecated but
     supported contract warns instead."""
     declared = backend.contract_version
-    version = OLDEST_CONTRACT_VERSION if declared is None else declared
+    version = 1 if declared is None else declared  # none declared: written for contract 1
     if version > CONTRACT_VERSION:
         return (
             f"backend {backend.name!r} from {origin} was built for adapter contract {version}, "
@@ -238,17 +221,25 @@ def contract_problem(backend: type[Backend], origin: BackendOrigin) -> str | Non
             f"release of the adapter built for contract {CONTRACT_VERSION}"
         )
     if version < OLDEST_CONTRACT_VERSION:
+        said = (
+            "declares no contract_version (contract 1)"
+            if declared is None
+            else (f"was built for adapter contract {version}")
+        )
         return (
-            f"backend {backend.name!r} from {origin} was built for adapter contract {version}, "
+            f"backend {backend.name!r} from {origin} {said}, "
             f"which this relayllm no longer supports (oldest: {OLDEST_CONTRACT_VERSION}): "
             f"upgrade the adapter (its changes are listed in relayllm's CHANGELOG)"
         )
     if version < CONTRACT_VERSION:
         warnings.warn(
-            f"backend {backend.name!r} from {origin} declares adapter contract {version} "
-            f"(none declared means 1); this relayllm implements {CONTRACT_VERSION}. It works "
-            f"for now: read options as attributes and set contract_version = "
-            f"{CONTRACT_VERSION} on the Backend class (relayllm's CHANGELOG lists the changes)",
+            f"backend {backend.name!r} from {origin} declares adapter contract {version}; this "
+            f"relayllm implements {CONTRACT_VERSION}. Its BatchDeployment subclass runs through "
+            f"a wrapper until contract {CONTRACT_VERSION + 1}: move its engine code to a "
+            f"relayllm.adapters.Engine (run_request/run_batch, info, health, stop; each "
+            f"engine_<call> hook becomes the method <call>), return that class from "
+            f"Backend.engine_class() instead of deployment_class(), and set contract_version = "
+            f"{CONTRACT_VERSION} (relayllm's CHANGELOG and docs/adapters.md list the changes)",
             AdapterContractWarning,
             stacklevel=2,
         )

@@ -161,11 +161,20 @@ def build_application(
     """Turn a backend + config into a Serve application (pure: nothing runs yet)."""
     from ray import serve
 
-    cls = backend.deployment_class()
+    from relayllm.plugin import CONTRACT_VERSION
+
+    # The replica gets the validated Options instance itself (typed), not a dict to re-parse.
+    args: tuple[Any, ...] = (options, normalized_config(config, backend, options))
+    if (backend.contract_version or 1) >= CONTRACT_VERSION:  # the core's replica, its engine
+        from relayllm.serving.replica import Replica
+
+        cls: type = Replica
+        args = (backend.engine_class(), *args)
+    else:  # contract 2: the adapter's BatchDeployment subclass (relayllm.plugin.legacy)
+        cls = backend.deployment_class()
     deployment: Any = serve.deployment(cls)  # typed as a decorator factory by Ray's overloads
     deployment = deployment.options(**serve_options(backend, config, options))
-    # The replica gets the validated Options instance itself (typed), not a dict to re-parse.
-    app: Application = deployment.bind(options, normalized_config(config, backend, options))
+    app: Application = deployment.bind(*args)
     return app
 
 

@@ -54,6 +54,12 @@ class EngineFailedError(RelayLLMError):
     fails, not its rows, so the stage retries it on the replica Serve starts instead."""
 
 
+class CallFailedError(RelayLLMError):
+    """Raised by an engine's ``run_batch`` when a call as a whole failed for a passing reason
+    (its transport, an engine that asks to be called again): the call fails, not its rows, and
+    the stage retries it; unlike :class:`EngineFailedError` the replica keeps serving."""
+
+
 class ControlRefusedError(RelayLLMError):
     """A control call (pause, sleep, tokenize, ...) the deployment's backend or device cannot
     do; raised before anything changes, naming the backend and the call."""

@@ -1,4 +1,12 @@
-"""What every adapter shares, so the three of them (and third-party ones) speak one dialect.
+"""The adapter SDK: the one namespace adapters import from.
+
+- :class:`Engine`: the contract an adapter implements (adapter contract 3): ``start``,
+  ``run_batch`` (or ``run_request``), ``stream``, ``info``, ``health``, ``stop``, and the
+  optional control capabilities; :class:`EngineContext` is what the replica hands it.
+  :class:`EngineFailedError` (the engine as a whole is gone) and :class:`CallFailedError`
+  (this call failed, retry it) are what ``run_batch`` raises besides per-row errors.
+
+And what every adapter shares, so the in-repo ones (and third-party ones) speak one dialect:
 
 - :mod:`.sampling`: the policy for a sampling parameter a backend does not support
   (:func:`check_sampling_support`), ``response_format`` parsed once
@@ -30,13 +38,19 @@ from relayllm.adapters.sampling import (
     parse_response_format,
 )
 from relayllm.adapters.tasks import ROW_TASKS, ModelTask, row_tasks
+from relayllm.errors import CallFailedError, EngineFailedError
 from relayllm.fit import replica_count
 from relayllm.rows import Request, Result, error_result
+from relayllm.serving.engine import Engine, EngineContext
 from relayllm.stage.calls import CHARS_PER_TOKEN, estimated_tokens
 
 __all__ = [
     "CHARS_PER_TOKEN",
     "ROW_TASKS",
+    "CallFailedError",
+    "Engine",
+    "EngineContext",
+    "EngineFailedError",
     "ModelTask",
     "OptionsError",
     "Request",

@@ -16,8 +16,9 @@ hookimpl = pluggy.HookimplMarker(NAME)
 #: The adapter contract this relayllm implements (``Backend.contract_version``). A change an
 #: adapter could notice raises it, with an entry in core's CHANGELOG and one release in which
 #: the previous version keeps working with a deprecation warning.
-CONTRACT_VERSION = 2
-#: The oldest contract still accepted; older or newer adapters are refused when they register.
-OLDEST_CONTRACT_VERSION = 1
+CONTRACT_VERSION = 3
+#: The oldest contract still accepted (through the wrapper of :mod:`relayllm.plugin.legacy`);
+#: older or newer adapters are refused when they register.
+OLDEST_CONTRACT_VERSION = 2
 
 __all__ = ["CONTRACT_VERSION", "NAME", "OLDEST_CONTRACT_VERSION", "hookimpl", "hookspec"]

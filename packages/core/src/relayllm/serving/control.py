@@ -19,22 +19,11 @@ import asyncio
 import time
 from typing import Any, Literal
 
-#: Every control call a deployment may be asked to do; a backend opts in per call.
-CONTROL_CALLS = (
-    "pause",
-    "resume",
-    "is_paused",
-    "reset_prefix_cache",
-    "sleep",
-    "wake_up",
-    "tokenize",
-    "detokenize",
-    "load_adapter",
-    "unload_adapter",
-    "adapters",
-    "update_weights",
-    "weight_version",
-)
+from relayllm.serving.engine import CAPABILITIES
+
+#: Every control call a deployment may be asked to do: derived from the engine contract's one
+#: list (an engine offers a call by implementing its method).
+CONTROL_CALLS: tuple[str, ...] = tuple(CAPABILITIES)
 #: How a pause treats the rows already in the engine: ``wait`` lets them finish (``pause()``
 #: returns once they have), ``keep`` freezes them where they are until ``resume()``. vLLM's
 #: third mode, ``abort``, would fail rows and is not offered.

@@ -7,7 +7,7 @@ checks that need a running engine.
 
 from __future__ import annotations
 
-from relayllm.testing.echo import EchoBackend, EchoDeployment, EchoOptions
+from relayllm.testing.echo import EchoBackend, EchoEngine, EchoOptions
 
 
 def enable_echo_backend() -> None:
@@ -35,7 +35,7 @@ __all__ = [
     "BackendConformanceTests",
     "BackendContractTests",
     "EchoBackend",
-    "EchoDeployment",
+    "EchoEngine",
     "EchoOptions",
     "enable_echo_backend",
 ]

@@ -16,18 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import os
-import random
 import time
-from collections.abc import Mapping
 from typing import Any, Literal, cast
 
 from pydantic import BaseModel, Field, field_validator
 
-from relayllm.adapters.sampling import parse_response_format
 from relayllm.backend import Backend, BackendOptions
-from relayllm.errors import EngineFailedError
+from relayllm.errors import CallFailedError, EngineFailedError
 from relayllm.plugin import hookimpl
 from relayllm.rows import (
     BASIC_FEATURES,
@@ -38,16 +34,15 @@ from relayllm.rows import (
     error_result,
     request_text,
 )
-from relayllm.serving.replica import BatchDeployment
+from relayllm.serving.engine import Engine
+from relayllm.serving.replica import Replica
 from relayllm.stage.images import has_images, image_sizes
+from relayllm.testing.echo_text import ECHO_TOP_WORD_P, generate
 
 EMBEDDING_SIZE = 8  # echo "embeds" a text as the lengths of its first 8 words
 #: echo "classifies" a text by its length: ``long`` from this many words on.
 ECHO_LONG = 4
 ECHO_LABELS = ("short", "long")
-#: echo's "model": its most likely next word holds this share of the probability, so a nucleus
-#: (``top_p``) no larger holds that word alone and sampling is greedy.
-ECHO_TOP_WORD_P = 0.5
 #: echo's "checkpoint": a directory with this file, ``{"tag": "..."}``; after a weight update
 #: every text answer starts with ``[tag]`` (:func:`write_echo_checkpoint`).
 ECHO_WEIGHTS_FILE = "echo_weights.json"
@@ -124,52 +119,53 @@ class EchoOptions(BackendOptions):
         return value
 
 
-class EchoDeployment(BatchDeployment):
+class EchoEngine(Engine):
+    """Echo's "engine": answers from the prompt's words, in the replica's process."""
+
     backend_name = "echo"
 
     options: EchoOptions
 
-    def __init__(self, options: EchoOptions, deployment: dict[str, Any]) -> None:
-        super().__init__(options, deployment)
+    def start(self) -> None:
+        options = self.options
         time.sleep(options.start_delay_s)  # models an engine loading its weights
         if options.fail_start:
             raise RuntimeError("echo engine failed to start (fail_start=True)")
         self.stopped = False
+        self.calls = 0  # run_batch calls (the fail_calls fault counts them)
+        self.rows = 0  # rows answered (the engine_*_after_rows faults count them)
         self.busy_rows = 0  # rows inside run_batch now (the echo 'engine' load)
         self._thawed = asyncio.Event()  # cleared by a pause in ``keep`` mode
         self._thawed.set()
-        self.weights_tag: str | None = None  # echo's "weights" (engine_update_weights)
+        self.weights_tag: str | None = None  # echo's "weights" (update_weights)
 
     # -- control calls: echo's 'engine' pauses and tokenizes (words, as everywhere in echo) ----
 
-    async def engine_pause(self, mode: str) -> None:
-        """``wait``: nothing to add (the base class holds new rows and waits for the rows in
-        the engine); ``keep``: the rows in the engine stop before they answer."""
+    async def pause(self, mode: str) -> None:
+        """``wait``: nothing to add (the replica holds new rows and waits for the rows in the
+        engine); ``keep``: the rows in the engine stop before they answer."""
         if mode == "keep":
             self._thawed.clear()
 
-    async def engine_resume(self) -> None:
+    async def resume(self) -> None:
         self._thawed.set()
 
-    async def engine_tokenize(self, text: str) -> list[int]:
+    async def tokenize(self, text: str) -> list[int]:
         """Each word as the integer of its UTF-8 bytes: reversible without a vocabulary, so
         any replica detokenizes what another tokenized."""
         return [int.from_bytes(word.encode(), "big") for word in text.split()]
 
-    async def engine_detokenize(self, ids: list[int]) -> str:
+    async def detokenize(self, ids: list[int]) -> str:
         words = [int(i).to_bytes((int(i).bit_length() + 7) // 8, "big").decode() for i in ids]
         return " ".join(words)
 
-    async def engine_load_adapter(self, name: str, path: str) -> None:
+    async def load_adapter(self, name: str, path: str) -> None:
         """Echo's 'adapter' is any directory: rows naming it get ``<name>`` before their words
         (a missing directory fails, as an engine's load does)."""
         if not os.path.isdir(path):
             raise FileNotFoundError(f"no adapter directory at {path}")
 
-    async def engine_unload_adapter(self, name: str) -> None:
-        """Nothing to free: the base class forgets the name."""
-
-    async def engine_update_weights(self, path: str, version: str) -> None:
+    async def update_weights(self, path: str, version: str) -> None:
         """Echo's "weights" are the tag of an echo checkpoint (:data:`ECHO_WEIGHTS_FILE` in
         ``path``): text answers start with ``[tag]`` from now on. A directory without one fails
         the update, as an engine fails on a checkpoint that is not its model's."""
@@ -183,12 +179,12 @@ class EchoDeployment(BatchDeployment):
             ) from None
         self.weights_tag = str(tag)
 
-    def stop_engine(self) -> None:
+    def stop(self) -> None:
         """What the conformance kit calls to check that health() reports a stopped engine
-        (and what a retiring replica calls: :meth:`BatchDeployment.stop_engine`)."""
+        (and what a retiring replica calls)."""
         self.stopped = True
 
-    async def engine_health(self) -> None:
+    async def health(self) -> None:
         if self.stopped:
             raise RuntimeError("the echo engine was stopped (stop_engine)")
         if self._hung():  # what vLLM's probe finds for a stopped EngineCore process
@@ -198,18 +194,16 @@ class EchoDeployment(BatchDeployment):
         hangs_after = self.options.engine_hangs_after_rows
         return hangs_after is not None and self.rows >= hangs_after
 
-    async def process_batch(self, requests: list[Request], job: str | None = None) -> list[Result]:
-        if self.calls < self.options.fail_calls:
-            self.calls += 1
-            raise ConnectionError(f"injected failure of call {self.calls}")
-        return await super().process_batch(requests, job)
-
     async def run_batch(self, requests: list[Request]) -> list[Result]:
+        self.calls += 1
+        if self.calls <= self.options.fail_calls:
+            raise CallFailedError(f"injected failure of call {self.calls}")
+        metrics = self.context.metrics
         delay = self.options.delay_s + self.options.delay_per_busy_row_s * self.busy_rows
         self.busy_rows += len(requests)
         # The engine figures a backend reports (relayllm.serving.metrics): echo's 'engine' runs
         # every row it holds (no queue), and a call's rows take its whole time.
-        self.metrics.set_queue(waiting=0, running=self.busy_rows)
+        metrics.set_queue(waiting=0, running=self.busy_rows)
         began = time.monotonic()
         try:
             if delay:
@@ -217,14 +211,16 @@ class EchoDeployment(BatchDeployment):
             await self._thawed.wait()  # paused in ``keep`` mode: frozen until resumed
         finally:
             self.busy_rows -= len(requests)
-            self.metrics.set_queue(waiting=0, running=self.busy_rows)
-        self.metrics.observe_latency(time.monotonic() - began)
+            metrics.set_queue(waiting=0, running=self.busy_rows)
+        metrics.observe_latency(time.monotonic() - began)
         if self._hung():
             await asyncio.Event().wait()  # never answers: only the health check gets it out
         dies_after = self.options.engine_dies_after_rows
         if dies_after is not None and self.rows >= dies_after:
             raise EngineFailedError(f"echo engine died (engine_dies_after_rows={dies_after})")
-        return [self._answer(r) for r in requests]
+        answers = [self._answer(r) for r in requests]
+        self.rows += len(requests)
+        return answers
 
     def _answer(self, request: Request) -> Result:
         text = request_text(request)
@@ -251,7 +247,7 @@ class EchoDeployment(BatchDeployment):
             except ValueError as exc:
                 return error_result(f"echo engine cannot read an image: {exc}")
         out = list(reversed(words)) if self.options.mode == "reverse" else words
-        if request.get("model") in self.runtime_adapters:  # a LoRA adapter loaded at runtime
+        if request.get("model") in self.context.adapters:  # a LoRA adapter loaded at runtime
             out = [f"<{request['model']}>", *out]
         if self.weights_tag is not None:  # the weights of the last update
             out = [f"[{self.weights_tag}]", *out]
@@ -267,19 +263,19 @@ class EchoDeployment(BatchDeployment):
             return error_result(f"echo engine cannot follow the row's sampling_params: {exc}")
         return {**result, "num_input_tokens": len(words)}
 
-    async def chat_stream(self, request: dict[str, Any]):
-        """The streaming one-row method ``ray.data.llm``'s Serve stage calls (benchmarks)."""
-        kwargs = {k: v for k, v in request.items() if k not in ("request_id", "idx_in_batch")}
-        kwargs.setdefault("task", "chat")
-        yield self._answer(kwargs)  # type: ignore[arg-type]
-
-    def engine_info(self) -> dict[str, Any]:
+    def info(self) -> dict[str, Any]:
         return {"model": f"echo-{self.options.mode}", "device": "cpu"}
+
+
+def EchoDeployment(options: EchoOptions, deployment: dict[str, Any]) -> Replica:
+    """The core's replica around an echo engine, built in this process: what unit tests call
+    (no Serve; the replica follows no control state until told, through ``follower.apply``)."""
+    return Replica(EchoEngine, options, deployment)
 
 
 class EchoBackend(Backend):
     name = "echo"
-    contract_version = 2
+    contract_version = 3
     Options = EchoOptions
     tasks = frozenset(TASKS)
     features = frozenset(ECHO_FEATURES)
@@ -293,8 +289,8 @@ class EchoBackend(Backend):
         return frozenset(cast(EchoOptions, options).tasks)
 
     @classmethod
-    def deployment_class(cls) -> type[BatchDeployment]:
-        return EchoDeployment
+    def engine_class(cls) -> type[Engine]:
+        return EchoEngine
 
     @classmethod
     def deployment_options(cls, options: BaseModel) -> dict[str, Any]:
@@ -306,142 +302,6 @@ class EchoBackend(Backend):
                 "placement_group_bundles": [{"CPU": options.placement_group_cpus}],
             }
         return {"ray_actor_options": {"num_cpus": 0}}
-
-
-# -- how echo follows a row's sampling params ------------------------------------------------
-
-
-def generate(
-    words: list[str],
-    params: Mapping[str, Any],
-    *,
-    sampling: bool = False,
-    max_tokens_default: int | None = None,
-) -> Result:
-    """Echo's answer to a text row whose greedy answer is ``words``, following ``params`` as
-    an engine does (the properties the conformance kit checks): ``n`` samples (the first one
-    also in the row's own fields, ``num_generated_tokens`` their sum), each cut by
-    ``max_tokens`` and ``stop``, with ``logprobs`` when asked. Raises ``ValueError`` for a
-    ``response_format`` it cannot read."""
-    n = params.get("n") or 1
-    samples = [_sample(words, params, i, sampling, max_tokens_default) for i in range(n)]
-    result: Result = {
-        **samples[0],  # type: ignore[typeddict-item]
-        "num_generated_tokens": sum(s["num_generated_tokens"] for s in samples),
-    }
-    if n > 1:
-        result["samples"] = samples
-    return result
-
-
-def _sample(
-    words: list[str], params: Mapping[str, Any], index: int, sampling: bool, default: int | None
-) -> dict[str, Any]:
-    structured = _structured_text(words, params)
-    if structured is not None:
-        out = structured.split()
-    else:
-        out = list(words)
-        if (params.get("presence_penalty") or 0) > 0 or (params.get("frequency_penalty") or 0) > 0:
-            out = list(dict.fromkeys(out))  # a penalised word is not said twice
-        if sampling and _samples(params):
-            seed = params.get("seed")
-            # A string seed hashes the same in every process (an int seed would too, but
-            # each of the n samples needs its own stream).
-            rng = random.Random(f"{seed}/{index}") if seed is not None else random.Random()
-            rng.shuffle(out)
-    limit = params.get("max_tokens") or params.get("max_completion_tokens") or default
-    finish = "stop"
-    if limit and len(out) > limit:
-        out, finish = out[:limit], "length"
-    text = " ".join(out)
-    stop = params.get("stop") or []
-    hits = [(text.find(s), s) for s in ([stop] if isinstance(stop, str) else stop) if s in text]
-    if hits:
-        at, string = min(hits)
-        out = text[: at + len(string)].split()  # the words generated up to the stop string
-        text, finish = text[:at], "stop"
-    sample: dict[str, Any] = {
-        "generated_text": text,
-        "finish_reason": finish,
-        "num_generated_tokens": len(out),
-    }
-    top = _top_logprobs(params)
-    if top is not None:
-        sample["logprobs"] = [_logprob_entry(w, top) for w in out]
-    return sample
-
-
-def _samples(params: Mapping[str, Any]) -> bool:
-    """Whether the row samples (else it is greedy): temperature > 0 (OpenAI's default is 1)
-    and a nucleus larger than echo's most likely word."""
-    temperature = params.get("temperature")
-    top_p = params.get("top_p")
-    return (1.0 if temperature is None else temperature) > 0 and (
-        1.0 if top_p is None else top_p
-    ) > ECHO_TOP_WORD_P
-
-
-def _top_logprobs(params: Mapping[str, Any]) -> int | None:
-    """How many alternatives each logprobs entry lists, or None when none were asked for.
-    Chat: ``logprobs: true`` plus ``top_logprobs: k``; completions: ``logprobs: k``."""
-    asked, top = params.get("logprobs"), params.get("top_logprobs")
-    if asked is True or (top and asked is None):
-        return int(top or 0)
-    if isinstance(asked, int) and not isinstance(asked, bool):
-        return asked
-    return None
-
-
-def _logprob_entry(word: str, top: int) -> dict[str, Any]:
-    best = math.log(ECHO_TOP_WORD_P)
-    alternatives = [{"token": word, "logprob": best}]
-    alternatives += [{"token": f"<alt{j}>", "logprob": best - j} for j in range(1, top)]
-    return {"token": word, "logprob": best, "top_logprobs": alternatives[:top]}
-
-
-def _structured_text(words: list[str], params: Mapping[str, Any]) -> str | None:
-    """The answer a structured-output row gets (JSON for a schema, one of the choices), or
-    None for a free-text row."""
-    structured = params.get("structured_outputs")
-    if isinstance(structured, Mapping) and structured.get("choice"):
-        choices = list(structured["choice"])
-        return next((c for c in choices if c in words), choices[0])
-    schema: Any = None
-    if isinstance(structured, Mapping) and structured.get("json") is not None:
-        schema = structured["json"]
-        schema = json.loads(schema) if isinstance(schema, str) else schema
-    elif params.get("response_format") is not None:
-        parsed = parse_response_format(params["response_format"])
-        schema = parsed.schema_or_object() if parsed is not None else None
-    if schema is None:
-        return None
-    return json.dumps(_instance(schema, words))
-
-
-def _instance(schema: Mapping[str, Any], words: list[str]) -> Any:
-    """A value valid for ``schema`` (the common JSON-schema keywords), built from ``words``."""
-    if "const" in schema:
-        return schema["const"]
-    if schema.get("enum"):
-        return schema["enum"][0]
-    kind = schema.get("type")
-    if isinstance(kind, list):
-        kind = next((k for k in kind if k != "null"), "null")
-    if kind == "object" or (kind is None and "properties" in schema):
-        properties = schema.get("properties") or {}
-        return {name: _instance(sub, words) for name, sub in properties.items()}
-    if kind == "array":
-        return [_instance(schema.get("items") or {}, words)] * int(schema.get("minItems", 0))
-    if kind == "integer":
-        return len(words)
-    if kind == "number":
-        return float(len(words))
-    if kind == "boolean":
-        return True
-    if kind == "null":
-        return None
-    return words[0] if words else "echo"
 
 
 def write_echo_checkpoint(directory: str | os.PathLike[str], tag: str) -> str:
@@ -456,3 +316,16 @@ def write_echo_checkpoint(directory: str | os.PathLike[str], tag: str) -> str:
 @hookimpl
 def relayllm_register_backends(registry) -> None:
     registry.add(EchoBackend)
+
+
+__all__ = [
+    "ECHO_FEATURES",
+    "ECHO_TOP_WORD_P",
+    "ECHO_WEIGHTS_FILE",
+    "EchoBackend",
+    "EchoDeployment",
+    "EchoEngine",
+    "EchoOptions",
+    "generate",
+    "write_echo_checkpoint",
+]
