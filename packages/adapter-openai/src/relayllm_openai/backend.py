@@ -7,19 +7,22 @@ process that asks for the registry; the ``openai`` client is imported by :mod:`.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import relayllm
 from relayllm.errors import ConfigError
 from relayllm.rows import FEATURES, TASKS
 from relayllm_openai.options import OpenAIOptions
 
+if TYPE_CHECKING:
+    from relayllm.adapters import Engine
+
 
 class OpenAIBackend(relayllm.Backend):
     """Any OpenAI-compatible endpoint: chat, completion and embedding."""
 
     name = "openai"
-    contract_version = 2
+    contract_version = 3
     Options = OpenAIOptions
     requires = ("openai", "aiolimiter")
     install_hint = (
@@ -50,10 +53,10 @@ class OpenAIBackend(relayllm.Backend):
             )
 
     @classmethod
-    def deployment_class(cls) -> type[relayllm.BatchDeployment]:
-        from relayllm_openai.deployment import OpenAIDeployment
+    def engine_class(cls) -> type[Engine]:
+        from relayllm_openai.deployment import OpenAIEngine
 
-        return OpenAIDeployment
+        return OpenAIEngine
 
     @classmethod
     def deployment_options(cls, options: OpenAIOptions) -> dict[str, Any]:

@@ -1,7 +1,7 @@
-"""The Serve deployment: rows to an OpenAI-compatible endpoint through one shared gate.
+"""The engine: rows to an OpenAI-compatible endpoint through one shared gate.
 
-Imported only in the Serve replica (through ``OpenAIBackend.deployment_class``): it is the one
-module that imports the ``openai`` client.
+Imported only in the Serve replica (through ``OpenAIBackend.engine_class``): it is the one
+module that imports the ``openai`` client. The core's replica wraps it (adapter contract 3).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any
 import openai
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
-import relayllm
 from relayllm.adapters import (
+    Engine,
     UnsupportedParameter,
     check_sampling_support,
     estimated_tokens,
@@ -46,13 +46,17 @@ logger = logging.getLogger(__name__)
 NO_KEY = "EMPTY"
 
 
-class OpenAIDeployment(relayllm.BatchDeployment):
+class OpenAIEngine(Engine):
     backend_name = "openai"
     retire_when_hung = False  # a slow endpoint is not helped by a new replica
+    # Serve calls its check every few seconds and restarts a replica that fails it. An outage
+    # of the external endpoint is not this replica's fault: restarting would drop the rate
+    # limiter's state and the rows in flight, which retry on their own. So: no HTTP there.
+    probed_by_serve = False
 
     options: OpenAIOptions
 
-    def control_refusal(self, call: str) -> str | None:
+    def refusal(self, call: str) -> str | None:
         """Every control call is refused: an OpenAI-compatible endpoint's API has no pause,
         cache, sleep or tokenizer calls, and holding rows here would not pause its engine."""
         return (
@@ -60,8 +64,9 @@ class OpenAIDeployment(relayllm.BatchDeployment):
             "control the engine behind it directly"
         )
 
-    def __init__(self, options: OpenAIOptions, deployment: dict[str, Any]) -> None:
-        super().__init__(options, deployment)
+    def start(self) -> None:
+        options = self.options
+        deployment = self.context.deployment
         key_env = options.api_key_env
         key = os.environ.get(key_env) if key_env else None
         if key_env and not key:
@@ -84,7 +89,7 @@ class OpenAIDeployment(relayllm.BatchDeployment):
             RateGate(**budget, replicas=replica_count(deployment, "max"))
             for budget in class_budgets(options, share)
         ]
-        # The provider's rate limits, per traffic class (self.admission, the base class's, is
+        # The provider's rate limits, per traffic class (the replica's admission control is
         # the latency controller of an HTTP front and another thing).
         self._batch_gate = gates[0]
         self._interactive_gate = gates[-1]
@@ -129,7 +134,7 @@ class OpenAIDeployment(relayllm.BatchDeployment):
                 began = time.monotonic()
                 result = await self._send(request)
             # The endpoint's answer time, as this replica sees it (info()["metrics"]).
-            self.metrics.observe_latency(time.monotonic() - began)
+            self.context.metrics.observe_latency(time.monotonic() - began)
             return result
 
         try:
@@ -204,7 +209,7 @@ class OpenAIDeployment(relayllm.BatchDeployment):
 
     # -- health and info ----------------------------------------------------------------------
 
-    async def engine_health(self) -> None:
+    async def health(self) -> dict[str, Any]:
         """Lists the endpoint's models: proves it answers and takes the key, spends no tokens."""
         try:
             page = await self._client.models.list()
@@ -213,22 +218,9 @@ class OpenAIDeployment(relayllm.BatchDeployment):
                 self._redact(describe_failure(exc, 1, self.options.timeout_s))
             ) from None
         self._models = [m.id for m in getattr(page, "data", [])]
+        return {"model": self.options.model, "model_listed": self.options.model in self._models}
 
-    async def health(self) -> dict[str, Any]:
-        report = await super().health()
-        return {
-            **report,
-            "model": self.options.model,
-            "model_listed": self.options.model in self._models,
-        }
-
-    async def check_health(self) -> None:
-        # Serve calls this every few seconds and restarts a replica that fails it. An outage of
-        # the external endpoint is not this replica's fault: restarting would drop the rate
-        # limiter's state and the rows in flight, which retry on their own. So: no HTTP here.
-        return None
-
-    def engine_info(self) -> dict[str, Any]:
+    def info(self) -> dict[str, Any]:
         return {
             "model": self.options.model,
             "base_url": self.base_url,
@@ -243,4 +235,4 @@ class OpenAIDeployment(relayllm.BatchDeployment):
         return text.replace(self._secret, "[redacted]") if self._secret else text
 
 
-__all__ = ["NO_KEY", "OpenAIDeployment"]
+__all__ = ["NO_KEY", "OpenAIEngine"]
