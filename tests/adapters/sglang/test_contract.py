@@ -413,15 +413,15 @@ IO_STRUCT = "sglang.srt.managers.io_struct"
 SCHEDULER = ("sglang.srt.managers.scheduler", "Scheduler")
 #: Where SGLang's scheduler releases memory (asserting that nothing runs).
 SCHEDULER_WEIGHTS = "sglang.srt.managers.scheduler_components.weight_updater"
-#: Each control hook of the replica -> the TokenizerManager methods it awaits.
+#: Each control method of the engine -> the TokenizerManager methods it awaits.
 CONTROL_METHODS = {
-    "engine_pause": {"pause_generation"},
-    "engine_resume": set(),  # through _continue
+    "pause": {"pause_generation"},
+    "resume": set(),  # through _continue
     "_continue": {"continue_generation"},
-    "engine_reset_prefix_cache": {"flush_cache"},
-    "engine_sleep": {"pause_generation", "release_memory_occupation"},
-    "engine_wake_up": {"resume_memory_occupation"},
-    "engine_update_weights": {"update_weights_from_disk"},
+    "reset_prefix_cache": {"flush_cache"},
+    "sleep": {"pause_generation", "release_memory_occupation"},
+    "wake_up": {"resume_memory_occupation"},
+    "update_weights": {"update_weights_from_disk"},
 }
 
 
@@ -538,7 +538,7 @@ def test_pause_modes_are_ones_the_scheduler_takes_and_none_aborts(sglang_source)
 def test_rows_sent_to_a_paused_engine_wait_for_the_resume(sglang_source):
     """A request reaching a paused (or sleeping) engine waits on the pause condition in the
     TokenizerManager and goes on at continue_generation, which notifies it: it does not fail.
-    ``is_pause`` is the flag both set, which engine_is_paused reads."""
+    ``is_pause`` is the flag both set, which is_paused reads."""
     assert "is_pause" in sglang_source.members(*TOKENIZER_MANAGER)
     manager = ast.unparse(sglang_source.module(TOKENIZER_MANAGER[0]))
     assert "await self.is_pause_cond.wait_for(lambda: not self.is_pause)" in manager
@@ -548,18 +548,18 @@ def test_rows_sent_to_a_paused_engine_wait_for_the_resume(sglang_source):
 
 
 def test_flush_cache_answers_with_success_and_message(sglang_source):
-    """engine_reset_prefix_cache reads ``success`` and ``message`` of the FlushCacheReqOutput
+    """reset_prefix_cache reads ``success`` and ``message`` of the FlushCacheReqOutput
     that TokenizerManager.flush_cache returns (False while requests run)."""
     flush = class_method_any(sglang_source, *TOKENIZER_MANAGER, "flush_cache")
     assert ast.unparse(flush.returns) == "FlushCacheReqOutput"
     assert {"success", "message"} <= sglang_source.fields(IO_STRUCT, "FlushCacheReqOutput")
-    source = inspect.getsource(deployment_module.SGLangDeployment.engine_reset_prefix_cache)
+    source = inspect.getsource(deployment_module.SGLangEngine.reset_prefix_cache)
     assert "result.success" in source and "result.message" in source
 
 
 def test_sleep_needs_the_memory_saver_and_an_idle_engine(sglang_source):
     """The server args sleep depends on exist; releasing memory asserts that nothing runs
-    unless the engine is paused (then queued requests may wait), which is why engine_sleep
+    unless the engine is paused (then queued requests may wait), which is why sleep
     pauses with retract first; without the memory saver the release is a no-op adapter."""
     fields = server_args_fields(sglang_source)
     assert {deployment_module.MEMORY_SAVER, deployment_module.WEIGHTS_BACKUP} <= fields
@@ -585,8 +585,8 @@ def test_runtime_lora_calls_the_engines_async_adapter_methods_as_defined(sglang_
     runtime needs the ``enable_lora`` server arg."""
     functions = deployment_functions()
     expected = {
-        "engine_load_adapter": ("async_load_lora_adapter", 2),
-        "engine_unload_adapter": ("async_unload_lora_adapter", 1),
+        "load_adapter": ("async_load_lora_adapter", 2),
+        "unload_adapter": ("async_unload_lora_adapter", 1),
     }
     for hook, (method, positional) in expected.items():
         (call,) = [
@@ -627,7 +627,7 @@ def test_update_weights_from_disk_answers_success_message_and_paused_requests(sg
     assert "self._update_weight_version_if_provided(obj.weight_version)" in ast.unparse(update)
     fields = sglang_source.fields(IO_STRUCT, "UpdateWeightFromDiskReqInput")
     assert {"model_path", "weight_version", "flush_cache"} <= fields
-    source = inspect.getsource(deployment_module.SGLangDeployment.engine_update_weights)
+    source = inspect.getsource(deployment_module.SGLangEngine.update_weights)
     assert "success, message, *_ = await" in source and "if not success" in source
 
 

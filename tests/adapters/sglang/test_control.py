@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
-from relayllm import BatchDeployment, ControlRefusedError
-from relayllm_sglang.deployment import SGLangDeployment
+from relayllm import ControlRefusedError
+from relayllm.serving.replica import Replica
+from relayllm_sglang.deployment import SGLangEngine
 from relayllm_sglang.options import SGLangOptions
 
 
@@ -86,22 +87,23 @@ class Tokenizer:
 
 @pytest.fixture
 def replica(monkeypatch):
-    """An SGLangDeployment whose engine is the stand-in (its __init__ would start SGLang)."""
+    """The core's replica around an SGLangEngine whose sglang engine is the stand-in (its
+    start() would start SGLang)."""
     for name in ("sglang", "sglang.srt", "sglang.srt.managers"):
         monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
     monkeypatch.setitem(sys.modules, "sglang.srt.managers.io_struct", fake_io_struct())
 
-    def build(**server_args: Any) -> SGLangDeployment:
+    class StandIn(SGLangEngine):
+        def start(self) -> None:
+            self.paused = False
+            self.asleep = None
+            self.engine = types.SimpleNamespace(tokenizer_manager=Manager(), shutdown=lambda: None)
+            self.tokenizer = Tokenizer()
+            self.lora_names = frozenset(self.options.lora_paths or ())
+
+    def build(**server_args: Any) -> Replica:
         options = SGLangOptions(model_path="m", server_args=server_args)
-        deployment = SGLangDeployment.__new__(SGLangDeployment)
-        BatchDeployment.__init__(deployment, options, {"name": "sg"})
-        deployment.asleep = None
-        deployment.engine = types.SimpleNamespace(
-            tokenizer_manager=Manager(), shutdown=lambda: None
-        )
-        deployment.tokenizer = Tokenizer()
-        deployment.lora_names = frozenset(options.lora_paths or ())
-        return deployment
+        return Replica(StandIn, options, {"name": "sg"})
 
     return build
 
@@ -110,21 +112,21 @@ def run(coroutine):
     return asyncio.run(coroutine)
 
 
-def sent(deployment: SGLangDeployment) -> list[tuple[str, Any]]:
-    return deployment.engine.tokenizer_manager.calls
+def sent(deployment: Replica) -> list[tuple[str, Any]]:
+    return deployment.engine.engine.tokenizer_manager.calls
 
 
 def test_pause_wait_is_in_place_and_keep_is_retract_then_resume_continues(replica):
     deployment = replica()
-    run(deployment._pause("wait"))
+    run(deployment.follower._pause("wait"))
     assert run(deployment.control("is_paused")) is True
-    run(deployment._resume())
+    run(deployment.follower._resume())
     assert sent(deployment) == [
         ("pause_generation", "PauseGenerationReqInput", {"mode": "in_place"}),
         ("continue_generation", "ContinueGenerationReqInput", {}),
     ]
     assert run(deployment.control("is_paused")) is False
-    run(deployment._pause("keep"))
+    run(deployment.follower._pause("keep"))
     assert sent(deployment)[-1] == (
         "pause_generation",
         "PauseGenerationReqInput",
@@ -135,7 +137,7 @@ def test_pause_wait_is_in_place_and_keep_is_retract_then_resume_continues(replic
 def test_reset_prefix_cache_is_flush_cache_and_a_refusal_says_why(replica):
     deployment = replica()
     run(deployment.control("reset_prefix_cache"))
-    deployment.engine.tokenizer_manager.flush_ok = False
+    deployment.engine.engine.tokenizer_manager.flush_ok = False
     with pytest.raises(RuntimeError, match="pause the deployment first.*1 running request"):
         run(deployment.control("reset_prefix_cache"))
     assert [c[0] for c in sent(deployment)] == ["flush_cache", "flush_cache"]
@@ -151,7 +153,7 @@ def test_tokenize_and_detokenize_round_trip_with_the_engines_tokenizer(replica):
 def test_sleep_without_the_memory_saver_is_refused_by_name(replica):
     deployment = replica()
     for call in ("sleep", "wake_up"):
-        reason = deployment.control_refusal(call)
+        reason = deployment.follower.refusal(call)
         assert reason is not None and "server_args.enable_memory_saver" in reason
         with pytest.raises(
             ControlRefusedError, match=f"'sglang' cannot do the control call '{call}'"
@@ -166,17 +168,17 @@ def test_sleep_level_1_needs_the_weights_backup_and_changes_nothing_without(repl
         run(deployment.control("sleep", 1))
     with pytest.raises(ValueError, match="sleep level 3"):
         run(deployment.control("sleep", 3))
-    assert sent(deployment) == [] and deployment.asleep is None
+    assert sent(deployment) == [] and deployment.engine.asleep is None
     backed_up = replica(enable_memory_saver=True, enable_weights_cpu_backup=True)
     run(backed_up.control("sleep", 1))
-    assert backed_up.asleep == 1
+    assert backed_up.engine.asleep == 1
 
 
 def test_sleep_retracts_then_releases_and_wake_up_resumes_then_continues(replica):
     deployment = replica(enable_memory_saver=True)
     run(deployment.control("sleep", 2))
     run(deployment.control("sleep", 2))  # already asleep: nothing more
-    assert deployment.engine_info is not None and deployment.asleep == 2
+    assert deployment.engine.info is not None and deployment.engine.asleep == 2
     run(deployment.control("wake_up"))
     run(deployment.control("wake_up"))  # awake: nothing more
     assert sent(deployment) == [
@@ -189,17 +191,17 @@ def test_sleep_retracts_then_releases_and_wake_up_resumes_then_continues(replica
 
 def test_a_paused_deployment_stays_paused_across_sleep_and_a_sleeping_one_across_resume(replica):
     deployment = replica(enable_memory_saver=True)
-    run(deployment._pause("wait"))
+    run(deployment.follower._pause("wait"))
     run(deployment.control("sleep", 2))
     run(deployment.control("wake_up"))  # still paused: the engine does not go on yet
     assert sent(deployment)[-1][0] == "resume_memory_occupation"
-    run(deployment._resume())
+    run(deployment.follower._resume())
     assert sent(deployment)[-1][0] == "continue_generation"
 
     sleeper = replica(enable_memory_saver=True)
     run(sleeper.control("sleep", 2))
-    run(sleeper._pause("keep"))  # asleep: already paused (retracted)
-    run(sleeper._resume())  # asleep: goes on only at wake_up
+    run(sleeper.follower._pause("keep"))  # asleep: already paused (retracted)
+    run(sleeper.follower._resume())  # asleep: goes on only at wake_up
     assert [c[0] for c in sent(sleeper)] == ["pause_generation", "release_memory_occupation"]
     run(sleeper.control("wake_up"))
     assert [c[0] for c in sent(sleeper)][-2:] == [
@@ -235,17 +237,19 @@ class LoraEngine(types.SimpleNamespace):
 
 def test_load_and_unload_adapter_reach_the_engine_and_the_rows_names(replica):
     deployment = replica(enable_lora=True)
-    deployment.engine = LoraEngine(tokenizer_manager=Manager(), calls=[])
+    deployment.engine.engine = LoraEngine(tokenizer_manager=Manager(), calls=[])
     run(deployment.control("load_adapter", "terse", "/a/terse"))
-    assert "terse" in deployment.lora_names  # rows naming it now go to the adapter
+    assert "terse" in deployment.engine.lora_names  # rows naming it now go to the adapter
     assert run(deployment.control("adapters")) == {"terse": "/a/terse"}
     run(deployment.control("load_adapter", "terse", "/b/terse"))  # again: replaced
     with pytest.raises(RuntimeError, match="could not load the LoRA adapter: no such file"):
         run(deployment.control("load_adapter", "other", "/missing"))
-    assert "other" not in deployment.lora_names and "other" not in deployment.runtime_adapters
+    assert (
+        "other" not in deployment.engine.lora_names and "other" not in deployment.follower.adapters
+    )
     run(deployment.control("unload_adapter", "terse"))
-    assert deployment.lora_names == frozenset() and run(deployment.control("adapters")) == {}
-    assert deployment.engine.calls == [
+    assert deployment.engine.lora_names == frozenset() and run(deployment.control("adapters")) == {}
+    assert deployment.engine.engine.calls == [
         ("load", "terse", "/a/terse"),
         ("unload", "terse"),
         ("load", "terse", "/b/terse"),
@@ -256,8 +260,8 @@ def test_load_and_unload_adapter_reach_the_engine_and_the_rows_names(replica):
 
 def test_update_weights_loads_from_disk_with_the_version_and_a_failure_says_why(replica):
     deployment = replica()
-    assert deployment.control_refusal("update_weights") is None
-    run(deployment.engine_update_weights("/ckpt/step-7", "7"))
+    assert deployment.follower.refusal("update_weights") is None
+    run(deployment.engine.update_weights("/ckpt/step-7", "7"))
     assert sent(deployment) == [
         (
             "update_weights_from_disk",
@@ -266,4 +270,4 @@ def test_update_weights_loads_from_disk_with_the_version_and_a_failure_says_why(
         )
     ]
     with pytest.raises(RuntimeError, match="no safetensors in /broken"):
-        run(deployment.engine_update_weights("/broken", "8"))
+        run(deployment.engine.update_weights("/broken", "8"))

@@ -94,7 +94,8 @@ def test_deploy_without_the_engine_names_the_extra_and_starts_nothing():
 
 
 def test_replica_without_the_engine_names_the_extra():
-    from relayllm_sglang.deployment import SGLangDeployment, import_sglang
+    from relayllm.serving.replica import Replica
+    from relayllm_sglang.deployment import SGLangEngine, import_sglang
 
     if SGLangBackend.missing_requirements() == []:
         pytest.skip("sglang is installed here")
@@ -105,7 +106,7 @@ def test_replica_without_the_engine_names_the_extra():
     with pytest.raises(
         relayllm.MissingDependencyError, match=r"\./packages/adapter-sglang\[engine\]"
     ):
-        SGLangDeployment({"model_path": "m"}, {"name": "x"})
+        Replica(SGLangEngine, SGLangOptions(model_path="m"), {"name": "x"})
 
 
 @pytest.mark.parametrize(

@@ -7,9 +7,8 @@ import logging
 from typing import Any, ClassVar
 
 from relayllm import Backend, ConfigError
-from relayllm.adapters import row_tasks
+from relayllm.adapters import Engine, row_tasks
 from relayllm.rows import FEATURES
-from relayllm.serving.replica import BatchDeployment
 from relayllm_sglang import INSTALL_HINT, SGLANG_VERSION, source
 from relayllm_sglang.options import SGLangOptions, check_server_arg_names, engine_kwargs
 from relayllm_sglang.reasoning import reasoning_parser_problem
@@ -20,7 +19,7 @@ logger = logging.getLogger(__name__)
 
 class SGLangBackend(Backend):
     name = "sglang"
-    contract_version = 2
+    contract_version = 3
     Options = SGLangOptions
     requires: ClassVar[tuple[str, ...]] = ("sglang",)
     install_hint = INSTALL_HINT
@@ -50,10 +49,10 @@ class SGLangBackend(Backend):
             check_options_against(options, tree)
 
     @classmethod
-    def deployment_class(cls) -> type[BatchDeployment]:
-        from relayllm_sglang.deployment import SGLangDeployment
+    def engine_class(cls) -> type[Engine]:
+        from relayllm_sglang.deployment import SGLangEngine
 
-        return SGLangDeployment
+        return SGLangEngine
 
     @classmethod
     def deployment_options(cls, options: SGLangOptions) -> dict[str, Any]:

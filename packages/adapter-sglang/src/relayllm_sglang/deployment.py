@@ -1,7 +1,8 @@
-"""The Serve deployment that owns one ``sglang.Engine``. Runs only where sglang (and a GPU) is.
+"""The relayllm engine that owns one ``sglang.Engine``. Runs only where sglang (and a GPU) is.
 
 Everything that does not need the engine lives in :mod:`relayllm_sglang.translate`; this
-module only wires those functions to the engine's calls.
+module only wires those functions to the engine's calls. The core's replica wraps it (adapter
+contract 3): the pause gate, the runtime adapters' record and the weight version are its.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ import logging
 from types import ModuleType
 from typing import Any
 
-from relayllm import BatchDeployment, ControlRefusedError, MissingDependencyError
+from relayllm import ControlRefusedError, MissingDependencyError
+from relayllm.adapters import Engine
 from relayllm.rows import Request, Result
 from relayllm_sglang import INSTALL_HINT
 from relayllm_sglang.options import SGLangOptions, engine_kwargs
@@ -55,13 +57,13 @@ def import_sglang() -> ModuleType:
     return sglang
 
 
-class SGLangDeployment(BatchDeployment):
+class SGLangEngine(Engine):
     backend_name = "sglang"
 
     options: SGLangOptions
 
-    def __init__(self, options: SGLangOptions, deployment: dict[str, Any]) -> None:
-        super().__init__(options, deployment)
+    def start(self) -> None:
+        self.paused = False  # between the deployment's pause and resume (the replica's gate)
         self.asleep: int | None = None  # the sleep level while the engine's memory is released
         sglang = import_sglang()
         self.engine = sglang.Engine(**engine_kwargs(self.options))
@@ -99,7 +101,7 @@ class SGLangDeployment(BatchDeployment):
             decode=lambda token_id: self.tokenizer.decode([token_id]),
             rerank=self._rerank,
             labels=self.labels,
-            metrics=self.metrics,  # prefix-cache hits and latency, from each meta_info
+            metrics=self.context.metrics,  # prefix-cache hits and latency, from meta_info
             reasoning_parser=self._reasoning_parser if self.options.reasoning_parser else None,
         )
 
@@ -145,7 +147,7 @@ class SGLangDeployment(BatchDeployment):
     # (``Engine``'s own wrappers run ``loop.run_until_complete`` and cannot be called from a
     # running loop; SGLang's HTTP server awaits these same TokenizerManager methods.)
 
-    def control_refusal(self, call: str) -> str | None:
+    def refusal(self, call: str) -> str | None:
         if call in ("sleep", "wake_up") and not self.options.server_args.get(MEMORY_SAVER):
             return (
                 f"sleep needs SGLang's memory saver: set server_args.{MEMORY_SAVER} "
@@ -160,23 +162,23 @@ class SGLangDeployment(BatchDeployment):
                 )
             if self.options.dp_size > 1:
                 return "SGLang loads LoRA adapters at runtime only with dp_size 1"
-        return super().control_refusal(call)
+        return None
 
-    async def engine_load_adapter(self, name: str, path: str) -> None:
+    async def load_adapter(self, name: str, path: str) -> None:
         if name in self.lora_names:  # the same name again: replace it
-            await self.engine_unload_adapter(name)
+            await self.unload_adapter(name)
         result = await self.engine.async_load_lora_adapter(name, path)
         if not result.success:  # SGLang answers a failed load, it does not raise
             raise RuntimeError(f"SGLang could not load the LoRA adapter: {result.error_message}")
         self.lora_names = self.lora_names | {name}
 
-    async def engine_unload_adapter(self, name: str) -> None:
+    async def unload_adapter(self, name: str) -> None:
         result = await self.engine.async_unload_lora_adapter(name)
         if not result.success:
             raise RuntimeError(f"SGLang could not unload the LoRA adapter: {result.error_message}")
         self.lora_names = self.lora_names - {name}
 
-    async def engine_update_weights(self, path: str, version: str) -> None:
+    async def update_weights(self, path: str, version: str) -> None:
         """Load the checkpoint in ``path`` in place: ``update_weights_from_disk``, what SGLang's
         server's /update_weights_from_disk awaits, which also records ``version`` as the
         engine's weight version and flushes the prefix cache (its default). The replica has
@@ -191,21 +193,23 @@ class SGLangDeployment(BatchDeployment):
         if not success:
             raise RuntimeError(f"SGLang could not load the weights in {path}: {message}")
 
-    async def engine_pause(self, mode: str) -> None:
+    async def pause(self, mode: str) -> None:
         from sglang.srt.managers.io_struct import PauseGenerationReqInput
 
+        self.paused = True
         if self.asleep is None:  # a sleeping engine is paused already (retracted)
             request = PauseGenerationReqInput(mode=SGLANG_PAUSE_MODES[mode])
             await self.engine.tokenizer_manager.pause_generation(request)
 
-    async def engine_resume(self) -> None:
+    async def resume(self) -> None:
+        self.paused = False
         if self.asleep is None:  # a sleeping engine goes on at wake_up
             await self._continue()
 
-    async def engine_is_paused(self) -> bool:
+    async def is_paused(self) -> bool:
         return bool(self.engine.tokenizer_manager.is_pause)
 
-    async def engine_reset_prefix_cache(self) -> None:
+    async def reset_prefix_cache(self) -> None:
         result = await self.engine.tokenizer_manager.flush_cache()
         if not result.success:
             raise RuntimeError(
@@ -213,7 +217,7 @@ class SGLangDeployment(BatchDeployment):
                 f"pause the deployment first ({result.message or 'no reason given'})"
             )
 
-    async def engine_sleep(self, level: int) -> None:
+    async def sleep(self, level: int) -> None:
         """Release the GPU memory (KV cache, weights, CUDA graphs): SGLang's
         ``release_memory_occupation``. The engine is paused first with ``retract`` (SGLang
         releases memory only with nothing running): rows sent meanwhile wait in the engine
@@ -231,7 +235,7 @@ class SGLangDeployment(BatchDeployment):
                 "sleep",
                 f"level 1 keeps the weights in host memory, which SGLang does only with "
                 f"server_args.{WEIGHTS_BACKUP}; set it, or sleep at level 2 (weights dropped)",
-                self._name(),
+                self.context.name,
             )
         if self.asleep is not None:
             return
@@ -241,7 +245,7 @@ class SGLangDeployment(BatchDeployment):
         await self.engine.tokenizer_manager.release_memory_occupation(release, None)
         self.asleep = level
 
-    async def engine_wake_up(self) -> None:
+    async def wake_up(self) -> None:
         from sglang.srt.managers.io_struct import ResumeMemoryOccupationReqInput
 
         if self.asleep is None:
@@ -249,7 +253,7 @@ class SGLangDeployment(BatchDeployment):
         request = ResumeMemoryOccupationReqInput(tags=None)
         await self.engine.tokenizer_manager.resume_memory_occupation(request, None)
         self.asleep = None
-        if self.paused is None:  # a paused deployment's engine goes on at the resume
+        if not self.paused:  # a paused deployment's engine goes on at the resume
             await self._continue()
 
     async def _continue(self) -> None:
@@ -257,14 +261,14 @@ class SGLangDeployment(BatchDeployment):
 
         await self.engine.tokenizer_manager.continue_generation(ContinueGenerationReqInput())
 
-    async def engine_tokenize(self, text: str) -> list[int]:
+    async def tokenize(self, text: str) -> list[int]:
         """The ids of ``text`` itself (no special tokens added), so detokenize gives it back."""
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
-    async def engine_detokenize(self, ids: list[int]) -> str:
+    async def detokenize(self, ids: list[int]) -> str:
         return str(self.tokenizer.decode(ids))
 
-    def engine_info(self) -> dict[str, Any]:
+    def info(self) -> dict[str, Any]:
         return {
             "model": self.options.model_path,
             "engine": "sglang",
@@ -280,7 +284,7 @@ class SGLangDeployment(BatchDeployment):
             "asleep": self.asleep,
         }
 
-    async def engine_health(self) -> None:
+    async def health(self) -> None:
         """The engine's scheduler and detokenizer processes are alive."""
         import psutil
 
@@ -292,14 +296,18 @@ class SGLangDeployment(BatchDeployment):
             if not alive:
                 raise RuntimeError(f"sglang engine process {pid} has exited")
 
-    def __del__(self) -> None:
-        # Serve calls this when the replica stops: the engine's GPU processes go with it.
-        engine = getattr(self, "engine", None)
+    def stop(self) -> None:
+        """Shut the engine down: its GPU processes go with it (a retiring replica's call)."""
+        engine = self.__dict__.pop("engine", None)
         if engine is not None:
             try:
                 engine.shutdown()
             except Exception:
                 logger.exception("sglang engine shutdown failed")
+
+    def __del__(self) -> None:
+        # Serve drops the replica when it stops: the engine's GPU processes go with it.
+        self.stop()
 
 
 def _sampling_param_names() -> set[str] | None:
@@ -319,4 +327,4 @@ def _version(distribution: str) -> str | None:
         return None
 
 
-__all__ = ["SGLangDeployment", "import_sglang"]
+__all__ = ["SGLangEngine", "import_sglang"]
