@@ -1,0 +1,228 @@
+"""Exactly once under many faults: small batches on echo run by the real runner actor (the one
+``relayllm serve`` starts), killed from outside at random moments, Ray starting a new runner
+process each time; the batches are created in the job store as the gateway creates them.
+
+Each kill point is one of:
+
+- ``anytime``: SIGKILL after a random delay (in validation, mid-block, mid-finish...);
+- ``in-flight``: SIGKILL once the deployment has computed rows since the last restart, so
+  lines are in flight;
+- ``lock``: the test holds the job store's write lock for a random moment (the runner waits
+  at its next write: a block's counts, a claim, a finish's reservation or publication), then
+  SIGSTOP, the lock released, SIGKILL: the runner dies without that write;
+- ``finishing``: the same, once a batch is finalizing (its files reserved, stored or not).
+
+After each kill, every batch that ended is checked: each custom_id exactly once across its
+output and error files, each answer echo's answer to its own line, ``request_counts`` equal to
+the files. At the end (every batch ended, the last runner has run): the storage holds exactly
+the files the store records (no orphan bytes, no ``.part-`` file) and no work directory is
+left. The seed is printed; ``RELAYLLM_FAULT_SEED`` replays a run, ``RELAYLLM_FAULT_KILLS``
+sets the number of kill points (20 by default)."""
+
+import json
+import os
+import random
+import signal
+import sqlite3
+import time
+
+import pytest
+
+pytestmark = pytest.mark.usefixtures("ray_session")
+
+CHAT = "/v1/chat/completions"
+PROJECT = "alpha"
+DEPLOYMENT = "faults-echo"
+KINDS = ("anytime", "in-flight", "lock", "finishing")
+
+
+def rows_of(name):
+    from relayllm.deployments import handle_for
+
+    return handle_for(name).info.remote().result(timeout_s=30)["rows"]
+
+
+def lines_for(prefix, n, rng):
+    """``n`` request lines; about one in eight fails where it runs (its messages not a list),
+    so the error file has lines too."""
+    lines = []
+    for i in range(n):
+        content = f"line {i} words" if rng.random() > 0.125 else "not a list"
+        messages = [{"role": "user", "content": content}] if content != "not a list" else content
+        body = {"model": DEPLOYMENT, "messages": messages}
+        lines.append({"custom_id": f"{prefix}-{i}", "method": "POST", "url": CHAT, "body": body})
+    return lines
+
+
+class Service:
+    """The state the gateway and the runner share: the job store and the file storage."""
+
+    def __init__(self, settings):
+        from relayllm.batch.service.files import FileStorage
+        from relayllm.batch.service.store import SQLiteJobStore
+
+        self.settings = settings
+        self.store = SQLiteJobStore(settings.store_path)
+        self.storage = FileStorage.from_uri(settings.files_location)
+        self.inputs: dict[str, list[dict]] = {}  # batch id -> its lines
+
+    def create(self, lines):
+        data = b"".join(json.dumps(line).encode() + b"\n" for line in lines)
+        record = self.store.add_file(PROJECT, filename="in.jsonl", purpose="batch", bytes=len(data))
+        self.storage.put(record.id, [data])
+        batch = self.store.create_batch(PROJECT, input_file_id=record.id, endpoint=CHAT)
+        self.inputs[batch.id] = lines
+        return batch.id
+
+    def batch(self, batch_id):
+        return self.store.get_batch(PROJECT, batch_id)
+
+    def read(self, file_id):
+        if file_id is None:
+            return []
+        with self.storage.open(file_id) as source:
+            return [json.loads(text) for text in source if text.strip()]
+
+    def check_ended(self, batch_id, context):
+        """The invariants of one ended batch."""
+        batch = self.batch(batch_id)
+        assert batch.status == "completed", (context, batch)
+        output, errors = self.read(batch.output_file_id), self.read(batch.error_file_id)
+        lines = {line["custom_id"]: line for line in self.inputs[batch_id]}
+        ids = [x["custom_id"] for x in output + errors]
+        assert sorted(ids) == sorted(lines), (context, batch_id, "each custom_id exactly once")
+        for answer in output:
+            asked = lines[answer["custom_id"]]["body"]["messages"][0]["content"]
+            said = answer["response"]["body"]["choices"][0]["message"]["content"]
+            assert said == asked, (context, answer)
+        for refused in errors:
+            asked = lines[refused["custom_id"]]["body"]["messages"]
+            assert asked == "not a list", (context, refused)
+        counts = batch.request_counts
+        assert (counts.total, counts.completed, counts.failed) == (
+            len(lines),
+            len(output),
+            len(errors),
+        ), (context, batch_id)
+
+
+def new_pid(runner, old, timeout=120):
+    """The pid of the runner's process once Ray has started one other than ``old``."""
+    import ray
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            pid = ray.get(runner.pid.remote(), timeout=30)
+            if pid != old:
+                return pid
+        except (ray.exceptions.ActorUnavailableError, ray.exceptions.RayActorError):
+            pass  # restarting
+        assert time.monotonic() < deadline, "Ray did not start the runner again"
+        time.sleep(0.1)
+
+
+def hold_lock(path):
+    lock = sqlite3.connect(path, isolation_level=None)
+    lock.execute("BEGIN IMMEDIATE")
+    return lock
+
+
+def kill_once(kind, pid, service, rng, moved):
+    """One kill point of ``kind`` on the runner ``pid``; returns what it landed on."""
+    if kind == "anytime":
+        time.sleep(rng.uniform(0.0, 2.0))
+        os.kill(pid, signal.SIGKILL)
+        return kind
+    if kind == "in-flight":
+        deadline = time.monotonic() + 8
+        while not moved() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        os.kill(pid, signal.SIGKILL)
+        return kind if moved() else "in-flight (none seen)"
+    landed = kind
+    if kind == "finishing":
+        deadline = time.monotonic() + 8
+        while time.monotonic() < deadline:
+            if any(r.status == "finalizing" or r.pending_files for r in service.store.unfinished()):
+                break
+            time.sleep(0.005)
+        else:
+            landed = "finishing (none seen)"
+    lock = hold_lock(service.settings.store_path)
+    try:
+        time.sleep(rng.uniform(0.05, 0.6))  # the runner reaches its next write and waits
+        os.kill(pid, signal.SIGSTOP)
+    finally:
+        lock.execute("ROLLBACK")
+        lock.close()
+    os.kill(pid, signal.SIGKILL)
+    return landed
+
+
+def test_random_kills_keep_every_line_exactly_once(ray_session, tmp_path, capsys):
+    import relayllm
+    from relayllm.batch.service.files import PART
+    from relayllm.batch.service.runner import start_runner, stop_runner
+    from relayllm.batch.service.settings import ServiceSettings
+
+    seed = int(os.environ.get("RELAYLLM_FAULT_SEED") or random.SystemRandom().randrange(1 << 32))
+    kills = int(os.environ.get("RELAYLLM_FAULT_KILLS") or 20)
+    with capsys.disabled():
+        print(f"\nrandom faults: RELAYLLM_FAULT_SEED={seed} RELAYLLM_FAULT_KILLS={kills}")
+    rng = random.Random(seed)
+    relayllm.deploy(
+        relayllm.DeploymentConfig(name=DEPLOYMENT, backend="echo", options={"delay_s": 0.05})
+    )
+    (tmp_path / "state").mkdir()
+    settings = ServiceSettings(
+        state_dir=str(tmp_path / "state"), batch_size=2, max_batches=2, poll_s=0.5
+    )
+    service = Service(settings)
+    runner = start_runner(settings)
+    ended: set[str] = set()
+    landed: list[str] = []
+    pid = None
+    began = time.monotonic()
+    try:
+        for point in range(kills):
+            while len(set(service.inputs) - ended) < 2:
+                service.create(lines_for(f"b{len(service.inputs)}", rng.randrange(3, 20), rng))
+            pid = new_pid(runner, pid)  # the runner Ray started anew
+            runner.wake.remote()
+            start = rows_of(DEPLOYMENT)
+            settle = time.monotonic() + 15  # the new runner at work before the next fault
+            while rows_of(DEPLOYMENT) == start and time.monotonic() < settle:
+                time.sleep(0.05)
+            start = rows_of(DEPLOYMENT)
+            kind = rng.choice(KINDS)
+            where = kill_once(kind, pid, service, rng, lambda s=start: rows_of(DEPLOYMENT) > s)
+            landed.append(where)
+            context = f"seed {seed}, kill point {point} ({where})"
+            for batch_id in set(service.inputs) - ended:
+                if service.batch(batch_id).terminal:
+                    service.check_ended(batch_id, context)
+                    ended.add(batch_id)
+        new_pid(runner, pid)
+        runner.wake.remote()
+        deadline = time.monotonic() + 120
+        while set(service.inputs) - ended and time.monotonic() < deadline:
+            for batch_id in set(service.inputs) - ended:
+                if service.batch(batch_id).terminal:
+                    service.check_ended(batch_id, f"seed {seed}, after the last kill")
+                    ended.add(batch_id)
+            time.sleep(0.2)
+        assert ended == set(service.inputs), f"seed {seed}: batches left unfinished"
+        recorded = {f.id for f in service.store.list_files(PROJECT, limit=10000).data}
+        stored = set(os.listdir(settings.files_location))
+        assert not [name for name in stored if PART in name], (seed, stored)
+        assert stored == recorded, (seed, stored ^ recorded)  # no orphan bytes, none missing
+        assert os.listdir(settings.work_dir) == [], seed
+        assert len(landed) == kills
+    finally:
+        stop_runner(settings.runner_name)
+        service.store.close()
+        relayllm.shutdown(DEPLOYMENT)
+    with capsys.disabled():
+        took = time.monotonic() - began
+        print(f"random faults: {kills} kill points in {took:.0f} s, {len(ended)} batches: {landed}")
