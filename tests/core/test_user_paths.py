@@ -1,7 +1,8 @@
 """``relayllm`` flags as users type them, on the echo backend (the engine adds nothing to
 these): ``--address`` naming the cluster (no RAY_ADDRESS), ``relayllm deploy --only``, and
 ``relayllm batch --resume --retry-errors``. Each command is its own driver process joining this
-session's Ray cluster by the address it is given."""
+session's Ray cluster by the address it is given; the docs' own sequence (``ray start --head``,
+then relayllm with no Ray setting) runs on a ``ray start`` cluster of its own."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support import REPO, ray_head_node, wait_started
 
 import relayllm
 
@@ -137,5 +139,65 @@ def test_batch_resume_retry_errors_runs_the_failed_lines_again(address, tmp_path
     again = {r["custom_id"]: r for r in written[2:]}
     assert again["c2"]["response"]["body"]["choices"][0]["text"] == "word2 more2"
     assert again["c3"]["response"]["body"]["choices"][0]["text"] == "word3 more3"
-    assert errors.read_text() == "", "the errors file was emptied and nothing failed again"
+    assert not errors.exists(), "the errors file was emptied, nothing failed again: no file"
     relayllm.shutdown("retry-batch")
+
+
+SERVE_RUNNING = """\
+import sys, ray
+from ray.serve._private.constants import SERVE_CONTROLLER_NAME, SERVE_NAMESPACE
+ray.init(address=sys.argv[1], log_to_driver=False)
+try:
+    ray.get_actor(SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
+    print("serve running")
+except ValueError:
+    print("no serve")
+"""
+
+
+def test_ray_start_then_relayllm_with_no_ray_setting(tmp_path):
+    """The docs' sequence: ``ray start --head`` (token authentication on, as Ray 2.60 turns it
+    on where a token exists), then relayllm commands from a shell that never set
+    RAY_AUTH_MODE. They connect (relayllm sends the token at hand), say which cluster they
+    joined, and ``status`` -- asked first, on a cluster where Serve never ran -- starts
+    nothing there."""
+    with ray_head_node("rlfirst-") as (head, log, env):
+        wait_started(head, log)
+        address = env.pop("RAY_ADDRESS")
+        del env["RAY_AUTH_MODE"]  # the user's shell: no Ray setting at all
+
+        def relayllm_(*args, check=0):
+            done = subprocess.run(
+                [RELAYLLM, *map(str, args), "--address", address],
+                env=env, capture_output=True, text=True, timeout=600,
+            )  # fmt: skip
+            assert done.returncode == check, f"exit {done.returncode}\n{done.stderr[-3000:]}"
+            return done
+
+        def serve_running() -> str:
+            probe = subprocess.run(
+                [sys.executable, "-c", SERVE_RUNNING, address],
+                env={**env, "RAY_AUTH_MODE": "token"}, capture_output=True, text=True,
+                timeout=300,
+            )  # fmt: skip
+            return probe.stdout.strip()
+
+        status = relayllm_("status")
+        assert f"connected to the Ray cluster at {address}" in status.stderr, status.stderr
+        assert status.stdout.strip() == "no relayllm deployments are running"
+        assert relayllm_("shutdown").stdout.strip() == "no relayllm deployments were running"
+        assert serve_running() == "no serve", "a read-only command started Serve"
+
+        deployed = relayllm_("deploy", REPO / "examples" / "echo.yaml")
+        assert deployed.stdout.splitlines()[0] == "llm: RUNNING (backend echo)"
+        assert serve_running() == "serve running"
+        # A file with only deployments: (as `serve` and `batch --config` take) deploys too.
+        only = tmp_path / "deployments.yaml"
+        only.write_text("deployments:\n  - {name: other, backend: echo}\n")
+        assert relayllm_("deploy", only).stdout.splitlines()[0] == "other: RUNNING (backend echo)"
+        listed = json.loads(relayllm_("status", "--json").stdout)
+        assert [(d["name"], d["status"], d["backend"]) for d in listed] == [
+            ("llm", "RUNNING", "echo"),
+            ("other", "RUNNING", "echo"),
+        ]
+        assert relayllm_("shutdown").stdout.strip() == "stopped: llm, other"

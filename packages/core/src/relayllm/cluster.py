@@ -17,19 +17,31 @@ NICENESS_ENV = "RAY_worker_niceness"
 
 
 def connect(
-    address: str | None = None, *, quiet: bool | None = None, existing_cluster: bool = False
-) -> None:
+    address: str | None = None,
+    *,
+    quiet: bool | None = None,
+    existing_cluster: bool = False,
+    start_serve: bool = True,
+) -> str:
     """Connect to Ray (``address`` or ``RAY_ADDRESS``; else a running local cluster or a new
     one) and make sure Serve runs, without an HTTP proxy -- relayllm talks through handles.
+    Returns the address of the cluster connected to.
 
     ``quiet`` (default: as :func:`relayllm.configure_logging` chose) keeps the workers' and
     engines' output in Ray's session logs instead of forwarding it here; ``quiet=True`` also
     leaves out Ray's own INFO lines.
     ``existing_cluster``: fail instead of starting a new local cluster. A cluster that cannot
-    be reached raises :class:`~relayllm.ConfigError` saying what to do."""
+    be reached raises :class:`~relayllm.ConfigError` saying what to do.
+    ``start_serve=False``: for what only reads (a listing): Serve is not started on a cluster
+    where it does not run.
+
+    A cluster started with ``ray start`` (Ray 2.60) uses token authentication, and Ray sends
+    the token only when ``RAY_AUTH_MODE=token`` or when it found the cluster itself
+    (``auto``): for any other existing cluster relayllm sends the token it has at hand too."""
     import ray
     from ray import serve
 
+    from relayllm import compat
     from relayllm.logs import announce, is_verbose, quiet_ray_loggers
 
     if not ray.is_initialized():
@@ -39,6 +51,8 @@ def connect(
             print(said, file=sys.stderr, flush=True)
         quiet_ray_loggers()  # before init: Ray logs its token-authentication notice there
         address = address or os.environ.get(ADDRESS_ENV) or ("auto" if existing_cluster else None)
+        if address and address != "local":
+            compat.send_ray_token_if_any()
         try:
             with _workers_at_normal_priority():
                 ray.init(
@@ -56,8 +70,10 @@ def connect(
         except ConnectionError as exc:
             raise ConfigError(connection_advice(address, exc)) from None
     quiet_ray_loggers()
-    serve.start(proxy_location="Disabled")
-    quiet_ray_loggers()  # Serve sets its logger up on start
+    if start_serve:
+        serve.start(proxy_location="Disabled")
+        quiet_ray_loggers()  # Serve sets its logger up on start
+    return str(ray.get_runtime_context().gcs_address)
 
 
 @contextlib.contextmanager
@@ -125,15 +141,18 @@ def connection_advice(address: str | None, exc: BaseException) -> str:
     auth = type(exc.__cause__).__name__ == "AuthenticationError" or any(
         word in text for word in ("authentication", "auth token", "unauthenticated")
     )
-    if auth or (
-        address
-        and os.environ.get("RAY_AUTH_MODE", "").lower() != "token"
-        and _cluster_answers(address)
-    ):
+    sending = os.environ.get("RAY_AUTH_MODE", "").lower() == "token"
+    if auth or (address and address != "auto" and _cluster_answers(address)):
+        if sending:  # relayllm sent the token it found: not this cluster's
+            return (
+                f"the Ray cluster at {address} refused this machine's Ray token: copy the "
+                f"cluster's token (`ray get-auth-token` on its head node) to ~/.ray/auth_token "
+                f"or set RAY_AUTH_TOKEN"
+            )
         return (
-            f"the Ray cluster at {address} uses token authentication: set "
-            f"RAY_AUTH_MODE=token (Ray reads the token from ~/.ray/auth_token or "
-            f"RAY_AUTH_TOKEN)"
+            f"the Ray cluster at {address} uses token authentication and no token was found "
+            f"here: copy the cluster's token (`ray get-auth-token` on its head node) to "
+            f"~/.ray/auth_token or set RAY_AUTH_TOKEN (relayllm then sends it)"
         )
     return (
         f"no Ray cluster to connect to ({exc}). Start one with `ray start --head` and "

@@ -21,6 +21,8 @@ PRIVATE_APIS = (
     "ray.serve.context._check_cached_client_alive() / _get_global_client()._controller",
     "ServeController.get_deployment_details(app, deployment).replicas (actor_name, state)",
     "ReplicaActor.handle_request(pickled RequestMetadata(call_method=, app_name=), *args)",
+    "ray._private.authentication.authentication_token_setup"
+    ".maybe_enable_token_auth_if_token_available(warn_if_disabled=)",
 )
 
 
@@ -122,6 +124,25 @@ def call_replica(actor_name: str, app_name: str, method: str, *args: Any) -> Any
     return actor.handle_request.remote(pickle.dumps(metadata), *args)
 
 
+def send_ray_token_if_any() -> bool:
+    """Turn token authentication on for this process (and its children) when
+    ``RAY_AUTH_MODE`` is unset and a token is at hand (``RAY_AUTH_TOKEN``,
+    ``RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``): Ray's own rule for ``address="auto"``,
+    which it skips for an explicit address. Returns whether tokens are sent. A cluster without
+    token authentication accepts such a driver as well. (Ray's notice that "token
+    authentication is enabled for this Ray cluster" is meant for a cluster's start: not said.)"""
+    import logging
+
+    from ray._private.authentication import authentication_token_setup as setup
+
+    notices = logging.getLogger(setup.__name__)
+    was_disabled, notices.disabled = notices.disabled, True
+    try:
+        return bool(setup.maybe_enable_token_auth_if_token_available(warn_if_disabled=False))
+    finally:
+        notices.disabled = was_disabled
+
+
 def execution_callback_class() -> type:
     """Ray Data's ``ExecutionCallback``: a hook called on every turn of the executor loop."""
     from ray.data._internal.execution.execution_callback import ExecutionCallback
@@ -138,6 +159,7 @@ __all__ = [
     "live_serve_controller",
     "run_application",
     "running_replicas",
+    "send_ray_token_if_any",
     "serve_proxy",
     "set_task_num_cpus",
 ]

@@ -335,12 +335,12 @@ def _with_status(ref: DeploymentRef) -> DeploymentRef:
 
 
 def list_deployments(*, address: str | None = None) -> list[DeploymentRef]:
-    """Every relayllm deployment running on the cluster."""
+    """Every relayllm deployment running on the cluster (Serve is not started to list them)."""
     from ray import serve
 
     from relayllm.cluster import connect
 
-    connect(address)
+    connect(address, start_serve=False)
     refs = []
     for app, status in sorted(serve.status().applications.items()):
         if not app.startswith(APP_PREFIX):

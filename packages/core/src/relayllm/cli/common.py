@@ -21,12 +21,27 @@ EXIT_FAILED = 1
 
 
 def address_option(func: F) -> F:
+    """``--address`` of a command that runs a job: without one it may start a cluster."""
     return click.option(
         "--address",
         envvar="RAY_ADDRESS",
         metavar="ADDRESS",
         help="Ray cluster to use (host:port or ray://...); default: $RAY_ADDRESS, "
         "else a running local cluster, else a new one for this command.",
+    )(func)
+
+
+def attach_address_option(func: F) -> F:
+    """``--address`` of a command that acts on long-lived deployments: it never starts a
+    cluster (one it started would end with it)."""
+    return click.option(
+        "--address",
+        envvar="RAY_ADDRESS",
+        metavar="ADDRESS",
+        help="Ray cluster to use (host:port or ray://...); default: $RAY_ADDRESS, else the "
+        "cluster running on this machine (`ray start --head`), named when found. Token "
+        "authentication is handled: the token at hand (~/.ray/auth_token, $RAY_AUTH_TOKEN) "
+        "is sent.",
     )(func)
 
 
@@ -126,16 +141,22 @@ def connect(
     verbose: bool,
     *,
     existing_cluster: bool = False,
+    start_serve: bool = True,
     console: Console | None = None,
-) -> None:
+) -> str:
     """The CLI's way to :func:`relayllm.cluster.connect`: logs set up for a command (quiet
-    unless ``verbose``), a phase line while connecting, relayllm's progress bars instead of
-    Ray Data's. ``existing_cluster``: fail instead of starting a throw-away local cluster
-    (long-lived deployments need one that outlives this command)."""
+    unless ``verbose``), a phase line while connecting and one naming the cluster connected
+    to, relayllm's progress bars instead of Ray Data's. ``existing_cluster``: fail instead of
+    starting a throw-away local cluster (long-lived deployments need one that outlives this
+    command); without an address that is whichever cluster Ray finds running on this machine,
+    so the line says so. ``start_serve=False``: a command that only reads (``status``)
+    changes nothing on the cluster. Returns the cluster's address."""
+    import time
+
     import ray
 
     from relayllm import cluster, logs
-    from relayllm.cli.progress import install_callback
+    from relayllm.cli.progress import elapsed, install_callback
 
     console = console or Console()
     address = address or os.environ.get(cluster.ADDRESS_ENV)
@@ -150,15 +171,22 @@ def connect(
         where = "a running Ray cluster"
     else:
         where = "Ray (a running local cluster, else a new one)"
+    options = {"existing_cluster": existing_cluster, "start_serve": start_serve}
     if ray.is_initialized():
-        cluster.connect(address, quiet=not verbose, existing_cluster=existing_cluster)
+        found = cluster.connect(address, quiet=not verbose, **options)
     else:
-        with console.phase(f"connecting to {where}", "connected"):
-            cluster.connect(address, quiet=not verbose, existing_cluster=existing_cluster)
+        start = time.monotonic()
+        with console.phase(f"connecting to {where}"):
+            found = cluster.connect(address, quiet=not verbose, **options)
+        which = f"the Ray cluster at {address or found}"
+        if not address and existing_cluster:
+            which += ", found running on this machine (--address picks another)"
+        console.say(f"connected to {which} in {elapsed(time.monotonic() - start)}")
     # relayllm draws one bar per step (cli/progress.py) instead of Ray Data's per-operator
     # ones; with --verbose Ray Data's own progress stays on as well.
     install_callback(ray_bars=verbose)
     logs.quiet_ray_loggers()
+    return found
 
 
 def check_writable(path: str) -> None:

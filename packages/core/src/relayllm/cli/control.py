@@ -8,7 +8,7 @@ import json
 
 import click
 
-from relayllm.cli.common import address_option, connect, handle_errors, verbose_option
+from relayllm.cli.common import attach_address_option, connect, handle_errors, verbose_option
 from relayllm.serving.control import CONTROL_CALLS, PAUSE_MODES
 
 #: ``relayllm control NAME CALL``: the calls that are not ``pause``/``resume``.
@@ -25,45 +25,61 @@ CALLS = tuple(c for c in CONTROL_CALLS if c not in ("pause", "resume"))
     help="wait: the rows already in the engines finish first (the command returns once they "
     "have); keep: they stay frozen in the engines until resume.",
 )
-@address_option
+@attach_address_option
 @verbose_option
 @handle_errors
 def pause(name, mode, address, verbose):
     """Pause the deployment NAME on every replica: batch rows wait (none fails) until
     `relayllm resume NAME`; HTTP requests get 503 with Retry-After. A replica that starts
-    meanwhile comes up paused."""
+    meanwhile comes up paused.
+
+    \b
+    Examples:
+      relayllm pause smollm               # the rows in the engine finish first
+      relayllm pause smollm --mode keep   # they stay in the engine until the resume
+    """
     import relayllm
 
-    connect(address, verbose, existing_cluster=True)
+    connect(address, verbose, existing_cluster=True, start_serve=False)
     relayllm.control(name, address=address).pause(mode)
     click.echo(f"{name}: paused ({mode})")
 
 
 @click.command()
 @click.argument("name")
-@address_option
+@attach_address_option
 @verbose_option
 @handle_errors
 def resume(name, address, verbose):
-    """Resume the paused deployment NAME on every replica."""
+    """Resume the paused deployment NAME on every replica.
+
+    \b
+    Example:
+      relayllm resume smollm
+    """
     import relayllm
 
-    connect(address, verbose, existing_cluster=True)
+    connect(address, verbose, existing_cluster=True, start_serve=False)
     relayllm.control(name, address=address).resume()
     click.echo(f"{name}: resumed")
 
 
 @click.command("control")
 @click.argument("name")
-@click.argument("call", type=click.Choice(CALLS))
+@click.argument("call", type=click.Choice(CALLS), metavar="CALL")
 @click.argument("args", nargs=-1)
-@address_option
+@attach_address_option
 @verbose_option
 @handle_errors
 def control_command(name, call, args, address, verbose):
     """Run a control CALL on every replica of the deployment NAME and print its answer as
     JSON. A call the backend or device cannot do is refused, naming both, before anything
     changes.
+
+    \b
+    CALL is one of:
+      is_paused, reset_prefix_cache, sleep, wake_up, tokenize, detokenize,
+      load_adapter, unload_adapter, adapters, update_weights, weight_version
 
     \b
     Examples:
@@ -107,7 +123,7 @@ def control_command(name, call, args, address, verbose):
             raise ConfigError("unload_adapter takes NAME")
     elif args:
         raise ConfigError(f"{call} takes no arguments (got {' '.join(args)})")
-    connect(address, verbose, existing_cluster=True)
+    connect(address, verbose, existing_cluster=True, start_serve=False)
     controller = relayllm.control(name, address=address)
     answer = getattr(controller, call)(*controller_args, **keywords)
     click.echo(json.dumps(answer))

@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from relayllm.cli.common import (
-    address_option,
+    attach_address_option,
     connect,
     handle_errors,
     table,
@@ -21,7 +21,7 @@ from relayllm.cli.common import (
 
 
 @click.command()
-@click.argument("pipeline_file", metavar="PIPELINE.yaml", type=click.Path(dir_okay=False))
+@click.argument("pipeline_file", metavar="FILE.yaml", type=click.Path(dir_okay=False))
 @click.option(
     "--only",
     "only",
@@ -29,11 +29,12 @@ from relayllm.cli.common import (
     metavar="NAME",
     help="Deploy only this deployment (repeatable).",
 )
-@address_option
+@attach_address_option
 @verbose_option
 @handle_errors
 def deploy(pipeline_file, only, address, verbose):
-    """Start the deployments a pipeline file declares, and leave them running.
+    """Start the deployments FILE.yaml declares (a pipeline file, or one with only
+    deployments:), and leave them running.
 
     A deployment already running with the same name and config is reused; the same name with
     another config is an error that shows the difference.
@@ -41,16 +42,15 @@ def deploy(pipeline_file, only, address, verbose):
     \b
     Example:
       ray start --head
-      relayllm deploy examples/questions.yaml --address 127.0.0.1:6379
+      relayllm deploy examples/questions.yaml   # the cluster above, its Ray token sent
     """
     import relayllm
+    from relayllm.cli.check import load_declared
     from relayllm.cli.run import engine_ready_line
     from relayllm.errors import ConfigError
-    from relayllm.pipelines import load_pipeline
 
-    pipeline = load_pipeline(pipeline_file)
-    pipeline.check_backends()
-    names = [d.name for d in pipeline.spec.deployments]
+    declared, _ = load_declared(pipeline_file)
+    names = declared.names
     unknown = sorted(set(only) - set(names))
     if unknown:
         raise ConfigError(
@@ -58,7 +58,7 @@ def deploy(pipeline_file, only, address, verbose):
             f"(declared: {', '.join(names)})"
         )
     connect(address, verbose, existing_cluster=True)
-    for config in pipeline.spec.deployments:
+    for config in declared.deployments:
         if only and config.name not in only:
             continue
         ref = relayllm.deploy(config, address=address)
@@ -70,7 +70,7 @@ def deploy(pipeline_file, only, address, verbose):
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-@address_option
+@attach_address_option
 @verbose_option
 @handle_errors
 def status(as_json, address, verbose):
@@ -80,17 +80,24 @@ def status(as_json, address, verbose):
     queue (waiting/running), KV-cache use, prefix-cache hit rate, rows by traffic class
     ("-": the backend does not report it).
 
-    A deployment with calls in progress and no answer for ``RELAYLLM_STALL_WARNING_S``
+    A deployment with calls in progress and no answer for $RELAYLLM_STALL_WARNING_S
     seconds (default 300) is shown as STALLED, with how long it has been silent. The batch
     service's gateways (`relayllm serve`) follow: base URL and batches not finished. With
-    --json, one list whose items say "kind": "deployment" or "gateway"."""
+    --json, one list whose items say "kind": "deployment" or "gateway". It only reads: it
+    starts nothing on the cluster.
+
+    \b
+    Examples:
+      relayllm status
+      relayllm status --json --address 127.0.0.1:6379
+    """
     import json
 
     import relayllm
     from relayllm.cli.progress import DEFAULT_STALL_S, STALL_ENV, _env_seconds, elapsed
 
     warn_unsupported_versions()
-    connect(address, verbose, existing_cluster=True)
+    connect(address, verbose, existing_cluster=True, start_serve=False)  # it only reads
     stall_s = _env_seconds(STALL_ENV, DEFAULT_STALL_S)
     found = []
     for ref in relayllm.list_deployments(address=address):
@@ -236,15 +243,22 @@ def activity(info: dict, stall_s: float) -> str:
     help="Stop the batch service's gateways and their runner instead (relayllm serve); "
     "unfinished batches resume when it is served again on the same --state-dir.",
 )
-@address_option
+@attach_address_option
 @verbose_option
 @handle_errors
 def shutdown(name, gateways, address, verbose):
     """Stop the deployment NAME, or every relayllm deployment when NAME is omitted (with
-    --gateways: the batch service's gateway NAME, or every gateway)."""
+    --gateways: the batch service's gateway NAME, or every gateway).
+
+    \b
+    Examples:
+      relayllm shutdown smollm
+      relayllm shutdown --gateways   # the batch service (relayllm serve)
+    """
     import relayllm
 
-    connect(address, verbose, existing_cluster=True)
+    # Nothing to stop where Serve does not run: it is not started to find that out.
+    connect(address, verbose, existing_cluster=True, start_serve=False)
     if gateways:
         from relayllm.batch.service.deploy import shutdown_gateway
 

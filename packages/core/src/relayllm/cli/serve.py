@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from relayllm.batch.service.settings import STATE_DIR_ENV
-from relayllm.cli.common import address_option, connect, handle_errors, verbose_option
+from relayllm.cli.common import attach_address_option, connect, handle_errors, verbose_option
 
 
 def _field(name: str, *flag: str, **extra: Any) -> Callable[[Any], Any]:
@@ -50,6 +50,11 @@ class PortOrOff(click.ParamType):
     "direct_port",
     type=PortOrOff(),
     metavar="PORT|off",
+    # The settings field's own text speaks Python (None); this is the flag's.
+    help="Port of the gateway's own HTTP server on --host, beside Serve's proxy: the same "
+    "API, the base URL given to clients, and where files of any size pass in flat memory "
+    "(Serve's proxy holds a file's body in memory). 0: any free port; off: only Serve's "
+    "proxy.",
 )
 @_field(
     "state_dir",
@@ -99,7 +104,7 @@ class PortOrOff(click.ParamType):
     "Default: none, only data: URLs.",
 )
 @_field("turn_s", type=click.FloatRange(min=0, min_open=True))
-@address_option
+@attach_address_option
 @verbose_option
 @handle_errors
 def serve(
@@ -135,7 +140,7 @@ def serve(
     Example:
       ray start --head
       export RELAYLLM_API_KEYS=team-a=$(openssl rand -hex 24)
-      relayllm serve examples/questions.yaml --address 127.0.0.1:6379
+      relayllm serve examples/questions.yaml   # the cluster above, its Ray token sent
       # then: OpenAI(base_url="http://127.0.0.1:8001/v1", api_key=THE_KEY)
     """
     from relayllm.batch.service.deploy import serve_file

@@ -104,12 +104,12 @@ def serve_file(
 
 def list_gateways(*, address: str | None = None, timeout_s: float = 30.0) -> list[GatewayRef]:
     """The batch service gateways on the cluster (the running ones with their URL; each
-    given ``timeout_s`` to describe itself)."""
+    given ``timeout_s`` to describe itself; Serve is not started to list them)."""
     from ray import serve
 
     from relayllm.cluster import connect
 
-    connect(address)
+    connect(address, start_serve=False)
     found = []
     for app in sorted(serve.status().applications):
         if app.startswith(GATEWAY_APP_PREFIX):
