@@ -281,10 +281,14 @@ def cli_page() -> str:
     import click
 
     main = locate(CORE_CLI)
+    # A plugin's command is documented from the plugin (below), not from the core's stand-in
+    # that says which package to install when the plugin is missing.
+    plugins = {target.rsplit(":", 1)[1] for _, target in PLUGIN_COMMANDS}
     core = {
         name: command
         for name, command in main.commands.items()
         if (getattr(command.callback, "__module__", "") or "").startswith("relayllm.cli")
+        and name not in plugins
     }
     group = copy.copy(main)
     group.commands = core  # plugin commands are documented below, each with its distribution

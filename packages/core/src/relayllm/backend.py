@@ -187,6 +187,11 @@ class BackendRegistry:
             installed = ", ".join(sorted(self._backends)) or "none"
             hint = KNOWN_ADAPTERS.get(name)
             install = f" Install it with: pip install {hint}" if hint else ""
+            if name == ECHO_BACKEND:  # built in, off unless asked for (it is for tests)
+                install = (
+                    " The echo backend is built in but off: set RELAYLLM_ECHO_BACKEND=1 "
+                    "(e.g. RELAYLLM_ECHO_BACKEND=1 relayllm run FILE.yaml)."
+                )
             raise UnknownBackendError(
                 f"unknown backend {name!r}; installed backends: {installed}.{install}"
             ) from None
@@ -248,6 +253,9 @@ def contract_problem(backend: type[Backend], origin: BackendOrigin) -> str | Non
 
 #: Where the install commands work until the packages are on the package index.
 FROM_CLONE = "run in a clone of the relayllm repository"
+
+#: The built-in test backend's name (turned on by RELAYLLM_ECHO_BACKEND=1).
+ECHO_BACKEND = "echo"
 
 #: Adapters the project ships, so an unknown-backend error can name the pip command.
 KNOWN_ADAPTERS = {

@@ -9,6 +9,7 @@ import click
 
 from relayllm.cli.backends import backends
 from relayllm.cli.batch import batch
+from relayllm.cli.check import check
 from relayllm.cli.common import warn_unsupported_versions
 from relayllm.cli.control import control_command, pause, resume
 from relayllm.cli.lifecycle import deploy, shutdown, status
@@ -31,7 +32,7 @@ def main() -> None:
 
     \b
     Try a pipeline without any engine (the echo backend answers with the prompt's words):
-      RELAYLLM_ECHO_BACKEND=1 relayllm run PIPELINE.yaml   # with backend: echo
+      RELAYLLM_ECHO_BACKEND=1 relayllm run examples/echo.yaml
     """
 
 
@@ -46,6 +47,7 @@ for command in (
     resume,
     control_command,
     backends,
+    check,
 ):
     main.add_command(command)
 
@@ -60,7 +62,28 @@ def _add_plugin_commands() -> None:
         click.echo(f"relayllm: warning: plugins not loaded: {describe_exception(exc)}", err=True)
 
 
+@click.command(
+    "demo",
+    context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    add_help_option=False,
+)
+def _demo_needs_the_vllm_adapter() -> None:
+    """Run the bundled demo model (needs the vLLM adapter: relayllm-vllm)."""
+    from relayllm.backend import KNOWN_ADAPTERS
+
+    click.echo(
+        "relayllm: error: `relayllm demo` comes with the vLLM adapter (relayllm-vllm), which is "
+        f"not installed. Install it with: pip install {KNOWN_ADAPTERS['vllm']}; or try the "
+        "echo backend, no engine needed: RELAYLLM_ECHO_BACKEND=1 relayllm run "
+        "examples/echo.yaml",
+        err=True,
+    )
+    raise SystemExit(2)
+
+
 _add_plugin_commands()
+if "demo" not in main.commands:  # the main help names it: say where it comes from
+    main.add_command(_demo_needs_the_vllm_adapter)
 # Another Ray or engine release than this one supports: say so now, not deep inside a run.
 warn_unsupported_versions()
 

@@ -24,7 +24,13 @@ from relayllm.plugin import OLDEST_CONTRACT_VERSION
 def backends(as_json, names):
     """List installed backends (from the 'relayllm' entry points): the distribution and
     version that provides each, whether its engine package is installed, its tasks, and its
-    options with types and defaults. Give NAMEs to show only those."""
+    options with types and defaults. Give NAMEs to show only those.
+
+    \b
+    Examples:
+      relayllm backends
+      relayllm backends vllm --json
+    """
     from relayllm.plugin.manager import get_registry
 
     registry = get_registry()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
@@ -105,7 +106,7 @@ def batch(
     written (in input order, per deployment) as their blocks finish, so a stopped batch keeps
     what it did: run it again with --resume. Prints OpenAI's request_counts for the whole
     file at the end; exits 0 when the batch ran, even if some lines failed (they are in the
-    errors file).
+    errors file; none is written when nothing failed).
 
     \b
     Examples:
@@ -143,12 +144,17 @@ def batch(
 
         running = [r.name for r in relayllm.list_deployments(address=address)]
         raise DeploymentNotFoundError(not_running_advice(deployment, running, address)) from None
-    click.echo(
-        f"{counts.completed} completed -> {counts.output}; "
-        f"{counts.failed} failed -> {counts.errors}",
-        err=True,
-    )
+    if not counts.failed and _empty(counts.errors):
+        os.remove(counts.errors)  # as OpenAI's Batch API: no error file when nothing failed
+        failed = "0 failed"
+    else:
+        failed = f"{counts.failed} failed -> {counts.errors}"
+    click.echo(f"{counts.completed} completed -> {counts.output}; {failed}", err=True)
     click.echo(json.dumps({"request_counts": counts.request_counts()}))
+
+
+def _empty(path: str) -> bool:
+    return os.path.isfile(path) and os.path.getsize(path) == 0
 
 
 class _ConsoleBatchHooks(BatchHooks):

