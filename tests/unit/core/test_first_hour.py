@@ -123,3 +123,43 @@ def test_check_validates_each_kind_of_file_without_starting_anything(tmp_path, e
 
     done = runner.invoke(main, ["check", str(tmp_path / "missing.yaml")])
     assert done.exit_code == 2 and "no such file" in done.output
+
+
+def test_ray_error_lines_go_to_the_log_file_while_quiet(tmp_path):
+    """Ray's driver prints the errors Ray publishes for its job on stdout, even with
+    log_to_driver off: the call its listener thread makes, made here, lands in the log."""
+    import contextlib
+    import io
+
+    from ray._private import worker
+
+    from relayllm import logs
+
+    saved = dict(logs._state)
+    published = {
+        "lines": ["Task ServeController.graceful_shutdown failed"],
+        "pid": "raylet",
+        "is_err": False,
+    }
+
+    def printed() -> str:
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            worker.print_to_stdstream(published, ignore_prefix=False)
+        return out.getvalue()
+
+    path = tmp_path / "quiet.log"
+    # What quiet_ray_loggers() sets up (it also moves Ray's logging handlers, which pytest's
+    # own log capture shares here).
+    from relayllm import compat
+
+    try:
+        with open(path, "a", encoding="utf-8", buffering=1) as stream:
+            logs._state.update(verbose=False, file=path, stream=stream)
+            compat.route_ray_error_lines(logs._quiet_stream)
+            assert "graceful_shutdown" not in printed()
+            assert "Task ServeController.graceful_shutdown failed" in path.read_text()
+            logs._state["verbose"] = True  # -v: Ray prints it, as it does
+            assert "graceful_shutdown failed" in printed()
+    finally:
+        logs._state.clear()
+        logs._state.update(saved)

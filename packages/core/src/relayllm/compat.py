@@ -8,6 +8,7 @@ Ray at module level.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 #: What each function below relies on (the contract test checks these exist).
@@ -23,6 +24,7 @@ PRIVATE_APIS = (
     "ReplicaActor.handle_request(pickled RequestMetadata(call_method=, app_name=), *args)",
     "ray._private.authentication.authentication_token_setup"
     ".maybe_enable_token_auth_if_token_available(warn_if_disabled=)",
+    "ray._private.worker.print_to_stdstream(data, ignore_prefix) / print_worker_logs",
 )
 
 
@@ -143,6 +145,30 @@ def send_ray_token_if_any() -> bool:
         notices.disabled = was_disabled
 
 
+def route_ray_error_lines(target: Callable[[], Any]) -> None:
+    """Ray's driver prints the errors Ray publishes for its job (a task of Serve's controller
+    that failed while it shut down, a worker that died) on stdout, whatever ``log_to_driver``
+    says, in between a command's own output. Each such line goes to the stream ``target()``
+    returns instead, formatted as Ray formats it (None: printed as Ray prints it). Installed
+    once per process; the listener thread looks the function up on every message."""
+    from ray._private import worker
+
+    if getattr(worker.print_to_stdstream, "__wrapped__", None) is not None:
+        worker.print_to_stdstream.__dict__["target"] = target
+        return
+    original = worker.print_to_stdstream
+
+    def print_to_stdstream(data: dict[str, Any], ignore_prefix: bool) -> None:
+        stream = print_to_stdstream.__dict__["target"]()
+        if stream is None or data.get("pid") != "raylet":
+            original(data, ignore_prefix)
+            return
+        worker.print_worker_logs(data, stream, ignore_prefix)
+
+    print_to_stdstream.__dict__.update(target=target, __wrapped__=original)
+    worker.print_to_stdstream = print_to_stdstream
+
+
 def execution_callback_class() -> type:
     """Ray Data's ``ExecutionCallback``: a hook called on every turn of the executor loop."""
     from ray.data._internal.execution.execution_callback import ExecutionCallback
@@ -157,6 +183,7 @@ __all__ = [
     "grpc_transport",
     "handle_on_this_loop",
     "live_serve_controller",
+    "route_ray_error_lines",
     "run_application",
     "running_replicas",
     "send_ray_token_if_any",

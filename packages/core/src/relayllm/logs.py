@@ -2,8 +2,9 @@
 
 Quiet (the default): the console shows relayllm's own messages and results only. What Ray,
 Ray Data and Serve log in this process (the token-authentication notice, dataset and Serve
-start-up lines) goes to a log file, and the output of Ray's workers and Serve replicas (vLLM's
-start-up logs among them) stays in Ray's session logs instead of being forwarded here.
+start-up lines) and the errors Ray publishes to the driver (``(raylet) Task ... failed``) go
+to a log file, and the output of Ray's workers and Serve replicas (vLLM's start-up logs among
+them) stays in Ray's session logs instead of being forwarded here.
 Verbose (``configure_logging(verbose=True)``, ``RELAYLLM_VERBOSE=1`` or the CLI's
 ``--verbose``): everything on the console, as Ray prints it.
 """
@@ -91,6 +92,16 @@ def quiet_ray_loggers() -> None:
                 handler, logging.FileHandler
             ):
                 handler.setStream(stream)
+    from relayllm import compat
+
+    # The errors Ray publishes to the driver ("(raylet) Task ... failed") too, which Ray
+    # prints on stdout whatever log_to_driver says: to the log file while quiet.
+    compat.route_ray_error_lines(_quiet_stream)
+
+
+def _quiet_stream() -> object | None:
+    """The log file's stream while quiet; None when verbose (Ray prints as it does)."""
+    return None if _state.get("verbose") else _state.get("stream")
 
 
 def send_stderr_to_log() -> None:
