@@ -163,3 +163,50 @@ def test_ray_error_lines_go_to_the_log_file_while_quiet(tmp_path):
     finally:
         logs._state.clear()
         logs._state.update(saved)
+
+
+class _Operator:
+    """What the display reads of a Ray Data stage operator, at one moment of a step."""
+
+    name = "MapBatches(serve_stage)"
+
+    def __init__(self, done: int, active: int) -> None:
+        self.metrics = type("Metrics", (), {"row_outputs_taken": done})()
+        self.active = active
+
+    def num_active_tasks(self) -> int:
+        return self.active
+
+    def num_output_rows_total(self) -> int:
+        return 100
+
+
+class _OpState:
+    def total_enqueued_input_blocks(self) -> int:
+        return 0
+
+
+def test_progress_rates_count_from_the_step_start_as_the_summary_does(monkeypatch):
+    """A step that began 10 s ago, 90 s into the command (an engine starting, a step before
+    it), with 50 rows done: 5.0 rows/s on its bar and line, as the summary divides the step's
+    rows by its own time -- not 50 rows over the command's 100 s."""
+    import io
+
+    from relayllm.cli import progress
+
+    clock = [1000.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: clock[0])
+    display = progress.StepProgress(progress.Console(io.StringIO(), tty=False), [("a", "d")], 100)
+
+    def executor(done: int, active: int):
+        return type("Executor", (), {"_topology": {_Operator(done, active): _OpState()}})()
+
+    clock[0] += 90
+    display.update_from_executor(executor(0, 0))  # queued behind the start-up: not begun
+    assert display.line(display.states[0], clock[0]).endswith(", 0.0 rows/s")
+    display.update_from_executor(executor(0, 2))  # its first tasks run
+    clock[0] += 10
+    display.update_from_executor(executor(50, 2))
+    assert display.line(display.states[0], clock[0]) == (
+        "step a: 50/100 rows (50%), 5.0 rows/s, ETA 10 s"
+    )

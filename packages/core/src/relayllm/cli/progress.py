@@ -148,6 +148,16 @@ class _StepState:
     output_tokens: int = 0
     last_change: float = 0.0
     warned_at: float = 0.0
+    #: When the step began to work (its stage's first task ran): its rates count from here,
+    #: as the summary's count from the step's first row, not from the command's start.
+    started: float | None = None
+
+    def rates(self, now: float) -> tuple[float, float]:
+        """(rows/s, output tokens/s) since the step began; (0, 0) before it has."""
+        if self.started is None:
+            return 0.0, 0.0
+        spent = max(now - self.started, 1e-9)
+        return self.done / spent, self.output_tokens / spent
 
 
 class StepProgress:
@@ -201,6 +211,8 @@ class StepProgress:
                     step.total = op.num_output_rows_total() or step.total
                 step.active_tasks = op.num_active_tasks()
                 step.queued_blocks = state.total_enqueued_input_blocks()
+                if step.started is None and (step.active_tasks or step.done):
+                    step.started = time.monotonic()
 
     def add_tokens(self, per_step: list[int]) -> None:
         with self._lock:
@@ -222,6 +234,8 @@ class StepProgress:
                     total=s.total,
                     desc=f"step {s.name:<{width}}",
                     unit="rows",
+                    # The rates and ETA are relayllm's (the postfix), not tqdm's.
+                    bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} rows [{elapsed}{postfix}]",
                     position=i,
                     file=self.console.stream,
                     ncols=_columns(),
@@ -260,9 +274,7 @@ class StepProgress:
                 if s.total is not None and bar.total != s.total:
                     bar.total = s.total
                 bar.n = s.done
-                if s.output_tokens:
-                    rate = s.output_tokens / max(now - self.start_time, 1e-9)
-                    bar.set_postfix_str(f"{rate:.1f} tokens/s", refresh=False)
+                bar.set_postfix_str(self.rates_text(s, now), refresh=False)
                 bar.refresh()
         elif not final:
             for s in states:
@@ -270,16 +282,21 @@ class StepProgress:
 
     def line(self, s: _StepState, now: float) -> str:
         """One plain progress line: ``step answer: 120/400 rows (30%), 3.2 rows/s, ...``."""
-        spent = max(now - self.start_time, 1e-9)
-        rate = s.done / spent
         text = f"step {s.name}: {s.done}/{s.total if s.total is not None else '?'} rows"
         if s.total:
             text += f" ({100 * s.done / s.total:.0f}%)"
-        text += f", {rate:.1f} rows/s"
+        return f"{text}, {self.rates_text(s, now)}"
+
+    @staticmethod
+    def rates_text(s: _StepState, now: float) -> str:
+        """``3.2 rows/s, 40.1 tokens/s, ETA 2m05s``: the bar's and the plain line's, counted
+        from the step's start as the summary counts them (not tqdm's own smoothed rate)."""
+        rows, tokens = s.rates(now)
+        text = f"{rows:.1f} rows/s"
         if s.output_tokens:
-            text += f", {s.output_tokens / spent:.1f} tokens/s"
-        if s.total and rate > 0 and s.done < s.total:
-            text += f", ETA {elapsed((s.total - s.done) / rate)}"
+            text += f", {tokens:.1f} tokens/s"
+        if s.total and rows > 0 and s.done < s.total:
+            text += f", ETA {elapsed((s.total - s.done) / rows)}"
         return text
 
     def _check_stalls(self) -> None:
