@@ -491,8 +491,8 @@ steps: [{name: s, deployment: alpha, prompt: "{q}", output_column: a}]
             )
         else:
             assert body["object"] == "list" and body["data"][0]["embedding"][:3] == [1.0, 2.0, 3.0]
-        # the model that served it (the deployment's info()), not the name in the request
-        assert body["model"] == ("echo-reverse" if reverse else "echo-echo")
+        # the deployment's name, as the online endpoints answer (not the engine's own name)
+        assert body["model"] == ("beta" if reverse else "alpha")
 
 
 def test_deploy_status_and_shutdown_across_driver_processes(cluster, tmp_path):

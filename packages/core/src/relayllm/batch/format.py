@@ -350,16 +350,10 @@ def request_counts(total: int, completed: int, failed: int) -> dict[str, int]:
 
 
 def served_model(deployment: str) -> str:
-    """The model that answers on ``deployment`` (its ``info()``), for the response's
-    ``model`` field: OpenAI reports the model that served a request, not the one asked for."""
-    from relayllm.deployments import handle_for
-
-    try:
-        info = handle_for(deployment).info.remote().result(timeout_s=60)
-    except Exception:
-        return deployment
-    model = info.get("model") if isinstance(info, dict) else None
-    return str(model) if model else deployment
+    """The response's ``model`` field: the deployment's name -- the name a client routes by,
+    ``/v1/models`` lists and the online endpoints answer with (as vLLM's server answers with
+    its served model name), so one deployment has one name in every answer."""
+    return deployment
 
 
 __all__ = [
