@@ -73,7 +73,10 @@ def connect(
     if start_serve:
         serve.start(proxy_location="Disabled")
         quiet_ray_loggers()  # Serve sets its logger up on start
-    return str(ray.get_runtime_context().gcs_address)
+    try:
+        return str(ray.get_runtime_context().gcs_address)
+    except Exception:  # a Ray Client connection (ray://) may not say
+        return str(address or "")
 
 
 @contextlib.contextmanager
