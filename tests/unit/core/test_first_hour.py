@@ -210,3 +210,19 @@ def test_progress_rates_count_from_the_step_start_as_the_summary_does(monkeypatc
     assert display.line(display.states[0], clock[0]) == (
         "step a: 50/100 rows (50%), 5.0 rows/s, ETA 10 s"
     )
+
+
+def test_every_subcommand_help_has_an_example_and_reads_as_plain_text():
+    """Each subcommand's --help, as a terminal 80 columns wide shows it: an example, no
+    reStructuredText markup, no Python None, a usage line that is not cut mid-word."""
+    for name in sorted(main.commands):
+        if name == "demo":  # the vLLM adapter's (here its stand-in, which says what to install)
+            continue
+        shown = CliRunner().invoke(main, [name, "--help"], prog_name="relayllm", terminal_width=80)
+        assert shown.exit_code == 0, (name, shown.output)
+        text = shown.output
+        assert "Example" in text, f"relayllm {name} --help has no example"
+        assert "``" not in text, f"relayllm {name} --help shows reStructuredText markup"
+        assert not re.search(r"\bNone\b", text), f"relayllm {name} --help shows Python's None"
+        usage = text.split("\n\n", 1)[0]
+        assert "{" not in usage, f"relayllm {name}: a choice list in the usage line\n{usage}"
