@@ -2,11 +2,12 @@
 
 It speaks enough of the API for the adapter (/v1/chat/completions, /v1/completions,
 /v1/embeddings, /v1/models) and "answers" by echoing the prompt's words, so token counts grow
-with the input like a real model's; it honours ``max_tokens``, ``stop`` and the repetition
-penalties (each word once), so the kit sees the adapter send them. It runs on loopback and
-records when each request arrived: in a thread of the test process (:class:`FaultServer`), or
-in a process of its own (:class:`FaultServerProcess`) for the tests that measure request
-times, so the test process's own work (its GIL) cannot delay or bunch the times it records.
+with the input like a real model's; it honours ``max_tokens`` (or ``max_completion_tokens``),
+``stop`` and the repetition penalties (each word once), so the kit sees the adapter send them.
+It runs on loopback and records when each request arrived: in a thread of the test process
+(:class:`FaultServer`), or in a process of its own (:class:`FaultServerProcess`) for the tests
+that measure request times, so the test process's own work (its GIL) cannot delay or bunch
+the times it records.
 
 Faults are asked for in the row's own text, so they follow the row through batching and
 retries: ``fault=KIND[:ARG][*TIMES]`` makes the first TIMES attempts (default 1) at that exact
@@ -187,7 +188,7 @@ class FaultServer:
         if body.get("presence_penalty") or body.get("frequency_penalty"):
             # A penalised model repeats itself less: each word once.
             out = list(dict.fromkeys(out))
-        limit = body.get("max_tokens")
+        limit = body.get("max_tokens") or body.get("max_completion_tokens")
         if limit and len(out) > limit:
             out, finish = out[:limit], "length"
         text = " ".join(out)
