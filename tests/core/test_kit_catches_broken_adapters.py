@@ -1,7 +1,10 @@
 """The conformance kit's own test: it fails each deliberately broken adapter on the check
-written for its defect (one adapter per sampling parameter the row protocol promises, each
-ignoring just that one), passes the correct one, and holds kit subclasses to their
-declarations (how the engine refuses a row, how its engine is stopped).
+written for its defect, for that defect (the failure's message is checked): one adapter per
+sampling parameter and optional feature the row protocol promises, each ignoring just that
+one, and noisy ones whose greedy answers differ between identical calls, which must not pass
+on noise. It passes the correct one (every check run, none skipped), and holds kit subclasses
+to their declarations (how the engine refuses a row, how its engine is stopped, why it never
+samples, which template kwargs it reads).
 
 The kit runs as an adapter author runs it -- pytest on a test module of kit subclasses -- in
 a subprocess (one Ray cluster for every adapter there), and this test reads the outcome of
@@ -48,6 +51,7 @@ class Test_{ident}(BackendConformanceTests):
     backend = {name!r}
     context_length = 50
     engine_down_within_s = 5.0  # the echo-style engine reports a stop at once
+    chat_template_kwargs_probe = {{"shout": True}}  # the "template" writes every kwarg
 
     def stop_engine(self, ref):
         ref.handle().stop_engine.remote().result(timeout_s=60)
@@ -77,6 +81,25 @@ class Test_refuses_no_rows(BackendConformanceTests):
     backend = "correct"
     refuses_no_rows = "the kit's own test of the declaration"
     engine_down_untestable = "the kit's own test of the declaration"
+
+
+class Test_greedy_only_declared(BackendConformanceTests):
+    backend = "always-greedy"
+    greedy_only = "the kit's own test of the declaration"
+
+
+class Test_greedy_only_but_samples(BackendConformanceTests):
+    backend = "correct"
+    greedy_only = "the kit's own test of the declaration"
+
+
+class Test_template_probe_undeclared(BackendConformanceTests):
+    backend = "correct"
+
+
+class Test_template_untestable(BackendConformanceTests):
+    backend = "correct"
+    chat_template_kwargs_untestable = "the kit's own test of the declaration"
 """
 #: test id -> (outcome, a fragment of the failure message: what to add)
 DECLARED = {
@@ -90,6 +113,16 @@ DECLARED = {
         "set refuses_no_rows = ",
     ),
     "Test_refuses_no_rows::test_engine_refusal_fails_only_that_row": ("skipped", None),
+    "Test_greedy_only_declared::test_temperature_one_varies_without_seed": ("skipped", None),
+    "Test_greedy_only_but_samples::test_temperature_one_varies_without_seed": (
+        "failure",
+        "greedy_only is declared, but temperature 0 and temperature 1 got different answers",
+    ),
+    "Test_template_probe_undeclared::test_chat_template_kwargs": (
+        "failure",
+        "declare chat_template_kwargs_probe = {...}",
+    ),
+    "Test_template_untestable::test_chat_template_kwargs": ("skipped", None),
 }
 
 GUARD_CASES = """
@@ -131,6 +164,19 @@ class TestSkippedWholesale(BackendConformanceTests):
 
 
 GUARD = ("TestOverriddenWithoutXfail", "TestXfailNotStrict", "TestDeleted")
+#: Standard tests no broken adapter here targets: what they check an echo-style adapter cannot
+#: get wrong alone (core's bookkeeping, or a distribution installed in the environment).
+NO_BROKEN_ADAPTER = {
+    "test_backend_discovered_through_entry_point",
+    "test_import_stays_light",
+    "test_tasks_for_options",
+    "test_unsupported_sampling_param_policy",
+    "test_health_and_info",
+    "test_chat",
+    "test_completion",
+    "test_two_sequential_processors_share_one_deployment",
+    "test_undeploy",
+}
 
 
 def _ident(name: str) -> str:
@@ -155,9 +201,9 @@ def kit_run(tmp_path_factory):
     selected = ["test_adapters.py::Test_correct"]
     selected += [f"test_guard_cases.py::{case}::test_no_silent_overrides" for case in GUARD]
     selected += [f"test_adapters.py::{test}" for test in DECLARED]
-    for name, (_, target) in BROKEN.items():
-        if target:
-            selected.append(f"test_adapters.py::Test_{_ident(name)}::{target}")
+    for name, broken in BROKEN.items():
+        if broken.check:
+            selected.append(f"test_adapters.py::Test_{_ident(name)}::{broken.check}")
             selected.append(f"test_adapters.py::Test_{_ident(name)}::test_no_silent_overrides")
     report = root / "report.xml"
     env = {
@@ -205,6 +251,7 @@ def kit_run(tmp_path_factory):
 
 
 def test_correct_adapter_passes_every_check(kit_run):
+    # Passed, not skipped: it declares every feature, so every check runs.
     outcomes, done, _ = kit_run
     mine = {k: v for k, v in outcomes.items() if k.startswith("Test_correct::")}
     ran = {k.split("::")[1] for k in mine}
@@ -212,17 +259,28 @@ def test_correct_adapter_passes_every_check(kit_run):
     assert all(v == "passed" for v in mine.values()), (mine, done.stdout[-3000:])
 
 
-@pytest.mark.parametrize("name", [n for n, (_, target) in BROKEN.items() if target])
+@pytest.mark.parametrize("name", [n for n, broken in BROKEN.items() if broken.check])
 def test_broken_adapter_fails_its_check(kit_run, name):
-    outcomes, done, _ = kit_run
-    target = BROKEN[name][1]
-    ident = _ident(name)
-    assert outcomes.get(f"Test_{ident}::{target}") == "failure", (
+    outcomes, done, messages = kit_run
+    _, target, reason = BROKEN[name]
+    test = f"Test_{_ident(name)}::{target}"
+    assert outcomes.get(test) == "failure", (
         f"the kit did not fail the {name!r} adapter on {target}: "
-        f"{outcomes.get(f'Test_{ident}::{target}')}\n{done.stdout[-3000:]}"
+        f"{outcomes.get(test)}\n{done.stdout[-3000:]}"
     )
-    # The failure is the defect's, not a broken override: the guard passes.
-    assert outcomes.get(f"Test_{ident}::test_no_silent_overrides") == "passed"
+    # It failed for its defect (not for another check's reason or a crash)...
+    assert reason and reason in messages.get(test, ""), (
+        f"{name!r} failed {target}, but not for its defect ({reason!r}): {messages.get(test)}"
+    )
+    # ...and not for a broken override: the guard passes.
+    assert outcomes.get(f"Test_{_ident(name)}::test_no_silent_overrides") == "passed"
+
+
+def test_every_check_has_a_broken_adapter():
+    # In particular one per sampling parameter and optional feature the row protocol promises.
+    targets = {broken.check for broken in BROKEN.values()}
+    missing = set(STANDARD_TESTS) - NO_BROKEN_ADAPTER - targets
+    assert not missing, f"kit checks no broken adapter fails: {sorted(missing)}"
 
 
 @pytest.mark.parametrize("test", list(DECLARED))
