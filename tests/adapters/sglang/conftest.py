@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from relayllm.testing.kit import ENGINE_CHECKS, BackendConformanceTests
 from relayllm.testing.source import SourceTree, pinned_wheel
 from relayllm_sglang import SGLANG_VERSION
 
@@ -23,11 +24,20 @@ sys.path.insert(0, str(Path(__file__).parent))  # sglang_support
 
 def pytest_collection_modifyitems(config, items):
     # Tests that need a running engine carry the `gpu` marker, so `pytest -m gpu` selects
-    # exactly them; the engine-free kit tests stay in the CPU run.
+    # exactly them: every engine check of the kit (some check a subclass's declarations
+    # before they ask for the deployment, so its fixture does not tell) and every other test
+    # that asks for a deployment. The engine-free kit tests stay in the CPU run.
     here = Path(__file__).parent
     for item in items:
-        if here in Path(item.path).parents and "deployment" in getattr(item, "fixturenames", ()):
+        if here in Path(item.path).parents and _needs_engine(item):
             item.add_marker(pytest.mark.gpu)
+
+
+def _needs_engine(item: pytest.Item) -> bool:
+    cls = getattr(item, "cls", None)
+    if cls is not None and issubclass(cls, BackendConformanceTests):
+        return getattr(item, "originalname", item.name) in ENGINE_CHECKS
+    return "deployment" in getattr(item, "fixturenames", ())
 
 
 # -- the pinned release's source -------------------------------------------------------------
