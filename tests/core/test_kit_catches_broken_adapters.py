@@ -30,7 +30,7 @@ from relayllm.testing.kit import STANDARD_TESTS  # noqa: E402
 
 # The whole kit runs once, in a subprocess, inside the first test: longer than one test's
 # default limit.
-pytestmark = pytest.mark.timeout(1500)
+pytestmark = pytest.mark.timeout(1800)
 
 CONFTEST = """
 import pytest
@@ -43,6 +43,25 @@ def _registered():
 
     manager.MANAGER.register(backends, "broken_adapters.backends")
     yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_cluster():
+    # One cluster for every adapter of the run, started before the first kit class asks for
+    # one (its fixture finds it). Ray gives a new raylet 30 s to register: on a loaded
+    # machine a start can miss that, so a start that timed out is tried again (three in all).
+    import ray
+
+    for attempt in (1, 2, 3):
+        try:
+            ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+            break
+        except Exception as exc:
+            if attempt == 3 or "timed out during startup" not in str(exc):
+                raise
+            ray.shutdown()
+    yield
+    ray.shutdown()
 """
 
 CLASS = """
@@ -234,7 +253,7 @@ def kit_run(tmp_path_factory):
         env=env,
         capture_output=True,
         text=True,
-        timeout=1200,
+        timeout=1600,
     )
     outcomes: dict[str, str] = {}
     messages: dict[str, str] = {}
