@@ -54,15 +54,15 @@ class NoOp:
         return batch
 
 
-def relayllm_pass(rows: list[dict[str, Any]], compute: str = "actors") -> None:
+def relayllm_pass(rows: list[dict[str, Any]], compute: str = "actors") -> list[dict[str, Any]]:
     config = ProcessorConfig(
         deployment=DEPLOYMENT, task="completion", batch_size=64, compute=compute
     )
-    build_processor(config)(ray.data.from_items(rows, override_num_blocks=1)).take_all()
+    return build_processor(config)(ray.data.from_items(rows, override_num_blocks=1)).take_all()
 
 
-def relayllm_tasks_pass(rows: list[dict[str, Any]]) -> None:
-    relayllm_pass(rows, compute="tasks")
+def relayllm_tasks_pass(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return relayllm_pass(rows, compute="tasks")
 
 
 def noop(batch):
@@ -70,19 +70,25 @@ def noop(batch):
     return batch
 
 
-def noop_actor_pass(rows: list[dict[str, Any]]) -> None:
-    ray.data.from_items(rows, override_num_blocks=1).map_batches(
-        NoOp,
-        compute=ray.data.ActorPoolStrategy(size=1),
-        num_cpus=0.25,
-        batch_format="pyarrow",
-    ).take_all()
+def noop_actor_pass(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return (
+        ray.data.from_items(rows, override_num_blocks=1)
+        .map_batches(
+            NoOp,
+            compute=ray.data.ActorPoolStrategy(size=1),
+            num_cpus=0.25,
+            batch_format="pyarrow",
+        )
+        .take_all()
+    )
 
 
-def noop_task_pass(rows: list[dict[str, Any]]) -> None:
-    ray.data.from_items(rows, override_num_blocks=1).map_batches(
-        noop, num_cpus=0.25, batch_format="pyarrow"
-    ).take_all()
+def noop_task_pass(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return (
+        ray.data.from_items(rows, override_num_blocks=1)
+        .map_batches(noop, num_cpus=0.25, batch_format="pyarrow")
+        .take_all()
+    )
 
 
 CONTENDERS = {
