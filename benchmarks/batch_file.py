@@ -69,7 +69,12 @@ def start_cluster(
         "RELAYLLM_ECHO_BACKEND": "1",
         **(extra_env or {}),
     }
-    subprocess.run([str(BIN / "ray"), "get-auth-token", "--generate"], env=env, check=False)
+    subprocess.run(  # the token stays in Ray's file: not printed
+        [str(BIN / "ray"), "get-auth-token", "--generate"],
+        env=env,
+        check=False,
+        stdout=subprocess.DEVNULL,
+    )
     log = open(os.path.join(temp, "head.log"), "w")  # noqa: SIM115 (open while it runs)
     head = subprocess.Popen(
         [
@@ -218,6 +223,9 @@ def main() -> None:
     )
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--concurrency", type=int, default=2)
+    parser.add_argument(
+        "--warmup-lines", type=int, default=2000, help="the unmeasured first run of each"
+    )
     args = parser.parse_args()
 
     host = host_facts()
@@ -234,11 +242,12 @@ def main() -> None:
         work.mkdir()
         # Warm-up, not measured: the cluster's first Ray Data job starts its singleton actors
         # (stats, autoscaling coordinator), whose start-up would land on whoever runs first.
-        batch_in, plain_in = write_inputs(2000, work)
+        batch_in, plain_in = write_inputs(args.warmup_lines, work)
         out = work / "out.jsonl"
-        measure(run_batch_cli(batch_in, out, args.concurrency, env), out, 2000, env)
+        warm = args.warmup_lines
+        measure(run_batch_cli(batch_in, out, args.concurrency, env), out, warm, env)
         out.unlink()
-        measure(run_processor(plain_in, out, args.concurrency, 2000), out, 2000, env)
+        measure(run_processor(plain_in, out, args.concurrency, warm), out, warm, env)
         for rows in args.sizes:
             batch_in, plain_in = write_inputs(rows, work)
             out = work / "out.jsonl"

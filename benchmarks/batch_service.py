@@ -299,6 +299,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument(
+        "--warmup-lines", type=int, default=2000, help="the unmeasured first run of each"
+    )
     args = parser.parse_args()
 
     host = host_facts()
@@ -310,10 +313,11 @@ def main() -> None:
         work.mkdir()
         out, phases = work / "out.jsonl", work / "phases.json"
         # Warm-up, not measured: the cluster's first Ray Data jobs start its singleton actors.
-        batch_in, plain_in = write_inputs(2000, work)
+        batch_in, plain_in = write_inputs(args.warmup_lines, work)
         plain_in.unlink()
-        measure(batch_cli(batch_in, out, args), out, 2000, env)
-        warm = measure(service_driver(base, batch_in, out, phases), out, 2000, env, phases)
+        lines = args.warmup_lines
+        measure(batch_cli(batch_in, out, args), out, lines, env)
+        warm = measure(service_driver(base, batch_in, out, phases), out, lines, env, phases)
         delete_files(base, warm["files"])
         for rows in args.sizes:
             batch_in, plain_in = write_inputs(rows, work)
