@@ -134,8 +134,8 @@ def test_batch_file_on_the_running_engine(env, engine, tmp_path):
     }
     france = out["france"]["response"]["body"]
     assert "Paris" in france["choices"][0]["message"]["content"]
-    # The model that served the request (the deployment's info()), as OpenAI reports it
-    assert france["usage"]["completion_tokens"] > 0 and france["model"] == "demo"
+    # The deployment's name, the one a client routes by and the gateway answers online with
+    assert france["usage"]["completion_tokens"] > 0 and france["model"] == NAME
     assert out["count"]["response"]["body"]["choices"][0]["text"]
     (error,) = map(json.loads, (tmp_path / "out.errors.jsonl").read_text().splitlines())
     assert error["custom_id"] == "bad" and error["error"]["code"] == "engine_error"

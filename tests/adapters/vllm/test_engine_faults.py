@@ -41,6 +41,10 @@ def engine_core_pid(info: dict) -> int:
     """The replica's EngineCore process (vLLM titles it ``VLLM::EngineCore``)."""
     replica_pid = info["pid"]
     found = children(replica_pid, b"EngineCore")
+    if not found:
+        # Untitled (the title is set from inside the process, and was seen missing once):
+        # the engine process the replica spawned is EngineCore; its worker is EngineCore's.
+        found = children(replica_pid, b"multiprocessing.spawn") & set(info["engine_pids"])
     assert len(found) == 1, (
         f"EngineCore processes under replica {replica_pid}: {found}; the engine processes "
         f"it recorded: {describe(info['engine_pids'])}"
@@ -57,12 +61,10 @@ def engine(ray_session):
         options={"model": "demo", "max_model_len": 512},
         startup_timeout_s=1200,
         # A short period finds a hung engine sooner; the probe is one round trip to EngineCore.
-        # The replica gives up on a probe after half the timeout (20 s): time enough to read
-        # its row counter after the engine is stopped, even on a loaded machine.
         health_check_period_s=2,
-        health_check_timeout_s=40,
+        health_check_timeout_s=20,
         # Serve sends a replica at most this many calls: room for the test's info() calls
-        # beside every call the job keeps outstanding, even while the engine is stopped.
+        # beside every call the job keeps outstanding.
         max_ongoing_requests=OUTSTANDING_CALLS + 4,
     )
     ref = relayllm.deploy(config)
@@ -94,25 +96,6 @@ def two_step_job(rows: int):
     return second(first(ray.data.from_items(data, override_num_blocks=8)))
 
 
-def settled_counts(handle, pid: int) -> dict:
-    """The replica's info once its row counter stops moving with its engine stopped: the
-    outputs the engine sent before the stop are still read, and a batch counts when its last
-    row is in. Two equal reads a second apart, inside the health check's bound (20 s)."""
-    last = None
-    deadline = time.monotonic() + 8
-    while True:
-        time.sleep(1)
-        info = handle.info.remote().result(timeout_s=60)
-        assert info["pid"] == pid, f"replica {pid} was replaced before its count settled"
-        if last is not None and info["rows"] == last["rows"]:
-            return info
-        assert time.monotonic() < deadline, (
-            f"rows still counted {time.monotonic() - deadline + 8:.0f}s after the engine was "
-            f"stopped: {last and last['rows']} -> {info['rows']}"
-        )
-        last = info
-
-
 def run_with_fault(handle, fault: int, record_result, label: str) -> None:
     before = handle.info.remote().result(timeout_s=600)
     out: dict = {}
@@ -135,21 +118,11 @@ def run_with_fault(handle, fault: int, record_result, label: str) -> None:
     core = engine_core_pid(info)
     engine_pids = info["engine_pids"]
     assert core in engine_pids, info
-    # The engine is stopped first, whatever the fault, and the replica's own row counter read
-    # once it settles: rows finish until the signal lands, so a count taken before it is low.
-    os.kill(core, signal.SIGSTOP)
-    faulted, fault_wall = time.monotonic(), time.time()
-    try:
-        info = settled_counts(handle, info["pid"])
-    except BaseException:
-        # The job still ends (its engine replaced) before the next test starts: a job left
-        # running touches Ray after the session shut it down, and Ray ends the process.
-        os.kill(core, signal.SIGKILL)
-        thread.join(timeout=JOB_CAP_S)
-        raise
+    # Rows still finish between this count and the signal (at most the calls in flight): the
+    # checks below allow for them.
     done_before_fault = info["rows"] - before["rows"]
-    if fault != signal.SIGSTOP:
-        os.kill(core, fault)  # a stopped process takes SIGKILL like a running one
+    os.kill(core, fault)
+    faulted, fault_wall = time.monotonic(), time.time()
     thread.join(timeout=JOB_CAP_S)
     assert not thread.is_alive(), f"the job did not end within {JOB_CAP_S}s of the fault (hung?)"
     finished = time.monotonic()
@@ -178,12 +151,14 @@ def run_with_fault(handle, fault: int, record_result, label: str) -> None:
     # The new replica answered the rest of the job: every row the old one had not finished,
     # in calls of at most batch_size rows, and its engine started once.
     assert after["engine_starts"] == 1
-    assert after["rows"] >= 2 * ROWS - done_before_fault
-    assert after["calls"] >= (2 * ROWS - done_before_fault) / STEP["batch_size"]
+    in_flight = OUTSTANDING_CALLS * STEP["batch_size"]  # rows that may finish before the signal
+    assert after["rows"] >= 2 * ROWS - done_before_fault - in_flight
+    assert after["calls"] >= (2 * ROWS - done_before_fault - in_flight) / STEP["batch_size"]
     # Rows the dead engine finished were not computed again: the new replica did the rest of
-    # the 2 x ROWS engine rows plus at most what was in flight (the job's outstanding calls).
+    # the 2 x ROWS engine rows plus at most what was in flight (the job's outstanding calls);
+    # counted from done_before_fault, a low count, this is at most the rows computed twice.
     recomputed = done_before_fault + after["rows"] - 2 * ROWS
-    assert recomputed <= OUTSTANDING_CALLS * STEP["batch_size"], f"{recomputed} rows computed twice"
+    assert recomputed <= in_flight, f"{recomputed} rows computed twice"
     record_result(
         f"vllm_{label}",
         {
