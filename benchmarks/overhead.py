@@ -125,7 +125,7 @@ def run_ray_data_llm(ds, batch_size: int = BATCH_SIZE):
         config,
         preprocess=lambda row: {
             "id": row["id"],
-            "method": "chat_stream",
+            "method": "stream_http_row",  # the replica's one-row streaming method
             "request_kwargs": {
                 "task": "completion",
                 "prompt": row["prompt"],

@@ -18,9 +18,11 @@ if TYPE_CHECKING:
 PIPELINE_SECTIONS = ("input", "steps", "output")
 
 
-def load_declared(path: str) -> tuple[DeploymentsFile, str]:
+def load_declared(path: str, inputs: bool = True) -> tuple[DeploymentsFile, str]:
     """The deployments ``path`` declares, every backend checked, and what the file is: a
-    pipeline (checked whole: steps, templates, input files) or a deployments file."""
+    pipeline (checked whole: steps, templates, and its input files unless ``inputs`` is
+    False -- ``deploy`` starts engines only, before the input may exist) or a deployments
+    file."""
     from relayllm.pipelines import load_pipeline
     from relayllm.pipelines.deployments_file import load_deployments
 
@@ -29,7 +31,7 @@ def load_declared(path: str) -> tuple[DeploymentsFile, str]:
     if isinstance(data, dict) and any(key in data for key in PIPELINE_SECTIONS):
         pipeline = load_pipeline(path)
         pipeline.check_backends()
-        if pipeline.spec.input.path:
+        if inputs and pipeline.spec.input.path:
             pipeline.input_paths()
         steps = ", ".join(step.name for step in pipeline.spec.steps)
         return declared, f"a pipeline: {len(pipeline.spec.steps)} step(s) ({steps})"

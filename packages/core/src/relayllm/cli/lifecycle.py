@@ -49,7 +49,7 @@ def deploy(pipeline_file, only, address, verbose):
     from relayllm.cli.run import engine_ready_line
     from relayllm.errors import ConfigError
 
-    declared, _ = load_declared(pipeline_file)
+    declared, _ = load_declared(pipeline_file, inputs=False)
     names = declared.names
     unknown = sorted(set(only) - set(names))
     if unknown:
