@@ -16,8 +16,6 @@ from openai.types.batch import Errors
 
 from relayllm.batch.service.files import CHUNK, PART, FileStorage
 from relayllm.batch.service.ids import new_file_id
-from relayllm.batch.service.settings import ServiceSettings
-from relayllm.batch.service.store import SQLiteJobStore
 from relayllm.batch.service.validate import DEFAULT_MAX_LINE_BYTES, Limits, validate_input
 
 CHAT = "/v1/chat/completions"
@@ -71,61 +69,49 @@ def test_the_sweep_by_age_leaves_a_part_still_being_written(tmp_path):
     assert [name for name in listed(storage) if PART in name] == []
 
 
-def test_the_runner_sweeps_old_parts_and_ended_batches_work_files_on_start(tmp_path):
+def test_the_runner_sweeps_old_parts_and_ended_batches_work_files_on_start(service):
     """What a writer killed mid-upload left in the storage (once old), and the work directory
     of a batch that ended while its runner was being killed; an unfinished batch's work files
     (its next claim resumes from them) and a young part stay."""
     from relayllm.batch.service.runner import PART_MAX_AGE_S, BatchRunner
 
-    settings = ServiceSettings(state_dir=str(tmp_path / "state"))
-    os.makedirs(settings.state_dir)
-    store = SQLiteJobStore(settings.store_path)
-    storage = FileStorage.from_uri(settings.files_location)
-    try:
-        data = request("a")
-        record = store.add_file("alpha", filename="in.jsonl", purpose="batch", bytes=len(data))
-        storage.put(record.id, [data])
-        ended = store.create_batch("alpha", input_file_id=record.id, endpoint=CHAT)
-        running = store.create_batch("alpha", input_file_id=record.id, endpoint=CHAT)
-        store.cancel_batch("alpha", ended.id)
-        store.update(ended.id, store.claim(ended.id, "x"), status="cancelled")
-        for batch_id in (ended.id, running.id):
-            os.makedirs(os.path.join(settings.work_dir, batch_id))
-            with open(os.path.join(settings.work_dir, batch_id, "out.1.jsonl"), "wb") as out:
-                out.write(b"{}\n")
-        old = part(storage, new_file_id(), age_s=PART_MAX_AGE_S + 60)
-        young = part(storage, new_file_id())
-        runner = object.__new__(BatchRunner)  # no loop thread: the sweep called by hand
-        runner.settings, runner.store, runner.storage, runner.active = settings, store, storage, {}
-        runner._sweep()
-        assert sorted(os.listdir(settings.work_dir)) == [running.id]
-        assert old not in listed(storage) and young in listed(storage)
-        assert record.id in listed(storage)
-    finally:
-        store.close()
+    settings, store, storage = service
+    data = request("a")
+    record = store.add_file("alpha", filename="in.jsonl", purpose="batch", bytes=len(data))
+    storage.put(record.id, [data])
+    ended = store.create_batch("alpha", input_file_id=record.id, endpoint=CHAT)
+    running = store.create_batch("alpha", input_file_id=record.id, endpoint=CHAT)
+    store.cancel_batch("alpha", ended.id)
+    store.update(ended.id, store.claim(ended.id, "x"), status="cancelled")
+    for batch_id in (ended.id, running.id):
+        os.makedirs(os.path.join(settings.work_dir, batch_id))
+        with open(os.path.join(settings.work_dir, batch_id, "out.1.jsonl"), "wb") as out:
+            out.write(b"{}\n")
+    old = part(storage, new_file_id(), age_s=PART_MAX_AGE_S + 60)
+    young = part(storage, new_file_id())
+    runner = object.__new__(BatchRunner)  # no loop thread: the sweep called by hand
+    runner.settings, runner.store, runner.storage, runner.active = settings, store, storage, {}
+    runner._sweep()
+    assert sorted(os.listdir(settings.work_dir)) == [running.id]
+    assert old not in listed(storage) and young in listed(storage)
+    assert record.id in listed(storage)
 
 
-def test_a_claim_removes_an_input_copy_a_killed_claim_left_cut_short(tmp_path):
+def test_a_claim_removes_an_input_copy_a_killed_claim_left_cut_short(service):
     from relayllm.batch.service.runner import BatchJob
 
-    settings = ServiceSettings(state_dir=str(tmp_path / "state"))
-    os.makedirs(settings.state_dir)
-    store = SQLiteJobStore(settings.store_path)
-    storage = FileStorage.from_uri(settings.files_location)
-    try:
-        data = request("a")
-        record = store.add_file("alpha", filename="in.jsonl", purpose="batch", bytes=len(data))
-        storage.put(record.id, [data])
-        batch = store.create_batch("alpha", input_file_id=record.id, endpoint=CHAT)
-        first = BatchJob(settings, store, storage, batch.id, store.claim(batch.id, "dead"))
-        os.makedirs(first.dir)
-        with open(f"{first.input}.part-{first.claim}", "wb") as cut:
-            cut.write(data[:5])
-        second = BatchJob(settings, store, storage, batch.id, store.claim(batch.id, "new"))
-        second._carry_over()
-        assert os.listdir(second.dir) == []
-    finally:
-        store.close()
+    settings, store, storage = service
+    data = request("a")
+    record = store.add_file("alpha", filename="in.jsonl", purpose="batch", bytes=len(data))
+    storage.put(record.id, [data])
+    batch = store.create_batch("alpha", input_file_id=record.id, endpoint=CHAT)
+    first = BatchJob(settings, store, storage, batch.id, store.claim(batch.id, "dead"))
+    os.makedirs(first.dir)
+    with open(f"{first.input}.part-{first.claim}", "wb") as cut:
+        cut.write(data[:5])
+    second = BatchJob(settings, store, storage, batch.id, store.claim(batch.id, "new"))
+    second._carry_over()
+    assert os.listdir(second.dir) == []
 
 
 class Reads(io.BufferedReader):

@@ -22,8 +22,6 @@ import pytest
 
 from relayllm.batch.service.files import CHUNK, PART, FileStorage
 from relayllm.batch.service.runner import BatchJob
-from relayllm.batch.service.settings import ServiceSettings
-from relayllm.batch.service.store import SQLiteJobStore
 
 CHAT = "/v1/chat/completions"
 #: Work-file lines: more than two of the put's pieces, so it can stop between them.
@@ -48,16 +46,6 @@ print("not killed")
 
 def output_line(i: int) -> str:
     return json.dumps({"id": f"x{i}", "custom_id": f"r{i}", "response": {}, "error": None})
-
-
-@pytest.fixture
-def service(tmp_path):
-    settings = ServiceSettings(state_dir=str(tmp_path / "state"))
-    (tmp_path / "state").mkdir()
-    store = SQLiteJobStore(settings.store_path)
-    storage = FileStorage.from_uri(settings.files_location)
-    yield settings, store, storage
-    store.close()
 
 
 def new_batch(service, n: int):

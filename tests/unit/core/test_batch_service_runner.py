@@ -12,11 +12,9 @@ import os
 import pytest
 
 from relayllm.batch.service.errors import StaleClaimError
-from relayllm.batch.service.files import FileStorage
 from relayllm.batch.service.keys import KeyMap
 from relayllm.batch.service.runner import EXPIRED_MESSAGE, BatchJob, processor_fields
 from relayllm.batch.service.settings import GATEWAY_APP_PREFIX, ServiceSettings
-from relayllm.batch.service.store import SQLiteJobStore
 
 CHAT = "/v1/chat/completions"
 
@@ -28,16 +26,6 @@ def line(i: int) -> dict:
 
 def output_line(i: int) -> str:
     return json.dumps({"id": f"x{i}", "custom_id": f"r{i}", "response": {}, "error": None})
-
-
-@pytest.fixture
-def service(tmp_path):
-    settings = ServiceSettings(state_dir=str(tmp_path / "state"))
-    (tmp_path / "state").mkdir()
-    store = SQLiteJobStore(settings.store_path)
-    storage = FileStorage.from_uri(settings.files_location)
-    yield settings, store, storage
-    store.close()
 
 
 def new_batch(service, lines: list[dict] | bytes, window_s: int | None = None):
