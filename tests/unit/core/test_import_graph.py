@@ -32,6 +32,7 @@ LAYERS: list[tuple[str, ...]] = [
         "relayllm.logs",
         "relayllm.compat",
         "relayllm.openai_body",  # OpenAI bodies <-> rows: both front doors, on rows alone
+        "relayllm.routing",  # the affinity policy: keys -> replicas, bounded load
     ),
     # the one HTTP layer both servers are route sets on (the front's, the gateway's)
     ("relayllm.http", "relayllm.http."),

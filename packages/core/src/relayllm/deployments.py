@@ -25,6 +25,7 @@ from relayllm.errors import (
     DeploymentNotFoundError,
     DeploymentStartError,
 )
+from relayllm.routing import ROUTING_FIELD, Routing, routing_options
 from relayllm.serving.admission import AdmissionConfig
 from relayllm.serving.control import drop_state
 from relayllm.serving.http_config import HttpConfig
@@ -88,6 +89,7 @@ class DeploymentConfig(ConfigModel):
         description="Serve an OpenAI-compatible HTTP API from these replicas too "
         "(interactive traffic on the engine the batch processors share).",
     )
+    routing: Routing = ROUTING_FIELD
     admission: AdmissionConfig = Field(
         default_factory=AdmissionConfig,
         description="How batch rows yield to interactive requests (deployments with http): "
@@ -195,6 +197,7 @@ def serve_options(
         # How often a stopping replica checks for calls still running (Serve's default, 2 s,
         # is the least a shutdown or a redeploy takes even when no call is running).
         "graceful_shutdown_wait_loop_s": SHUTDOWN_CHECK_PERIOD_S,
+        **routing_options(config.routing),
     }
     serve_options.update(backend.deployment_options(options))
     if config.ray_actor_options:
@@ -328,10 +331,7 @@ def _delete_quietly(app: str) -> None:
 
 
 def _with_status(ref: DeploymentRef) -> DeploymentRef:
-    for running in list_deployments():
-        if running.name == ref.name:
-            return running
-    return ref
+    return next((running for running in list_deployments() if running.name == ref.name), ref)
 
 
 def list_deployments(*, address: str | None = None) -> list[DeploymentRef]:
