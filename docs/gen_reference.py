@@ -315,6 +315,12 @@ def cli_page() -> str:
     for name in sorted(core):
         lines += [f"## relayllm {name}", "", "```text"]
         lines += [help_text(core[name], root, name), "```", ""]
+        subcommands = getattr(core[name], "commands", {})  # a group's (relayllm batches list)
+        if subcommands:
+            parent = click.Context(core[name], info_name=name, parent=root, **settings)
+            for sub in sorted(subcommands):
+                lines += [f"### relayllm {name} {sub}", "", "```text"]
+                lines += [help_text(subcommands[sub], parent, sub), "```", ""]
     for distribution, target in PLUGIN_COMMANDS:
         command = locate(target)
         lines += [

@@ -64,3 +64,37 @@ def lines_of(api, file_id):
     if file_id is None:
         return []
     return [json.loads(text) for text in api.files.content(file_id).text.splitlines() if text]
+
+
+ADMIN_KEY = "admin-key-" + "z" * 24
+PROJECT_KEYS = {"alpha": "alpha-key-" + "a" * 24, "beta": "beta-key-" + "b" * 24}
+
+
+def serve_echo(ray, root, deployments, *extra):
+    """``relayllm serve`` (a subprocess, as a user runs it) on the session's cluster with the
+    echo backend, two projects' keys and the admin key (:data:`ADMIN_KEY`), Serve's proxy and
+    the gateway's own server on free ports. Returns (base URL, the cluster's address, the
+    command's stdout). Serve is shut down first: it takes an HTTP proxy only while no
+    application runs."""
+    import os
+
+    from ray import serve
+    from support import cli, free_port
+
+    import relayllm
+
+    relayllm.shutdown()
+    serve.shutdown()
+    (root / "deployments.yaml").write_text(deployments)
+    address = ray.get_runtime_context().gcs_address
+    env = {
+        **os.environ,
+        "RELAYLLM_ECHO_BACKEND": "1",
+        "RELAYLLM_API_KEYS": ",".join(f"{p}={k}" for p, k in PROJECT_KEYS.items()),
+        "RELAYLLM_ADMIN_KEY": ADMIN_KEY,
+    }
+    served = cli(
+        "serve", root / "deployments.yaml", "--port", free_port(), "--direct-port", free_port(),
+        "--state-dir", root / "state", "--address", address, *extra, env=env, check=0,
+    )  # fmt: skip
+    return served.stdout.split("base URL: ")[1].split()[0], address, served.stdout

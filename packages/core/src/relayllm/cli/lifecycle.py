@@ -240,8 +240,9 @@ def activity(info: dict, stall_s: float) -> str:
 @click.option(
     "--gateways",
     is_flag=True,
-    help="Stop the batch service's gateways and their runner instead (relayllm serve); "
-    "unfinished batches resume when it is served again on the same --state-dir.",
+    help="Stop the batch service's gateways and their runner instead (relayllm serve; "
+    "`relayllm unserve` does the same); unfinished batches resume when it is served again "
+    "on the same --state-dir.",
 )
 @attach_address_option
 @verbose_option

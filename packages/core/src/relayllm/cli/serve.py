@@ -74,7 +74,8 @@ class PortOrOff(click.ParamType):
     metavar="PATH",
     type=click.Path(dir_okay=False),
     help="API keys, one PROJECT=KEY per line (also $RELAYLLM_API_KEYS_FILE; "
-    "$RELAYLLM_API_KEYS takes PROJECT=KEY,...).",
+    "$RELAYLLM_API_KEYS takes PROJECT=KEY,...). The operator's admin key, which sees every "
+    "project's batches and files, comes from $RELAYLLM_ADMIN_KEY.",
 )
 @click.option(
     "--no-keys-project",
@@ -140,8 +141,10 @@ def serve(
     Example:
       ray start --head
       export RELAYLLM_API_KEYS=team-a=$(openssl rand -hex 24)
+      export RELAYLLM_ADMIN_KEY=$(openssl rand -hex 24)   # optional: the operator's
       relayllm serve examples/questions.yaml   # the cluster above, its Ray token sent
       # then: OpenAI(base_url="http://127.0.0.1:8001/v1", api_key=THE_KEY)
+      relayllm unserve                         # stops the gateway (the deployments stay)
     """
     from relayllm.batch.service.deploy import serve_file
     from relayllm.batch.service.keys import load_keys
@@ -172,3 +175,33 @@ def serve(
     click.echo(f"base URL: {gateway.url}")
     if gateway.proxy_url and gateway.proxy_url != gateway.url:
         click.echo(f"also through Serve's proxy: {gateway.proxy_url}")
+
+
+@click.command()
+@click.argument("name", required=False)
+@click.option(
+    "--keep-runner",
+    is_flag=True,
+    help="Leave the runner running (it keeps running the batches in progress, which another "
+    "gateway on the same state then shows).",
+)
+@attach_address_option
+@verbose_option
+@handle_errors
+def unserve(name, keep_runner, address, verbose):
+    """Stop what `relayllm serve` started: the gateway NAME (every gateway when omitted) and
+    the runners no remaining gateway uses. The deployments stay (`relayllm shutdown` stops
+    them); unfinished batches wait in the state directory and resume when `relayllm serve`
+    runs again on the same --state-dir. Same as `relayllm shutdown --gateways`.
+
+    \b
+    Examples:
+      relayllm unserve
+      relayllm unserve gateway --address 127.0.0.1:6379
+    """
+    from relayllm.batch.service.deploy import shutdown_gateway
+
+    # Nothing to stop where Serve does not run: it is not started to find that out.
+    connect(address, verbose, existing_cluster=True, start_serve=False)
+    stopped = shutdown_gateway(name, address=address, stop_runner=not keep_runner)
+    click.echo(f"stopped: {', '.join(stopped)}" if stopped else "no gateways were running")

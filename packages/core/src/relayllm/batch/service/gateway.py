@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from relayllm.batch.service import objects
+from relayllm.batch.service.admin import AdminStore
 from relayllm.batch.service.errors import (
     InvalidRequestError,
     NotFoundError,
@@ -34,10 +35,9 @@ from relayllm.batch.service.errors import (
 )
 from relayllm.batch.service.files import CHUNK, FileStorage
 from relayllm.batch.service.ids import is_batch_id, is_file_id, new_file_id
-from relayllm.batch.service.keys import KeyMap
+from relayllm.batch.service.keys import ADMIN, KeyMap
 from relayllm.batch.service.online import ONLINE, OnlineRoutes
 from relayllm.batch.service.settings import MAX_EXPIRES_S, ServiceSettings
-from relayllm.batch.service.store import SQLiteJobStore
 from relayllm.batch.service.validate import check_endpoint
 from relayllm.http.app import Endpoint, HttpApp, json_body
 from relayllm.http.auth import project_of
@@ -65,7 +65,7 @@ class Gateway:
         self.settings = settings
         self.keys = keys
         os.makedirs(settings.state_dir, exist_ok=True)
-        self.store = SQLiteJobStore(settings.store_path)
+        self.store = AdminStore(settings.store_path)  # the admin key's project is every one
         self.storage = FileStorage.from_uri(settings.files_location, settings.max_file_bytes)
         self.online = OnlineRoutes()
         self.fronts = self.online.fronts  # the front code of each deployment, by name
@@ -130,6 +130,7 @@ class Gateway:
 
         from relayllm.batch.service.uploads import FILE_PART, receive_upload
 
+        _creator(project)
         limit = self.settings.max_file_bytes
         # The body is parsed as it arrives and the file written to storage a piece at a time
         # (uploads.py): the storage stops it where it crosses the limit. A Content-Length is
@@ -195,12 +196,13 @@ class Gateway:
             order=query.get("order", "desc"),  # type: ignore[arg-type]
             purpose=query.get("purpose"),
         )
-        return json_response(objects.list_object(page, objects.file_object))
+        render = functools.partial(objects.file_object, project=project == ADMIN)
+        return json_response(objects.list_object(page, render))
 
     async def get_file(self, request: Request, project: str, file_id: str) -> Response:
         _check_file_id(file_id)
         record = await asyncio.to_thread(self.store.get_file, project, file_id)
-        return json_response(objects.file_object(record))
+        return json_response(objects.file_object(record, project=project == ADMIN))
 
     async def file_content(self, request: Request, project: str, file_id: str) -> Response:
         from starlette.responses import StreamingResponse
@@ -228,6 +230,7 @@ class Gateway:
     # -- batches ---------------------------------------------------------------------------
 
     async def create_batch(self, request: Request, project: str) -> Response:
+        _creator(project)
         body = await json_body(request)
         endpoint = body.get("endpoint")
         check_endpoint(endpoint)
@@ -256,18 +259,19 @@ class Gateway:
         page = await asyncio.to_thread(
             self.store.list_batches, project, after=after, limit=_int(query.get("limit"), 20)
         )
-        return json_response(objects.list_object(page, objects.batch_object))
+        render = functools.partial(objects.batch_object, project=project == ADMIN)
+        return json_response(objects.list_object(page, render))
 
     async def get_batch(self, request: Request, project: str, batch_id: str) -> Response:
         _check_batch_id(batch_id)
         record = await asyncio.to_thread(self.store.get_batch, project, batch_id)
-        return json_response(objects.batch_object(record))
+        return json_response(objects.batch_object(record, project=project == ADMIN))
 
     async def cancel_batch(self, request: Request, project: str, batch_id: str) -> Response:
         _check_batch_id(batch_id)
         record = await asyncio.to_thread(self.store.cancel_batch, project, batch_id)
         self._wake_runner()
-        return json_response(objects.batch_object(record))
+        return json_response(objects.batch_object(record, project=project == ADMIN))
 
     def _expires_after(self, value: Any, param: str) -> int | None:
         """OpenAI's expiration policy (``{"anchor": "created_at", "seconds": N}``, N from an
@@ -352,6 +356,13 @@ def _check_file_id(value: Any, param: str = "file_id") -> None:
     if isinstance(value, str):
         raise NotFoundError(f"no file {value!r}")
     raise InvalidRequestError(f"{param} must be a file id", param)
+
+
+def _creator(project: str) -> None:
+    if project == ADMIN:
+        raise HttpError(
+            403, "the admin key reads, cancels and deletes; create with a project's key"
+        )
 
 
 def _check_batch_id(value: str) -> None:

@@ -4,7 +4,9 @@ batches.
 Keys come from ``RELAYLLM_API_KEYS`` (entries ``PROJECT=KEY`` separated by commas or new
 lines) and/or a keys file (``RELAYLLM_API_KEYS_FILE``, or the path given: one ``PROJECT=KEY``
 per line, ``#`` comments and blank lines skipped). A project may have several keys (one per
-person or service, each revocable alone); a key belongs to one project.
+person or service, each revocable alone); a key belongs to one project. The admin key
+(``RELAYLLM_ADMIN_KEY``) belongs to none: it is the operator's, who reads, cancels and deletes
+every project's batches and files (the operator CLI, the console) but creates nothing.
 
 A :class:`KeyMap` keeps only SHA-256 digests of the keys, so no key is in its memory to leak
 through a repr, a log line, a traceback or a pickle (Serve ships a gateway's arguments to its
@@ -26,6 +28,10 @@ from relayllm.http.auth import bearer_key
 
 ENV_KEYS = "RELAYLLM_API_KEYS"
 ENV_KEYS_FILE = "RELAYLLM_API_KEYS_FILE"
+ENV_ADMIN_KEY = "RELAYLLM_ADMIN_KEY"
+#: The project the admin key answers to: no project may be named so (project names are
+#: letters, digits, '_', '.' and '-').
+ADMIN = "*"
 #: Shorter keys are refused: a guessable key is every project's files.
 MIN_KEY_LENGTH = 16
 _PROJECT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
@@ -52,16 +58,35 @@ def looks_like_key(name: str) -> bool:
 
 class KeyMap:
     """Which project each API key belongs to (``anonymous``: the project of requests without
-    a key, for a server without keys; None refuses them): the batch service's
-    :class:`relayllm.http.auth.KeyProvider`."""
+    a key, for a server without keys; None refuses them; ``admin``: the operator's key, whose
+    project is :data:`ADMIN`): the batch service's :class:`relayllm.http.auth.KeyProvider`."""
 
-    __slots__ = ("_anonymous", "_projects")
+    __slots__ = ("_admin", "_anonymous", "_projects")
 
-    def __init__(self, pairs: Iterable[tuple[str, str]] = (), anonymous: str | None = None):
+    def __init__(
+        self,
+        pairs: Iterable[tuple[str, str]] = (),
+        anonymous: str | None = None,
+        admin: str | None = None,
+    ):
         self._projects: dict[bytes, str] = {}
         self._anonymous = anonymous
+        self._admin: bytes | None = None
         for number, (project, key) in enumerate(pairs, start=1):
             self._add(project, key, f"entry {number}")
+        if admin is not None:
+            self.set_admin(admin, "the admin key")
+
+    def set_admin(self, key: str, where: str) -> None:
+        """The operator's key (``where`` names its source in errors, never its text)."""
+        _check_key(key, where)
+        if _digest(key) in self._projects:
+            raise ConfigError(f"{where} is also a project's key; give the admin a key of its own")
+        self._admin = _digest(key)
+
+    @property
+    def has_admin(self) -> bool:
+        return self._admin is not None
 
     def _add(self, project: str, key: str, where: str) -> None:
         if not _PROJECT.fullmatch(project):
@@ -74,12 +99,10 @@ class KeyMap:
                 f"{where}: the project name looks like an API key (is the entry written "
                 f"KEY=PROJECT?); {_HOW}"
             )
-        if len(key) < MIN_KEY_LENGTH or any(c.isspace() for c in key):
-            raise ConfigError(
-                f"{where}: a key must be at least {MIN_KEY_LENGTH} characters without spaces "
-                f"(make one with: python -c 'import secrets; print(secrets.token_urlsafe(32))')"
-            )
+        _check_key(key, where)
         digest = _digest(key)
+        if digest == self._admin:
+            raise ConfigError(f"{where}: the key is the admin key; give the project its own")
         owner = self._projects.setdefault(digest, project)
         if owner != project:
             raise ConfigError(
@@ -126,11 +149,13 @@ class KeyMap:
         for digest, project in sorted(self._projects.items()):
             whole.update(digest + project.encode("utf-8") + b"\n")
         whole.update(f"anonymous={self._anonymous!r}".encode())
+        whole.update(b"admin=" + (self._admin or b""))
         return whole.hexdigest()
 
     def __repr__(self) -> str:
         anonymous = f", anonymous={self._anonymous!r}" if self._anonymous else ""
-        return f"KeyMap({len(self)} keys, projects={sorted(self.projects)}{anonymous})"
+        admin = ", admin key" if self._admin else ""
+        return f"KeyMap({len(self)} keys, projects={sorted(self.projects)}{anonymous}{admin})"
 
     __str__ = __repr__
 
@@ -143,8 +168,11 @@ class KeyMap:
             raise UnauthorizedError(
                 "no API key: send it as 'Authorization: Bearer KEY' (the openai client's api_key)"
             )
-        project = self._projects.get(_digest(key))
+        digest = _digest(key)
+        project = self._projects.get(digest)
         if project is None:
+            if digest == self._admin:
+                return ADMIN
             raise UnauthorizedError("the API key is not valid")
         return project
 
@@ -163,10 +191,14 @@ def load_keys(
     anonymous: str | None = None,
 ) -> KeyMap:
     """The keys of ``RELAYLLM_API_KEYS`` and of the keys file (``path``, else
-    ``RELAYLLM_API_KEYS_FILE``), merged. No key at all is a ConfigError unless ``anonymous``
-    names the project of keyless requests (a server for one trusted user)."""
+    ``RELAYLLM_API_KEYS_FILE``), merged, and the admin key of ``RELAYLLM_ADMIN_KEY``. No
+    project key at all is a ConfigError unless ``anonymous`` names the project of keyless
+    requests (a server for one trusted user)."""
     environ = os.environ if environ is None else environ
     keys = KeyMap(anonymous=anonymous)
+    admin = environ.get(ENV_ADMIN_KEY, "").strip()
+    if admin:
+        keys.set_admin(admin, ENV_ADMIN_KEY)
     text = environ.get(ENV_KEYS, "")
     if text.strip():
         keys._read(text, ENV_KEYS)
@@ -184,6 +216,14 @@ def load_keys(
     return keys
 
 
+def _check_key(key: str, where: str) -> None:
+    if len(key) < MIN_KEY_LENGTH or any(c.isspace() for c in key):
+        raise ConfigError(
+            f"{where}: a key must be at least {MIN_KEY_LENGTH} characters without spaces "
+            f"(make one with: python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+        )
+
+
 def _read_file(path: str) -> tuple[str | None, str]:
     """The keys file's text, or None and why not (never the decode error itself: it carries
     the file's bytes, keys and all)."""
@@ -196,4 +236,12 @@ def _read_file(path: str) -> tuple[str | None, str]:
         return None, f"the API keys file {path!r} is not UTF-8 text"
 
 
-__all__ = ["ENV_KEYS", "ENV_KEYS_FILE", "MIN_KEY_LENGTH", "KeyMap", "load_keys"]
+__all__ = [
+    "ADMIN",
+    "ENV_ADMIN_KEY",
+    "ENV_KEYS",
+    "ENV_KEYS_FILE",
+    "MIN_KEY_LENGTH",
+    "KeyMap",
+    "load_keys",
+]

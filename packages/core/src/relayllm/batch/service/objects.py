@@ -2,9 +2,9 @@
 file, an error), so the gateway only routes: what a client reads is decided here, once, and
 tested against the ``openai`` package's own types.
 
-Nothing a client should not see leaves through these: a batch's project, claim number and
-runner stay in the store, and an unexpected error's text (which may hold a server path) is
-replaced by a generic message.
+Nothing a client should not see leaves through these: a batch's claim number and runner stay
+in the store (its project goes only to the admin key), and an unexpected error's text (which
+may hold a server path) is replaced by a generic message.
 """
 
 from __future__ import annotations
@@ -25,9 +25,11 @@ from relayllm.http.errors import envelope as error_body  # OpenAI's error envelo
 T = TypeVar("T")
 
 
-def batch_object(record: BatchRecord) -> dict[str, Any]:
-    """OpenAI's Batch object."""
+def batch_object(record: BatchRecord, *, project: bool = False) -> dict[str, Any]:
+    """OpenAI's Batch object; ``project``: with its project (for the admin key, which sees
+    every project's: an extra field the ``openai`` client keeps)."""
     counts = record.request_counts
+    shown = {"project": record.project} if project else {}
     return {
         "id": record.id,
         "object": "batch",
@@ -53,12 +55,14 @@ def batch_object(record: BatchRecord) -> dict[str, Any]:
             "failed": counts.failed,
         },
         "metadata": record.metadata,
+        **shown,
     }
 
 
-def file_object(record: FileRecord) -> dict[str, Any]:
+def file_object(record: FileRecord, *, project: bool = False) -> dict[str, Any]:
     """OpenAI's File object (``status`` is deprecated upstream; a stored file is always
-    ``processed``)."""
+    ``processed``); ``project``: with its project, as :func:`batch_object`."""
+    shown = {"project": record.project} if project else {}
     return {
         "id": record.id,
         "object": "file",
@@ -69,6 +73,7 @@ def file_object(record: FileRecord) -> dict[str, Any]:
         "purpose": record.purpose,
         "status": "processed",
         "status_details": None,
+        **shown,
     }
 
 
