@@ -54,7 +54,7 @@ LAYERS: list[tuple[str, ...]] = [
     # the driver: names -> Serve apps, what a pipeline asks of the cluster
     ("relayllm.deployments",),
     # what runs in Ray Data's workers: the stage
-    ("relayllm.stage.udf",),
+    ("relayllm.stage.udf", "relayllm.stage.affinity"),
     ("relayllm.processor",),
     # pipelines (with their one resume) and batch files, on processors and deployments
     ("relayllm.pipelines", "relayllm.pipelines.", "relayllm.batch", "relayllm.batch."),

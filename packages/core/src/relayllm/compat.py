@@ -25,6 +25,9 @@ PRIVATE_APIS = (
     "ray._private.authentication.authentication_token_setup"
     ".maybe_enable_token_auth_if_token_available(warn_if_disabled=)",
     "ray._private.worker.print_to_stdstream(data, ignore_prefix) / print_worker_logs",
+    "DeploymentHandle._router._asyncio_router.request_router",
+    "RequestRouter._fulfill_next_pending_request(replica, request_metadata) and "
+    "_get_pending_request_matching_internal_request_id (serving/router.py overrides them)",
 )
 
 
@@ -66,6 +69,13 @@ def handle_on_this_loop(deployment_name: str, app_name: str) -> Any:
 def grpc_transport(handle: Any) -> Any:
     """``handle`` calling its replica over Serve's gRPC transport instead of actor calls."""
     return handle.options(_by_reference=False)
+
+
+def request_router(handle: Any) -> Any:
+    """The Serve request router behind ``handle`` (the deployment's ``request_router_config``
+    class), None until the handle has learnt the deployment's config from Serve's controller."""
+    inner = getattr(getattr(handle, "_router", None), "_asyncio_router", None)
+    return None if inner is None else inner.request_router
 
 
 def set_task_num_cpus(dataset: Any, num_cpus: float) -> Any:
@@ -183,6 +193,7 @@ __all__ = [
     "grpc_transport",
     "handle_on_this_loop",
     "live_serve_controller",
+    "request_router",
     "route_ray_error_lines",
     "run_application",
     "running_replicas",

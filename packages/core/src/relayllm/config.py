@@ -175,7 +175,16 @@ class ProcessorSettings(ConfigModel):
         "'raise' RowError and stop the job.",
     )
     id_column: str | None = Field(
-        default=None, description="Input column that identifies a row in error messages."
+        default=None,
+        description="Input column that identifies a row in error messages (and, without "
+        "affinity_column, its affinity key).",
+    )
+    affinity_column: str | None = Field(
+        default=None,
+        description="Input column whose value is a row's affinity key: under routing "
+        "'affinity' the rows of one key prefer one replica, across steps and processors "
+        "(a pipeline sets its own lineage column). None: id_column, else the row's prompt "
+        "prefix. A row's prompt_cache_key comes first; with order_by_prefix the prefix does.",
     )
     num_cpus: float = Field(
         default=0.25,

@@ -4,7 +4,8 @@ batch files, :mod:`relayllm.batch.format`), so a body gets the same answer throu
 
 A body's fields other than its input (``messages`` / ``prompt`` / ``input``), its routing
 (``model``), its transport (``stream``) and OpenAI bookkeeping that changes no answer travel to
-the engine as the row's ``sampling_params``: OpenAI's own names
+the engine as the row's ``sampling_params`` (``priority`` and ``prompt_cache_key``, the routing
+key, are moved onto the row's request by :func:`relayllm.rows.build_request`): OpenAI's own names
 (:data:`relayllm.rows.OPENAI_SAMPLING_PARAMS`) and an engine's extensions alike (vLLM's
 ``top_k``, ``min_p``, ``chat_template_kwargs``...). The backend refuses, by name and on that
 row only, a name it cannot do; nothing is dropped on the way.
@@ -52,7 +53,6 @@ UNUSED_FIELDS = frozenset(
         "metadata",
         "store",
         "service_tier",
-        "prompt_cache_key",
         "safety_identifier",
         "encoding_format",  # the embeddings door reads it for the response
         "dimensions",

@@ -246,6 +246,7 @@ class Request(TypedDict, total=False):
     sampling_params: dict[str, Any]
     model: str | None  # LoRA adapter name, where the backend has one
     priority: int  # lower runs first (vLLM's convention); see relayllm.serving.traffic
+    prompt_cache_key: str  # OpenAI's: the row's affinity key (relayllm.stage.affinity)
 
 
 class Result(TypedDict, total=False):
@@ -364,6 +365,7 @@ def check_sampling_params(params: Any) -> str | None:
         "continue_final_message": lambda v: isinstance(v, bool),
         "structured_outputs": _structured,
         "priority": _int,  # not a sampling param: moved to the request (build_request)
+        "prompt_cache_key": lambda v: isinstance(v, str),  # moved to the request too
     }
     for key, ok in checks.items():
         if key in params and not ok(params[key]):
@@ -461,10 +463,11 @@ def build_request(
         **extra_values,
         "sampling_params": params,
     }
-    if "priority" in params:  # the row's (or the processor's) scheduling priority
-        params = dict(params)
-        request["priority"] = params.pop("priority")
-        request["sampling_params"] = params
+    for moved in ("priority", "prompt_cache_key"):  # the scheduling priority, the routing key
+        if moved in params:
+            params = dict(params)
+            request[moved] = params.pop(moved)
+            request["sampling_params"] = params
     if model is not None:
         if not isinstance(model, str):
             return f"'model' must be a string (a LoRA adapter name), got {_short(model)}"

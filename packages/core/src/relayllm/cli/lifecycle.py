@@ -78,7 +78,9 @@ def status(as_json, address, verbose):
     the URL of their OpenAI-compatible HTTP front (deployments with an http section), then
     their metrics: time to first token, time per output token and request latency (p50),
     queue (waiting/running), KV-cache use, prefix-cache hit rate, rows by traffic class
-    ("-": the backend does not report it).
+    ("-": the backend does not report it); then every replica of each deployment: its
+    node (IP and Ray node id), activity, rows, queue and prefix-cache hit rate (--json: each
+    deployment's "replicas").
 
     A deployment with calls in progress and no answer for $RELAYLLM_STALL_WARNING_S
     seconds (default 300) is shown as STALLED, with how long it has been silent. The batch
@@ -116,7 +118,8 @@ def status(as_json, address, verbose):
             try:
                 # Asked of a replica directly: a handle's call would wait in Serve's queue
                 # behind the batch calls a paused deployment holds.
-                info = next(iter(relayllm.control(ref.name).replicas(timeout_s=30).values()))
+                infos = list(relayllm.control(ref.name).replicas(timeout_s=30).values())
+                info = infos[0]
                 item.update(
                     backend=info.get("backend"),
                     model=info.get("model"),
@@ -127,7 +130,9 @@ def status(as_json, address, verbose):
                     ongoing=info.get("ongoing"),
                     seconds_without_answer=info.get("seconds_without_answer"),
                     metrics=info.get("metrics"),
+                    replicas=[replica_item(i, stall_s) for i in infos],
                 )
+                item["rows"] = sum(i.get("rows") or 0 for i in infos)
             except Exception as exc:  # a sick deployment is still listed, with the reason
                 item["status"] = f"{ref.status} (info failed: {type(exc).__name__})"
         found.append(item)
@@ -144,6 +149,10 @@ def status(as_json, address, verbose):
         if measured:
             click.echo()
             click.echo(table(METRICS_COLUMNS, measured, right=range(1, len(METRICS_COLUMNS))))
+        replicas = [[f["name"], *replica_cells(r)] for f in found for r in f.get("replicas", [])]
+        if replicas:
+            click.echo()
+            click.echo(table(REPLICA_COLUMNS, replicas, right=range(3, len(REPLICA_COLUMNS))))
         for f in found:
             if f["activity"] == "STALLED":
                 click.echo(
@@ -221,6 +230,42 @@ def metrics_cells(metrics: dict[str, Any]) -> list[str]:
         share(metrics.get("prefix_cache_hit_rate")),
         str(rows.get("batch", 0)),
         str(rows.get("interactive", 0)),
+    ]
+
+
+#: The replicas table of ``relayllm status``: every replica of every deployment.
+REPLICA_COLUMNS = ["name", "replica", "node", "activity", "rows", "queue", "prefix_hit"]
+
+
+def replica_item(info: dict[str, Any], stall_s: float) -> dict[str, Any]:
+    """One replica of a deployment as ``relayllm status --json`` lists it."""
+    metrics = info.get("metrics") or {}
+    return {
+        "replica": info.get("replica_id"),
+        "node_id": info.get("node_id"),
+        "node_ip": info.get("node_ip"),
+        "activity": activity(info, stall_s),
+        "rows": info.get("rows"),
+        "ongoing": info.get("ongoing"),
+        "queue": metrics.get("queue"),
+        "prefix_cache_hit_rate": metrics.get("prefix_cache_hit_rate"),
+        "prefix_cache_queries": metrics.get("prefix_cache_queries"),
+        "prefilled_tokens": (metrics.get("engine_step_tokens") or {}).get("prefilled"),
+    }
+
+
+def replica_cells(replica: dict[str, Any]) -> list[str]:
+    """A replica's row of the replicas table (node: its IP and the start of its Ray id)."""
+    queue = replica.get("queue")
+    rate = replica.get("prefix_cache_hit_rate")
+    node = f"{replica.get('node_ip') or '?'} ({(replica.get('node_id') or '?')[:8]})"
+    return [
+        str(replica.get("replica")),
+        node,
+        str(replica.get("activity")),
+        str(replica.get("rows")),
+        "-" if not queue else f"{queue['waiting']}/{queue['running']}",
+        "-" if rate is None else f"{rate * 100:.0f}%",
     ]
 
 

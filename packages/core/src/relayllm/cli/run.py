@@ -209,6 +209,14 @@ def format_summary(summary) -> str:
     where = f"\n{summary.rows} rows written to {summary.output}" if summary.output else ""
     if summary.already_done:
         where += f" ({summary.already_done} rows were already there and were not run again)"
+    engines = getattr(summary, "engines", None)
+    if engines:
+        from relayllm.pipelines.engine_figures import summary_lines
+
+        steps: dict[str, list[str]] = {}
+        for s in summary.steps:
+            steps.setdefault(s.deployment, []).append(s.name)
+        where += "\n" + summary_lines(engines, steps)
     return (
         f"\n{text}{where}\n(tokens/s counts output tokens; a step's wall time runs from its "
         f"first row to its last; start-up is connecting, deploying and engines starting; "

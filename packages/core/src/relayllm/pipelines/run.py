@@ -61,6 +61,8 @@ class RunSummary:
     already_done: int = 0  # rows a resumed run found in its output and did not run again
     started: list[str] = field(default_factory=list)
     startup_s: float = 0.0  # loading, checking, connecting and deploying: before the first row
+    # The engines' prefix-cache figures over the run, by deployment (engine_figures.py).
+    engines: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 Sink = Callable[[list[dict[str, Any]]], None]
@@ -163,6 +165,7 @@ def run_pipeline(
     local one). ``hooks``: a progress display (:class:`RunHooks`).
     """
     from relayllm.errors import ConfigError
+    from relayllm.pipelines import engine_figures
     from relayllm.pipelines import resume as resuming
     from relayllm.pipelines.deploy import deployed
     from relayllm.pipelines.inputs import check_input, count_rows, open_dataset
@@ -203,8 +206,11 @@ def run_pipeline(
             pipeline, address=address, keep=keep_deployments, on_deploy=hooks.deploying
         ) as started:
             startup_s = time.monotonic() - startup
+            names = [d.name for d in pipeline.spec.deployments]
+            before = engine_figures.snapshot(names)
             with hooks.running(pipeline, total, len(done)) as progress:
                 summary = execute(pipeline, dataset, write, progress=progress)
+            summary.engines = engine_figures.delta(before, engine_figures.snapshot(names))
     finally:
         if writer is not None:
             writer.close()

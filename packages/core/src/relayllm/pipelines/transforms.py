@@ -17,6 +17,7 @@ from relayllm.fit import TASK_NUM_CPUS
 from relayllm.pipelines.spec import HIDDEN_PREFIX, StepSpec
 from relayllm.pipelines.templates import render, render_content
 from relayllm.processor import build_processor
+from relayllm.routing import key_hash
 from relayllm.rows import (
     ANSWER_COLUMN,
     ERROR,
@@ -35,6 +36,10 @@ if TYPE_CHECKING:
     from relayllm.pipelines.pipeline import Pipeline
 
 ERROR_COLUMN = ERROR
+#: A row's lineage, set before its first step: its id_column's value, else the hash of its
+#: input columns (resume's identity of a row); every step's calls are keyed by it, so a row's
+#: steps prefer one replica (relayllm.stage.affinity).
+LINEAGE = f"{HIDDEN_PREFIX}row"
 FIRST_ERROR = f"{HIDDEN_PREFIX}error"  # the first failure of the row, across steps (the
 # stage's own 'error' column is rewritten by every step)
 
@@ -54,8 +59,11 @@ def step_prefix(index: int) -> str:
 class _Prepare:
     """Preprocess of one step: fill the template into the column the task reads."""
 
-    def __init__(self, index: int, step: StepSpec, base_dir: Path | None = None) -> None:
+    def __init__(
+        self, index: int, step: StepSpec, base_dir: Path | None = None, id_column: str | None = None
+    ) -> None:
         self.index, self.step, self.base_dir = index, step, base_dir
+        self.id_column = id_column
         self.key = step.template_key
         # Per step, not per row: this runs for every row of the step.
         self.prefix = step_prefix(index)
@@ -66,6 +74,8 @@ class _Prepare:
     def __call__(self, row: dict[str, Any]) -> dict[str, Any]:
         row = dict(row)
         p = self.prefix
+        if LINEAGE not in row:  # the first step
+            row[LINEAGE] = lineage(row, self.id_column)
         row[f"{p}t0"] = time.time()
         problem = None
         if row.get(FIRST_ERROR):
@@ -95,6 +105,14 @@ class _Prepare:
             row[name] = None if problem else extra
         row[f"{p}skip"] = problem
         return row
+
+
+def lineage(row: dict[str, Any], id_column: str | None) -> str:
+    """A row's lineage (:data:`LINEAGE`) from its input columns."""
+    if id_column and row.get(id_column) is not None:
+        return str(row[id_column])
+    inputs = {k: v for k, v in row.items() if not k.startswith(HIDDEN_PREFIX)}
+    return key_hash(json.dumps(inputs, sort_keys=True, default=str))
 
 
 def has_template(step: StepSpec) -> bool:
@@ -171,10 +189,14 @@ def _json_field(text: Any, step: StepSpec) -> tuple[Any, str | None]:
 
 def build_steps(pipeline: Pipeline, dataset):
     """Chain the steps' processors on ``dataset`` (lazy)."""
+    id_column = pipeline.spec.input.id_column
     for i, step in enumerate(pipeline.spec.steps):
-        prepare = _named(_Prepare(i, step, pipeline.base_dir), f"prepare[{step.name}]")
+        prepare = _named(_Prepare(i, step, pipeline.base_dir, id_column), f"prepare[{step.name}]")
         finish = _named(_Finish(i, step), f"finish[{step.name}]")
-        processor = build_processor(step.processor_config(), prepare, finish)
+        config = step.processor_config()
+        if config.affinity_column is None:  # every step keyed by the row's lineage
+            config = config.model_copy(update={"affinity_column": LINEAGE})
+        processor = build_processor(config, prepare, finish)
         dataset = processor(dataset)
     return dataset
 

@@ -186,6 +186,7 @@ class ReplicaMetrics:
                 round(self.prefix_hits / self.prefix_queries, 4) if self.prefix_queries else None
             ),
             "prefix_cache_queries": self.prefix_queries,
+            "prefix_cache_hits": self.prefix_hits,
             "engine_step_tokens": (
                 None if self.engine_step_tokens is None else dict(self.engine_step_tokens)
             ),

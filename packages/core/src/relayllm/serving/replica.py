@@ -171,6 +171,7 @@ class Replica:
             "deployment": self.deployment.get("name"),
             "replica_id": _replica_id(),
             "node_id": _node_id(),
+            "node_ip": _node_ip(),
             "pid": os.getpid(),
             "calls": self.calls,
             "rows": self.rows,
@@ -362,6 +363,15 @@ def _node_id() -> str | None:
         import ray
 
         return ray.get_runtime_context().get_node_id()
+    except Exception:
+        return None
+
+
+def _node_ip() -> str | None:
+    try:
+        import ray
+
+        return str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
     except Exception:
         return None
 

@@ -58,7 +58,7 @@ from relayllm.rows import (
     request_text,
     unsupported_features,
 )
-from relayllm.stage.calls import split_into_calls
+from relayllm.stage import affinity
 
 logger = logging.getLogger(__name__)
 
@@ -103,6 +103,7 @@ class ServeStage:
             self._gone = True
         self._fast: Any = None  # process_batch over gRPC, bound to this actor's event loop
         self._safe: Any = None  # process_batch over actor calls: no size limit
+        self._router: Any = None  # the handle's request router (stage/affinity.py)
         # Try Serve's gRPC transport first unless the config says actor calls.
         self._use_fast = config.transport == "grpc"
         self._id_prefix = f"{processor_id}-{uuid.uuid4().hex[:8]}-"
@@ -187,8 +188,13 @@ class ServeStage:
             # Lexicographic order puts rows that share a prefix next to each other, however
             # long the prefix; results go back by row index, so the output order is unchanged.
             pending.sort(key=lambda item: request_text(item[1], roles=True))
-        calls = split_into_calls(pending, self.config.batch_size, self.config.token_budget)
-        answers = await asyncio.gather(*(self._send([r for _, r in call]) for call in calls))
+        if self._router is None and pending and not self._gone:  # the replicas it knows
+            self._bind_handles()
+            self._router = await affinity.ready_router(self._safe)
+        lineage = affinity.lineage(self.config, rows, batch)
+        keyed = affinity.keyed_calls(pending, lineage, self.config, self._router)
+        calls = [call for _, call in keyed]
+        answers = await asyncio.gather(*(self._send([r for _, r in c], k) for k, c in keyed))
         for call, answer in zip(calls, answers, strict=True):
             for (i, _), result in zip(call, answer, strict=True):
                 results[i] = result
@@ -212,13 +218,13 @@ class ServeStage:
             batch = pa.Table.from_pylist(rows)
         return _with_outputs(batch, results, ids, self.config.task)
 
-    async def _send(self, requests: list[Request]) -> list[Result]:
+    async def _send(self, requests: list[Request], key: str | None = None) -> list[Result]:
         async with self._slots:
             try:
                 if self._gone:
                     raise _Gone()
                 return await call_with_retries(
-                    lambda: self._call(requests),
+                    lambda: self._call(requests, key),
                     max_retries=self.config.max_retries,
                     retryable=lambda exc: not self._deployment_gone(),
                 )
@@ -252,11 +258,13 @@ class ServeStage:
                 _handles.pop(self._handles_key, None)  # a redeploy gets a fresh handle
         return self._gone
 
-    async def _call(self, requests: list[Request]) -> list[Result]:
+    async def _call(self, requests: list[Request], key: str | None = None) -> list[Result]:
         while True:
             sent = time.time()
             try:
-                return await asyncio.wait_for(self._round_trip(requests), self.config.timeout_s)
+                return await asyncio.wait_for(
+                    self._round_trip(requests, key), self.config.timeout_s
+                )
             except TimeoutError:
                 if await self._held_by_pause(sent):
                     continue  # the rows waited for a resume: not an attempt, send them again
@@ -281,12 +289,14 @@ class ServeStage:
             return False
         return state.get("paused") is not None or float(state.get("changed_at", 0)) >= since
 
-    async def _round_trip(self, requests: list[Request]) -> list[Result]:
-        if self._safe is None:
-            self._bind_handles()
+    async def _round_trip(self, requests: list[Request], key: str | None = None) -> list[Result]:
+        self._bind_handles()
+        fast, safe = self._fast, self._safe
+        if key:  # the call's affinity key, in Serve's session_id (serving/router.py)
+            fast, safe = fast.options(session_id=key), safe.options(session_id=key)
         if self._use_fast:
             try:
-                return await _answer(self._fast.remote(requests, job=self._run_id))
+                return await _answer(fast.remote(requests, job=self._run_id))
             except Exception as exc:
                 if not _is_grpc_error(exc):
                     raise
@@ -298,13 +308,15 @@ class ServeStage:
                     self.config.deployment,
                     describe_exception(exc),
                 )
-        return await _answer(self._safe.remote(requests, job=self._run_id))
+        return await _answer(safe.remote(requests, job=self._run_id))
 
     def _bind_handles(self) -> None:
         """A handle of our own (not Serve's per-process cached one) whose router runs on the
         event loop Ray Data calls us on: no hop to Serve's router thread and back per call."""
         from relayllm.deployments import app_name
 
+        if self._safe is not None:
+            return
         name = self.config.deployment
         key = self._handles_key
         if key is not None and key in _handles:

@@ -37,6 +37,7 @@ from relayllm.rows import (
 from relayllm.serving.engine import Engine
 from relayllm.serving.replica import Replica
 from relayllm.stage.images import has_images, image_sizes
+from relayllm.testing.echo_cache import PrefixCache
 from relayllm.testing.echo_text import ECHO_TOP_WORD_P, generate
 
 EMBEDDING_SIZE = 8  # echo "embeds" a text as the lengths of its first 8 words
@@ -110,6 +111,17 @@ class EchoOptions(BackendOptions):
         "a multi-device engine does: for tests that nothing is left behind.",
     )
 
+    prefix_cache_blocks: int = Field(
+        default=0,
+        ge=0,
+        description="Simulate an engine's prefix cache of this many blocks per replica "
+        "(testing/echo_cache.py), reported as an engine reports its own: prefix-cache hits "
+        "and queries, prompt tokens prefilled. 0: no cache, nothing reported.",
+    )
+    prefix_block_words: int = Field(
+        default=16, gt=0, description="Words (echo's tokens) per block of the prefix cache."
+    )
+
     @field_validator("features")
     @classmethod
     def _known_features(cls, value: list[str]) -> list[str]:
@@ -138,6 +150,8 @@ class EchoEngine(Engine):
         self._thawed = asyncio.Event()  # cleared by a pause in ``keep`` mode
         self._thawed.set()
         self.weights_tag: str | None = None  # echo's "weights" (update_weights)
+        blocks, words = options.prefix_cache_blocks, options.prefix_block_words
+        self.prefix_cache = PrefixCache(blocks, words) if blocks else None
 
     # -- control calls: echo's 'engine' pauses and tokenizes (words, as everywhere in echo) ----
 
@@ -220,7 +234,21 @@ class EchoEngine(Engine):
             raise EngineFailedError(f"echo engine died (engine_dies_after_rows={dies_after})")
         answers = [self._answer(r) for r in requests]
         self.rows += len(requests)
+        if self.prefix_cache is not None:
+            self._count_prefix_cache(requests, answers)
         return answers
+
+    def _count_prefix_cache(self, requests: list[Request], answers: list[Result]) -> None:
+        """The simulated cache's figures, through the counters an engine's adapter feeds."""
+        queries = hits = generated = 0
+        for request in requests:
+            words = request_text(request).split()
+            queries += len(words)
+            hits += self.prefix_cache.lookup(words)  # type: ignore[union-attr]
+        for answer in answers:
+            generated += answer.get("num_generated_tokens") or 0
+        self.context.metrics.add_prefix_cache(queries, hits)
+        self.context.metrics.add_engine_step(queries - hits, generated)
 
     def _answer(self, request: Request) -> Result:
         text = request_text(request)
