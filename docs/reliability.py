@@ -1,7 +1,7 @@
 """Write the measured figures of docs/reliability.md from docs/results/reliability.json.
 
     export RELAYLLM_RESULTS_FILE=docs/results/reliability.json   # else a temporary file
-    pytest tests/reliability tests/adapters/vllm/test_engine_faults.py   # records figures
+    pytest tests/reliability tests/cluster tests/adapters/vllm/test_engine_faults.py  # records
     python docs/reliability.py                                           # rewrites the table
     python docs/reliability.py --check   # exit 1 if the page differs from its source
 
@@ -52,7 +52,7 @@ ROWS = {
         "every row once, 0 errors",
     ),
     "engine_node_lost": (
-        "Engine node removed, 3-node cluster, echo, 2,000 rows",
+        "Engine node lost (SIGKILL), 3-node cluster, echo, 2,000 rows",
         "{rows} rows, {distinct_ids} distinct, {errors} errors; job done "
         "{seconds_to_finish_after_kill} s after the node died",
         "every row once, 0 errors, each call within 3 attempts",

@@ -1,8 +1,9 @@
-"""Run by test_multinode.py in its own process: a three-node Ray cluster on one machine.
+"""Run by test_engine_node_lost.py in its own process: a three-node Ray cluster on one machine.
 
 The head node runs the driver and the Ray Data stage actors (it alone has CPUs); two "engine"
 nodes have no CPUs but an ``engine`` resource the echo replica needs. Mid-job, the node that
-hosts the replica is removed. Prints one JSON line with what happened.
+hosts the replica is lost: its raylet and every process under it SIGKILLed, no graceful
+stop. Prints one JSON line with what happened.
 """
 
 import json
@@ -110,7 +111,7 @@ def main() -> None:
     while handle.info.remote().result(timeout_s=60)["rows"] < 300:
         time.sleep(0.2)
     victim = next(n for n in engine_nodes if n.node_id == before["node_id"])
-    cluster.remove_node(victim)
+    cluster.remove_node(victim, allow_graceful=False)  # SIGKILL, as a preempted VM vanishes
     killed_at = time.monotonic()
     job.join(timeout=600)
     after = handle.info.remote().result(timeout_s=120)

@@ -1,0 +1,162 @@
+"""The cluster tier's one fixture: a Ray cluster of a head and worker nodes on this machine.
+
+Each worker node is a raylet of its own (``ray.cluster_utils.Cluster``: its own ports, its own
+worker processes) with custom resources that label it, so a replica, a stage worker, the
+batch service's gateway or runner asks for a node by name (``{"node1": 0.01}``) or for any
+node of a kind (``{"engine": 1}``: one per node). A node is lost as a preempted VM vanishes:
+its raylet and every process under it SIGKILLed at once (:meth:`Nodes.kill`); a new one joins
+with :meth:`Nodes.add`. One cluster per test module (it takes ~15 s to start on two cores);
+the tests of a module kill and add nodes in order on it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import tempfile
+from typing import Any
+
+import pytest
+from support import parent_pid, processes, wait_for
+
+#: What the head offers: the driver, the stage workers, Serve's controller (fractions of it).
+HEAD_CPUS = 2
+#: Each worker node: logical CPUs (the machine has two cores; replicas of the echo backend
+#: and stage workers ask for fractions) and one ``engine`` slot, so a deployment of
+#: ``{"engine": 1}`` replicas puts one on each node.
+NODE_CPUS = 1
+
+
+class Nodes:
+    """The running cluster: its address, its worker nodes by name, node loss and joins."""
+
+    def __init__(self, cluster: Any, temp: str) -> None:
+        self.cluster = cluster
+        self.temp = temp
+        self.by_name: dict[str, Any] = {}
+
+    @property
+    def address(self) -> str:
+        return str(self.cluster.address)
+
+    def env(self, **extra: str) -> dict[str, str]:
+        """The environment of a ``relayllm`` command run against this cluster (echo backend)."""
+        return {
+            **os.environ,
+            "RAY_ADDRESS": self.address,
+            "RAY_TMPDIR": self.temp,
+            "RELAYLLM_ECHO_BACKEND": "1",
+            **extra,
+        }
+
+    def add(self, name: str, *, num_cpus: float = NODE_CPUS, **resources: float) -> str:
+        """A worker node labelled ``name`` (resource ``name``: 100) joins; returns its node id."""
+        node = self.cluster.add_node(
+            num_cpus=num_cpus,
+            resources={name: 100, "engine": 1, **resources},
+            object_store_memory=80 * 1024 * 1024,
+        )
+        self.by_name[name] = node
+        return str(node.node_id)
+
+    def node_id(self, name: str) -> str:
+        return str(self.by_name[name].node_id)
+
+    def name_of(self, node_id: str) -> str:
+        """A node's name (``head`` for the head; a lost node's id as it is)."""
+        if node_id == self.cluster.head_node.node_id:
+            return "head"
+        return next((n for n, node in self.by_name.items() if node.node_id == node_id), node_id)
+
+    def replicas(self, deployment: str) -> dict[str, str]:
+        """The live Serve replicas of relayllm deployment ``deployment``: actor name -> the
+        name of its node (from the GCS's actor table: the state API needs a dashboard)."""
+        from ray._private import state
+
+        return {
+            actor["Name"]: self.name_of(actor["Address"]["NodeID"])
+            for actor in state.actors().values()
+            if actor.get("State") == "ALIVE"
+            and actor.get("ActorClassName", "").startswith("ServeReplica:")
+            and actor.get("ActorClassName", "").endswith(f":{deployment}")
+        }
+
+    def kill(self, name: str) -> int:
+        """SIGKILL the node's raylet and every process under it, all at once (no graceful
+        stop, as a preempted VM vanishes); returns how many processes were killed. Ray
+        notices through its health checks of the raylet."""
+        import ray
+
+        node = self.by_name.pop(name)
+        raylet = node.all_processes["raylet"][0].process.pid
+        tree = _descendants(raylet) | {raylet}
+        for pid in tree:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        # The rest of the node's own processes (none should be left), and the bookkeeping.
+        self.cluster.remove_node(node, allow_graceful=False)
+        gone = node.node_id
+        wait_for(
+            lambda: not any(n["Alive"] for n in ray.nodes() if n["NodeID"] == gone),
+            f"Ray saw node {name} die",
+            timeout_s=120,
+        )
+        return len(tree)
+
+
+def _descendants(root: int) -> set[int]:
+    """Every process under ``root`` (children, their children, ...), from /proc."""
+    parents: dict[int, int] = {}
+    for pid, _ in processes():
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            parents[pid] = parent_pid(pid)
+    found, frontier = set(), {root}
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+@pytest.fixture(scope="module")
+def nodes():
+    """A head node (the driver: this process) and worker nodes ``node1`` and ``node2``;
+    the echo backend registered here. Ray's temp dir is private (Cluster writes its address
+    where any ``ray.init()`` on the machine would find it)."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from relayllm.testing import enable_echo_backend
+
+    temp = tempfile.mkdtemp(prefix="rc")  # short: Ray's socket paths live under it
+    before = os.environ.get("RAY_TMPDIR")
+    os.environ["RAY_TMPDIR"] = temp
+    enable_echo_backend()
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={
+            "num_cpus": HEAD_CPUS,
+            "resources": {"head": 100},
+            "include_dashboard": False,
+        },
+    )
+    found = Nodes(cluster, temp)
+    try:
+        for name in ("node1", "node2"):
+            found.add(name)
+        ray.init(address=cluster.address, namespace="relayllm", log_to_driver=False)
+        ray.data.DataContext.get_current().enable_progress_bars = False
+        yield found
+    finally:
+        with contextlib.suppress(Exception):
+            from ray import serve
+
+            serve.shutdown()
+        ray.shutdown()
+        cluster.shutdown()
+        if before is None:
+            os.environ.pop("RAY_TMPDIR", None)
+        else:
+            os.environ["RAY_TMPDIR"] = before
+        shutil.rmtree(temp, ignore_errors=True)
