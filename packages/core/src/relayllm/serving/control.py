@@ -16,6 +16,7 @@ Nothing here imports Ray at module level: this module is imported by every repli
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from typing import Any, Literal
 
@@ -45,19 +46,16 @@ def state_actor_name(deployment: str) -> str:
 class ControlState:
     """The durable control state of one deployment (a detached actor, no CPU): the state as a
     dict (``paused``: None or the pause mode; ``adapters``: LoRA adapter name -> path, loaded
-    at runtime; ``weights``: None, or the last weight update's ``source`` and ``version``;
-    ``changed_at``: wall-clock time of the last change) and a version that grows with every
-    change."""
+    at runtime; ``weights``: None, or the last weight update's ``source`` and ``version``)
+    and a version that grows with every change. When the last change was is kept on this
+    actor's own monotonic clock and told only as a duration (:meth:`since_change`): no other
+    process, on another node, compares its clock with it."""
 
     def __init__(self) -> None:
         self.version = 0
-        self.state: dict[str, Any] = {
-            "paused": None,
-            "adapters": {},
-            "weights": None,
-            "changed_at": 0.0,
-        }
+        self.state: dict[str, Any] = {"paused": None, "adapters": {}, "weights": None}
         self._changed = asyncio.Event()
+        self._changed_mono: float | None = None  # time.monotonic() of the last change
 
     async def set_adapter(self, name: str, path: str | None) -> int:
         """Record a loaded adapter (``path``) or forget it (None), in one step: two drivers
@@ -72,8 +70,17 @@ class ControlState:
     async def get(self) -> tuple[int, dict[str, Any]]:
         return self.version, dict(self.state)
 
+    async def since_change(self) -> tuple[dict[str, Any], float]:
+        """The state and how many seconds ago it last changed, measured here (inf: never):
+        a stage that waited N seconds by its own clock asks whether a change (a pause) fell
+        within them, comparing two durations instead of two nodes' clocks."""
+        if self._changed_mono is None:
+            return dict(self.state), math.inf
+        return dict(self.state), time.monotonic() - self._changed_mono
+
     async def update(self, changes: dict[str, Any]) -> int:
-        self.state.update(changes, changed_at=time.time())
+        self.state.update(changes)
+        self._changed_mono = time.monotonic()
         self.version += 1
         self._changed.set()
         self._changed = asyncio.Event()

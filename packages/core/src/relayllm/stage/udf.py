@@ -260,34 +260,34 @@ class ServeStage:
 
     async def _call(self, requests: list[Request], key: str | None = None) -> list[Result]:
         while True:
-            sent = time.time()
+            sent = time.monotonic()
             try:
                 return await asyncio.wait_for(
                     self._round_trip(requests, key), self.config.timeout_s
                 )
             except TimeoutError:
-                if await self._held_by_pause(sent):
+                if await self._held_by_pause(time.monotonic() - sent):
                     continue  # the rows waited for a resume: not an attempt, send them again
                 raise TimeoutError(
                     f"no answer within timeout_s={self.config.timeout_s:g}s "
                     f"for {len(requests)} rows"
                 ) from None
 
-    async def _held_by_pause(self, since: float) -> bool:
-        """Whether the deployment was paused at some time since ``since`` (relayllm.control):
-        its rows wait in the replica, so a pause longer than ``timeout_s`` must not spend the
-        call's retries. Asked only after a timeout; the re-sent call joins the replica's
-        computation of the same request ids, so nothing is computed twice."""
+    async def _held_by_pause(self, waited_s: float) -> bool:
+        """Whether the deployment was paused in the last ``waited_s`` s (relayllm.control): its
+        rows wait in the replica, so a pause longer than ``timeout_s`` must not spend the
+        call's retries; the re-sent call joins the replica's computation of the same ids.
+        Durations, no clocks compared: the state actor's since its change, this worker's."""
         from relayllm.serving.control import state_actor
 
         try:
             actor = await asyncio.to_thread(state_actor, self.config.deployment, create=False)
             if actor is None:
                 return False
-            _, state = await actor.get.remote()
+            state, changed_ago_s = await actor.since_change.remote()
         except Exception:  # no state to read: an ordinary timeout
             return False
-        return state.get("paused") is not None or float(state.get("changed_at", 0)) >= since
+        return state.get("paused") is not None or changed_ago_s <= waited_s
 
     async def _round_trip(self, requests: list[Request], key: str | None = None) -> list[Result]:
         self._bind_handles()

@@ -230,10 +230,17 @@ class BatchJob:
             open(self.output, "a", encoding="utf-8") as out,
             open(self.errors, "a", encoding="utf-8") as err,
         ):
-            stop = StopCheck(self.stop_flag, float(record.expires_at), self.stop_key)
-            run_scanned(
-                scan, names, default, out, err, fields, done, on_block, stop, strict_routing=False
-            )
+            # The window's end by this runner's clock alone: the stage workers, on any node,
+            # see the stop signal and never compare their clocks with the batch's expires_at.
+            window = threading.Timer(max(record.expires_at - time.time(), 0.0), self.request_stop)
+            window.daemon = True
+            window.start()
+            try:
+                stop = StopCheck(self.stop_flag, None, self.stop_key)
+                work = (scan, names, default, out, err, fields, done, on_block, stop)
+                run_scanned(*work, strict_routing=False)
+            finally:
+                window.cancel()
 
     def finish(
         self, record: BatchRecord, status: Status, errors: list[dict[str, Any]] | None = None
