@@ -47,6 +47,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("relayllm.backend", "relayllm.adapters", "relayllm.adapters.", "relayllm.cluster"),
     # the config models (below the stage, which needs ProcessorConfig) and the block sizes
     ("relayllm.config", "relayllm.blocks"),
+    # where replicas run as users steer it (a config model, over the backend's options)
+    ("relayllm.placement",),
     # deprecated import paths of what moved into serving/ (gone in 0.3), and the wrapper that
     # runs contract-2 adapters on the replica (gone with contract 4)
     ("relayllm.metrics", "relayllm.traffic", "relayllm.plugin.legacy"),

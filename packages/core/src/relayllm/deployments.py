@@ -25,6 +25,7 @@ from relayllm.errors import (
     DeploymentNotFoundError,
     DeploymentStartError,
 )
+from relayllm.placement import PLACEMENT_FIELD, Placement, apply_placement
 from relayllm.routing import ROUTING_FIELD, Routing, routing_options
 from relayllm.serving.admission import AdmissionConfig
 from relayllm.serving.control import drop_state
@@ -90,6 +91,7 @@ class DeploymentConfig(ConfigModel):
         "(interactive traffic on the engine the batch processors share).",
     )
     routing: Routing = ROUTING_FIELD
+    placement: Placement = PLACEMENT_FIELD
     admission: AdmissionConfig = Field(
         default_factory=AdmissionConfig,
         description="How batch rows yield to interactive requests (deployments with http): "
@@ -200,16 +202,11 @@ def serve_options(
         **routing_options(config.routing),
     }
     serve_options.update(backend.deployment_options(options))
-    if config.ray_actor_options:
-        serve_options["ray_actor_options"] = {
-            **serve_options.get("ray_actor_options", {}),
-            **config.ray_actor_options,
-        }
     if config.autoscaling_config:
         serve_options["autoscaling_config"] = config.autoscaling_config
     else:
         serve_options["num_replicas"] = config.num_replicas
-    return serve_options
+    return apply_placement(config, serve_options)  # ray_actor_options and placement
 
 
 def unserved_task_message(name: str, backend: str, task: str, served: Any) -> str:

@@ -40,13 +40,15 @@ _IGNORED = ("node:", "memory", "object_store_memory", "accelerator_type:")
 class Demand:
     """One kind of thing that runs: ``count`` of them, each needing ``bundles`` (one bundle
     per placement-group bundle; a plain actor or task is one bundle). ``strategy``: the
-    placement group's, when it has one (``STRICT_PACK`` puts all its bundles on one node)."""
+    placement group's, when it has one (``STRICT_PACK`` puts all its bundles on one node).
+    ``per_node``: at most this many on one node (a deployment's ``max_replicas_per_node``)."""
 
     what: str
     bundles: tuple[dict[str, float], ...]
     count: int
     hint: str
     strategy: str | None = None
+    per_node: int | None = None
 
     def total(self) -> dict[str, float]:
         out: dict[str, float] = {}
@@ -95,8 +97,10 @@ def engine_demand(name: str, serve_options: Mapping[str, Any]) -> Demand:
         replica_bundles(serve_options),
         n,
         "lower num_replicas, its ray_actor_options (num_cpus/num_gpus) or the engine's "
-        "parallel sizes (tensor_parallel_size x pipeline_parallel_size), or add nodes",
+        "parallel sizes (tensor_parallel_size x pipeline_parallel_size), raise "
+        "placement.max_replicas_per_node, or add nodes",
         serve_options.get("placement_group_strategy", "PACK") if bundles else None,
+        serve_options.get("max_replicas_per_node"),
     )
 
 
@@ -128,8 +132,10 @@ def check_fit(
     subject: str = "the pipeline",
 ) -> None:
     """Raise :class:`ResourceFitError` unless ``demands`` fit all at once in ``free`` (None:
-    in the cluster's ``total``, for what may wait for running work to end), and every bundle
-    (a ``STRICT_PACK`` group: all its bundles) fits on one of ``nodes``, when given.
+    in the cluster's ``total``, for what may wait for running work to end), and, when
+    ``nodes`` are given, every bundle (a ``STRICT_PACK`` group: all its bundles) fits on one
+    of them and each demand's ``count`` fits on them node by node (``per_node`` at most on
+    one): a total that suffices is no use when no node has room for the next one.
     ``subject`` names what cannot run."""
     if os.environ.get(SKIP_ENV, "") not in ("", "0"):
         return
@@ -142,13 +148,16 @@ def check_fit(
     short = {
         k: v for k, v in need.items() if v > have.get(k, 0.0) + 1e-9 and not k.startswith(_IGNORED)
     }
-    too_big = []
+    too_big, too_many = [], []
     if nodes is not None:
         for demand in demands:
             for bundle, where in _placed_together(demand):
                 if not any(_fits(bundle, node) for node in nodes):
                     too_big.append((demand, bundle, where))
-    if not short and not too_big:
+            placed = _room(demand, nodes)
+            if placed < demand.count and not any(d is demand for d, _, _ in too_big):
+                too_many.append((demand, placed))
+    if not short and not too_big and not too_many:
         return
     lines = [
         f"{subject} cannot run: what it needs at once does not fit on the Ray cluster "
@@ -166,6 +175,13 @@ def check_fit(
         lines.append(
             f"  {demand.what}: one of them asks {_bundle(bundle)}{where}, more than any node "
             f"has (nodes: {'; '.join(_bundle(n) for n in nodes or [])})"
+        )
+    for demand, placed in too_many:
+        most = f", at most {demand.per_node} on one node" if demand.per_node else ""
+        lines.append(
+            f"  {demand.what}: only {placed} of them fit on the cluster's nodes, node by node "
+            f"(each asks {_bundle(demand.bundles[0])}{most}; nodes: "
+            f"{'; '.join(_bundle(n) for n in nodes or [])})"
         )
     lines.append("What it asks for:")
     for demand in demands:
@@ -191,6 +207,21 @@ def _placed_together(demand: Demand) -> list[tuple[dict[str, float], str]]:
         one = Demand("", demand.bundles, 1, "").total()
         return [(one, " on one node (strategy STRICT_PACK)")]
     return [(bundle, "") for bundle in demand.bundles]
+
+
+def _room(demand: Demand, nodes: list[dict[str, float]]) -> int:
+    """How many of ``demand`` the nodes hold, each node alone (its whole size: what may wait
+    for running work to end), at most ``per_node`` on one. A placement group of several
+    bundles that need not share a node is not counted: any count passes."""
+    if len(demand.bundles) != 1:
+        return demand.count
+    bundle = {k: v for k, v in demand.bundles[0].items() if v > 0 and not k.startswith(_IGNORED)}
+    room = 0
+    for node in nodes:
+        fit = min((int(node.get(k, 0.0) / v + 1e-9) for k, v in bundle.items()), default=None)
+        fit = demand.count if fit is None else fit  # asks nothing: any node holds them all
+        room += fit if demand.per_node is None else min(fit, demand.per_node)
+    return room
 
 
 def _fits(bundle: dict[str, float], node: dict[str, float]) -> bool:
