@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from relayllm.batch.service import objects
 from relayllm.batch.service.admin import AdminStore
+from relayllm.batch.service.console import Console
 from relayllm.batch.service.errors import (
     InvalidRequestError,
     NotFoundError,
@@ -57,7 +58,9 @@ Handler = Callable[..., Awaitable["Response"]]
 
 class Gateway:
     """The gateway's Serve deployment (one or more replicas; the state is shared): a route
-    set on :class:`relayllm.http.app.HttpApp`, every route behind the project keys."""
+    set on :class:`relayllm.http.app.HttpApp`, every ``/v1`` route behind the project keys
+    (the admin key's project is every one: :mod:`~relayllm.batch.service.admin`), and the
+    console (:mod:`~relayllm.batch.service.console`), which signs in with a cookie."""
 
     def __init__(self, settings: ServiceSettings, keys: KeyMap) -> None:
         from relayllm.batch.service.runner import start_runner
@@ -70,7 +73,8 @@ class Gateway:
         self.online = OnlineRoutes()
         self.fronts = self.online.fronts  # the front code of each deployment, by name
         self.runner = start_runner(settings)
-        self.app = HttpApp(self._routes(), errors=objects.http_error)
+        self.console = Console(self.store, keys, self.storage)  # its own sign-in: a cookie
+        self.app = HttpApp(self._routes() + self.console.routes(), errors=objects.http_error)
 
     def _routes(self) -> list[Any]:
         from starlette.routing import Route

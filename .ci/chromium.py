@@ -1,0 +1,39 @@
+"""Make sure Debian's Chromium is there for the console's browser test (tox -e console).
+
+Playwright drives the system's browser (no browser download is possible or wanted): if
+/usr/bin/chromium is missing, this installs Debian's package when running as root (as CI
+does), and otherwise says exactly what to install. In CI (CI=true) a browser that is still
+missing fails the run; elsewhere the test skips with the same message.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+CHROMIUM = "/usr/bin/chromium"
+HOW = "sudo apt-get install -y --no-install-recommends chromium"
+
+
+def main() -> int:
+    if os.path.exists(CHROMIUM):
+        print(f"chromium: {CHROMIUM}")
+        return 0
+    if os.geteuid() == 0 and shutil.which("apt-get"):
+        print("chromium: not installed; installing Debian's package", flush=True)
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        subprocess.run(["apt-get", "update"], check=True, env=env)
+        subprocess.run(
+            ["apt-get", "install", "-y", "--no-install-recommends", "chromium"], check=True, env=env
+        )
+        if os.path.exists(CHROMIUM):
+            return 0
+    message = f"chromium: {CHROMIUM} is missing; the console's browser test needs it: {HOW}"
+    print(message, file=sys.stderr)
+    return 1 if os.environ.get("CI", "").lower() in ("1", "true", "yes") else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
