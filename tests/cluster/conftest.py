@@ -83,6 +83,15 @@ class Nodes:
             and actor.get("ActorClassName", "").endswith(f":{deployment}")
         }
 
+    def actor_node(self, name: str, namespace: str) -> str | None:
+        """The name of the node a live named actor runs on (None: not alive now)."""
+        from ray._private import state
+
+        for actor in state.actors().values():
+            if actor.get("Name") == name and actor.get("State") == "ALIVE":
+                return self.name_of(actor["Address"]["NodeID"])
+        return None
+
     def kill(self, name: str) -> int:
         """SIGKILL the node's raylet and every process under it, all at once (no graceful
         stop, as a preempted VM vanishes); returns how many processes were killed. Ray
@@ -120,10 +129,11 @@ def _descendants(root: int) -> set[int]:
 
 
 @pytest.fixture(scope="module")
-def nodes():
-    """A head node (the driver: this process) and worker nodes ``node1`` and ``node2``;
-    the echo backend registered here. Ray's temp dir is private (Cluster writes its address
-    where any ``ray.init()`` on the machine would find it)."""
+def nodes(request):
+    """A head node (the driver: this process) and worker nodes ``node1`` and ``node2``
+    (more resources each from the module's ``NODE_RESOURCES``: name -> resources); the echo
+    backend registered here. Ray's temp dir is private (Cluster writes its address where any
+    ``ray.init()`` on the machine would find it)."""
     import ray
     from ray.cluster_utils import Cluster
 
@@ -143,8 +153,9 @@ def nodes():
     )
     found = Nodes(cluster, temp)
     try:
+        extra = getattr(request.module, "NODE_RESOURCES", {})
         for name in ("node1", "node2"):
-            found.add(name)
+            found.add(name, **extra.get(name, {}))
         ray.init(address=cluster.address, namespace="relayllm", log_to_driver=False)
         ray.data.DataContext.get_current().enable_progress_bars = False
         yield found

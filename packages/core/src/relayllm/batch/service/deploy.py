@@ -66,7 +66,7 @@ def deploy_gateway(
         name=GATEWAY_DEPLOYMENT,
         num_replicas=1,
         max_ongoing_requests=256,
-        ray_actor_options={"num_cpus": 0, "resources": HEAD_RESOURCE},
+        ray_actor_options={"num_cpus": 0, "resources": settings.node_resources or HEAD_RESOURCE},
         logging_config={"enable_access_log": False},
     ).bind(settings, keys)
     compat.run_application(app, settings.app_name, route_prefix=settings.route_prefix)

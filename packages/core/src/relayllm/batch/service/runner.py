@@ -1,9 +1,10 @@
 """The runner: claims the store's unfinished batches and runs them on the shared deployments.
 
-One runner per state directory, in a detached Ray actor on the head node
-(:func:`start_runner`; the gateway starts it, or finds it running). Ray restarts the actor
-when its process dies (``max_restarts=-1``): the new one claims every unfinished batch again,
-and the claim numbers fence off anything the old one might still try to write.
+One runner per state directory, in a detached Ray actor on the head node, or on the nodes
+``ServiceSettings.node_resources`` names (:func:`start_runner`; the gateway starts it, or finds
+it running). Ray restarts the actor when its process dies or its node is lost
+(``max_restarts=-1``), on any node it may run on: the new one claims every unfinished batch
+again, and the claim numbers fence off anything the old one might still try to write.
 
 A batch, once claimed (:class:`BatchJob`): ``validating`` -> its input copied to the work
 directory and checked (:mod:`relayllm.batch.service.validate`; a problem fails it with
@@ -62,7 +63,8 @@ RUNNER_ERROR: dict[str, Any] = {
     "param": None,
     "line": None,
 }
-#: Ray's resource that only the head node has: the runner and the gateway sit beside the store.
+#: Ray's resource that only the head node has: by default the runner and the gateway sit
+#: there, beside the store (``ServiceSettings.node_resources`` places them elsewhere).
 HEAD_RESOURCE = {"node:__internal_head__": 0.001}
 #: The runner's actor is named in this namespace, whatever namespace its starter has.
 RUNNER_NAMESPACE = "relayllm"
@@ -615,8 +617,9 @@ def stop_runner(name: str, *, timeout_s: float = 30.0) -> bool:
 
 def start_runner(settings: ServiceSettings, *, replace: bool = False) -> Any:
     """The runner of ``settings.state_dir``: found by name if it runs with the same settings,
-    else started (a detached actor on the head node that Ray restarts whenever its process
-    dies). A running one with other settings, or any with ``replace``, is stopped first."""
+    else started (a detached actor, on the head node unless ``settings.node_resources`` says
+    otherwise, that Ray restarts whenever its process dies). A running one with other
+    settings, or any with ``replace``, is stopped first."""
     import ray
 
     running = find_runner(settings.runner_name)
@@ -638,7 +641,7 @@ def start_runner(settings: ServiceSettings, *, replace: bool = False) -> Any:
         max_restarts=-1,
         max_concurrency=4,  # wake() and pid() answer while nothing else blocks
         num_cpus=0,
-        resources=HEAD_RESOURCE,
+        resources=settings.node_resources or HEAD_RESOURCE,
     ).remote(settings)
 
 

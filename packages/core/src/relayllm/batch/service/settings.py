@@ -8,7 +8,7 @@ import hashlib
 import os
 import re
 
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, PositiveFloat, field_validator
 
 from relayllm.batch.service.files import DEFAULT_MAX_BYTES
 from relayllm.config import ConfigModel
@@ -38,7 +38,16 @@ class ServiceSettings(ConfigModel):
     state_dir: str = Field(
         default=DEFAULT_STATE_DIR,
         description="Directory of the job store (SQLite) and the runner's work files, on the "
-        "head node's local disk (the gateway and the runner are placed there).",
+        "disk of the node the gateway and the runner run on (the head node unless "
+        "node_resources says otherwise); with node_resources, a path every such node "
+        "reaches (docs/scaling.md says what qualifies).",
+    )
+    node_resources: dict[str, PositiveFloat] | None = Field(
+        default=None,
+        description="Custom Ray resources the gateway and the runner ask for, to run on the "
+        "nodes that offer them (`ray start --resources '{\"service\": 1}'`) instead of the "
+        "head node: when their node is lost, Ray and Serve start them again on another such "
+        "node (one that joins later included), and the runner resumes its batches there.",
     )
     files: str | None = Field(
         default=None,
