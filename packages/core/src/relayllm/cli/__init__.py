@@ -17,6 +17,7 @@ from relayllm.cli.files import files
 from relayllm.cli.lifecycle import deploy, shutdown, status
 from relayllm.cli.run import run
 from relayllm.cli.serve import serve, unserve
+from relayllm.cli.usage import usage
 from relayllm.errors import describe_exception
 from relayllm.plugin.manager import get_manager
 
@@ -46,6 +47,7 @@ for command in (
     unserve,
     batches,
     files,
+    usage,
     status,
     shutdown,
     pause,

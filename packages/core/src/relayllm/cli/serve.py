@@ -82,6 +82,16 @@ class PortOrOff(click.ParamType):
     metavar="PROJECT",
     help="Take requests without a key, as this project (a server for one trusted user).",
 )
+@click.option(
+    "--quotas",
+    "quotas_file",
+    metavar="PATH",
+    envvar="RELAYLLM_QUOTAS_FILE",
+    type=click.Path(dir_okay=False),
+    help="Limits per project, a YAML file of PROJECT: {stored_bytes, files, batches, "
+    "enqueued_tokens: {DEPLOYMENT: N}} ('*': every other project); also "
+    "$RELAYLLM_QUOTAS_FILE. Default: none.",
+)
 @_field(
     "window_s",
     type=click.IntRange(min=1),
@@ -117,6 +127,7 @@ def serve(
     files,
     keys_file,
     no_keys_project,
+    quotas_file,
     window_s,
     output_expires_s,
     batch_size,
@@ -148,6 +159,7 @@ def serve(
     """
     from relayllm.batch.service.deploy import serve_file
     from relayllm.batch.service.keys import load_keys
+    from relayllm.batch.service.quotas import read_quotas
     from relayllm.batch.service.settings import ServiceSettings
 
     keys = load_keys(path=keys_file, anonymous=no_keys_project)  # before the cluster
@@ -164,6 +176,7 @@ def serve(
         max_batches=max_batches,
         image_hosts=list(image_hosts),
         turn_s=turn_s,
+        quotas=read_quotas(quotas_file),
     )
     connect(address, verbose, existing_cluster=True)
 

@@ -2,7 +2,8 @@
 HTTP server beside it: :mod:`relayllm.http.server`) that answers OpenAI's
 ``/v1/files`` and ``/v1/batches`` for the projects of the API keys, and routes
 ``/v1/chat/completions``, ``/v1/completions``, ``/v1/embeddings`` and ``/v1/models`` to the
-deployment a body's ``model`` names, so one ``base_url`` serves online and batch traffic.
+deployment a body's ``model`` names, so one ``base_url`` serves online and batch traffic;
+every project's usage of both is read at ``/v1/organization/usage/completions`` (usage_api.py).
 
 Routing only: what a client reads is :mod:`~relayllm.batch.service.objects`' (errors
 through ``objects.http_error``), the state is the job store's and the file storage's, and the
@@ -26,7 +27,7 @@ import os
 from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from relayllm.batch.service import objects
+from relayllm.batch.service import objects, usage_api
 from relayllm.batch.service.admin import AdminStore
 from relayllm.batch.service.console import Console
 from relayllm.batch.service.errors import (
@@ -38,7 +39,9 @@ from relayllm.batch.service.files import CHUNK, FileStorage
 from relayllm.batch.service.ids import is_batch_id, is_file_id, new_file_id
 from relayllm.batch.service.keys import ADMIN, KeyMap
 from relayllm.batch.service.online import ONLINE, OnlineRoutes
+from relayllm.batch.service.quotas import Quotas
 from relayllm.batch.service.settings import MAX_EXPIRES_S, ServiceSettings
+from relayllm.batch.service.usage import UsageLedger
 from relayllm.batch.service.validate import check_endpoint
 from relayllm.http.app import Endpoint, HttpApp, json_body
 from relayllm.http.auth import project_of
@@ -69,6 +72,8 @@ class Gateway:
         self.keys = keys
         os.makedirs(settings.state_dir, exist_ok=True)
         self.store = AdminStore(settings.store_path)  # the admin key's project is every one
+        self.ledger = UsageLedger(settings.store_path)  # what each project used (usage.py)
+        self.quotas = Quotas.install(self.store, settings.quotas)  # checked as it writes
         self.storage = FileStorage.from_uri(settings.files_location, settings.max_file_bytes)
         self.online = OnlineRoutes()
         self.fronts = self.online.fronts  # the front code of each deployment, by name
@@ -90,6 +95,7 @@ class Gateway:
             ("/v1/batches/{batch_id}", "GET", self.get_batch),
             ("/v1/batches/{batch_id}/cancel", "POST", self.cancel_batch),
             ("/v1/models", "GET", self.models),
+            ("/v1/organization/usage/completions", "GET", self.usage),
         ]
         table += [
             (path, "POST", functools.partial(self._online, route)) for path, route in ONLINE.items()
@@ -242,6 +248,8 @@ class Gateway:
         _check_file_id(input_file_id, "input_file_id")
         window = body.get("completion_window", "24h")
         keep = self._expires_after(body.get("output_expires_after"), "output_expires_after")
+        args = (self.store, self.storage, project, str(input_file_id))
+        await asyncio.to_thread(self.quotas.estimate, *args)  # its tokens, if a quota asks
         record = await asyncio.to_thread(
             self.store.create_batch,
             project,
@@ -315,7 +323,11 @@ class Gateway:
         return json_response(await self.online.models())
 
     async def _online(self, route: str, request: Request, project: str) -> Response:
-        return await self.online.answer(route, request)
+        answer = await self.online.answer(route, request)
+        return await usage_api.metered(answer, project, self.ledger)
+
+    async def usage(self, request: Request, project: str) -> Response:
+        return await usage_api.answer(self.ledger, request, project)
 
 
 class GatewayReplica(Gateway):

@@ -49,6 +49,7 @@ from relayllm.batch.service.files import PART, FileStorage
 from relayllm.batch.service.ids import new_file_id
 from relayllm.batch.service.settings import ServiceSettings
 from relayllm.batch.service.store import BatchRecord, RequestCounts, SQLiteJobStore, Status
+from relayllm.batch.service.usage import UsageLedger
 from relayllm.batch.service.validate import Limits, validate_input
 
 logger = logging.getLogger(__name__)
@@ -110,8 +111,10 @@ class BatchJob:
         claim: int,
         deployments: Callable[[], list[str]] = deployment_names,
         turn_over: Callable[[float], bool] | None = None,
+        ledger: UsageLedger | None = None,
     ) -> None:
         self.settings, self.store, self.storage = settings, store, storage
+        self.ledger = ledger  # the lines written are charged to the project (usage.py)
         self.batch_id, self.claim = batch_id, claim
         self.deployments = deployments
         #: Asked after each block with the seconds this turn has run: True ends the turn.
@@ -219,6 +222,7 @@ class BatchJob:
         began = time.monotonic()
 
         def on_block(completed: int, failed: int) -> None:
+            self.charge()
             now = self.update(request_counts=RequestCounts(total, completed, failed))
             if now.status == "cancelling":
                 raise _Stop("cancelled")
@@ -260,6 +264,7 @@ class BatchJob:
         if status == "expired":
             self._fetch_input(record)
             self._expire_rest()
+        self.charge()  # before the files are published: a kill after it charges no line twice
         work = {"output": self.output, "error": self.errors}
         lines = {kind: _lines(path) for kind, path in work.items()}
         ids = {kind: new_file_id() for kind, count in lines.items() if count}
@@ -288,6 +293,10 @@ class BatchJob:
                 _delete_quietly(self.storage, file_id)
             raise
         self._cleanup()
+
+    def charge(self) -> None:
+        if self.ledger is not None:
+            self.ledger.charge_lines(self.batch_id, self.claim, self.output)
 
     # -- files -----------------------------------------------------------------------------
 
@@ -376,6 +385,7 @@ class BatchRunner:
         self.settings = settings
         os.makedirs(settings.work_dir, exist_ok=True)
         self.store = SQLiteJobStore(settings.store_path)
+        self.ledger = UsageLedger(settings.store_path)
         self.storage = FileStorage.from_uri(settings.files_location, settings.max_file_bytes)
         self.name = _runner_identity()
         self.active: dict[str, threading.Thread] = {}
@@ -499,6 +509,7 @@ class BatchRunner:
                 batch_id,
                 claim,
                 turn_over=self._turn_over,
+                ledger=self.ledger,
             )
             self.jobs[batch_id] = job
         ended = True
@@ -579,6 +590,7 @@ GATEWAY_ONLY = frozenset(
         "window_s",
         "output_expires_s",
         "min_expires_s",
+        "quotas",
     }
 )
 

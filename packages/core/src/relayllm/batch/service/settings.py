@@ -11,6 +11,7 @@ import re
 from pydantic import ConfigDict, Field, PositiveFloat, field_validator
 
 from relayllm.batch.service.files import DEFAULT_MAX_BYTES
+from relayllm.batch.service.quotas import Quota
 from relayllm.config import ConfigModel
 from relayllm.http.server import base_url  # the one base_url rule, the direct server's too
 
@@ -88,6 +89,11 @@ class ServiceSettings(ConfigModel):
         gt=0,
         description="The shortest expires_after / output_expires_after a client may ask "
         "(OpenAI's: 3600 s); shorter for tests.",
+    )
+    quotas: dict[str, Quota] = Field(
+        default_factory=dict,
+        description="Limits per project name ('*': every project not named): stored_bytes, "
+        "files, batches (not finished) and enqueued_tokens per deployment. Default: none.",
     )
     max_lines: int = Field(default=1_000_000, gt=0, description="Request lines per batch.")
     batch_size: int = Field(default=64, gt=0, description="Rows per call to a deployment.")

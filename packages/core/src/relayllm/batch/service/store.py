@@ -294,6 +294,10 @@ class SQLiteJobStore:
     behind a lock) and between processes (SQLite's locks; a writer waits up to ``timeout_s``).
     """
 
+    #: Asked in the write transaction of an upload's or a new batch's record before it is
+    #: written (quotas.py); what it raises refuses the request, nothing written.
+    admit: Callable[[sqlite3.Connection, FileRecord | BatchRecord], None] | None = None
+
     def __init__(
         self, path: str, *, clock: Callable[[], float] = time.time, timeout_s: float = 30.0
     ) -> None:
@@ -399,6 +403,8 @@ class SQLiteJobStore:
             file_id or new_file_id(), project, filename, purpose, int(bytes), now, expires_at
         )
         with self._write() as db:
+            if self.admit is not None:
+                self.admit(db, record)
             self._insert_file(db, record)
         return record
 
@@ -510,6 +516,8 @@ class SQLiteJobStore:
                 metadata=meta,
                 output_expires_s=output_expires_s,
             )
+            if self.admit is not None:
+                self.admit(db, record)
             db.execute(
                 "INSERT INTO batches (id, project, endpoint, input_file_id, completion_window, "
                 "status, created_at, expires_at, metadata, output_expires_s) "
@@ -805,15 +813,7 @@ class SQLiteJobStore:
 
 
 def _file(row: sqlite3.Row) -> FileRecord:
-    return FileRecord(
-        row["id"],
-        row["project"],
-        row["filename"],
-        row["purpose"],
-        row["bytes"],
-        row["created_at"],
-        row["expires_at"],
-    )
+    return FileRecord(*(row[name] for name in _FILE_COLUMNS.split(", ")))
 
 
 _BATCH_FIELDS = (

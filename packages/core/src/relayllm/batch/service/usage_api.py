@@ -1,0 +1,218 @@
+"""OpenAI's Usage API over the ledger (:mod:`relayllm.batch.service.usage`), the subset a
+batch service has: ``GET /v1/organization/usage/completions`` with ``start_time``,
+``end_time``, ``bucket_width`` (``1m``, ``1h``, ``1d``), ``group_by`` (``project_id``,
+``model``, ``batch``), ``project_ids``, ``models``, ``batch``, ``limit`` and ``page``, answered
+in OpenAI's page of buckets of results (the ``openai`` client's
+``admin.organization.usage.completions``). And the gateway's metering of online requests:
+:func:`metered` records a response's usage once its body has gone out.
+
+Buckets start on whole multiples of their width (UTC midnight for ``1d``), the first one at
+or before ``start_time``; only usage in ``[start_time, end_time)`` is counted. Every bucket
+of the range is listed, empty ones with no results, as OpenAI lists them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from relayllm.batch.service.errors import InvalidRequestError
+from relayllm.batch.service.usage import UsageLedger, Use, use_of
+
+if TYPE_CHECKING:
+    from starlette.requests import Request
+    from starlette.responses import Response
+
+#: Bucket widths in seconds.
+WIDTHS = {"1m": 60, "1h": 3600, "1d": 86400}
+#: Buckets per page: (default, most), OpenAI's.
+LIMITS = {"1m": (60, 1440), "1h": (24, 168), "1d": (7, 31)}
+#: ``group_by`` fields -> the ledger's column.
+GROUPS = {"project_id": "project", "model": "model", "batch": "batch_id"}
+#: OpenAI's fields this service has no data for: refused, not answered with nothing.
+UNSUPPORTED = ("user_ids", "api_key_ids")
+
+
+def _list(query: Mapping[str, Sequence[str]], name: str) -> list[str]:
+    """A list parameter, sent repeated (``group_by=a&group_by=b``, the openai client's
+    ``group_by[]=a``) or comma separated."""
+    values = [*query.get(name, ()), *query.get(f"{name}[]", ())]
+    return [part.strip() for value in values for part in value.split(",") if part.strip()]
+
+
+def _one(query: Mapping[str, Sequence[str]], name: str) -> str | None:
+    values = query.get(name, ())
+    return values[-1] if values else None
+
+
+def _int(query: Mapping[str, Sequence[str]], name: str) -> int | None:
+    value = _one(query, name)
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise InvalidRequestError(f"{name} must be a whole number, got {value!r}", name) from None
+
+
+def completions_page(
+    ledger: UsageLedger, query: Mapping[str, Sequence[str]], now: int
+) -> dict[str, Any]:
+    """The Usage API's answer to ``query`` (each parameter's values, in order)."""
+    for name in UNSUPPORTED:
+        if _list(query, name):
+            raise InvalidRequestError(f"{name} is not supported here: keys are per project", name)
+    width_name = _one(query, "bucket_width") or "1d"
+    if width_name not in WIDTHS:
+        raise InvalidRequestError(
+            f"bucket_width must be one of {', '.join(WIDTHS)}, got {width_name!r}", "bucket_width"
+        )
+    width = WIDTHS[width_name]
+    start = _int(query, "start_time")
+    if start is None:
+        raise InvalidRequestError("start_time (Unix seconds) is required", "start_time")
+    end = _int(query, "end_time")
+    end = now if end is None else end
+    if end <= start:
+        raise InvalidRequestError("end_time must be after start_time", "end_time")
+    default, most = LIMITS[width_name]
+    limit = _int(query, "limit") or default
+    if not 1 <= limit <= most:
+        raise InvalidRequestError(
+            f"limit must be from 1 to {most} for bucket_width={width_name}", "limit"
+        )
+    groups = _list(query, "group_by")
+    unknown = [g for g in groups if g not in GROUPS]
+    if unknown:
+        raise InvalidRequestError(
+            f"group_by {unknown} is not supported; group by {', '.join(GROUPS)}", "group_by"
+        )
+    batch = _one(query, "batch")
+    if batch not in (None, "true", "false"):
+        raise InvalidRequestError("batch must be true or false", "batch")
+    first = start - start % width
+    page = _one(query, "page")
+    if page is not None:
+        if not page.isdigit() or int(page) % width or not first <= int(page) < end:
+            raise InvalidRequestError("page is not a next_page of this query", "page")
+        first = int(page)
+    last = min(end, first + limit * width)  # this page's buckets end here
+    rows = ledger.rows(
+        max(start, first),
+        last,
+        projects=_list(query, "project_ids") or None,
+        models=_list(query, "models") or None,
+        batch=None if batch is None else batch == "true",
+    )
+    sums: dict[int, dict[tuple[Any, ...], Use]] = {}
+    for row in rows:
+        bucket = sums.setdefault(row["minute"] - row["minute"] % width, {})
+        key = tuple(row[GROUPS[g]] for g in groups)
+        use = Use(row["requests"], row["input_tokens"], row["cached_tokens"], row["output_tokens"])
+        bucket[key] = bucket[key] + use if key in bucket else use
+    data = []
+    for bucket_start in range(first, last, width):
+        found = sums.get(bucket_start, {})
+        results = [
+            _result(dict(zip(groups, key, strict=True))) | _numbers(found[key])
+            for key in sorted(found)
+        ]
+        data.append(
+            {
+                "object": "bucket",
+                "start_time": bucket_start,
+                "end_time": bucket_start + width,
+                "results": results,
+            }
+        )
+    more = first + limit * width < end
+    return {
+        "object": "page",
+        "data": data,
+        "has_more": more,
+        "next_page": str(first + limit * width) if more else None,
+    }
+
+
+def _result(grouped: dict[str, Any]) -> dict[str, Any]:
+    batch = grouped.get("batch")
+    return {
+        "object": "organization.usage.completions.result",
+        "project_id": grouped.get("project_id"),
+        "model": grouped.get("model"),
+        "batch": None if batch is None else batch != "",
+        "user_id": None,
+        "api_key_id": None,
+        "service_tier": None,
+    }
+
+
+def _numbers(use: Use) -> dict[str, int]:
+    return {
+        "num_model_requests": use.requests,
+        "input_tokens": use.input_tokens,
+        "input_cached_tokens": use.cached_tokens,
+        "output_tokens": use.output_tokens,
+        "input_audio_tokens": 0,
+        "output_audio_tokens": 0,
+    }
+
+
+async def answer(ledger: UsageLedger, request: Request, project: str) -> Response:
+    """``GET /v1/organization/usage/completions``: the admin key's alone (403 for a project's
+    key: a project sees no other's usage)."""
+    from relayllm.batch.service.keys import ADMIN
+    from relayllm.http.errors import HttpError, json_response
+
+    if project != ADMIN:
+        raise HttpError(403, "usage is read with the admin key (RELAYLLM_ADMIN_KEY)")
+    query = {name: request.query_params.getlist(name) for name in request.query_params}
+    page = await asyncio.to_thread(completions_page, ledger, query, ledger.now())
+    return json_response(page)
+
+
+async def metered(
+    response: Response, project: str, ledger: UsageLedger, model: str = "unknown"
+) -> Response:
+    """``response`` to an online request of ``project``, its usage recorded in ``ledger``: at
+    once for a JSON body, at the stream's end for a streamed one (from the chunk with
+    ``usage``, sent when the request asked ``stream_options.include_usage``; otherwise the
+    request alone is counted). An error answer records nothing."""
+    from starlette.responses import StreamingResponse
+
+    async def record(served: str, use: Use) -> None:
+        await asyncio.to_thread(ledger.record, project, served, use)
+
+    if response.status_code != 200:
+        return response
+    if not isinstance(response, StreamingResponse):
+        try:
+            body = json.loads(bytes(response.body))
+        except ValueError:
+            return response
+        await record(str(body.get("model") or model), use_of(body.get("usage")))
+        return response
+    inner = response.body_iterator
+
+    async def counted() -> AsyncIterator[Any]:
+        use, served = Use(), model
+        async for chunk in inner:
+            text = chunk.decode("utf-8", "replace") if isinstance(chunk, bytes) else str(chunk)
+            for line in text.splitlines():
+                if line.startswith("data: {") and '"usage"' in line:
+                    try:
+                        event = json.loads(line[len("data: ") :])
+                    except ValueError:
+                        continue
+                    if event.get("usage"):
+                        use, served = use_of(event["usage"]), str(event.get("model") or model)
+            yield chunk
+        await record(served, use)
+
+    response.body_iterator = counted()
+    return response
+
+
+__all__ = ["GROUPS", "LIMITS", "WIDTHS", "answer", "completions_page", "metered"]
