@@ -103,8 +103,10 @@ def _run_pipeline(tmp_path, name: str, replicas: int, routing: str):
 
 
 def test_a_rows_steps_stay_on_the_replica_that_holds_its_prefix(tmp_path):
-    one = _cache(_run_pipeline(tmp_path, "aff-one", 1, "affinity"))
-    infos = _run_pipeline(tmp_path, "aff-four", 4, "affinity")
+    # One name for both runs: the stage's worker processes outlive a run, and a redeploy of
+    # the name (with another router here) must reach them.
+    one = _cache(_run_pipeline(tmp_path, "aff-steps", 1, "default"))
+    infos = _run_pipeline(tmp_path, "aff-steps", 4, "affinity")
     four = _cache(infos)
     assert one[0] == four[0]  # the same prompts
     rate_one, rate_four = one[1] / one[0], four[1] / four[0]
@@ -117,7 +119,7 @@ def test_a_rows_steps_stay_on_the_replica_that_holds_its_prefix(tmp_path):
     assert len(rows) == 4 and min(rows) > 0  # every replica served rows
 
 
-def _cli(*args: str) -> str:
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     """The command as a user runs it, in a driver of its own, on this module's cluster."""
     address = ray.get_runtime_context().gcs_address
     done = subprocess.run(
@@ -128,18 +130,28 @@ def _cli(*args: str) -> str:
         env={**os.environ, "RELAYLLM_ECHO_BACKEND": "1"},
     )
     assert done.returncode == 0, done.stderr
-    return done.stdout
+    return done
 
 
-def test_status_lists_every_replica_with_its_node_rows_and_hit_rate():
+def test_status_lists_every_replica_with_its_node_rows_and_hit_rate(tmp_path):
     name = "aff-status"
     relayllm.deploy(DeploymentConfig(name=name, backend="echo", num_replicas=3, options=CACHE))
     try:
         config = ProcessorConfig(deployment=name, task="completion", batch_size=2)
         rows = [{"id": i, "prompt": "shared words " * 20 + str(i)} for i in range(24)]
         build_processor(config)(ray.data.from_items(rows)).take_all()
-        listed = _cli("status", "--json")
-        shown = _cli("status")
+        listed = _cli("status", "--json").stdout
+        shown = _cli("status").stdout
+        lines = [
+            {"custom_id": f"c{i}", "method": "POST", "url": "/v1/completions"}
+            | {"body": {"prompt": "shared words " * 20 + str(i)}}
+            for i in range(8)
+        ]
+        (tmp_path / "in.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+        batch = _cli(
+            "batch", str(tmp_path / "in.jsonl"), "--deployment", name,
+            "--output", str(tmp_path / "out.jsonl"),
+        )  # fmt: skip
     finally:
         relayllm.shutdown(name)
     entry = next(d for d in json.loads(listed) if d.get("name") == name)
@@ -151,6 +163,9 @@ def test_status_lists_every_replica_with_its_node_rows_and_hit_rate():
     lines = [line.split() for line in shown.splitlines() if line.startswith(name)]
     replica_lines = [line for line in lines if line[1] in {r["replica"] for r in replicas}]
     assert len(replica_lines) == 3  # one line per replica: name, replica, node, ...
+    # relayllm batch's summary: the engines' own figures over its run.
+    assert f"{name}: prefix-cache hit rate" in batch.stderr
+    assert "prompt tokens prefilled, 3 replica(s)" in batch.stderr
 
 
 def _skewed_rows(n: int) -> list[dict]:

@@ -86,3 +86,13 @@ def test_the_simulated_cache_forgets_the_least_recently_used_blocks():
     cache.lookup(first)  # used again: second is now the oldest
     cache.lookup(["e", "f"])
     assert cache.lookup(first) == 2 and cache.lookup(second) == 0
+
+
+def test_under_serves_default_router_calls_carry_no_key():
+    config = ProcessorConfig(deployment="d", batch_size=4)
+    pending = [(i, _request(i)) for i in range(6)]
+    calls = keyed_calls(pending, None, config, router=object())  # a router with no preference
+    assert [(key, [i for i, _ in call]) for key, call in calls] == [
+        (None, [0, 1, 2, 3]),
+        (None, [4, 5]),
+    ]

@@ -123,6 +123,7 @@ def batch(
     errors_file = errors_file or default_errors_path(output_file)
     check_writable(output_file)
     check_writable(errors_file)
+    hooks = _ConsoleBatchHooks(Console(), verbose)
     try:
         counts = run_batch_file(
             input_file,
@@ -135,7 +136,7 @@ def batch(
             batch_size=batch_size,
             concurrency=concurrency,
             address=address,
-            hooks=_ConsoleBatchHooks(Console(), verbose),
+            hooks=hooks,
         )
     except DeploymentNotFoundError:
         if deployment is None:
@@ -150,6 +151,8 @@ def batch(
     else:
         failed = f"{counts.failed} failed -> {counts.errors}"
     click.echo(f"{counts.completed} completed -> {counts.output}; {failed}", err=True)
+    if hooks.engines:
+        click.echo(hooks.engines, err=True)
     click.echo(json.dumps({"request_counts": counts.request_counts()}))
 
 
@@ -165,6 +168,7 @@ class _ConsoleBatchHooks(BatchHooks):
 
         self.console, self.verbose = console, verbose
         self.pipeline_hooks = ConsoleHooks(console, verbose)  # engines start as a run's do
+        self.engines = ""  # the run's prefix-cache figures, by deployment (when reported)
 
     def connect(self, address: str | None) -> None:
         connect(address, self.verbose, console=self.console)
@@ -181,5 +185,11 @@ class _ConsoleBatchHooks(BatchHooks):
         if not steps:
             yield
             return
+        from relayllm.pipelines import engine_figures
+
+        names = [d for d, _, _ in plan.groups]
+        before = engine_figures.snapshot(names)  # the engines' own prefix-cache counters
         with self.console.steps(steps, [n for _, _, n in plan.groups], sequential=True):
             yield
+        figures = engine_figures.delta(before, engine_figures.snapshot(names))
+        self.engines = engine_figures.summary_lines(figures, {})

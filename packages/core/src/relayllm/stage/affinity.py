@@ -67,17 +67,21 @@ def keyed_calls(
     lineage: Sequence[Any] | None,
     config: ProcessorConfig,
     router: Any,
-) -> list[tuple[str, list[tuple[int, Request]]]]:
-    """``pending`` (row index, request) as calls, each with the key it is routed by.
-    ``lineage``: each row's lineage value by row index (None: no lineage column)."""
+) -> list[tuple[str | None, list[tuple[int, Request]]]]:
+    """``pending`` (row index, request) as calls, each with the key it is routed by (None
+    under Serve's default router, which routes by no key). ``lineage``: each row's lineage
+    value by row index (None: no lineage column)."""
+    prefers = getattr(router, "preferred_replica", None)
+    if prefers is None and router is not None:  # routing: default: no key, no split
+        plain = split_into_calls(pending, config.batch_size, config.token_budget)
+        return [(None, call) for call in plain]
     by_prefix = config.order_by_prefix
     keys = {i: row_key(r, lineage[i] if lineage else None, by_prefix) for i, r in pending}
-    prefers = getattr(router, "preferred_replica", None)
     groups: dict[str | None, list[tuple[int, Request]]] = {}
     for item in pending:
         replica = prefers(keys[item[0]]) if prefers is not None else None
         groups.setdefault(replica, []).append(item)
-    calls = []
+    calls: list[tuple[str | None, list[tuple[int, Request]]]] = []
     for rows in groups.values():
         for call in split_into_calls(rows, config.batch_size, config.token_budget):
             calls.append((keys[call[0][0]], call))

@@ -75,7 +75,7 @@ class ServeStage:
         *,
         run_id: str | None = None,
         deployment_seen: bool = False,
-        handles_key: tuple[str, str | None] | None = None,
+        handles_key: tuple[str, str | None, float | None] | None = None,
     ) -> None:
         from relayllm.deployments import handle_for
         from relayllm.errors import DeploymentNotFoundError
@@ -326,6 +326,8 @@ class ServeStage:
         self._safe = handle.process_batch
         self._fast = compat.grpc_transport(handle).process_batch
         if key is not None:
+            for old in [k for k in _handles if k[0] == key[0]]:  # an earlier deploy's
+                del _handles[old]
             _handles[key] = (self._safe, self._fast)
 
     def _raise_first_error(
@@ -442,8 +444,9 @@ def _with_outputs(batch: pa.Table, results: list[Result], ids: list[str], task: 
 KEPT_STAGES = 8
 
 _stages: OrderedDict[str, ServeStage] = OrderedDict()  # run_id -> its stage
-# (deployment name, Serve controller id) -> (actor-call, gRPC) methods
-_handles: dict[tuple[str, str | None], tuple[Any, Any]] = {}
+# (deployment name, Serve controller id, when the app was deployed: a redeploy of the name,
+# with another router maybe, gets a fresh handle) -> (actor-call, gRPC) methods
+_handles: dict[tuple[str, str | None, float | None], tuple[Any, Any]] = {}
 _loop: asyncio.AbstractEventLoop | None = None
 _lock = threading.Lock()
 
@@ -473,7 +476,7 @@ def serve_stage(
                 postprocess,
                 run_id=run_id,
                 deployment_seen=deployment_seen,
-                handles_key=(config.deployment, controller),
+                handles_key=(config.deployment, controller, _deployed_at(config.deployment)),
             )
             _stages[run_id] = stage
             while len(_stages) > KEPT_STAGES:
@@ -481,6 +484,15 @@ def serve_stage(
         _stages.move_to_end(run_id)
         loop = _process_loop()
     return asyncio.run_coroutine_threadsafe(stage(batch), loop).result()
+
+
+def _deployed_at(name: str) -> float | None:
+    from ray import serve
+
+    from relayllm.deployments import app_name
+
+    app = serve.status().applications.get(app_name(name))
+    return None if app is None else app.last_deployed_time_s
 
 
 def _process_loop() -> asyncio.AbstractEventLoop:
