@@ -305,12 +305,14 @@ def test_waiting_batches_take_turns_oldest_first_then_the_longest_waiting(servic
     get it a, b, c, a, b (a turn that ended without finishing goes to the back), and the one
     running is told to give its slot up once its turn is long enough, only while others
     wait."""
+    from relayllm.batch.service.fair import FairShare
     from relayllm.batch.service.runner import BatchRunner
 
     settings, store, _ = service
     runner = object.__new__(BatchRunner)  # no loop thread: _start_due driven by hand
     runner.settings = settings.model_copy(update={"max_batches": 1, "turn_s": 5.0})
     runner.store, runner.active, runner.turns, runner._tick = store, {}, {}, 0
+    runner.fair = FairShare(lambda project: 1.0)
     started: list[str] = []
     runner._run = started.append  # a turn that ends at once, the batch unfinished
     a, b, c = (new_batch(service, [line(i)]).id for i in range(3))

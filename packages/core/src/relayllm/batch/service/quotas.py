@@ -11,6 +11,9 @@ project name, ``"*"`` for every project not named:
   tokens of its unfinished batches' lines, checked at each create: OpenAI's batch queue
   limit, refused with OpenAI's ``token_limit_exceeded`` code and message.
 
+And ``weight`` (default 1): the project's share of the runner's turns while batches of
+several projects wait (:mod:`~relayllm.batch.service.fair`).
+
 Each check runs inside the store's write transaction that records the upload or the batch
 (:attr:`SQLiteJobStore.admit`), so gateways and runners sharing the state see one count: two
 creates racing for the last room cannot both get it. A refused request writes nothing (an
@@ -60,6 +63,11 @@ class Quota(ConfigModel):
         default_factory=dict,
         description="Per deployment: estimated input tokens of the batches not finished yet.",
     )
+    weight: float = Field(
+        default=1.0,
+        gt=0,
+        description="Share of the runner's turns while several projects' batches wait (fair.py).",
+    )
 
 
 class QuotaError(HttpError):
@@ -89,6 +97,11 @@ def read_quotas(path: str | None) -> dict[str, Quota]:
         return {str(project): Quota(**limits) for project, limits in data.items()}
     except ConfigError as exc:
         raise ConfigError(f"the quotas file {path!r}: {exc}") from None
+
+
+def weight_of(quotas: dict[str, Quota], project: str) -> float:
+    quota = quota_for(quotas, project)
+    return 1.0 if quota is None else quota.weight
 
 
 def quota_for(quotas: dict[str, Quota], project: str) -> Quota | None:
@@ -269,4 +282,5 @@ __all__ = [
     "estimate_tokens",
     "quota_for",
     "read_quotas",
+    "weight_of",
 ]

@@ -45,8 +45,10 @@ from relayllm.batch.service.errors import (
     NotFoundError,
     StaleClaimError,
 )
+from relayllm.batch.service.fair import FairShare
 from relayllm.batch.service.files import PART, FileStorage
 from relayllm.batch.service.ids import new_file_id
+from relayllm.batch.service.quotas import weight_of
 from relayllm.batch.service.settings import ServiceSettings
 from relayllm.batch.service.store import BatchRecord, RequestCounts, SQLiteJobStore, Status
 from relayllm.batch.service.usage import UsageLedger
@@ -391,6 +393,7 @@ class BatchRunner:
         self.active: dict[str, threading.Thread] = {}
         self.jobs: dict[str, BatchJob] = {}  # the claims held, kept alive by _heartbeat
         self.turns: dict[str, int] = {}  # batch -> when it last got a slot (a tick)
+        self.fair = FairShare(lambda project: weight_of(settings.quotas, project))
         self._tick = 0
         #: A batch waits for a slot: running ones end their turn at their next block.
         self.contended = False
@@ -467,19 +470,21 @@ class BatchRunner:
                 _delete_quietly(self.storage, file_id)
 
     def _start_due(self) -> None:
-        """Fill the free slots, round robin: the batches that never ran, oldest first, then
-        those whose last turn is longest ago. Any batch left waiting makes the running ones
-        end their turn (``turn_s``) at their next block."""
+        """Fill the free slots: each to the project of lowest pass (weighted fair share,
+        :mod:`~relayllm.batch.service.fair`), within it round robin: the batches that never
+        ran, oldest first, then those whose last turn is longest ago. Any batch left waiting
+        makes the running ones end their turn (``turn_s``) at their next block."""
         self.active = {b: t for b, t in self.active.items() if t.is_alive()}
         unfinished = self.store.unfinished()
         live = {r.id for r in unfinished}
         self.turns = {b: t for b, t in self.turns.items() if b in live}
-        waiting = sorted(
-            (r.id for r in unfinished if r.id not in self.active),
-            key=lambda b: self.turns.get(b, 0),  # stable: oldest first among equals
-        )
+        waiting = [r for r in unfinished if r.id not in self.active]
+        self.fair.keep_only({r.project for r in unfinished})
         while waiting and len(self.active) < self.settings.max_batches:
-            batch_id = waiting.pop(0)
+            chosen = self.fair.pick(waiting, self.turns)  # projects by weight (fair.py)
+            waiting.remove(chosen)
+            self.fair.granted(chosen.project)
+            batch_id = chosen.id
             self._tick += 1
             self.turns[batch_id] = self._tick
             thread = threading.Thread(
@@ -590,7 +595,6 @@ GATEWAY_ONLY = frozenset(
         "window_s",
         "output_expires_s",
         "min_expires_s",
-        "quotas",
     }
 )
 

@@ -1,0 +1,97 @@
+"""Weighted fair share of the runner's slots without Ray: projects of weight 2 and 1 get their
+turns 2:1 in every window of three, within a project batches take turns as before, a project
+that joins late starts within one turn, and the runner's slot rule follows the weights of the
+quotas file."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from relayllm.batch.service.fair import FairShare
+from relayllm.batch.service.quotas import Quota
+
+CHAT = "/v1/chat/completions"
+
+
+@dataclass(frozen=True)
+class Batch:
+    id: str
+    project: str
+
+
+def turns_of(share: FairShare, waiting: list[Batch], n: int, joins=None) -> list[Batch]:
+    """``n`` turns of one slot, each ending with its batch unfinished (back to waiting);
+    ``joins``: turn number -> a batch that arrives before it."""
+    turns: dict[str, int] = {}
+    given = []
+    for tick in range(1, n + 1):
+        if joins and tick in joins:
+            waiting.append(joins[tick])
+        chosen = share.pick(waiting, turns)
+        share.granted(chosen.project)
+        turns[chosen.id] = tick
+        given.append(chosen)
+    return given
+
+
+def test_weights_two_to_one_share_every_window_of_three_turns():
+    weights = {"heavy": 2.0, "light": 1.0}
+    share = FairShare(weights.__getitem__)
+    waiting = [Batch(f"{p}{i}", p) for p in ("light", "heavy") for i in range(3)]
+    given = turns_of(share, waiting, 30)
+    assert Counter(b.project for b in given) == {"heavy": 20, "light": 10}
+    for start in range(0, 30, 3):
+        window = Counter(b.project for b in given[start : start + 3])
+        assert window == {"heavy": 2, "light": 1}, (start, given)
+    heavy = [b.id for b in given if b.project == "heavy"]
+    assert heavy[:6] == ["heavy0", "heavy1", "heavy2"] * 2  # within a project: turns
+
+
+def test_equal_weights_alternate_projects_not_batches():
+    share = FairShare(lambda project: 1.0)
+    waiting = [Batch("a0", "a"), Batch("a1", "a"), Batch("a2", "a"), Batch("b0", "b")]
+    given = [b.id for b in turns_of(share, waiting, 6)]
+    assert given == ["a0", "b0", "a1", "b0", "a2", "b0"]
+
+
+def test_a_light_project_joining_late_starts_within_one_turn():
+    weights = {"heavy": 10.0, "other": 10.0, "light": 1.0}
+    share = FairShare(weights.__getitem__)
+    waiting = [Batch("h", "heavy"), Batch("o", "other")]
+    given = turns_of(share, waiting, 40, joins={31: Batch("small", "light")})
+    assert given[30].id == "small"  # the first free slot after it arrived
+    assert "small" not in [b.id for b in given[31:40]]  # no catching up on its absence
+
+
+def test_a_project_away_rejoins_at_the_others_pass():
+    share = FairShare(lambda project: 1.0)
+    turns_of(share, [Batch("a", "a")], 50)
+    share.keep_only({"b"})  # a's batches finished
+    given = [b.id for b in turns_of(share, [Batch("a2", "a"), Batch("b", "b")], 4)]
+    assert sorted(given) == ["a2", "a2", "b", "b"]
+
+
+def test_the_runners_slots_follow_the_quotas_weights(service):
+    from relayllm.batch.service.runner import BatchRunner
+
+    settings, store, storage = service
+    quotas = {"alpha": Quota(weight=2), "beta": Quota()}
+    runner = object.__new__(BatchRunner)  # no loop thread: _start_due driven by hand
+    runner.settings = settings.model_copy(update={"max_batches": 1, "quotas": quotas})
+    runner.store, runner.active, runner.turns, runner._tick = store, {}, {}, 0
+    runner.fair = FairShare(lambda p: quotas[p].weight)
+    started: list[str] = []
+    runner._run = started.append  # a turn that ends at once, the batch unfinished
+    owner = {}
+    for project in ("beta", "alpha", "beta", "alpha"):
+        data = b'{"custom_id": "r", "method": "POST", "url": "/v1/chat/completions"}\n'
+        record = store.add_file(project, filename="in.jsonl", purpose="batch", bytes=len(data))
+        storage.put(record.id, [data])
+        owner[store.create_batch(project, input_file_id=record.id, endpoint=CHAT).id] = project
+    for _ in range(9):
+        runner._start_due()
+        for thread in runner.active.values():
+            thread.join()
+    assert Counter(owner[b] for b in started) == {"alpha": 6, "beta": 3}
+    assert owner[started[0]] == "beta"  # equal passes at first: the oldest batch
