@@ -3,7 +3,7 @@
 A three-node Ray cluster on one machine: a head node (the driver, Serve's controller) and two
 "GPU nodes" that declare 4 GPUs each (Ray lets a node declare GPUs it does not have). The
 deployments are the real vllm backend on the real Serve, built as on a GPU machine; each
-replica stops at the adapter's documented seam (``VLLMDeployment.create_engine``), since no
+replica stops at the adapter's documented seam (``VLLMEngine.create_engine``), since no
 CUDA engine can start here, and reports what vLLM would have been given. Prints one JSON line.
 """
 
@@ -18,13 +18,13 @@ import relayllm
 from relayllm import DeploymentConfig
 from relayllm.plugin import manager
 from relayllm_vllm.backend import VLLMBackend, deployment_resources
-from relayllm_vllm.deployment import VLLMDeployment
+from relayllm_vllm.engine import VLLMEngine
 
 GPUS_PER_NODE = 4
 
 
-class LogicalGPUDeployment(VLLMDeployment):
-    """The vLLM deployment as on a CUDA machine, up to the point where vLLM would start."""
+class LogicalGPUEngine(VLLMEngine):
+    """The vLLM engine as on a CUDA machine, up to the point where vLLM would start."""
 
     def platform(self):
         return "cuda", False  # what vLLM's CUDA platform answers
@@ -37,8 +37,8 @@ class LogicalGPUBackend(VLLMBackend):
     name = "vllm-logical-gpu"
 
     @classmethod
-    def deployment_class(cls):
-        return LogicalGPUDeployment
+    def engine_class(cls):
+        return LogicalGPUEngine
 
     @classmethod
     def deployment_options(cls, options):

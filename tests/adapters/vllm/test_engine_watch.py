@@ -13,8 +13,8 @@ import time
 
 import psutil
 
-from relayllm_vllm.deployment import _descendants, _kill_all, _stuck_process
 from relayllm_vllm.memory import GIB, memory_shortfall
+from relayllm_vllm.processes import descendants, kill_all, stuck_process
 
 SLEEPER = "import time; time.sleep(600)"
 #: A child that starts a grandchild, prints its pid and waits.
@@ -29,16 +29,16 @@ def test_a_stopped_or_vanished_process_is_reported_and_a_running_one_is_not():
     child = subprocess.Popen([sys.executable, "-c", SLEEPER])
     try:
         proc = psutil.Process(child.pid)
-        assert _stuck_process([proc]) is None
+        assert stuck_process([proc]) is None
         os.kill(child.pid, signal.SIGSTOP)
         deadline = time.monotonic() + 10
         while proc.status() != psutil.STATUS_STOPPED and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert "is stopped" in (_stuck_process([proc]) or ""), proc.status()
+        assert "is stopped" in (stuck_process([proc]) or ""), proc.status()
         os.kill(child.pid, signal.SIGCONT)
         child.kill()
         child.wait()
-        assert "is gone" in (_stuck_process([proc]) or "")
+        assert "is gone" in (stuck_process([proc]) or "")
     finally:
         child.kill()
         child.wait()
@@ -49,13 +49,13 @@ def test_stopping_reaches_a_grandchild_whose_parent_died():
     grandchild = int(parent.stdout.readline())
     # What the replica records once its engine is ready (here: under the child, not this
     # process, whose descendants include the test's Ray cluster).
-    recorded = [psutil.Process(parent.pid), *_descendants(parent.pid)]
+    recorded = [psutil.Process(parent.pid), *descendants(parent.pid)]
     assert grandchild in {p.pid for p in recorded}
     os.kill(grandchild, signal.SIGSTOP)  # a stopped process too: SIGKILL still ends it
     parent.kill()  # EngineCore killed: the grandchild is no longer under anything we own
     parent.wait()
     assert psutil.Process(grandchild).ppid() != parent.pid
-    _kill_all(recorded)
+    kill_all(recorded)
     assert not psutil.pid_exists(grandchild) or (
         psutil.Process(grandchild).status() == psutil.STATUS_ZOMBIE
     )

@@ -1,5 +1,5 @@
 """vLLM 0.33's paused engine refuses the requests that arrive (a retryable error) where 0.32
-queued them: the replica then waits for the resume and sends them again, so the row is
+queued them: the engine then waits for the resume and sends them again, so the row is
 answered, not failed. Checked without an engine: the refusal is vLLM's own exception class,
 raised by a stand-in for the engine call; the contract test checks that 0.33 raises it so."""
 
@@ -10,10 +10,12 @@ import types
 
 import pytest
 
-import relayllm_vllm.deployment as deployment_module
-from relayllm import BatchDeployment
+import relayllm_vllm.generation as deployment_module
+from relayllm.adapters import EngineContext
+from relayllm.serving.metrics import ReplicaMetrics
 from relayllm_vllm.compat import hide_broken_torch_extensions
-from relayllm_vllm.deployment import VLLMDeployment, _RejectedAsPaused
+from relayllm_vllm.engine import VLLMEngine
+from relayllm_vllm.generation import _RejectedAsPaused
 from relayllm_vllm.options import VLLMOptions
 from relayllm_vllm.versions import RELEASES
 
@@ -23,10 +25,11 @@ from vllm.exceptions import RetryableRequestError  # noqa: E402
 REFUSAL = "Generation is paused. Please retry after it resumes."
 
 
-def replica(version: str) -> VLLMDeployment:
-    """A VLLMDeployment of ``version``'s behaviour whose engine is never started."""
-    deployment = VLLMDeployment.__new__(VLLMDeployment)
-    BatchDeployment.__init__(deployment, VLLMOptions(model="m"), {"name": "v"})
+def replica(version: str) -> VLLMEngine:
+    """A vLLM engine of ``version``'s behaviour that is never started (the replica paused
+    and resumed it: ``paused_mode``)."""
+    context = EngineContext({"name": "v"}, ReplicaMetrics("v", "vllm"))
+    deployment = VLLMEngine(VLLMOptions(model="m"), context)
     deployment.release = RELEASES[version]
     deployment.engine = types.SimpleNamespace(errored=False)
     return deployment
@@ -43,13 +46,13 @@ def quick(monkeypatch):
     monkeypatch.setattr(deployment_module, "REJECTED_RETRY_S", 0.01)
 
 
-async def paused_then_resumed(deployment: VLLMDeployment, sent: list[float]) -> None:
-    deployment.paused = "wait"
+async def paused_then_resumed(deployment: VLLMEngine, sent: list[float]) -> None:
+    deployment.paused_mode = "wait"
     while not sent:  # refused once...
         await asyncio.sleep(0.01)
     await asyncio.sleep(0.2)  # ...and not sent again while the pause lasts
     assert len(sent) == 1
-    deployment.paused = None
+    deployment.paused_mode = None
 
 
 def test_a_row_refused_by_the_paused_engine_is_answered_after_the_resume():
@@ -58,7 +61,7 @@ def test_a_row_refused_by_the_paused_engine_is_answered_after_the_resume():
 
     async def serve(request):
         sent.append(asyncio.get_running_loop().time())
-        if deployment.paused is not None:
+        if deployment.paused_mode is not None:
             raise RetryableRequestError(REFUSAL)
         return {"generated_text": "Paris"}
 
@@ -99,7 +102,7 @@ def test_a_stream_refused_on_arrival_starts_again_after_the_resume():
 
     async def stream(request, kind):
         sent.append(asyncio.get_running_loop().time())
-        if deployment.paused is not None:
+        if deployment.paused_mode is not None:
             raise _RejectedAsPaused() from RetryableRequestError(REFUSAL)
         yield {"generated_text": "Par"}
         yield {"generated_text": "is", "finish_reason": "stop"}
@@ -109,7 +112,7 @@ def test_a_stream_refused_on_arrival_starts_again_after_the_resume():
     async def main():
         resume = asyncio.create_task(paused_then_resumed(deployment, sent))
         await asyncio.sleep(0)
-        parts = [p async for p in deployment.stream_request({"task": "chat", "messages": []})]
+        parts = [p async for p in deployment.stream({"task": "chat", "messages": []})]
         await resume
         return parts
 

@@ -1,13 +1,13 @@
 """The ``vllm`` backend class: options, tasks, deploy-time checks, the resources of a replica.
 
 Importing this module is light (no vllm, torch or transformers): the engine is imported by
-:meth:`VLLMBackend.deployment_class` and, for ``engine_kwargs`` checks, by
+:meth:`VLLMBackend.engine_class` and, for ``engine_kwargs`` checks, by
 :meth:`VLLMBackend.check_options` -- both at deploy time.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import relayllm
 from relayllm import ConfigError
@@ -15,6 +15,9 @@ from relayllm.adapters import did_you_mean, row_tasks
 from relayllm.rows import FEATURES
 from relayllm_vllm.options import VLLMOptions
 from relayllm_vllm.versions import SUPPORTED_VERSIONS
+
+if TYPE_CHECKING:
+    from relayllm.adapters import Engine
 
 INSTALL_HINT = (
     "pip install './packages/adapter-vllm[gpu]' (vLLM for CUDA GPUs) "
@@ -31,7 +34,7 @@ class VLLMBackend(relayllm.Backend):
     """One vLLM ``AsyncLLM`` engine per Serve replica, shared by every processor."""
 
     name: ClassVar[str] = "vllm"
-    contract_version: ClassVar[int | None] = 2
+    contract_version: ClassVar[int | None] = 3
     Options = VLLMOptions
     requires: ClassVar[tuple[str, ...]] = ("vllm",)
     install_hint: ClassVar[str | None] = INSTALL_HINT
@@ -78,10 +81,10 @@ class VLLMBackend(relayllm.Backend):
             )
 
     @classmethod
-    def deployment_class(cls):
-        from relayllm_vllm.deployment import VLLMDeployment
+    def engine_class(cls) -> type[Engine]:
+        from relayllm_vllm.engine import VLLMEngine
 
-        return VLLMDeployment
+        return VLLMEngine
 
     @classmethod
     def deployment_options(cls, options: VLLMOptions) -> dict[str, Any]:

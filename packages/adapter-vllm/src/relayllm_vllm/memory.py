@@ -33,7 +33,7 @@ GPU_MEMORY_UTILIZATION_DEFAULT = 0.92
 #: usage context has no default of its own (checked by the contract test too).
 VLLM_DEFAULT_MAX_NUM_SEQS = 128
 #: ``max_num_seqs`` of vLLM's offline API (``LLM``, usage context ``LLM_CLASS``) on the CPU
-#: build, which the replica's engine takes too (see :mod:`relayllm_vllm.deployment`).
+#: build, which the replica's engine takes too (see :mod:`relayllm_vllm.engine`).
 CPU_OFFLINE_MAX_NUM_SEQS = 256
 #: KV tokens budgeted per running sequence on the CPU build: one KV block of the CPU build
 #: (128 tokens), a short batch row's prompt plus answer. Longer rows still run, fewer at a time.

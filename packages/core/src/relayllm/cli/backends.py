@@ -14,7 +14,6 @@ from pydantic_core import PydanticUndefined
 from relayllm import versions
 from relayllm.backend import KNOWN_ADAPTERS, BackendOrigin
 from relayllm.cli.common import handle_errors, warn_unsupported_versions
-from relayllm.plugin import OLDEST_CONTRACT_VERSION
 
 
 @click.command()
@@ -79,7 +78,7 @@ def describe(backend: Any, origin: BackendOrigin | None) -> dict[str, Any]:
         "engine_installed": not missing,
         "missing": missing,
         "install_hint": backend.install_hint if missing else None,
-        "contract_version": backend.contract_version or OLDEST_CONTRACT_VERSION,
+        "contract_version": backend.contract_version or 1,  # none declared: contract 1
         "options": options,
     }
 

@@ -75,6 +75,10 @@ class EngineContext:
     #: The LoRA adapters loaded at runtime (name -> path), kept by the replica: rows whose
     #: ``model`` names one are that adapter's.
     adapters: dict[str, str] = field(default_factory=dict)
+    #: Called by the default :meth:`Engine.run_batch` as each row is answered (the replica's
+    #: hang watch: a long call whose rows keep finishing is busy, not hung). An engine with
+    #: its own ``run_batch`` may call it too; the replica also notes each answered call.
+    answered: Callable[[], None] = lambda: None
 
     @property
     def name(self) -> str:
@@ -208,11 +212,13 @@ class Engine:
 
     async def _one(self, request: Request) -> Result:
         try:
-            return await self.run_request(request)
+            result = await self.run_request(request)
         except (asyncio.CancelledError, EngineFailedError):
             raise
         except Exception as exc:  # a row's failure is that row's value
-            return error_result(describe_exception(exc))
+            result = error_result(describe_exception(exc))
+        self.context.answered()
+        return result
 
 
 def offers(engine: object, call: str) -> bool:

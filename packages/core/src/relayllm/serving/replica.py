@@ -96,6 +96,7 @@ class Replica:
             retire_when_hung=engine.retire_when_hung,
             retire=_replica_id() is not None,  # not inside Serve: a test calling the class
         )
+        self.context.answered = self.watch.answered
 
     @property
     def engine(self) -> Any:
