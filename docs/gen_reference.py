@@ -1,5 +1,6 @@
 """Write the generated reference pages: docs/reference/configuration.md from the pydantic
-models' fields and descriptions, docs/reference/cli.md from the click commands' ``--help``.
+models' fields and descriptions, docs/reference/cli.md from the click commands' ``--help``,
+docs/reference/environment.md from ``relayllm.env``.
 
     python docs/gen_reference.py           # write the pages
     python docs/gen_reference.py --check   # exit 1 when a committed page is stale
@@ -339,7 +340,32 @@ def cli_page() -> str:
 
 # -- entry point ------------------------------------------------------------------------------
 
-PAGES = {"configuration.md": configuration_page, "cli.md": cli_page}
+
+def environment_page() -> str:
+    from relayllm import env
+
+    lines = [
+        GENERATED.format(what="relayllm.env.VARIABLES"),
+        "",
+        "# Environment variables",
+        "",
+        "Every `RELAYLLM_*` variable relayllm and its adapters read. A unit test keeps this list "
+        "and the code in step.",
+        "",
+        "| variable | default | meaning | read by |",
+        "|---|---|---|---|",
+    ]
+    for variable in env.VARIABLES:
+        cells = (f"`{variable.name}`", variable.default, variable.meaning, variable.package)
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+PAGES = {
+    "configuration.md": configuration_page,
+    "cli.md": cli_page,
+    "environment.md": environment_page,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
