@@ -96,6 +96,7 @@ def test_the_public_names_are_pinned():
         "BackendRegistry",
         "BatchDeployment",
         "ConfigError",
+        "ControlCallError",
         "ControlRefusedError",
         "Controller",
         "DeploymentConfig",
@@ -107,6 +108,7 @@ def test_the_public_names_are_pinned():
         "DuplicateBackendError",
         "EngineFailedError",
         "HttpConfig",
+        "IncompatibleAdapterError",
         "MissingDependencyError",
         "NAME",
         "Processor",
@@ -129,3 +131,20 @@ def test_the_public_names_are_pinned():
     ]
     for name in relayllm.__all__:
         assert getattr(relayllm, name) is not None, name
+
+
+def test_every_public_exception_is_a_relayllm_error():
+    """One root: ``except relayllm.RelayLLMError`` catches whatever a public call raises."""
+    import relayllm.adapters
+
+    exported = [
+        getattr(module, name) for module in (relayllm, relayllm.adapters) for name in module.__all__
+    ]
+    errors = [
+        obj
+        for obj in exported
+        if isinstance(obj, type) and issubclass(obj, Exception) and not issubclass(obj, Warning)
+    ]
+    assert len(errors) >= 10, "the scan found the exceptions"
+    strays = sorted(e.__name__ for e in errors if not issubclass(e, relayllm.RelayLLMError))
+    assert not strays, f"public exceptions outside RelayLLMError: {strays}"

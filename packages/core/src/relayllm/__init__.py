@@ -18,6 +18,7 @@ from relayllm.deployments import (
 )
 from relayllm.errors import (
     ConfigError,
+    ControlCallError,
     ControlRefusedError,
     DeploymentConflictError,
     DeploymentNotFoundError,
@@ -25,6 +26,7 @@ from relayllm.errors import (
     DeploymentStartError,
     DuplicateBackendError,
     EngineFailedError,
+    IncompatibleAdapterError,
     MissingDependencyError,
     RelayLLMError,
     ResourceFitError,
@@ -64,6 +66,7 @@ __all__ = [
     "BackendRegistry",
     "BatchDeployment",
     "ConfigError",
+    "ControlCallError",
     "ControlRefusedError",
     "Controller",
     "DeploymentConfig",
@@ -74,6 +77,7 @@ __all__ = [
     "DeploymentStartError",
     "DuplicateBackendError",
     "EngineFailedError",
+    "IncompatibleAdapterError",
     "HttpConfig",
     "MissingDependencyError",
     "Processor",

@@ -17,6 +17,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from relayllm.errors import RelayLLMError
+
 
 def did_you_mean(name: str, known: Iterable[str]) -> str:
     """`` (did you mean 'x'?)`` for the closest of ``known``, or an empty string."""
@@ -24,7 +26,7 @@ def did_you_mean(name: str, known: Iterable[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-class UnsupportedParameter(ValueError):
+class UnsupportedParameter(RelayLLMError, ValueError):
     """A row's sampling parameter the backend does not support: that row's error."""
 
 

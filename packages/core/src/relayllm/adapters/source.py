@@ -23,14 +23,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from relayllm.errors import RelayLLMError
+
 Definition = ast.AST  # a class, a function, a module-level assignment, or a module
 
 
-class SourceLayoutError(LookupError):
+class SourceLayoutError(RelayLLMError, LookupError):
     """A name is not where (or not what) the reader was asked to find."""
 
 
-class WheelFetchError(RuntimeError):
+class WheelFetchError(RelayLLMError, RuntimeError):
     """``pip download`` could not fetch a wheel; the message carries pip's last line."""
 
 

@@ -28,6 +28,8 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
+from relayllm.errors import RelayLLMError
+
 #: Formats an engine can be given (Pillow's names).
 FORMATS = {"PNG": "image/png", "JPEG": "image/jpeg", "WEBP": "image/webp", "GIF": "image/gif"}
 
@@ -45,7 +47,7 @@ class ImageLimits:
     remote_hosts: tuple[str, ...] | None = None
 
 
-class ImageError(ValueError):
+class ImageError(RelayLLMError, ValueError):
     """One image part cannot be used; its message becomes the row's error."""
 
 
