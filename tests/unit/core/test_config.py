@@ -148,3 +148,17 @@ def test_every_public_exception_is_a_relayllm_error():
     assert len(errors) >= 10, "the scan found the exceptions"
     strays = sorted(e.__name__ for e in errors if not issubclass(e, relayllm.RelayLLMError))
     assert not strays, f"public exceptions outside RelayLLMError: {strays}"
+
+
+@pytest.mark.parametrize(
+    ("model", "key", "hint"),
+    [
+        (HttpConfig, "route_prefx", "route_prefix"),
+        (AdmissionConfig, "target_ttft", "target_ttft_s"),
+    ],
+)
+def test_the_replicas_configs_refuse_a_bad_key_as_every_config_does(model, key, hint):
+    """The HTTP front's and admission's configs are ConfigModels too: a ConfigError naming the
+    field and the closest known name, not pydantic's ValidationError with the input."""
+    with pytest.raises(relayllm.ConfigError, match=f"{key}: unknown key \\(did you mean '{hint}'"):
+        model(**{key: 1})

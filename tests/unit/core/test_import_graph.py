@@ -34,6 +34,7 @@ LAYERS: list[tuple[str, ...]] = [
         "relayllm.openai_body",  # OpenAI bodies <-> rows: both front doors, on rows alone
         "relayllm.routing",  # the affinity policy: keys -> replicas, bounded load
         "relayllm.env",  # the list of RELAYLLM_* variables: data, imports nothing
+        "relayllm.configbase",  # the strict base of every config model (the replica's too)
     ),
     # the one HTTP layer both servers are route sets on (the front's, the gateway's)
     ("relayllm.http", "relayllm.http."),

@@ -11,19 +11,13 @@
 
 from __future__ import annotations
 
-import difflib
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from relayllm.configbase import did_you_mean
 from relayllm.errors import RelayLLMError
-
-
-def did_you_mean(name: str, known: Iterable[str]) -> str:
-    """`` (did you mean 'x'?)`` for the closest of ``known``, or an empty string."""
-    close = difflib.get_close_matches(name, sorted(known), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 class UnsupportedParameter(RelayLLMError, ValueError):

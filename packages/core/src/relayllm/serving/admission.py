@@ -41,13 +41,15 @@ import time
 from collections import OrderedDict
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+from pydantic import ConfigDict, Field, PositiveInt, model_validator
+
+from relayllm.configbase import ConfigModel
 
 #: Job ids a replica remembers: enough for the jobs that run on it at once.
 KEPT_JOBS = 64
 
 
-class AdmissionConfig(BaseModel):
+class AdmissionConfig(ConfigModel):
     """The targets and limits of the admission controller (``DeploymentConfig.admission``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

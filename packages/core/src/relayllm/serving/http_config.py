@@ -10,7 +10,9 @@ from __future__ import annotations
 import posixpath
 import re
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
+
+from relayllm.configbase import ConfigModel
 
 _PREFIX = re.compile(r"^/([A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*)?$")
 _ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -19,7 +21,7 @@ _URI = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://(.*)$")
 SOURCE_ARGUMENTS = {"update_weights": "source", "load_adapter": "path"}
 
 
-class HttpConfig(BaseModel):
+class HttpConfig(ConfigModel):
     """An OpenAI-compatible HTTP API on the deployment's own replicas (Ray Serve's ingress).
 
     Serve runs one HTTP proxy per cluster, so ``host`` and ``port`` are the cluster's: every
