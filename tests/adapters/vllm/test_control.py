@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import ray
 from support import wait_for
-from vllm_support import only_replica_info
+from vllm_support import hits_of_one_prompt, only_replica_info
 
 import relayllm
 from relayllm import ProcessorConfig, build_processor
@@ -91,32 +91,14 @@ def test_tokenize_and_detokenize_use_the_model_tokenizer(demo_deployment):
     assert ctl.detokenize(ids) == text
 
 
-def _prefix_hits(ctl) -> tuple[int, float]:
-    metrics = only_replica_info(ctl)["metrics"]
-    queries = metrics["prefix_cache_queries"]
-    return queries, (metrics["prefix_cache_hit_rate"] or 0.0) * queries
-
-
 def test_reset_prefix_cache_empties_the_engines_prefix_cache(demo_deployment):
     name = demo_deployment.name
     ctl = relayllm.control(name)
     # A prompt of a few hundred tokens that no other test sends.
     prompt = " ".join(f"control-plane word {i}." for i in range(80))
-    proc = build_processor(
-        ProcessorConfig(
-            deployment=name, task="completion", sampling_params={"max_tokens": 1}, batch_size=1
-        )
-    )
 
     def ask() -> float:
-        """The prefix-cache hits of one run of the prompt (tokens)."""
-        queries, hits = _prefix_hits(ctl)
-        (row,) = proc(ray.data.from_items([{"prompt": prompt}])).take_all()
-        assert not row["error"], row["error"]
-        wait_for(
-            lambda: _prefix_hits(ctl)[0] > queries, "the engine's step stats arrived", timeout_s=300
-        )
-        return _prefix_hits(ctl)[1] - hits
+        return hits_of_one_prompt(ctl, name, prompt)
 
     ask()  # now cached
     assert ask() >= 200, "the same prompt again is served from the prefix cache"

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import ray
 from support import wait_for
-from vllm_support import REPO, exclusive, only_replica_info
+from vllm_support import REPO, exclusive, hits_of_one_prompt, only_replica_info
 
 import relayllm
 from relayllm import ProcessorConfig, build_processor
@@ -129,3 +129,22 @@ def test_the_example_loop_stamps_each_round_with_its_own_version(policy, tmp_pat
     assert ctl.weight_version() == "2", "the last round's update"
     (round_2,) = (tmp_path / "round-2").glob("model.safetensors")
     assert round_2.stat().st_size > 100e6, "a whole checkpoint"
+
+
+def test_after_a_weight_update_no_row_reuses_a_prefix_block_of_the_old_weights(policy):
+    """Each version of the weights has its own prefix-cache namespace (vLLM's ``cache_salt``):
+    the same prompt hits within a version, and after an update it is computed again rather
+    than read from blocks the old weights computed -- without emptying the cache."""
+    ctl = relayllm.control(policy.name)
+    checkpoint = only_replica_info(ctl)["model_path"]
+    prompt = " ".join(f"weights-namespace word {i}." for i in range(80))
+
+    def ask() -> float:
+        return hits_of_one_prompt(ctl, policy.name, prompt)
+
+    ctl.update_weights(checkpoint, version="salt-a")
+    ask()  # now cached, under salt-a
+    assert ask() >= 200, "the same prompt on the same weights is served from the prefix cache"
+    ctl.update_weights(checkpoint, version="salt-b")
+    assert ask() < 16, "on new weights nothing of the old version's blocks is reused"
+    assert ask() >= 200, "the new version caches the prompt in its own namespace"

@@ -110,6 +110,38 @@ def only_replica_info(controller) -> dict[str, Any]:
     return info
 
 
+def prefix_hits(controller) -> tuple[int, float]:
+    """(prefix-cache queries, hits) of the one replica, in tokens (the engine's step stats)."""
+    metrics = only_replica_info(controller)["metrics"]
+    queries = metrics["prefix_cache_queries"]
+    return queries, (metrics["prefix_cache_hit_rate"] or 0.0) * queries
+
+
+def hits_of_one_prompt(controller, name: str, prompt: str) -> float:
+    """Send ``prompt`` once (one token back) and return the prefix-cache hits it got (tokens).
+    The CPU build caches whole blocks of 128 tokens: a prompt of a few hundred tokens that no
+    other test sends."""
+    import ray
+    from support import wait_for
+
+    from relayllm import ProcessorConfig, build_processor
+
+    proc = build_processor(
+        ProcessorConfig(
+            deployment=name, task="completion", sampling_params={"max_tokens": 1}, batch_size=1
+        )
+    )
+    queries, hits = prefix_hits(controller)
+    (row,) = proc(ray.data.from_items([{"prompt": prompt}])).take_all()
+    assert not row["error"], row["error"]
+    wait_for(
+        lambda: prefix_hits(controller)[0] > queries,
+        "the engine's step stats arrived",
+        timeout_s=300,
+    )
+    return prefix_hits(controller)[1] - hits
+
+
 def cli_env(address: str, *, with_address: bool = True) -> dict[str, str]:
     """The environment of a ``relayllm`` command joining the tests' cluster: through
     RAY_ADDRESS, or (``with_address=False``) with no RAY_ADDRESS, for ``--address``."""

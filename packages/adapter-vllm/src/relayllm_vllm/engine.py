@@ -48,6 +48,7 @@ class VLLMEngine(Generation, Engine):
         self.model_path = options.model
         self.release: Any = None
         self.paused_mode: str | None = None
+        self.weight_version: str | None = None
         self.plan: EnginePlan | None = None
         self.model_config: Any = None
         self.engine_starts = 0
@@ -231,12 +232,13 @@ class VLLMEngine(Generation, Engine):
 
     async def update_weights(self, path: str, version: str) -> None:
         """The worker's in-place reload from ``path`` (the replica has emptied the engine and
-        holds the rows), then the prefix cache is dropped -- its blocks were computed by
-        the old weights, and a prompt that hit them would mix both -- and the engine's own
-        weight version set (vLLM stamps it on its outputs; ``get_weight_version``)."""
+        holds the rows), then the engine's own weight version set (vLLM stamps it on its
+        outputs; ``get_weight_version``). The prefix cache is not emptied: its blocks were
+        computed by the old weights, and from now on every prompt carries the new version's
+        ``cache_salt`` (:meth:`Pooling._salted`), so none of them is reused; they age out as
+        the cache fills."""
         await reload_weights(self.engine, path)
-        if not await self.engine.reset_prefix_cache():
-            raise RuntimeError("the vLLM engine kept its prefix cache after a weight update")
+        self.weight_version = version
         await self.engine.update_weight_version(version)
 
     async def pause(self, mode: str) -> None:

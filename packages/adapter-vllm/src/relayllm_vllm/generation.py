@@ -320,7 +320,7 @@ class Generation(Pooling):
         # The template writes BOS/EOS itself; the tokenizer must not add them again.
         tok_params = renderer.default_chat_tok_params.with_kwargs(add_special_tokens=False)
         _, (prompt,) = await renderer.render_chat_async([messages], chat_params, tok_params)
-        return prompt
+        return self._salted(prompt)
 
     def _lora_for(self, model: str | None) -> Any:
         """The LoRA adapter a row's ``model`` column names (None: the base model).

@@ -20,6 +20,8 @@ class Pooling:
     engine: Any
     options: VLLMOptions
     model_config: Any
+    #: The version of the weights loaded by the last update_weights (None: the engine's own).
+    weight_version: str | None
 
     async def _render_completion(self, text: str) -> Any:
         from vllm.renderers.inputs.preprocess import parse_model_prompt
@@ -27,6 +29,15 @@ class Pooling:
         renderer = self.engine.renderer
         parsed = parse_model_prompt(self.model_config, {"prompt": text})
         (prompt,) = await renderer.render_cmpl_async([parsed], renderer.default_cmpl_tok_params)
+        return self._salted(prompt)
+
+    def _salted(self, prompt: Any) -> Any:
+        """The prompt in the prefix-cache namespace of the weights it will run on: after a
+        weight update no row reuses a block the old weights computed (vLLM's ``cache_salt``
+        is part of a prompt's first block hash), while rows of one version still share theirs.
+        No salt before the first update: the engine's own weights."""
+        if self.weight_version is not None and isinstance(prompt, dict):
+            prompt["cache_salt"] = f"relayllm-weights:{self.weight_version}"
         return prompt
 
     async def _embed(self, text: str, request_id: str, lora: Any) -> Result:
