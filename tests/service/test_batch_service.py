@@ -131,7 +131,7 @@ def test_upload_create_poll_download_with_openai_types(service):
     assert isinstance(batch, Batch)
     assert batch.status == "completed", batch
     assert (batch.request_counts.total, batch.request_counts.completed) == (6, 6)
-    assert batch.in_progress_at and batch.finalizing_at and batch.completed_at
+    assert batch.created_at <= batch.in_progress_at <= batch.finalizing_at <= batch.completed_at
     assert batch.error_file_id is None and batch.metadata == {"k": "v"}
     output = lines_of(api, batch.output_file_id)
     assert sorted(line["custom_id"] for line in output) == sorted(f"r{i}" for i in range(6))

@@ -14,7 +14,7 @@ STARTUP_TIMEOUT_S = 1800
 TIMED_OUT = "did not start within"
 
 
-def test_bad_model_path_fails_clearly_and_leaves_nothing(tmp_path):
+def test_bad_model_path_fails_clearly_and_leaves_nothing(tmp_path, monkeypatch):
     from ray import serve
     from ray.util import list_named_actors
 
@@ -25,8 +25,15 @@ def test_bad_model_path_fails_clearly_and_leaves_nothing(tmp_path):
         options={"model": str(missing)},
         startup_timeout_s=STARTUP_TIMEOUT_S,
     )
+    # Where the command runs, the deploy-time check refuses the path before Serve starts...
+    with pytest.raises(relayllm.ConfigError, match="options.model|model: the path"):
+        relayllm.deploy(config)
+    assert "relayllm-no-model" not in serve.status().applications
+    # ...and where the check is skipped (a path that only the cluster's nodes have), the
+    # replica's engine fails to start, and says why.
+    monkeypatch.setenv("RELAYLLM_SKIP_MODEL_CHECK", "1")
     start = time.monotonic()
-    with pytest.raises((relayllm.DeploymentStartError, relayllm.ConfigError)) as err:
+    with pytest.raises(relayllm.DeploymentStartError) as err:
         relayllm.deploy(config)
     elapsed = time.monotonic() - start
     assert "no-such-model" in str(err.value), str(err.value)[:2000]
