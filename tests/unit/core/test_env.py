@@ -10,11 +10,10 @@ from pathlib import Path
 from relayllm import env
 
 PACKAGES = Path(__file__).resolve().parents[3] / "packages"
-#: A variable name the code reads: in ``os.environ.get("...")``/``os.environ["..."]``/``getenv``,
-#: or as the value of the constant it reads through (``VERBOSE_ENV = "RELAYLLM_VERBOSE"``).
-QUOTED = re.compile(
-    r"(?:=\s*|environ\.get\(\s*|environ\[\s*|getenv\(\s*)[\"'](RELAYLLM_[A-Z0-9_]+)[\"']"
-)
+#: A quoted RELAYLLM_* name in the source: a variable the code reads (``os.environ.get(...)``,
+#: a constant or a list it reads through) -- unless the file defines a Python name of that
+#: spelling (a name listed in ``__all__``).
+QUOTED = re.compile(r"[\"'](RELAYLLM_[A-Z0-9_]+)[\"']")
 
 
 def _read_in_code() -> dict[str, set[str]]:
@@ -22,7 +21,10 @@ def _read_in_code() -> dict[str, set[str]]:
     for path in sorted(PACKAGES.glob("*/src/**/*.py")):
         if path.name == "env.py" and path.parent.name == "relayllm":
             continue
-        for name in QUOTED.findall(path.read_text(encoding="utf-8")):
+        text = path.read_text(encoding="utf-8")
+        for name in QUOTED.findall(text):
+            if re.search(rf"^{name}\b\s*[:=]", text, re.M):  # a Python name, not a variable
+                continue
             found.setdefault(name, set()).add(str(path.relative_to(PACKAGES)))
     return found
 

@@ -96,6 +96,22 @@ VARIABLES: tuple[Variable, ...] = (
         "A file of the service's keys, one `PROJECT=KEY` per line.",
     ),
     Variable(
+        "RELAYLLM_ADMIN_KEY",
+        "none",
+        "The Batch API service's admin key: the operator's, who sees, cancels and deletes "
+        "every project's batches and files and creates nothing (never logged).",
+    ),
+    Variable(
+        "RELAYLLM_BASE_URL",
+        "`$OPENAI_BASE_URL`",
+        "The service URL `relayllm batches` and `relayllm files` talk to.",
+    ),
+    Variable(
+        "RELAYLLM_API_KEY",
+        "`$OPENAI_API_KEY`",
+        "The key `relayllm batches` and `relayllm files` send (a project's, or the admin key).",
+    ),
+    Variable(
         "RELAYLLM_TEST_CACHE",
         "`$XDG_CACHE_HOME`, else `~/.cache`",
         "Where the conformance kit keeps the engine wheels it fetches to read their source.",
