@@ -153,7 +153,7 @@ def test_a_new_deployment_of_a_paused_name_starts_unpaused():
 
 
 def test_a_refused_call_names_backend_and_call_and_changes_nothing():
-    from relayllm.serving.control import state_actor
+    from relayllm.serving.control_state import state_actor
 
     # shout (examples/third-party-adapter) was written before the control plane: it has no
     # control hook, and keeps working.

@@ -139,8 +139,8 @@ def test_capabilities_are_what_an_engine_implements():
 
 def test_every_control_call_is_a_controller_method_and_a_cli_choice():
     """One list: the Controller's calls and the command line's are the engine contract's."""
-    from relayllm.control import Controller
-    from relayllm.serving.control import CONTROL_CALLS
+    from relayllm.serving.control_state import CONTROL_CALLS
+    from relayllm.serving.controller import Controller
 
     assert tuple(CAPABILITIES) == CONTROL_CALLS
     missing = [call for call in CAPABILITIES if not callable(getattr(Controller, call, None))]

@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from relayllm.errors import ControlRefusedError
-from relayllm.serving.control import CONTROL_CALLS
+from relayllm.serving.control_state import CONTROL_CALLS
 from relayllm.serving.replica import Replica
 from relayllm.testing.echo import EchoEngine, EchoOptions
 

@@ -40,7 +40,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("relayllm.http", "relayllm.http."),
     # what runs in a Serve replica: on the foundation only; and the control calls fanned out
     # to every replica, from a driver or from a replica's control routes
-    ("relayllm.serving", "relayllm.serving.", "relayllm.control"),
+    ("relayllm.serving", "relayllm.serving."),
     # the stage's helpers: image_url parts (also the echo backend's), grouping rows into calls
     ("relayllm.stage", "relayllm.stage.images", "relayllm.stage.calls"),
     # the one fit check: what will run, as data, against the cluster

@@ -6,7 +6,6 @@ engine packages (vllm, sglang, torch, openai) only inside the adapters that use 
 
 from relayllm.backend import Backend, BackendOptions, BackendRegistry
 from relayllm.config import ProcessorConfig
-from relayllm.control import Controller
 from relayllm.deployments import (
     DeploymentConfig,
     DeploymentRef,
@@ -38,6 +37,7 @@ from relayllm.plugin import NAME, hookimpl
 from relayllm.plugin.legacy import BatchDeployment
 from relayllm.processor import Processor, build_processor
 from relayllm.serving.admission import AdmissionConfig
+from relayllm.serving.controller import Controller
 from relayllm.serving.http_config import HttpConfig
 
 __version__ = "0.1.0"

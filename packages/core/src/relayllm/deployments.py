@@ -28,7 +28,7 @@ from relayllm.errors import (
 from relayllm.placement import PLACEMENT_FIELD, Placement, apply_placement
 from relayllm.routing import ROUTING_FIELD, Routing, routing_options
 from relayllm.serving.admission import AdmissionConfig
-from relayllm.serving.control import drop_state
+from relayllm.serving.control_state import drop_state
 from relayllm.serving.http_config import HttpConfig
 
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from ray.serve.handle import DeploymentHandle
 
     from relayllm.backend import Backend
-    from relayllm.control import Controller
+    from relayllm.serving.controller import Controller
 
 logger = logging.getLogger(__name__)
 
@@ -361,7 +361,7 @@ def control(name: str, *, address: str | None = None) -> Controller:
     ones): ``pause``/``resume``/``is_paused``, ``reset_prefix_cache``, ``sleep``/``wake_up``,
     ``tokenize``/``detokenize``, runtime LoRA adapters and ``update_weights``, each on every
     replica."""
-    from relayllm.control import Controller
+    from relayllm.serving.controller import Controller
 
     ref = get_deployment(name, address=address)  # connects; lists the running ones
     return Controller(name, ref.app_name, ref.deployment_name)

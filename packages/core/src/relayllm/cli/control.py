@@ -1,6 +1,6 @@
 """``relayllm pause / resume / control``: control calls on a running deployment, by name, on
-every replica (:mod:`relayllm.control`). Like ``status``, they need a cluster that outlives
-the command (``--address`` or ``RAY_ADDRESS``)."""
+every replica (:mod:`relayllm.serving.controller`). Like ``status``, they need a cluster that
+outlives the command (``--address`` or ``RAY_ADDRESS``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import json
 import click
 
 from relayllm.cli.common import attach_address_option, connect, handle_errors, verbose_option
-from relayllm.serving.control import CONTROL_CALLS, PAUSE_MODES
+from relayllm.serving.control_state import CONTROL_CALLS, PAUSE_MODES
 
 #: ``relayllm control NAME CALL``: the calls that are not ``pause``/``resume``.
 CALLS = tuple(c for c in CONTROL_CALLS if c not in ("pause", "resume"))

@@ -2,7 +2,7 @@
 
 It holds the gate batch rows pass before they enter the engine (closed while paused or while
 weights load), counts the rows inside the engine (a ``wait`` pause and a weight update wait
-for them), follows the deployment's state actor (:mod:`relayllm.serving.control`: a replica
+for them), follows the deployment's state actor (:mod:`relayllm.serving.control_state`: a replica
 that starts later comes up paused, with the adapters and weights the others have), and runs
 the control calls the driver fans out, each through the engine method
 :data:`~relayllm.serving.engine.CAPABILITIES` names.
@@ -17,7 +17,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from relayllm.errors import ControlRefusedError
-from relayllm.serving.control import PAUSE_MODES, WAIT_S, state_actor
+from relayllm.serving.control_state import PAUSE_MODES, WAIT_S, state_actor
 from relayllm.serving.engine import CAPABILITIES, refusal
 
 logger = logging.getLogger(__name__)

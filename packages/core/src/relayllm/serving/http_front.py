@@ -10,7 +10,8 @@ response bodies. Request bodies are checked against the ``openai`` package's req
 use too, so a request answers the same through either door.
 
 With ``http.admin_key_env`` set, ``POST <prefix>/admin/CALL`` runs a control call
-(:mod:`relayllm.control`: pause, resume, ...) on the whole deployment, behind a key of its own.
+(:mod:`relayllm.serving.controller`: pause, resume, ...) on the whole deployment, behind a key
+of its own.
 
 Loaded only inside a replica whose deployment has an ``http`` section (it imports openai and
 starlette), never by ``import relayllm``.
@@ -166,7 +167,7 @@ class HttpFront:
         no body): the control call on every replica of this deployment, as
         ``relayllm.control(name).CALL(**arguments)``; answers ``{"call": ..., "result": ...}``.
         Without ``http.admin_key_env`` there are no control routes: 404, whatever is sent."""
-        from relayllm.serving.control import CONTROL_CALLS
+        from relayllm.serving.control_state import CONTROL_CALLS
 
         call = str(request.path_params["call"])
         if not self._admin_key.required:
@@ -360,7 +361,7 @@ def _control_call(deployment: str, call: str, arguments: dict[str, Any]) -> Any:
 
     from ray import serve
 
-    from relayllm.control import Controller
+    from relayllm.serving.controller import Controller
 
     # This replica's own application and deployment: no lookup by name, and the same
     # deployment even if another of its name were deployed since.
@@ -383,7 +384,7 @@ def _paused(model: str, state: str | None = None) -> HttpError:
     """A paused deployment answers interactive requests at once with 503 and Retry-After
     (OpenAI's clients retry a 503 after the time it names) instead of holding the connection
     for a pause of unknown length; batch rows wait in the replica instead."""
-    from relayllm.serving.control import PAUSED_RETRY_AFTER_S
+    from relayllm.serving.control_state import PAUSED_RETRY_AFTER_S
 
     return HttpError(
         503,

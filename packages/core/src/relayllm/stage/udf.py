@@ -278,7 +278,7 @@ class ServeStage:
         rows wait in the replica, so a pause longer than ``timeout_s`` must not spend the
         call's retries; the re-sent call joins the replica's computation of the same ids.
         Durations, no clocks compared: the state actor's since its change, this worker's."""
-        from relayllm.serving.control import state_actor
+        from relayllm.serving.control_state import state_actor
 
         try:
             actor = await asyncio.to_thread(state_actor, self.config.deployment, create=False)

@@ -7,7 +7,7 @@ the backend or its device cannot do is refused (:class:`~relayllm.errors.Control
 naming backend and call) before anything changes anywhere.
 
 Shared state (paused or not) is written to the deployment's state actor first
-(:mod:`relayllm.serving.control`), then every running replica is told to apply it and the call
+(:mod:`relayllm.serving.control_state`), then every running replica is told to apply it and the call
 returns once each has: a replica that starts later reads the same state when it starts.
 Serve's handle reaches one replica of its choosing, so the replicas are called one by one
 through :func:`relayllm.compat.call_replica`.
@@ -29,7 +29,7 @@ from relayllm.errors import (
     RelayLLMError,
     describe_exception,
 )
-from relayllm.serving.control import PAUSE_MODES, PauseMode, state_actor
+from relayllm.serving.control_state import PAUSE_MODES, PauseMode, state_actor
 
 #: How long a control call waits for every replica to answer (a ``wait`` pause waits for the
 #: rows already in the engines).

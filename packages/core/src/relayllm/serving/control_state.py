@@ -8,7 +8,7 @@ replicas in the background with no answer per replica, and the deployment's conf
 ``deploy()`` compares to detect a conflict -- would then change with every pause. The actor
 holds only the state and a version; each replica follows it (a long poll) and the driver's
 control call waits until every running replica has applied the version it wrote
-(:mod:`relayllm.control`).
+(:mod:`relayllm.serving.controller`).
 
 Nothing here imports Ray at module level: this module is imported by every replica.
 """
