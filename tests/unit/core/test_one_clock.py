@@ -11,13 +11,13 @@ import math
 from pathlib import Path
 
 import relayllm
-from relayllm.serving.control import ControlState
+from relayllm.serving.control_state import ControlState
 
 SRC = Path(relayllm.__file__).parent
 #: Code that runs on any node and reasons about a time another process set.
 ANY_NODE = [
     *sorted((SRC / "stage").glob("*.py")),
-    SRC / "serving" / "control.py",
+    SRC / "serving" / "control_state.py",
     SRC / "serving" / "follower.py",
 ]
 
