@@ -96,6 +96,11 @@ VARIABLES: tuple[Variable, ...] = (
         "A file of the service's keys, one `PROJECT=KEY` per line.",
     ),
     Variable(
+        "RELAYLLM_QUOTAS_FILE",
+        "none",
+        "The Batch API service's quotas per project (`relayllm serve --quotas`).",
+    ),
+    Variable(
         "RELAYLLM_ADMIN_KEY",
         "none",
         "The Batch API service's admin key: the operator's, who sees, cancels and deletes "
