@@ -6,6 +6,12 @@ resumes from its output, each ``custom_id`` exactly once, none lost.
 Two clusters of the test's own, one after the other (no ``ray_session``): the state directory
 on disk is all that carries over."""
 
+import glob
+import json
+import os
+import signal
+import time
+
 import pytest
 from batch_api import chat_lines, finished_lines, lines_of, submit, wait
 from support import cli, free_port, ray_head_node, wait_started
@@ -37,10 +43,60 @@ def serve(path, state, env):
     return client(served.stdout.split("base URL: ")[1].split()[0], KEY)
 
 
+def descendants(pid):
+    """Every process under ``pid`` (by parent links), with its command line."""
+    parents, commands = {}, {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                parents[int(entry)] = int(stat.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                commands[int(entry)] = cmdline.read().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, IndexError, ValueError):
+            continue
+    found, todo = {}, [pid]
+    while todo:
+        parent = todo.pop()
+        for child, its_parent in parents.items():
+            if its_parent == parent and child not in found:
+                found[child] = commands.get(child, "")
+                todo.append(child)
+    return found
+
+
+def alive(pid):
+    """Running (a zombie waiting to be reaped is not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def served_rows(env, name="slow"):
+    status = json.loads(cli("status", "--json", env=env, check=0).stdout)
+    return next(d["rows"] for d in status if d.get("name") == name)
+
+
+def work_lines(state, batch_id):
+    (path,) = glob.glob(os.path.join(state, "work", batch_id, "out.*.jsonl"))
+    with open(path, "rb") as work:
+        return [line for line in work.read().split(b"\n")[:-1] if line.strip()]
+
+
 def test_a_batch_resumes_each_line_once_after_the_cluster_is_lost_and_served_again(tmp_path):
+    """The runner is stopped mid-batch (SIGSTOP: its work file stays as it is) and the
+    deployment's counter read once it settles: it computed more rows than the work file
+    kept (work in flight). Then every process of the cluster is SIGKILLed, and the runner's
+    and the replica's processes are checked gone, not only ``ray start``. The new cluster's
+    replica computes exactly the lines the work file lacked, the lines lost being whole blocks;
+    each custom_id once, each body its own line's answer."""
+    from relayllm.blocks import block_rows, stage_batch
+
     path, state = tmp_path / "deployments.yaml", tmp_path / "state"
     path.write_text(DEPLOYMENTS)
     ids = [f"c{i}" for i in range(LINES)]
+    per_block = block_rows(LINES, stage_batch(2))
 
     with ray_head_node("rlsvc-", kill=True) as (head, log, env):
         wait_started(head, log)
@@ -49,7 +105,25 @@ def test_a_batch_resumes_each_line_once_after_the_cluster_is_lost_and_served_aga
         before = wait(api, created.id, finished_lines(8), timeout=120)
         assert before.status == "in_progress", before
         assert 0 < before.request_counts.completed < LINES
-    assert head.poll() is not None  # the whole cluster is gone, mid-batch
+        cluster = descendants(head.pid)
+        (runner,) = [pid for pid, command in cluster.items() if "BatchRunner" in command]
+        replicas = [
+            pid for pid, command in cluster.items() if "ServeReplica:relayllm-slow" in command
+        ]
+        assert replicas, cluster
+        os.kill(runner, signal.SIGSTOP)
+        computed, settled = served_rows(env), None
+        while settled != computed:  # each read takes longer than a call (1 s)
+            settled, computed = computed, served_rows(env)
+        kept = len(work_lines(state, created.id))
+        assert kept < computed, (kept, computed)  # work was in flight
+    assert head.poll() is not None  # the whole cluster is gone, mid-batch...
+    deadline = time.monotonic() + 30
+    while any(alive(pid) for pid in cluster) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = {pid: cluster[pid] for pid in cluster if alive(pid)}
+    assert left == {}, left  # ...the runner, the replica and every other process with it
+    assert not alive(runner) and not any(alive(pid) for pid in replicas)
 
     with ray_head_node("rlsvc-") as (head, log, env):
         wait_started(head, log)
@@ -57,7 +131,15 @@ def test_a_batch_resumes_each_line_once_after_the_cluster_is_lost_and_served_aga
         batch = wait(api, created.id, timeout=300)
         assert batch.status == "completed", batch
         assert batch.request_counts.completed == LINES
-        done = lines_of(api, batch.output_file_id) + lines_of(api, batch.error_file_id)
+        assert served_rows(env) == LINES - kept  # exactly the lines the work file lacked
+        # Lost: whole blocks the stage worker had been handed and the stopped runner never
+        # wrote (it finishes every block it holds), never a line of a block the file kept.
+        assert (computed - kept) % per_block == 0 and kept % per_block == 0, (computed, kept)
+        done = lines_of(api, batch.output_file_id)
+        assert batch.error_file_id is None
         assert sorted(line["custom_id"] for line in done) == sorted(ids)  # none lost or twice
-        assert all(line["response"]["status_code"] == 200 for line in done)
+        for line in done:
+            number = line["custom_id"][1:]
+            content = line["response"]["body"]["choices"][0]["message"]["content"]
+            assert content == f"line {number} words", line
         cli("shutdown", "--gateways", env=env, check=0)
