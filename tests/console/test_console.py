@@ -7,6 +7,7 @@ renews itself, its metadata shown as text, a download link that saves the same b
 One service and one browser for the module. ``RELAYLLM_CONSOLE_SCREENSHOT=PATH`` saves a
 screenshot of the page there (the docs' picture: docs/img/console.png)."""
 
+import json
 import os
 
 import pytest
@@ -125,7 +126,7 @@ def test_a_running_batch_advances_on_the_page_and_its_output_downloads(browser, 
     if os.environ.get(SCREENSHOT_ENV):  # the docs' picture, where the one who asks says
         page.screenshot(path=os.environ[SCREENSHOT_ENV], full_page=True)
     # the metadata is shown as the text it is, and ran nothing
-    assert HOSTILE in row.locator("td").nth(5).inner_text()
+    assert HOSTILE in row.locator("td").nth(6).inner_text()
     assert page.evaluate("() => window.pwned") is None
     # the deployment behind it, with its replica's rows
     deployment = page.locator("section:has(h2:has-text('Deployments')) tbody tr").first
@@ -142,6 +143,13 @@ def test_a_running_batch_advances_on_the_page_and_its_output_downloads(browser, 
     expected = alpha.files.content(finished.output_file_id).content
     assert saved.read_bytes() == expected and len(expected.splitlines()) == LINES
     assert downloading.value.suggested_filename.startswith(batch.id)
+    # its tokens, as the usage ledger charged them: the output lines' usage summed
+    usage = [json.loads(line)["response"]["body"]["usage"] for line in expected.splitlines()]
+    tokens_in = sum(u["prompt_tokens"] for u in usage)
+    tokens_out = sum(u["completion_tokens"] for u in usage)
+    assert tokens_in > 0 and tokens_out > 0
+    shown = row.locator(".tokens").inner_text()
+    assert shown == f"{tokens_in:,} / {tokens_out:,}"
     context.close()
 
 

@@ -123,3 +123,18 @@ def test_a_download_is_the_files_bytes_for_its_project_only(gateway):
     other = call(gateway, "GET", path, headers=[("authorization", f"Bearer {KEY_B}")])
     assert other.status_code == 404
     assert call(gateway, "GET", path).status_code == 401
+
+
+def test_a_batchs_tokens_are_the_usage_ledgers(gateway):
+    from relayllm.batch.service.usage import Use, _add
+
+    made, idle = batch(gateway, "alpha"), batch(gateway, "alpha")
+    with gateway.ledger.write() as db:
+        _add(db, "alpha", made.id, "echo", 60, Use(3, 1200, 0, 30))
+        _add(db, "alpha", made.id, "other", 120, Use(1, 5, 0, 4))
+    page = call(gateway, "GET", "/console", headers=[("authorization", f"Bearer {KEY_A}")])
+    text = page.body.decode()
+    row = text.split(f'data-batch="{made.id}"')[1].split("</tr>")[0]
+    assert '<td class="num tokens">1,205 / 34</td>' in row
+    other = text.split(f'data-batch="{idle.id}"')[1].split("</tr>")[0]
+    assert '<td class="num tokens">-</td>' in other

@@ -34,6 +34,7 @@ from relayllm.batch.service.errors import NotFoundError, UnauthorizedError
 from relayllm.batch.service.files import CHUNK, FileStorage
 from relayllm.batch.service.ids import is_file_id
 from relayllm.batch.service.keys import ADMIN, KeyMap
+from relayllm.batch.service.usage import UsageLedger, Use
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -60,8 +61,10 @@ HEADERS = {
 class Console:
     """The console's routes, on the gateway's store, keys and file storage."""
 
-    def __init__(self, store: AdminStore, keys: KeyMap, storage: FileStorage) -> None:
-        self.store, self.keys, self.storage = store, keys, storage
+    def __init__(
+        self, store: AdminStore, keys: KeyMap, storage: FileStorage, ledger: UsageLedger
+    ) -> None:
+        self.store, self.keys, self.storage, self.ledger = store, keys, storage, ledger
         self._secret = secrets.token_bytes(32)  # per replica: a restart signs everyone out
         self._deployments: tuple[float, list[dict[str, Any]], str | None] = (0.0, [], None)
         self._lock = asyncio.Lock()
@@ -118,11 +121,13 @@ class Console:
         if viewer is None:
             return _html(pages.login_page(base + "/login"), 401)
         batches = await asyncio.to_thread(self._batches, viewer)
+        usage = await asyncio.to_thread(self._usage, batches)
         found, problem = await self._deployments_now()
         text = pages.console_page(
             viewer=viewer,
             base=base,
             batches=batches,
+            usage=usage,
             deployments=found,
             deployments_problem=problem,
         )
@@ -134,6 +139,15 @@ class Console:
             return {viewer: self.store.list_batches(viewer, limit=SHOWN).data}
         projects = sorted(set(self.store.projects()) | self.keys.projects)
         return {p: self.store.list_batches(p, limit=SHOWN).data for p in projects}
+
+    def _usage(self, batches: dict[str, list[Any]]) -> dict[str, Use]:
+        """Each shown batch's tokens so far (the usage ledger's, all its models summed)."""
+        found = {}
+        for group in batches.values():
+            for batch in group:
+                totals = self.ledger.batch_totals(batch.id).values()
+                found[batch.id] = sum(totals, Use(requests=0))
+        return found
 
     async def login(self, request: Request) -> Response:
         base = self._base(request)

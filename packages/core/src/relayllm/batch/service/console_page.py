@@ -47,7 +47,8 @@ h2{font-size:16px;margin:22px 0 8px}
 table{border-collapse:collapse;width:100%;background:#fff;border:1px solid #dde1e6}
 th,td{text-align:left;padding:5px 10px;border-bottom:1px solid #eceef1;vertical-align:top}
 th{background:#eef1f4;font-weight:600;font-size:13px}
-td.num{text-align:right;font-variant-numeric:tabular-nums}
+td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+th,.nw{white-space:nowrap}
 code{font:12px ui-monospace,monospace}
 .status{padding:1px 7px;border-radius:9px;font-size:12px;background:#e5e8ec}
 .s-completed{background:#d5f0dc}.s-in_progress,.s-finalizing,.s-validating{background:#dbe9fb}
@@ -101,12 +102,13 @@ def console_page(
     viewer: str,
     base: str,
     batches: Mapping[str, Sequence[BatchRecord]],
+    usage: Mapping[str, Any],
     deployments: Sequence[Mapping[str, Any]],
     deployments_problem: str | None,
 ) -> str:
     """The whole page: one table of batches per project, then the deployments."""
     live = any(not b.terminal for group in batches.values() for b in group)
-    sections = [_project(project, group, base) for project, group in batches.items()]
+    sections = [_project(project, group, base, usage) for project, group in batches.items()]
     if not sections:
         sections = ['<p class="muted">No batches yet.</p>']
     who = "admin: every project" if viewer == "*" else f"project {viewer}"
@@ -127,19 +129,21 @@ def console_page(
     return document("relayllm console", header + main, live=live)
 
 
-def _project(project: str, group: Sequence[BatchRecord], base: str) -> str:
-    rows = "".join(_batch_row(b, base) for b in group) or (
-        '<tr><td colspan="7" class="muted">No batches.</td></tr>'
+def _project(
+    project: str, group: Sequence[BatchRecord], base: str, usage: Mapping[str, Any]
+) -> str:
+    rows = "".join(_batch_row(b, base, usage.get(b.id)) for b in group) or (
+        '<tr><td colspan="8" class="muted">No batches.</td></tr>'
     )
     return (
         f'<section data-project="{esc(project)}"><h2>Project {esc(project)}</h2>'
         "<table><thead><tr><th>batch</th><th>status</th><th>progress</th><th>failed</th>"
-        "<th>created (UTC)</th><th>metadata</th><th>files</th></tr></thead>"
+        "<th>tokens in/out</th><th>created (UTC)</th><th>metadata</th><th>files</th></tr></thead>"
         f"<tbody>{rows}</tbody></table></section>"
     )
 
 
-def _batch_row(batch: BatchRecord, base: str) -> str:
+def _batch_row(batch: BatchRecord, base: str, use: Any) -> str:
     counts = batch.request_counts
     done = counts.completed + counts.failed
     bar = f'<progress value="{done}" max="{max(counts.total, 1)}"></progress>'
@@ -155,9 +159,18 @@ def _batch_row(batch: BatchRecord, base: str) -> str:
         f'<tr data-batch="{esc(batch.id)}"><td><code>{esc(batch.id)}</code></td>'
         f'<td><span class="status s-{esc(batch.status)}">{esc(batch.status)}</span></td>'
         f'<td class="num">{bar} <span class="progress">{done}/{counts.total}</span></td>'
-        f'<td class="num">{counts.failed}</td><td>{esc(when(batch.created_at))}</td>'
+        f'<td class="num">{counts.failed}</td>'
+        f'<td class="num tokens">{_tokens(use)}</td>'
+        f'<td class="nw">{esc(when(batch.created_at))}</td>'
         f"<td>{metadata}</td><td>{' '.join(links) or '-'}</td></tr>"
     )
+
+
+def _tokens(use: Any) -> str:
+    """Input and output tokens the usage ledger charged the batch so far ("-": none yet)."""
+    if use is None or not use.requests:
+        return "-"
+    return f"{use.input_tokens:,} / {use.output_tokens:,}"
 
 
 DEPLOYMENT_COLUMNS = ("deployment", "status", "backend", "model", "replica", "activity")

@@ -78,7 +78,7 @@ class Gateway:
         self.online = OnlineRoutes()
         self.fronts = self.online.fronts  # the front code of each deployment, by name
         self.runner = start_runner(settings)
-        self.console = Console(self.store, keys, self.storage)  # its own sign-in: a cookie
+        self.console = Console(self.store, keys, self.storage, self.ledger)  # a cookie's
         self.app = HttpApp(self._routes() + self.console.routes(), errors=objects.http_error)
 
     def _routes(self) -> list[Any]:
