@@ -22,6 +22,7 @@ from reporting import (
     overhead,
     pass_cost,
     prefix,
+    routing,
     scaleout,
     userpath,
     vs_ray_data_llm,
@@ -47,6 +48,7 @@ SECTIONS = [
     ("batch_vs_vllm", "10b. relayllm batch against vLLM's run_batch", batch_vs_vllm.section),
     ("batch_service", "11. The Batch API service at scale", batch_service.section),
     ("gateway_memory", "11b. The gateway's memory on a large file", gateway_memory.section),
+    ("routing", "12. Replicas and routing", routing.section),
 ]
 
 #: Result files a question reads besides the one it is listed under.

@@ -2,10 +2,11 @@
 run, relayllm's stage moves rows faster than ray.data.llm's Serve stage on the same echo
 deployment, the README's pattern gives the rows a hand-written client gives, and its row
 functions run inside the stage (one Ray Data operator, not a map operator each, which would
-cost a task and an Arrow round trip per row). The scale-out grid and the small-pass contenders
-run at toy size too, their output read back. No timing figure is asserted beyond the comparison
-and the scale-out's ceiling; the figures come from the full benchmarks. What the engine scripts
-accept is checked in tests/unit/core/test_benchmark_commands.py."""
+cost a task and an Arrow round trip per row). The scale-out grid, the small-pass contenders and
+the routing contenders run at toy size too, their output read back. No timing figure is
+asserted beyond the comparison and the scale-out's ceiling; the figures come from the full
+benchmarks. What the engine scripts accept is checked in
+tests/unit/core/test_benchmark_commands.py."""
 
 import argparse
 import sys
@@ -16,6 +17,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import overhead  # the benchmarks folder is not a package: its scripts import as modules
 import pass_cost
+import routing
 import scaleout
 import userpath
 
@@ -107,3 +109,34 @@ def test_pass_cost_contenders_each_pass_every_row_and_the_import_times_are_read(
     imports = pass_cost.import_seconds()
     assert set(imports) == {"relayllm modules", "ray.serve"}, imports
     assert all(seconds > 0 for seconds in imports.values()), imports
+
+
+def test_routing_contenders_answer_every_row_and_read_every_replicas_counters(echo):
+    args = argparse.Namespace(
+        replicas=2,
+        rows=16,
+        doc_words=40,
+        block_words=8,
+        batch_size=4,
+        delay_s=0.0,
+        skew_rows=32,
+        repeats=1,
+    )
+    results = routing.measure(args)
+    one, default, affinity = results["pipeline"]
+    assert [e["label"] for e in results["pipeline"]] == [
+        "1 replica",
+        "2 replicas, default",
+        "2 replicas, affinity",
+    ]
+    for entry in results["pipeline"] + results["skewed"]:
+        run = entry["samples"][0]
+        assert entry["errors"] == 0 and sum(run["rows_per_replica"]) == run["rows"] * (
+            3 if entry in results["pipeline"] else 1
+        ), entry
+    assert len(one["samples"][0]["rows_per_replica"]) == 1
+    assert len(affinity["samples"][0]["rows_per_replica"]) == 2
+    # The same prompts everywhere; one replica finds every later step's prefix.
+    assert one["prompt_tokens"] == default["prompt_tokens"] == affinity["prompt_tokens"]
+    assert one["hit_rate"]["median"] > 0.3
+    assert affinity["hit_rate"]["median"] >= 0.9 * one["hit_rate"]["median"]

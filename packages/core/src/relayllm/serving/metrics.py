@@ -42,7 +42,7 @@ RUNNING = "relayllm_requests_running"
 KV_CACHE_USE = "relayllm_kv_cache_use"
 PREFIX_QUERIES = "relayllm_prefix_cache_queries"
 PREFIX_HITS = "relayllm_prefix_cache_hits"
-TAG_KEYS = ("deployment", "backend")
+TAG_KEYS = ("deployment", "backend", "replica")
 
 
 class Samples:
@@ -70,7 +70,7 @@ class Samples:
 class ReplicaMetrics:
     """One replica's counters and engine figures, kept on its event loop."""
 
-    def __init__(self, deployment: str, backend: str) -> None:
+    def __init__(self, deployment: str, backend: str, replica: str | None = None) -> None:
         self.rows: dict[str, int] = dict.fromkeys(TRAFFIC_CLASSES, 0)
         self.input_tokens: dict[str, int] = dict.fromkeys(TRAFFIC_CLASSES, 0)
         self.generated_tokens: dict[str, int] = dict.fromkeys(TRAFFIC_CLASSES, 0)
@@ -93,7 +93,8 @@ class ReplicaMetrics:
         #: Whether the engine figures are exported here (False: the engine exports its own).
         self.export_engine = True
         self.exported_as: str | None = None  # where to find the engine's own metrics, if so
-        self._tags = {"deployment": deployment, "backend": backend}
+        # Each replica's series apart (Serve's replica id): routing is judged per replica.
+        self._tags = {"deployment": deployment, "backend": backend, "replica": replica or ""}
         self._ray: dict[str, Any] | None = _ray_metrics()
         # Not yet handed to Ray: counter increments by (name, traffic class or None), gauges'
         # latest values, histogram observations.

@@ -66,7 +66,7 @@ class Replica:
         self.http_rows = 0  # rows that came through the HTTP front (interactive traffic)
         #: Rows and tokens by traffic class (counted here, for every backend) and the engine's
         #: figures (fed by the engine): exported through Ray's metrics, summarised in info().
-        self.metrics = ReplicaMetrics(self._name(), backend)
+        self.metrics = ReplicaMetrics(self._name(), backend, _replica_id())
         self.context = EngineContext(deployment, self.metrics)
         self.cache = RowCache()
         self.http_front: Any = None
