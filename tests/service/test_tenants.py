@@ -43,11 +43,13 @@ deployments:
       delay_s: 0.3
 """
 SLOW_LINES = 24
-#: alpha: at most one batch not finished, 200 kB of files; beta: 2,000 enqueued tokens on echo.
+#: alpha: at most one batch not finished, 200 kB of files; beta: 2,000 enqueued tokens on
+#: echo and 3 online requests a minute.
 QUOTAS = """\
 alpha: {stored_bytes: 200000, batches: 1}
-beta: {enqueued_tokens: {echo: 2000}}
+beta: {enqueued_tokens: {echo: 2000}, requests_per_minute: 3}
 """
+RPM = 3
 
 
 @pytest.fixture(scope="module")
@@ -233,3 +235,19 @@ def test_an_upload_over_the_stored_bytes_quota_is_refused_and_nothing_is_kept(se
     assert refused.value.code == "storage_limit_exceeded"
     assert sorted(f.id for f in alpha.files.list()) == before
     assert beta.files.create(file=("big.jsonl", data), purpose="batch").bytes == len(data)
+
+
+def test_online_requests_over_the_per_minute_quota_answer_429_with_retry_after(service):
+    """beta's fourth request in a clock minute is refused (a minute may turn over during the
+    loop: then more pass, never more than the limit in one minute)."""
+    message = [{"role": "user", "content": "hello"}]
+    beta = service["beta"]
+    answered = []
+    with pytest.raises(openai.RateLimitError) as refused:
+        for _ in range(2 * RPM + 1):
+            answered.append(beta.chat.completions.create(model="echo", messages=message))
+    assert len(answered) <= 2 * RPM
+    assert refused.value.code == "rate_limit_exceeded"
+    assert refused.value.body["type"] == "requests"
+    assert 1 <= int(refused.value.response.headers["retry-after"]) <= 60
+    assert service["alpha"].chat.completions.create(model="echo", messages=message).choices

@@ -163,3 +163,26 @@ def test_the_quotas_file_is_read_and_its_errors_name_it(tmp_path):
     bad.write_text("- team-a\n")
     with pytest.raises(ConfigError, match="map project names"):
         read_quotas(str(bad))
+
+
+def test_online_requests_per_minute_answer_429_with_retry_after_until_the_next_minute(service):
+    settings, store, _ = service
+    limits = {"alpha": Quota(requests_per_minute=2)}
+    one, two = Quotas.install(store, limits), Quotas(limits)  # two gateways, one count
+    minute = 1_700_000_040
+    one.admit_request(settings.store_path, "alpha", minute + 1)
+    two.admit_request(settings.store_path, "alpha", minute + 2)
+    with pytest.raises(QuotaError) as over:
+        one.admit_request(settings.store_path, "alpha", minute + 45)
+    assert (over.value.status, over.value.kind, over.value.code) == (
+        429,
+        "requests",
+        "rate_limit_exceeded",
+    )
+    assert over.value.headers == {"Retry-After": "15"}
+    assert "Limit 2, Used 2" in over.value.message
+    with pytest.raises(QuotaError):  # the other gateway refuses it too
+        two.admit_request(settings.store_path, "alpha", minute + 59)
+    for _ in range(5):
+        one.admit_request(settings.store_path, "beta", minute + 50)  # no quota of its own
+    one.admit_request(settings.store_path, "alpha", minute + 60)  # the next minute

@@ -89,7 +89,8 @@ class PortOrOff(click.ParamType):
     envvar="RELAYLLM_QUOTAS_FILE",
     type=click.Path(dir_okay=False),
     help="Limits per project, a YAML file of PROJECT: {stored_bytes, files, batches, "
-    "enqueued_tokens: {DEPLOYMENT: N}, weight} ('*': every other project; weight: its share "
+    "enqueued_tokens: {DEPLOYMENT: N}, requests_per_minute, weight} ('*': every other "
+    "project; weight: its share "
     "of the runner's turns, default 1); also $RELAYLLM_QUOTAS_FILE. Default: none.",
 )
 @_field(

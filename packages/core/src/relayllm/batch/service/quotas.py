@@ -7,6 +7,9 @@ project name, ``"*"`` for every project not named:
 - ``stored_bytes`` and ``files``: the project's live files (uploads and batches' output and
   error files), checked at each upload;
 - ``batches``: its batches not finished yet, checked at each create;
+- ``requests_per_minute``: its online requests through the gateway in each clock minute,
+  every gateway's counted together; one over it answers 429 ``rate_limit_exceeded`` with
+  ``Retry-After`` (the seconds to the next minute) and OpenAI's error body;
 - ``enqueued_tokens``: per deployment (as a line's ``model`` names it), the estimated input
   tokens of its unfinished batches' lines, checked at each create: OpenAI's batch queue
   limit, refused with OpenAI's ``token_limit_exceeded`` code and message.
@@ -25,6 +28,7 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
+import time
 from collections.abc import Iterable
 from typing import IO, Any
 
@@ -42,10 +46,12 @@ EVERY = "*"
 #: estimates a batch's tokens without the deployment's tokenizer.
 BYTES_PER_TOKEN = 4
 
-_SCHEMA_VERSION = 1
+_SCHEMA_VERSION = 2
 _MIGRATIONS = {
     1: "CREATE TABLE file_tokens (file_id TEXT NOT NULL, model TEXT NOT NULL, "
-    "tokens INTEGER NOT NULL, PRIMARY KEY (file_id, model))"
+    "tokens INTEGER NOT NULL, PRIMARY KEY (file_id, model))",
+    2: "CREATE TABLE online_requests (project TEXT NOT NULL, minute INTEGER NOT NULL, "
+    "count INTEGER NOT NULL, PRIMARY KEY (project, minute))",
 }
 
 
@@ -62,6 +68,11 @@ class Quota(ConfigModel):
     enqueued_tokens: dict[str, int] = Field(
         default_factory=dict,
         description="Per deployment: estimated input tokens of the batches not finished yet.",
+    )
+    requests_per_minute: int | None = Field(
+        default=None,
+        ge=1,
+        description="Online requests through the gateway per clock minute (UTC).",
     )
     weight: float = Field(
         default=1.0,
@@ -249,6 +260,42 @@ class Quotas:
                     f"in_progress batches have been completed.",
                     code="token_limit_exceeded",
                 )
+
+    def admit_request(self, db_path: str, project: str, now: float | None = None) -> None:
+        """Count an online request of ``project`` in this minute, or refuse it (429, nothing
+        counted) when its ``requests_per_minute`` are used up."""
+        quota = quota_for(self.quotas, project)
+        if quota is None or quota.requests_per_minute is None:
+            return
+        moment = int(time.time() if now is None else now)
+        minute, limit = moment - moment % 60, quota.requests_per_minute
+        db = sqlite3.connect(db_path, timeout=30.0, isolation_level=None)
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            row = db.execute(
+                "SELECT count FROM online_requests WHERE project = ? AND minute = ?",
+                (project, minute),
+            ).fetchone()
+            used = 0 if row is None else int(row[0])
+            if used >= limit:
+                db.execute("ROLLBACK")
+                wait = minute + 60 - moment
+                raise QuotaError(
+                    429,
+                    f"Rate limit reached for project {project} on requests per min (RPM): "
+                    f"Limit {limit}, Used {used}, Requested 1. Please try again in {wait}s.",
+                    "requests",
+                    "rate_limit_exceeded",
+                    headers={"Retry-After": str(wait)},
+                )
+            db.execute(
+                "INSERT OR REPLACE INTO online_requests (project, minute, count) VALUES (?, ?, ?)",
+                (project, minute, used + 1),
+            )
+            db.execute("DELETE FROM online_requests WHERE minute < ?", (minute - 60,))
+            db.execute("COMMIT")
+        finally:
+            db.close()
 
     def record_tokens(self, db_path: str, file_id: str, tokens: dict[str, int]) -> None:
         """A file's estimate, kept for the quota checks of every batch made of it."""

@@ -93,7 +93,8 @@ class ServiceSettings(ConfigModel):
     quotas: dict[str, Quota] = Field(
         default_factory=dict,
         description="Limits per project name ('*': every project not named): stored_bytes, "
-        "files, batches (not finished), enqueued_tokens per deployment, and the weight of its "
+        "files, batches (not finished), enqueued_tokens per deployment, requests_per_minute "
+        "online, and the weight of its "
         "share of the runner's turns. Default: none (weight 1).",
     )
     max_lines: int = Field(default=1_000_000, gt=0, description="Request lines per batch.")
