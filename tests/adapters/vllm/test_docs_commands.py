@@ -12,6 +12,9 @@ What differs from a person at a terminal, and why:
   page's ``relayllm serve`` then reuses the suite's running ``smollm`` engine, and gets
   ``--port`` of the suite's Serve proxy (Serve has one proxy per cluster); its state goes to a
   temporary ``RELAYLLM_STATE_DIR``, not the home directory.
+- "Start it" runs in the clone (its paths are the clone's); the snippet and "Operate it" run
+  in a temporary folder (the sample request file copied there as ``requests.jsonl``; the
+  downloads land there, never among tracked files).
 - The snippet's ``TEAM_A_KEY`` is team-a's key from the page's own ``RELAYLLM_API_KEYS``, and
   the placeholder ids of "Operate it" are the batch's and file's real ids.
 """
@@ -19,6 +22,7 @@ What differs from a person at a terminal, and why:
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -64,6 +68,8 @@ def terminal(demo_deployed, address, tmp_path_factory):
     """One terminal session's environment and folder, with the page's service started."""
     folder = tmp_path_factory.mktemp("docs-terminal")
     env = {**cli_env(address, with_address=False), "RELAYLLM_STATE_DIR": str(folder / "state")}
+    # The environment's commands (relayllm) first on the PATH, as in an activated venv.
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     (start,) = blocks("Start it", "bash")
     lines = []
     for line in start.splitlines():
@@ -72,7 +78,7 @@ def terminal(demo_deployed, address, tmp_path_factory):
         if line.startswith("relayllm serve"):
             line = line.replace("127.0.0.1:6379", address) + f" --port {HTTP_PORT}"
         lines.append(line)
-    served = bash("\n".join(lines), env, folder)
+    served = bash("\n".join(lines), env, REPO)  # the page's paths are the clone's
     yield env, folder, served.stdout
     bash(f"relayllm unserve --address {address}", env, folder)
 
