@@ -111,7 +111,9 @@ def test_the_pages_commands_start_serve_operate_and_show_a_batch(terminal):
     assert used.returncode == 0, used.stderr[-3000:]
     result = json.loads(used.stdout.strip().splitlines()[-1])
     assert result["status"] == "completed", result
-    sent = [json.loads(x)["custom_id"] for x in (folder / "requests.jsonl").read_text().split()]
+    sent = [
+        json.loads(x)["custom_id"] for x in (folder / "requests.jsonl").read_text().splitlines()
+    ]
     answered = [json.loads(x) for x in result["output"].splitlines()]
     assert sorted(a["custom_id"] for a in answered) == sorted(sent), "each request once"
     paris = next(a for a in answered if a["custom_id"] == "q1")
