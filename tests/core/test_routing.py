@@ -257,3 +257,41 @@ def test_a_replica_killed_mid_job_gives_its_keys_to_the_others_and_loses_no_row(
     assert sorted(r["id"] for r in out) == list(range(600))
     assert [r for r in out if r["error"] is not None] == []
     assert all(r["generated_text"] == r["prompt"].strip() for r in out)
+
+
+def test_http_requests_of_one_session_keep_their_replica():
+    """X-Session-ID: Serve's proxy puts it in the request's session_id, the router's key."""
+    import urllib.request
+
+    from support import free_port
+
+    name = "aff-http"
+    try:  # Serve has one proxy: take its port if it runs
+        has_proxy, _, port = compat.serve_proxy()
+    except Exception:  # Serve is not running yet
+        has_proxy, port = False, 0
+    relayllm.deploy(
+        DeploymentConfig(
+            name=name,
+            backend="echo",
+            num_replicas=3,
+            routing="affinity",
+            http={"route_prefix": "/aff-http", "port": port if has_proxy else free_port()},
+        )
+    )
+    try:
+        url = relayllm.get_deployment(name).handle().info.remote().result(timeout_s=60)
+        url = url["http"]["url"] + "/chat/completions"
+        body = {"model": name, "messages": [{"role": "user", "content": "hello there"}]}
+        for _ in range(12):
+            request = urllib.request.Request(
+                url,
+                data=json.dumps(body).encode(),
+                headers={"Content-Type": "application/json", "X-Session-ID": "one-session"},
+            )
+            with urllib.request.urlopen(request, timeout=60) as response:
+                assert json.load(response)["choices"][0]["message"]["content"] == "hello there"
+        served = sorted(i["http"]["rows"] for i in _replicas(name).values())
+    finally:
+        relayllm.shutdown(name)
+    assert served == [0, 0, 12]

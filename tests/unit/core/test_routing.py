@@ -91,6 +91,15 @@ def test_a_spilled_key_walks_its_own_ranking():
     assert sorted(routing.choose("hot", REPLICAS, full)) == sorted(REPLICAS)  # all to try
 
 
+def test_a_trickle_of_calls_keeps_its_replica():
+    """One request after another, the last one's completion not yet counted: no spill."""
+    first = routing.preferred("session", REPLICAS)
+    assert routing.choose("session", REPLICAS, {first: 1})[0] == first
+    assert routing.choose("session", REPLICAS, {first: 2})[0] != first  # two: it spills
+    # A call of many rows is weighed by its rows.
+    assert routing.choose("session", REPLICAS, {first: 8}, weight=8)[0] == first
+
+
 def test_no_replicas_no_choice():
     assert routing.choose("k", [], {}) == []
     assert routing.preferred("k", []) is None

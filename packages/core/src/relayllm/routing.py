@@ -68,23 +68,33 @@ def preferred(key: str, replicas: Iterable[R]) -> R | None:
     return max(replicas, key=lambda r: (_weight(key, r), str(r)), default=None)
 
 
-def capacity(total_in_flight: int, replicas: int, bound: float = LOAD_BOUND) -> int:
-    """The most in-flight calls one replica may hold once the next call is placed."""
-    return max(1, math.ceil(bound * (total_in_flight + 1) / max(replicas, 1)))
+def capacity(
+    total_in_flight: int, replicas: int, bound: float = LOAD_BOUND, weight: int = 1
+) -> int:
+    """The most in flight one replica may hold once the next call (``weight``: its rows) is
+    placed: ``bound`` times the mean, and never less than two such calls, so a trickle of
+    calls (one HTTP request after another, the last one's completion not yet counted) keeps
+    its replica instead of spilling at the first call in flight."""
+    mean = (total_in_flight + weight) / max(replicas, 1)
+    return max(2 * weight, math.ceil(bound * mean))
 
 
 def choose(
-    key: str, replicas: Sequence[R], in_flight: Mapping[R, int], bound: float = LOAD_BOUND
+    key: str,
+    replicas: Sequence[R],
+    in_flight: Mapping[R, int],
+    bound: float = LOAD_BOUND,
+    weight: int = 1,
 ) -> list[R]:
-    """Where a call keyed ``key`` goes: the replicas in the order to try, the first being
-    the key's highest-ranked replica with room under ``bound`` (then the rest of its
-    ranking, for Serve to fall back on when that one refuses)."""
+    """Where a call keyed ``key`` (``weight``: its rows) goes: the replicas in the order to
+    try, the first being the key's highest-ranked replica with room under ``bound`` (then the
+    rest of its ranking, for Serve to fall back on when that one refuses)."""
     order = ranked(key, replicas)
     if not order:
         return []
-    limit = capacity(sum(in_flight.get(r, 0) for r in order), len(order), bound)
+    limit = capacity(sum(in_flight.get(r, 0) for r in order), len(order), bound, weight)
     for i, replica in enumerate(order):
-        if in_flight.get(replica, 0) + 1 <= limit:
+        if in_flight.get(replica, 0) + weight <= limit:
             return [replica, *order[:i], *order[i + 1 :]]
     return order  # cannot happen (the mean is under the limit), but never route nowhere
 

@@ -60,7 +60,8 @@ class AffinityRouter(RequestRouter):
         if pending_request is not None:  # back off between rounds, not spin
             pending_request.routing_context.should_backoff = True
         by_id = {r.replica_id.unique_id: r for r in candidate_replicas}
-        order = routing.choose(key, list(by_id), self._in_flight, self._bound)
+        rows = _rows(pending_request)
+        order = routing.choose(key, list(by_id), self._in_flight, self._bound, rows)
         return [[by_id[unique_id]] for unique_id in order]
 
     def _fulfill_next_pending_request(self, replica: RunningReplica, request_metadata: Any = None):
