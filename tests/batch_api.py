@@ -97,4 +97,8 @@ def serve_echo(ray, root, deployments, *extra):
         "serve", root / "deployments.yaml", "--port", free_port(), "--direct-port", free_port(),
         "--state-dir", root / "state", "--address", address, *extra, env=env, check=0,
     )  # fmt: skip
+    if "--json" in map(str, extra):  # one object: what started, and where
+        import json
+
+        return json.loads(served.stdout)["base_url"], address, served.stdout
     return served.stdout.split("base URL: ")[1].split()[0], address, served.stdout

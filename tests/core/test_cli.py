@@ -273,6 +273,21 @@ def test_run_writes_every_row_and_prints_a_summary_per_step(cluster, tmp_path):
     # (The run started 'run-echo', so it stops it: test_deploy_status_and_shutdown... checks.)
 
 
+def test_run_json_prints_the_summary_as_one_object(cluster, tmp_path):
+    questions(tmp_path, 12)
+    pipeline = write(tmp_path / "p.yaml", TWO_STEPS.format(name="json-echo"))
+    done = cli("run", pipeline, "--json", env=cluster, cwd=tmp_path, check=0)
+    summary = json.loads(done.stdout)  # stdout holds the object alone; the table is not printed
+    steps = {s["step"]: s for s in summary["steps"]}
+    assert list(steps) == ["answer", "shorter"]
+    assert [steps["answer"][k] for k in ("deployment", "rows", "errors")] == ["json-echo", 12, 0]
+    assert steps["shorter"]["input_tokens"] == 48 and steps["shorter"]["output_tokens"] == 24
+    assert summary["rows"] == 12 and summary["errors"] == 0 and summary["wall_s"] > 0
+    assert "total" not in done.stderr.split()
+    refused = cli("run", pipeline, "--json", "--output", "-", env=cluster, cwd=tmp_path, check=2)
+    assert "--json and --output - both write to stdout" in refused.stderr
+
+
 def test_run_resume_does_only_the_rows_missing_from_the_output(cluster, tmp_path):
     questions(tmp_path, 30)
     pipeline = write(tmp_path / "p.yaml", TWO_STEPS.format(name="resume-echo"))

@@ -28,7 +28,11 @@ deployments:
 @pytest.fixture(scope="module")
 def service(ray_session, tmp_path_factory):
     root = tmp_path_factory.mktemp("operator")
-    url, address, _ = serve_echo(ray_session, root, DEPLOYMENTS, "--batch-size", 2)
+    url, address, printed = serve_echo(ray_session, root, DEPLOYMENTS, "--batch-size", 2, "--json")
+    started = json.loads(printed)  # serve --json: what started, and where
+    assert started["deployments"] == {"echo": "RUNNING"}, started
+    assert started["gateway"] == {"name": "gateway", "status": "RUNNING", "api_keys": 2}
+    assert started["state_dir"] == str(root / "state") and started["base_url"] == url
     alpha, beta = client(url, PROJECT_KEYS["alpha"]), client(url, PROJECT_KEYS["beta"])
     done = {
         "alpha": wait(alpha, submit(alpha, chat_lines(3), metadata={"team": "a"}).id),

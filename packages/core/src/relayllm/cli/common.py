@@ -90,6 +90,8 @@ def handle_errors(func: F) -> F:
             fail(str(exc), EXIT_BAD_INPUT)
         except RelayLLMError as exc:
             fail(str(exc), EXIT_FAILED)
+        except click.ClickException:  # a usage error: click says it (exit 2, with the usage)
+            raise
         except KeyboardInterrupt:
             fail(
                 "interrupted; the rows already written stay (a .jsonl output: run again with "

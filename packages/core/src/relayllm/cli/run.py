@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 
 import click
 
@@ -53,6 +54,12 @@ from relayllm.pipelines.run import RunHooks, run_pipeline
     help="Leave running the deployments this run started (default: stop them at the end; "
     "deployments that were already running are never stopped).",
 )
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the summary as one JSON object on stdout instead of the table on stderr.",
+)
 @address_option
 @verbose_option
 @handle_errors
@@ -64,6 +71,7 @@ def run(
     resume,
     retry_errors,
     keep_deployments,
+    as_json,
     address,
     verbose,
 ):
@@ -80,7 +88,10 @@ def run(
       relayllm run examples/questions.yaml --output answers.jsonl
       relayllm run examples/multiturn.yaml --resume
       relayllm run examples/multiturn.yaml --resume --retry-errors
+      relayllm run examples/echo.yaml --json | jq .steps
     """
+    if as_json and output_path == "-":
+        raise click.UsageError("--json and --output - both write to stdout: choose one")
     summary = run_pipeline(
         pipeline_file,
         input=input_path,
@@ -92,7 +103,40 @@ def run(
         address=address,
         hooks=ConsoleHooks(Console(), verbose),
     )
-    click.echo(format_summary(summary), err=True)
+    if as_json:
+        click.echo(json.dumps(summary_json(summary)))
+    else:
+        click.echo(format_summary(summary), err=True)
+
+
+def summary_json(summary) -> dict:
+    """The run's summary as the table gives it: per step and in total (seconds, not text)."""
+    whole = summary.startup_s + summary.wall_s
+    steps = [
+        {
+            "step": s.name,
+            "deployment": s.deployment,
+            "rows": s.rows,
+            "errors": s.errors,
+            "input_tokens": s.input_tokens,
+            "output_tokens": s.output_tokens,
+            "wall_s": round(s.wall_s, 3),
+            "rows_per_s": round(s.rows / s.wall_s, 3) if s.wall_s else 0.0,
+        }
+        for s in summary.steps
+    ]
+    return {
+        "steps": steps,
+        "rows": summary.rows,
+        "errors": summary.errors,
+        "startup_s": round(summary.startup_s, 3),
+        "wall_s": round(summary.wall_s, 3),
+        "rows_per_s": round(summary.rows / whole, 3) if whole else 0.0,
+        "output": summary.output,
+        "already_done": summary.already_done,
+        "deployments_started": list(summary.started),
+        "engines": summary.engines,
+    }
 
 
 class ConsoleHooks(RunHooks):

@@ -116,6 +116,12 @@ class PortOrOff(click.ParamType):
     "Default: none, only data: URLs.",
 )
 @_field("turn_s", type=click.FloatRange(min=0, min_open=True))
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print what was started as one JSON object (deployments, gateway, URLs) instead of lines.",
+)
 @attach_address_option
 @verbose_option
 @handle_errors
@@ -136,6 +142,7 @@ def serve(
     max_batches,
     image_hosts,
     turn_s,
+    as_json,
     address,
     verbose,
 ):
@@ -157,6 +164,7 @@ def serve(
       relayllm serve examples/questions.yaml   # the cluster above, its Ray token sent
       # then: OpenAI(base_url="http://127.0.0.1:8001/v1", api_key=THE_KEY)
       relayllm unserve                         # stops the gateway (the deployments stay)
+      relayllm serve examples/questions.yaml --json | jq -r .base_url
     """
     from relayllm.batch.service.deploy import serve_file
     from relayllm.batch.service.keys import load_keys
@@ -181,10 +189,26 @@ def serve(
     )
     connect(address, verbose, existing_cluster=True)
 
+    deployments: dict[str, str] = {}
+
     def deployed(name: str, status: str) -> None:
-        click.echo(f"{name}: {status}")
+        deployments[name] = status
+        if not as_json:
+            click.echo(f"{name}: {status}")
 
     gateway = serve_file(config_file, settings, keys, address=address, on_deploy=deployed)
+    if as_json:
+        import json
+
+        found = {
+            "deployments": deployments,
+            "gateway": {"name": gateway.name, "status": gateway.status, "api_keys": len(keys)},
+            "state_dir": str(settings.state_dir),
+            "base_url": gateway.url,
+            "proxy_url": gateway.proxy_url,
+        }
+        click.echo(json.dumps(found, indent=2))
+        return
     click.echo(f"gateway: {gateway.status} ({len(keys)} API keys, state in {state_dir})")
     click.echo(f"base URL: {gateway.url}")
     if gateway.proxy_url and gateway.proxy_url != gateway.url:
