@@ -143,16 +143,17 @@ def nodes(request):
     before = os.environ.get("RAY_TMPDIR")
     os.environ["RAY_TMPDIR"] = temp
     enable_echo_backend()
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={
-            "num_cpus": HEAD_CPUS,
-            "resources": {"head": 100},
-            "include_dashboard": False,
-        },
-    )
-    found = Nodes(cluster, temp)
-    try:
+    cluster = None
+    try:  # a head that does not come up still leaves RAY_TMPDIR and the temp dir as they were
+        cluster = Cluster(
+            initialize_head=True,
+            head_node_args={
+                "num_cpus": HEAD_CPUS,
+                "resources": {"head": 100},
+                "include_dashboard": False,
+            },
+        )
+        found = Nodes(cluster, temp)
         extra = getattr(request.module, "NODE_RESOURCES", {})
         for name in ("node1", "node2"):
             found.add(name, **extra.get(name, {}))
@@ -165,7 +166,8 @@ def nodes(request):
 
             serve.shutdown()
         ray.shutdown()
-        cluster.shutdown()
+        if cluster is not None:
+            cluster.shutdown()
         if before is None:
             os.environ.pop("RAY_TMPDIR", None)
         else:
