@@ -122,22 +122,32 @@ def test_the_pages_commands_start_serve_operate_and_show_a_batch(terminal):
         assert body["choices"][0]["message"]["content"] and body["usage"]["prompt_tokens"] > 0
 
     # "Operate it": the page's commands, its placeholder ids the real ones: a second batch of
-    # the same file for the cancel (a finished batch cannot be cancelled), the finished
-    # batch's output file for the delete (once downloaded).
+    # the same file for the cancel (a finished batch cannot be cancelled; the deployment is
+    # paused meanwhile, so that batch waits in progress however fast the engine is), the
+    # finished batch's output file for the delete (once downloaded).
     import openai
 
+    import relayllm
+
     client = openai.OpenAI(base_url=base_url, api_key=team_a)
-    other = client.batches.create(
-        input_file_id=result["input"], endpoint="/v1/chat/completions", completion_window="24h"
-    )
-    (operate,) = blocks("Operate it", "bash")
-    lines = []
-    for line in operate.splitlines():
-        batch_id = other.id if " cancel " in line else result["batch"]
-        lines.append(
-            line.replace("batch_0123abcd", batch_id).replace("file-0123abcd", result["output_file"])
+    engine = relayllm.control("smollm")
+    engine.pause()
+    try:
+        other = client.batches.create(
+            input_file_id=result["input"], endpoint="/v1/chat/completions", completion_window="24h"
         )
-    operated = bash("\n".join(lines), env, folder).stdout
+        (operate,) = blocks("Operate it", "bash")
+        lines = []
+        for line in operate.splitlines():
+            batch_id = other.id if " cancel " in line else result["batch"]
+            lines.append(
+                line.replace("batch_0123abcd", batch_id).replace(
+                    "file-0123abcd", result["output_file"]
+                )
+            )
+        operated = bash("\n".join(lines), env, folder).stdout
+    finally:
+        engine.resume()
     assert result["batch"] in operated and "completed" in operated, operated
     assert (folder / f"{result['batch']}_output.jsonl").read_text() == result["output"]
 
