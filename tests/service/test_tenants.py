@@ -42,7 +42,7 @@ deployments:
     options:
       delay_s: 0.3
 """
-SLOW_LINES = 24
+SLOW_LINES = 96  # twelve blocks of 8: more than run at once, so progress shows mid-batch
 #: alpha: at most one batch not finished, 200 kB of files; beta: 2,000 enqueued tokens on
 #: echo and 3 online requests a minute.
 QUOTAS = """\
