@@ -32,7 +32,7 @@ class AdminStore(SQLiteJobStore):
 
     def owner(self, table: Literal["batches", "files"], item_id: str) -> str:
         """The project that owns a batch or file id (404 for an id no project has)."""
-        with self._read() as db:
+        with self.read() as db:
             row = db.execute(f"SELECT project FROM {table} WHERE id = ?", (item_id,)).fetchone()
         if row is None:
             kind = "batch" if table == "batches" else "file"
@@ -41,10 +41,10 @@ class AdminStore(SQLiteJobStore):
 
     def projects(self) -> list[str]:
         """Every project that has a batch or a live file, by name."""
-        with self._read() as db:
+        with self.read() as db:
             rows = db.execute(
                 f"SELECT project FROM batches UNION SELECT project FROM files WHERE {_LIVE}",
-                (self._now(),),
+                (self.now(),),
             ).fetchall()
         return sorted(str(row["project"]) for row in rows)
 
@@ -68,7 +68,7 @@ class AdminStore(SQLiteJobStore):
         if project != ADMIN:
             return super().list_batches(project, after=after, limit=limit)
         _check_limit(limit, 100)
-        with self._read() as db:
+        with self.read() as db:
             before = self._batch_row(db, after, None)["seq"] if after is not None else 1 << 62
             rows = db.execute(
                 "SELECT * FROM batches WHERE seq < ? ORDER BY seq DESC LIMIT ?",
@@ -93,11 +93,11 @@ class AdminStore(SQLiteJobStore):
         if order not in ("asc", "desc"):
             raise InvalidRequestError(f"order must be 'asc' or 'desc', got {order!r}", "order")
         where: list[str] = [_LIVE]
-        args: list[object] = [self._now()]
+        args: list[object] = [self.now()]
         if purpose is not None:
             where.append("purpose = ?")
             args.append(purpose)
-        with self._read() as db:
+        with self.read() as db:
             if after is not None:
                 row = db.execute("SELECT seq FROM files WHERE id = ?", (after,)).fetchone()
                 if row is None:

@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
 
@@ -37,6 +35,7 @@ from relayllm.batch.service.errors import (
     StaleClaimError,
 )
 from relayllm.batch.service.ids import is_file_id, new_batch_id, new_file_id
+from relayllm.batch.service.sqlite_file import SQLiteFile
 
 Status = Literal[
     "validating",
@@ -288,7 +287,7 @@ _LIVE = "(expires_at IS NULL OR expires_at > ?)"
 _FILE_COLUMNS = "id, project, filename, purpose, bytes, created_at, expires_at"
 
 
-class SQLiteJobStore:
+class SQLiteJobStore(SQLiteFile):
     """:class:`JobStore` in one SQLite file (WAL mode, synchronous=FULL: a committed write
     survives a process kill and a power cut). Safe to share between threads (one connection
     behind a lock) and between processes (SQLite's locks; a writer waits up to ``timeout_s``).
@@ -301,29 +300,15 @@ class SQLiteJobStore:
     def __init__(
         self, path: str, *, clock: Callable[[], float] = time.time, timeout_s: float = 30.0
     ) -> None:
-        self.path = str(path)
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._db = sqlite3.connect(
-            self.path, timeout=timeout_s, isolation_level=None, check_same_thread=False
-        )
-        self._db.row_factory = sqlite3.Row
-        mode = self._db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-        if mode != "wal":
-            self._db.close()
-            raise ServiceError(
-                f"the job store {self.path!r} cannot use SQLite's WAL mode (got {mode!r}); put "
-                f"it on a local disk (network filesystems do not support it)"
-            )
+        super().__init__(path, clock=clock, timeout_s=timeout_s)
         try:
-            self._db.execute("PRAGMA synchronous=FULL")
             self._migrate()
         except BaseException:
             self._db.close()
             raise
 
     def _migrate(self) -> None:
-        with self._write() as db:
+        with self.write() as db:
             version = db.execute("PRAGMA user_version").fetchone()[0]
             if version > _SCHEMA_VERSION:
                 raise ServiceError(
@@ -342,37 +327,6 @@ class SQLiteJobStore:
 
     def __repr__(self) -> str:
         return f"SQLiteJobStore({self.path!r})"
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
-
-    def _now(self) -> int:
-        return int(self._clock())
-
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction holding SQLite's write lock from its start, so what it reads
-        (a claim number, a status) cannot change before it writes, in any process."""
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._db
-                self._db.execute("COMMIT")
-            except BaseException:
-                if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
-                raise
-
-    @contextmanager
-    def _read(self) -> Iterator[sqlite3.Connection]:
-        """One read transaction: a consistent snapshot for reads of several statements."""
-        with self._lock:
-            self._db.execute("BEGIN")
-            try:
-                yield self._db
-            finally:
-                self._db.execute("COMMIT")
 
     # -- files -------------------------------------------------------------------------
 
@@ -397,12 +351,12 @@ class SQLiteJobStore:
             )
         if file_id is not None and not is_file_id(file_id):
             raise InvalidRequestError(f"{file_id!r} is not a file id", "file_id")
-        now = self._now()
+        now = self.now()
         expires_at = None if expires_s is None else now + int(expires_s)
         record = FileRecord(
             file_id or new_file_id(), project, filename, purpose, int(bytes), now, expires_at
         )
-        with self._write() as db:
+        with self.write() as db:
             if self.admit is not None:
                 self.admit(db, record)
             self._insert_file(db, record)
@@ -425,14 +379,14 @@ class SQLiteJobStore:
     def _file_row(self, db: sqlite3.Connection, project: str, file_id: str) -> sqlite3.Row:
         row = db.execute(
             f"SELECT seq, {_FILE_COLUMNS} FROM files WHERE id = ? AND project = ? AND {_LIVE}",
-            (file_id, project, self._now()),
+            (file_id, project, self.now()),
         ).fetchone()
         if row is None:
             raise NotFoundError(f"no file {file_id!r}")
         return row
 
     def get_file(self, project: str, file_id: str) -> FileRecord:
-        with self._read() as db:
+        with self.read() as db:
             return _file(self._file_row(db, project, file_id))
 
     def list_files(
@@ -447,11 +401,11 @@ class SQLiteJobStore:
         _check_limit(limit, 10000)
         if order not in ("asc", "desc"):
             raise InvalidRequestError(f"order must be 'asc' or 'desc', got {order!r}", "order")
-        where, args = ["project = ?", _LIVE], [project, self._now()]
+        where, args = ["project = ?", _LIVE], [project, self.now()]
         if purpose is not None:
             where.append("purpose = ?")
             args.append(purpose)
-        with self._read() as db:
+        with self.read() as db:
             if after is not None:
                 where.append("seq < ?" if order == "desc" else "seq > ?")
                 args.append(self._file_row(db, project, after)["seq"])
@@ -466,7 +420,7 @@ class SQLiteJobStore:
     def delete_file(self, project: str, file_id: str) -> FileRecord:
         """The record, deleted; the caller deletes the bytes after (a crash between leaves
         bytes no record names, never a record whose bytes are gone)."""
-        with self._write() as db:
+        with self.write() as db:
             record = _file(self._file_row(db, project, file_id))
             db.execute("DELETE FROM files WHERE id = ?", (file_id,))
         return record
@@ -496,8 +450,8 @@ class SQLiteJobStore:
                 "completion_window",
             )
         meta = _check_metadata(metadata)
-        now = self._now()
-        with self._write() as db:
+        now = self.now()
+        with self.write() as db:
             source = _file(self._file_row(db, project, input_file_id))
             if source.purpose != "batch":
                 raise InvalidRequestError(
@@ -551,7 +505,7 @@ class SQLiteJobStore:
         return row
 
     def get_batch(self, project: str, batch_id: str) -> BatchRecord:
-        with self._read() as db:
+        with self.read() as db:
             return _batch(self._batch_row(db, batch_id, project))
 
     def list_batches(
@@ -559,7 +513,7 @@ class SQLiteJobStore:
     ) -> Page[BatchRecord]:
         """Newest first, as OpenAI lists; ``after``: the last id of the previous page."""
         _check_limit(limit, 100)
-        with self._read() as db:
+        with self.read() as db:
             before = self._batch_row(db, after, project)["seq"] if after is not None else 1 << 62
             rows = db.execute(
                 "SELECT * FROM batches WHERE project = ? AND seq < ? ORDER BY seq DESC LIMIT ?",
@@ -570,7 +524,7 @@ class SQLiteJobStore:
     def cancel_batch(self, project: str, batch_id: str) -> BatchRecord:
         """``cancelling`` (the runner moves it to ``cancelled`` once its lines in flight are
         written); asking again while it cancels, or once cancelled, answers the batch as is."""
-        with self._write() as db:
+        with self.write() as db:
             row = self._batch_row(db, batch_id, project)
             if row["status"] in ("cancelling", "cancelled"):
                 return _batch(row)
@@ -583,7 +537,7 @@ class SQLiteJobStore:
         """Every batch not in a final status, oldest first: what runners must (re)claim after
         a restart."""
         marks = ", ".join("?" * len(TERMINAL))
-        with self._read() as db:
+        with self.read() as db:
             rows = db.execute(
                 f"SELECT * FROM batches WHERE status NOT IN ({marks}) ORDER BY seq",
                 tuple(sorted(TERMINAL)),
@@ -596,7 +550,7 @@ class SQLiteJobStore:
         ``lease_s``, refused (:class:`ClaimHeldError`) while another runner holds the batch
         and wrote (``heartbeat_at``) less than ``lease_s`` ago: two live runners never take
         a batch from each other; a dead one's batches are taken once its lease ran out."""
-        with self._write() as db:
+        with self.write() as db:
             row = self._batch_row(db, batch_id, None)
             if row["status"] in TERMINAL:
                 raise IllegalTransitionError(
@@ -608,16 +562,16 @@ class SQLiteJobStore:
                 and row["runner"] is not None
                 and row["runner"] != runner
                 and beat is not None
-                and self._now() - int(beat) < lease_s
+                and self.now() - int(beat) < lease_s
             ):
                 raise ClaimHeldError(
                     f"batch {batch_id!r} is held by {row['runner']!r}, alive "
-                    f"{self._now() - int(beat)}s ago"
+                    f"{self.now() - int(beat)}s ago"
                 )
             number = int(row["claim"]) + 1
             db.execute(
                 "UPDATE batches SET claim = ?, runner = ?, heartbeat_at = ? WHERE id = ?",
-                (number, runner, self._now(), batch_id),
+                (number, runner, self.now(), batch_id),
             )
         return number
 
@@ -650,7 +604,7 @@ class SQLiteJobStore:
             changes["request_counts"] = _check_counts(request_counts)
         if errors is not None:
             changes["errors"] = json.dumps(errors)
-        with self._write() as db:
+        with self.write() as db:
             row = self._batch_row(db, batch_id, None)
             self._check_claim(row, claim)
             for column, file_id in (
@@ -663,7 +617,7 @@ class SQLiteJobStore:
             self._apply(db, row, changes)
             db.execute(
                 "UPDATE batches SET heartbeat_at = ? WHERE id = ? AND claim = ?",
-                (self._now(), batch_id, claim),
+                (self.now(), batch_id, claim),
             )
             return _batch(self._batch_row(db, batch_id, None))
 
@@ -685,11 +639,11 @@ class SQLiteJobStore:
             raise InvalidRequestError(f"purpose {purpose!r} is not supported", "purpose")
         if file_id is not None and not is_file_id(file_id):
             raise InvalidRequestError(f"{file_id!r} is not a file id", "file_id")
-        with self._write() as db:
+        with self.write() as db:
             row = self._batch_row(db, batch_id, None)
             self._check_claim(row, claim)
             record = FileRecord(
-                file_id or new_file_id(), row["project"], filename, purpose, int(bytes), self._now()
+                file_id or new_file_id(), row["project"], filename, purpose, int(bytes), self.now()
             )
             self._insert_file(db, record)
         return record
@@ -702,7 +656,7 @@ class SQLiteJobStore:
         for file_id in file_ids:
             if not is_file_id(file_id):
                 raise InvalidRequestError(f"{file_id!r} is not a file id", "file_id")
-        with self._write() as db:
+        with self.write() as db:
             row = self._batch_row(db, batch_id, None)
             self._check_claim(row, claim)
             if row["status"] in TERMINAL:
@@ -712,7 +666,7 @@ class SQLiteJobStore:
             earlier = _pending(row)
             db.execute(
                 "UPDATE batches SET pending_files = ?, heartbeat_at = ? WHERE id = ?",
-                (json.dumps(file_ids), self._now(), batch_id),
+                (json.dumps(file_ids), self.now(), batch_id),
             )
         return tuple(f for f in earlier if f not in file_ids)
 
@@ -734,7 +688,7 @@ class SQLiteJobStore:
         unknown = sorted(set(files) - {"output", "error"})
         if unknown:
             raise ValueError(f"files are 'output' and 'error', got {unknown}")
-        with self._write() as db:
+        with self.write() as db:
             row = self._batch_row(db, batch_id, None)
             self._check_claim(row, claim)
             reserved = _pending(row)
@@ -757,26 +711,26 @@ class SQLiteJobStore:
                         f"{batch_id}_{kind}.jsonl",
                         "batch_output",
                         int(size),
-                        self._now(),
-                        None if keep is None else self._now() + int(keep),
+                        self.now(),
+                        None if keep is None else self.now() + int(keep),
                     ),
                 )
                 changes[f"{kind}_file_id"] = file_id
             self._apply(db, row, changes)
-            db.execute("UPDATE batches SET heartbeat_at = ? WHERE id = ?", (self._now(), batch_id))
+            db.execute("UPDATE batches SET heartbeat_at = ? WHERE id = ?", (self.now(), batch_id))
             return _batch(self._batch_row(db, batch_id, None))
 
     def remove_expired_files(self, limit: int = 1000) -> list[str]:
         """The records of up to ``limit`` expired files, deleted; returns their ids, whose
         bytes the caller deletes (the record first, as :meth:`delete_file`). A batch that
         names an expired output file keeps naming it; the file answers 404, as OpenAI's."""
-        with self._write() as db:
+        with self.write() as db:
             ids = [
                 r["id"]
                 for r in db.execute(
                     "SELECT id FROM files WHERE expires_at IS NOT NULL AND expires_at <= ? "
                     "ORDER BY expires_at LIMIT ?",
-                    (self._now(), limit),
+                    (self.now(), limit),
                 ).fetchall()
             ]
             db.executemany("DELETE FROM files WHERE id = ?", [(i,) for i in ids])
@@ -800,7 +754,7 @@ class SQLiteJobStore:
                     f"{allowed})"
                 )
             columns["status"] = new
-            columns[STAMPS[new]] = self._now()
+            columns[STAMPS[new]] = self.now()
         counts = changes.pop("request_counts", None)
         if counts is not None:
             columns.update(total=counts.total, completed=counts.completed, failed=counts.failed)

@@ -24,14 +24,13 @@ import json
 import logging
 import os
 import sqlite3
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from relayllm.batch.service.errors import ServiceError, StaleClaimError
+from relayllm.batch.service.sqlite_file import SQLiteFile
 
 logger = logging.getLogger(__name__)
 
@@ -133,23 +132,15 @@ def line_use(text: str, now: int) -> tuple[str, int, Use] | None:
     return str(body.get("model") or "unknown"), at - at % MINUTE, use_of(body.get("usage"))
 
 
-class UsageLedger:
+class UsageLedger(SQLiteFile):
     """The ledger in the job store's SQLite file (its own connection; WAL and SQLite's write
     lock make it safe beside the store's, in any process)."""
 
     def __init__(
         self, path: str, *, clock: Callable[[], float] = time.time, timeout_s: float = 30.0
     ) -> None:
-        self.path = str(path)
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._db = sqlite3.connect(
-            self.path, timeout=timeout_s, isolation_level=None, check_same_thread=False
-        )
-        self._db.row_factory = sqlite3.Row
+        super().__init__(path, clock=clock, timeout_s=timeout_s)
         try:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
             with self.write() as db:
                 migrate(db, "usage", _SCHEMA_VERSION, _MIGRATIONS)
         except BaseException:
@@ -158,35 +149,6 @@ class UsageLedger:
 
     def __repr__(self) -> str:
         return f"UsageLedger({self.path!r})"
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
-
-    def now(self) -> int:
-        return int(self._clock())
-
-    @contextmanager
-    def write(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction holding SQLite's write lock from its start (as the store's)."""
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._db
-                self._db.execute("COMMIT")
-            except BaseException:
-                if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
-                raise
-
-    @contextmanager
-    def read(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            self._db.execute("BEGIN")
-            try:
-                yield self._db
-            finally:
-                self._db.execute("COMMIT")
 
     # -- recording -------------------------------------------------------------------------
 
