@@ -117,10 +117,15 @@ def test_a_replacement_on_a_new_node_adopts_the_control_state_before_a_row(nodes
     from relayllm import ProcessorConfig, build_processor
     from relayllm.testing.echo import write_echo_checkpoint
 
+    from relayllm.serving.control_state import STATE_NAMESPACE, state_actor_name
+
     control = relayllm.control("front")
     checkpoint = write_echo_checkpoint(tmp_path / "v2", "v2")  # a path every node reaches
     control.update_weights(checkpoint, version="v2")
     control.pause()
+    # The replicas created the state as they started, from the worker nodes: it must sit on
+    # the head, or losing a worker node loses it (and the replacement comes up unpaused).
+    assert nodes.actor_node(state_actor_name("front"), STATE_NAMESPACE) == "head"
     nodes.kill("node2")  # node1 is gone too: no replica runs until node3 joins
     nodes.add("node3")
     wait_for(lambda: set(nodes.replicas("front").values()) == {"node3"}, "a replica on node3")

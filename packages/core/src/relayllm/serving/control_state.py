@@ -100,6 +100,8 @@ def state_actor(deployment: str, *, create: bool) -> Any:
     """The state actor of ``deployment`` (created when ``create``; None if there is none)."""
     import ray
 
+    from relayllm.cluster import HEAD_RESOURCE
+
     name = state_actor_name(deployment)
     if not create:
         try:
@@ -113,6 +115,9 @@ def state_actor(deployment: str, *, create: bool) -> Any:
         lifetime="detached",
         get_if_exists=True,
         num_cpus=0,
+        # On the head node: the state must outlive the worker nodes its replicas run on
+        # (created from a replica it would sit on that replica's node and die with it).
+        resources=HEAD_RESOURCE,
         max_concurrency=1000,  # one long poll per replica waits in it
     ).remote()
 

@@ -53,6 +53,7 @@ from relayllm.batch.service.settings import ServiceSettings
 from relayllm.batch.service.store import BatchRecord, RequestCounts, SQLiteJobStore, Status
 from relayllm.batch.service.usage import UsageLedger
 from relayllm.batch.service.validate import Limits, validate_input
+from relayllm.cluster import HEAD_RESOURCE
 
 logger = logging.getLogger(__name__)
 
@@ -66,9 +67,6 @@ RUNNER_ERROR: dict[str, Any] = {
     "param": None,
     "line": None,
 }
-#: Ray's resource that only the head node has: by default the runner and the gateway sit
-#: there, beside the store (``ServiceSettings.node_resources`` places them elsewhere).
-HEAD_RESOURCE = {"node:__internal_head__": 0.001}
 #: The runner's actor is named in this namespace, whatever namespace its starter has.
 RUNNER_NAMESPACE = "relayllm"
 #: A temporary ``.part-`` file in the storage not written to for this long is a killed
