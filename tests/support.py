@@ -8,6 +8,7 @@ each, so a fix (a port race, a process title, a stat field) reaches every suite 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -111,6 +112,14 @@ def run_cluster_job(script: Path, *, timeout: float) -> subprocess.CompletedProc
         )
     finally:
         shutil.rmtree(temp, ignore_errors=True)
+
+
+def job_result(stdout: str) -> dict:
+    """The JSON object a job script printed last: the nodes a script starts share its stdout,
+    so a raylet's log line may come after the script's own output."""
+    line = next((ln for ln in reversed(stdout.splitlines()) if ln.startswith("{")), None)
+    assert line is not None, f"the job printed no result:\n{stdout[-3000:]}"
+    return json.loads(line)
 
 
 def wait_for(condition, what: str, timeout_s: float = 120, period_s: float = 0.2) -> None:

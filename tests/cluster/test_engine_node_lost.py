@@ -3,11 +3,10 @@ under it), on a three-node cluster of CPU-less engine nodes: no row lost, and no
 spends more than three attempts (the retries wait out the move). Its own cluster, in its own
 process: its workers count their attempts (a worker set-up hook of that driver)."""
 
-import json
 from pathlib import Path
 
 import pytest
-from support import run_cluster_job
+from support import job_result, run_cluster_job
 
 
 # Three nodes on one machine, started and stopped inside the script: more than pytest.ini's
@@ -17,7 +16,7 @@ def test_losing_the_engine_node_mid_job_loses_no_rows(record_result):
     script = Path(__file__).with_name("engine_node_lost_job.py")
     out = run_cluster_job(script, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result = job_result(out.stdout)
     print(f"\nmulti-node: {result}")
     assert not result["replica_was_on_head"], "the replica ran on an engine node"
     assert result["replica_node_after"] != result["replica_node_before"], "Serve moved the replica"

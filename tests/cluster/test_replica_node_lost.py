@@ -115,9 +115,8 @@ def test_a_replacement_on_a_new_node_adopts_the_control_state_before_a_row(nodes
 
     import relayllm
     from relayllm import ProcessorConfig, build_processor
-    from relayllm.testing.echo import write_echo_checkpoint
-
     from relayllm.serving.control_state import STATE_NAMESPACE, state_actor_name
+    from relayllm.testing.echo import write_echo_checkpoint
 
     control = relayllm.control("front")
     checkpoint = write_echo_checkpoint(tmp_path / "v2", "v2")  # a path every node reaches

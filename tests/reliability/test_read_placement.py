@@ -2,11 +2,10 @@
 would spread the read tasks (most of them to the other node, without the placement), every
 read runs on the driver's node (for the batch service: the runner's, on the head node)."""
 
-import json
 from pathlib import Path
 
 import pytest
-from support import run_cluster_job
+from support import job_result, run_cluster_job
 
 
 # Two nodes on one machine, started and stopped inside the script (its own process: a second
@@ -16,7 +15,7 @@ def test_every_read_of_a_batch_file_runs_on_the_drivers_node():
     script = Path(__file__).with_name("read_placement_job.py")
     out = run_cluster_job(script, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result = job_result(out.stdout)
     assert (result["completed"], result["failed"]) == (120, 0)
     reads = result["read_nodes"]
     assert len(reads) >= 10, "the file was read in several chunks"

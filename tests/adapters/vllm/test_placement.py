@@ -1,11 +1,10 @@
 """Tensor/pipeline-parallel placement on logical GPUs: real Ray nodes, real Serve, the real
 vllm deployment up to its engine seam (see placement_job.py). No vLLM engine starts."""
 
-import json
 from pathlib import Path
 
 import pytest
-from support import run_cluster_job
+from support import job_result, run_cluster_job
 
 
 @pytest.fixture(scope="module")
@@ -13,7 +12,7 @@ def placed() -> dict:
     script = Path(__file__).with_name("placement_job.py")
     out = run_cluster_job(script, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return job_result(out.stdout)
 
 
 def test_tp2_pp2_reserves_one_group_of_four_gpu_bundles_with_the_replica_inside(placed):
