@@ -1,4 +1,5 @@
-"""Replicas and routing (``DeploymentConfig.routing``) on echo with its simulated prefix cache.
+"""Replicas and routing (``DeploymentConfig.routing``) on echo with its simulated prefix cache,
+or on the demo model with vLLM's own prefix cache (``--backend vllm``).
 
 Question: with many replicas of one engine, does affinity routing keep a row's steps on the
 replica that holds its prefix, without a replica running hot?
@@ -7,7 +8,9 @@ Job: the multi-turn pipeline's shape (answer -> critique -> rewrite on one deplo
 row carrying a document of ``--doc-words`` words that every step repeats, as RAG and
 summarisation rows do; each later step repeats the row's earlier turns. The engine is echo
 with its simulated prefix cache (``prefix_cache_blocks``: an LRU of ``--block-words``-word
-blocks per replica, only whole blocks cached) and ``--delay-s`` per call as engine time.
+blocks per replica, only whole blocks cached) and ``--delay-s`` per call as engine time, or
+with ``--backend vllm`` the demo model with prefix caching on (the skewed job below runs on
+echo only: ``--skew-rows 0`` leaves it out).
 Contenders, alternating in order, ``--repeats`` times each, a fresh deployment each run:
 
 - ``1 replica``: the figures a single engine gives (every step finds its row's prefix);
@@ -20,6 +23,8 @@ looked up and found in the prefix cache, prompt tokens prefilled), read from eve
 through ``relayllm.control(name).replicas()``: they do not depend on the machine's speed.
 
     python benchmarks/routing.py --replicas 8
+    python benchmarks/routing.py --backend vllm --replicas 2 --rows 48 --doc-words 150 \
+        --skew-rows 0 --repeats 1 --results-name routing-vllm
 
 Writes benchmarks/results/routing.json (``--results-name``).
 """
@@ -40,12 +45,20 @@ from _common import write_results
 DEPLOYMENT = "bench-routing"
 
 
-def pipeline_text(replicas: int, routing: str, args: argparse.Namespace) -> str:
-    cache = {
+def engine_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The deployment's options: echo with its simulated cache, or the demo model on vLLM with
+    prefix caching on (its own counters, whole 128-token blocks on the CPU build)."""
+    if args.backend == "vllm":
+        return {"model": "demo", "enable_prefix_caching": True, "max_model_len": 4096}
+    return {
         "prefix_cache_blocks": 1_000_000,
         "prefix_block_words": args.block_words,
         "delay_s": args.delay_s,
     }
+
+
+def pipeline_text(replicas: int, routing: str, args: argparse.Namespace) -> str:
+    cache = engine_options(args)
     turns = [
         '{role: user, content: "{doc} {question}"}',
         '{role: assistant, content: "{answer}"}',
@@ -55,7 +68,7 @@ def pipeline_text(replicas: int, routing: str, args: argparse.Namespace) -> str:
     steps = [("answer", turns[:1]), ("critique", turns), ("final", rewrite)]
     lines = [
         "deployments:",
-        f"  - {{name: {DEPLOYMENT}, backend: echo, num_replicas: {replicas}, "
+        f"  - {{name: {DEPLOYMENT}, backend: {args.backend}, num_replicas: {replicas}, "
         f"routing: {routing}, options: {json.dumps(cache)}}}",
         "input: {path: rows.jsonl}",
         "steps:",
@@ -65,7 +78,7 @@ def pipeline_text(replicas: int, routing: str, args: argparse.Namespace) -> str:
             f"  - name: {name}",
             f"    deployment: {DEPLOYMENT}",
             f"    messages: [{', '.join(messages)}]",
-            "    sampling_params: {max_tokens: 8}",
+            "    sampling_params: {temperature: 0.0, max_tokens: 8}",
             f"    batch_size: {args.batch_size}",
             f"    output_column: {name}",
         ]
@@ -211,12 +224,14 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 flush=True,
             )
         for routing in ("default", "affinity") if repeat % 2 == 0 else ("affinity", "default"):
+            if not args.skew_rows:
+                break
             run = run_skewed(routing, args)
             skew_runs[routing].append(run)
             print(f"  skewed, {routing}: rows per replica {run['rows_per_replica']}", flush=True)
     return {
         "pipeline": [aggregate(label, runs) for label, runs in pipeline_runs.items()],
-        "skewed": [aggregate(f"{n} replicas, {r}", runs) for r, runs in skew_runs.items()],
+        "skewed": [aggregate(f"{n} replicas, {r}", runs) for r, runs in skew_runs.items() if runs],
     }
 
 
@@ -224,13 +239,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    parser.add_argument(
+        "--backend",
+        choices=("echo", "vllm"),
+        default="echo",
+        help="echo (simulated prefix cache) or vllm (the demo model, its own prefix cache)",
+    )
     parser.add_argument("--replicas", type=int, default=8)
     parser.add_argument("--rows", type=int, default=96)
     parser.add_argument("--doc-words", type=int, default=300)
     parser.add_argument("--block-words", type=int, default=16)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--delay-s", type=float, default=0.02)
-    parser.add_argument("--skew-rows", type=int, default=1024)
+    parser.add_argument(
+        "--skew-rows", type=int, default=1024, help="rows of the skewed job (0: no skewed job)"
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--results-name", default="routing")
     args = parser.parse_args()

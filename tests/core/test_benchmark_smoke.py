@@ -113,6 +113,7 @@ def test_pass_cost_contenders_each_pass_every_row_and_the_import_times_are_read(
 
 def test_routing_contenders_answer_every_row_and_read_every_replicas_counters(echo):
     args = argparse.Namespace(
+        backend="echo",
         replicas=2,
         rows=16,
         doc_words=40,
