@@ -579,9 +579,9 @@ def test_finish_batch_records_only_reserved_files_and_is_fenced(store):
 
 def test_a_schema_1_store_is_migrated_when_opened(db_path):
     raw = sqlite3.connect(db_path)
-    from relayllm.batch.service import store as module
+    from relayllm.batch.service import schema
 
-    raw.executescript(module._SCHEMA + "; PRAGMA user_version=1;")
+    raw.executescript(schema.SCHEMA + "; PRAGMA user_version=1;")
     raw.close()
     opened = SQLiteJobStore(db_path)
     source = opened.add_file("alpha", filename="in.jsonl", purpose="batch", bytes=1)

@@ -55,13 +55,13 @@ def test_code_that_runs_on_any_node_reads_no_wall_clock():
 
 
 def test_the_batch_service_stops_its_stage_workers_by_signal_not_by_their_clock():
-    runner = ast.parse((SRC / "batch" / "service" / "runner.py").read_text())
+    job = ast.parse((SRC / "batch" / "service" / "job.py").read_text())
     checks = [
         node
-        for node in ast.walk(runner)
+        for node in ast.walk(job)
         if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "StopCheck"
     ]
-    assert checks, "the runner builds its StopCheck"
+    assert checks, "the runner's batch job builds its StopCheck"
     for call in checks:
         deadline = call.args[1] if len(call.args) > 1 else None
         deadline = deadline or next((k.value for k in call.keywords if k.arg == "deadline"), None)

@@ -14,17 +14,9 @@ from typing import Literal
 
 from relayllm.batch.service.errors import InvalidRequestError, NotFoundError
 from relayllm.batch.service.keys import ADMIN
-from relayllm.batch.service.store import (
-    _FILE_COLUMNS,
-    _LIVE,
-    BatchRecord,
-    FileRecord,
-    Page,
-    SQLiteJobStore,
-    _batch,
-    _check_limit,
-    _file,
-)
+from relayllm.batch.service.records import BatchRecord, FileRecord, Page, check_limit
+from relayllm.batch.service.schema import FILE_COLUMNS, LIVE, batch_record, file_record
+from relayllm.batch.service.store import SQLiteJobStore
 
 
 class AdminStore(SQLiteJobStore):
@@ -43,7 +35,7 @@ class AdminStore(SQLiteJobStore):
         """Every project that has a batch or a live file, by name."""
         with self.read() as db:
             rows = db.execute(
-                f"SELECT project FROM batches UNION SELECT project FROM files WHERE {_LIVE}",
+                f"SELECT project FROM batches UNION SELECT project FROM files WHERE {LIVE}",
                 (self.now(),),
             ).fetchall()
         return sorted(str(row["project"]) for row in rows)
@@ -67,14 +59,14 @@ class AdminStore(SQLiteJobStore):
     ) -> Page[BatchRecord]:
         if project != ADMIN:
             return super().list_batches(project, after=after, limit=limit)
-        _check_limit(limit, 100)
+        check_limit(limit, 100)
         with self.read() as db:
             before = self._batch_row(db, after, None)["seq"] if after is not None else 1 << 62
             rows = db.execute(
                 "SELECT * FROM batches WHERE seq < ? ORDER BY seq DESC LIMIT ?",
                 (before, limit + 1),
             ).fetchall()
-        return Page([_batch(r) for r in rows[:limit]], len(rows) > limit)
+        return Page([batch_record(r) for r in rows[:limit]], len(rows) > limit)
 
     def list_files(
         self,
@@ -89,10 +81,10 @@ class AdminStore(SQLiteJobStore):
             return super().list_files(
                 project, after=after, limit=limit, order=order, purpose=purpose
             )
-        _check_limit(limit, 10000)
+        check_limit(limit, 10000)
         if order not in ("asc", "desc"):
             raise InvalidRequestError(f"order must be 'asc' or 'desc', got {order!r}", "order")
-        where: list[str] = [_LIVE]
+        where: list[str] = [LIVE]
         args: list[object] = [self.now()]
         if purpose is not None:
             where.append("purpose = ?")
@@ -105,11 +97,11 @@ class AdminStore(SQLiteJobStore):
                 where.append("seq < ?" if order == "desc" else "seq > ?")
                 args.append(row["seq"])
             rows = db.execute(
-                f"SELECT {_FILE_COLUMNS} FROM files WHERE {' AND '.join(where)} "
+                f"SELECT {FILE_COLUMNS} FROM files WHERE {' AND '.join(where)} "
                 f"ORDER BY seq {order.upper()} LIMIT ?",
                 (*args, limit + 1),
             ).fetchall()
-        return Page([_file(r) for r in rows[:limit]], len(rows) > limit)
+        return Page([file_record(r) for r in rows[:limit]], len(rows) > limit)
 
     def _as(self, project: str, table: Literal["batches", "files"], item_id: str) -> str:
         return self.owner(table, item_id) if project == ADMIN else project
