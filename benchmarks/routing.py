@@ -47,9 +47,16 @@ DEPLOYMENT = "bench-routing"
 
 def engine_options(args: argparse.Namespace) -> dict[str, Any]:
     """The deployment's options: echo with its simulated cache, or the demo model on vLLM with
-    prefix caching on (its own counters, whole 128-token blocks on the CPU build)."""
+    prefix caching on (its own counters, whole 128-token blocks on the CPU build) and a KV
+    cache that holds every row's prefix between its steps (the CPU build's default is sized
+    for the rows running at once, and evicts them)."""
     if args.backend == "vllm":
-        return {"model": "demo", "enable_prefix_caching": True, "max_model_len": 4096}
+        return {
+            "model": "demo",
+            "enable_prefix_caching": True,
+            "max_model_len": 4096,
+            "kv_cache_memory_gb": 2,
+        }
     return {
         "prefix_cache_blocks": 1_000_000,
         "prefix_block_words": args.block_words,
