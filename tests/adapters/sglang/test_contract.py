@@ -18,8 +18,22 @@ from support import altered_wheel
 
 import relayllm_sglang.deployment as deployment_module
 from relayllm.testing.source import function_signature
+from relayllm_sglang.calls import CROSS_ENCODER_FLAG, encode_kwargs, generate_kwargs, rerank_kwargs
 from relayllm_sglang.options import FIRST_CLASS_OPTIONS, SGLangOptions, engine_kwargs
 from relayllm_sglang.reasoning import REASONING_PARSERS, split_reasoning
+from relayllm_sglang.results import (
+    ABORT,
+    CACHED_TOKENS,
+    COMPLETION_TOKENS,
+    E2E_LATENCY,
+    FINISH_REASON,
+    FINISH_REASONS,
+    INPUT_LOGPROBS,
+    INPUT_TOP_LOGPROBS,
+    OUTPUT_LOGPROBS,
+    OUTPUT_TOP_LOGPROBS,
+    PROMPT_TOKENS,
+)
 from relayllm_sglang.source import (
     ENGINE_MODULE,
     REASONING_PARSER_MODULE,
@@ -29,28 +43,13 @@ from relayllm_sglang.source import (
     server_args_fields,
 )
 from relayllm_sglang.translate import (
-    ABORT,
-    CACHED_TOKENS,
-    COMPLETION_TOKENS,
-    CROSS_ENCODER_FLAG,
-    E2E_LATENCY,
-    FINISH_REASON,
-    FINISH_REASONS,
     GRAMMAR_PARAMS,
-    INPUT_LOGPROBS,
-    INPUT_TOP_LOGPROBS,
     JSON_SCHEMA_PARAM,
     LOGPROB_ARGS,
-    OUTPUT_LOGPROBS,
-    OUTPUT_TOP_LOGPROBS,
-    PROMPT_TOKENS,
     RENAMED_SAMPLING_PARAMS,
     SHARED_SAMPLING_PARAMS,
     STRUCTURED_PARAMS,
     EngineInput,
-    encode_kwargs,
-    generate_kwargs,
-    rerank_kwargs,
     sglang_sampling_params,
 )
 

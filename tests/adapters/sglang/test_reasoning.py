@@ -19,9 +19,11 @@ import pytest
 import relayllm
 from relayllm.adapters.source import SourceTree
 from relayllm_sglang.backend import SGLangBackend, check_reasoning_parser
+from relayllm_sglang.calls import serve_batch
 from relayllm_sglang.options import engine_kwargs
 from relayllm_sglang.reasoning import prompt_opens_reasoning, split_reasoning
-from relayllm_sglang.translate import EngineInput, generation_result, serve_batch
+from relayllm_sglang.results import generation_result
+from relayllm_sglang.translate import EngineInput
 
 
 def parse(**options):

@@ -16,22 +16,26 @@ import re
 
 import pytest
 
+from relayllm_sglang.calls import (
+    call_per_batch,
+    encode_kwargs,
+    generate_kwargs,
+    rerank_kwargs,
+    serve_batch,
+)
+from relayllm_sglang.results import (
+    classify_result,
+    embedding_result,
+    generation_result,
+    id2label,
+    score_result,
+)
 from relayllm_sglang.source import sampling_param_fields
 from relayllm_sglang.translate import (
     EngineInput,
-    call_per_batch,
     chat_input_ids,
-    classify_result,
     completion_input_ids,
-    embedding_result,
-    encode_kwargs,
     engine_input,
-    generate_kwargs,
-    generation_result,
-    id2label,
-    rerank_kwargs,
-    score_result,
-    serve_batch,
     sglang_sampling_params,
 )
 

@@ -15,7 +15,6 @@ ALLOWED = {
     "core/src/relayllm/rows.py": "the row protocol's inputs and its outputs",
     "core/src/relayllm/stage/udf.py": "the stage's call loop and its transports",
     "core/src/relayllm/deployments.py": "config, lookup and running names",
-    "adapter-sglang/src/relayllm_sglang/translate.py": "requests in and results out",
 }
 
 

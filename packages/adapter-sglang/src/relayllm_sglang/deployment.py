@@ -1,7 +1,9 @@
 """The relayllm engine that owns one ``sglang.Engine``. Runs only where sglang (and a GPU) is.
 
-Everything that does not need the engine lives in :mod:`relayllm_sglang.translate`; this
-module only wires those functions to the engine's calls. The core's replica wraps it (adapter
+Everything that does not need the engine lives in :mod:`relayllm_sglang.translate` (rows
+in), :mod:`relayllm_sglang.calls` (one engine call per batch) and
+:mod:`relayllm_sglang.results` (results out); this module only wires those functions to the
+engine's calls. The core's replica wraps it (adapter
 contract 3): the pause gate, the runtime adapters' record and the weight version are its.
 """
 
@@ -16,10 +18,12 @@ from relayllm import ControlRefusedError, MissingDependencyError
 from relayllm.adapters import Engine
 from relayllm.rows import Request, Result
 from relayllm_sglang import INSTALL_HINT
+from relayllm_sglang.calls import serve_batch
 from relayllm_sglang.options import SGLangOptions, engine_kwargs
 from relayllm_sglang.reasoning import prompt_opens_reasoning
+from relayllm_sglang.results import id2label
 from relayllm_sglang.source import SourceLayoutError, installed, sampling_param_fields
-from relayllm_sglang.translate import EngineInput, engine_input, id2label, serve_batch
+from relayllm_sglang.translate import EngineInput, engine_input
 
 logger = logging.getLogger(__name__)
 

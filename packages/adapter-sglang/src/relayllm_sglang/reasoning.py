@@ -1,7 +1,7 @@
 """Reasoning separation: which parsers a config may name, and splitting an answer with one.
 
 No sglang import here: the deployment builds SGLang's own ``ReasoningParser`` for each chat row
-and hands it to :func:`split_reasoning` (through :func:`relayllm_sglang.translate.serve_batch`).
+and hands it to :func:`split_reasoning` (through :func:`relayllm_sglang.calls.serve_batch`).
 
 The parser names are the keys of ``ReasoningParser.DetectorMap`` in the sglang release the
 adapter pins (``SGLANG_VERSION``; its server's ``--reasoning-parser`` choices), copied here

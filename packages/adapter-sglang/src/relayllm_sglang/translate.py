@@ -1,30 +1,25 @@
-"""relayllm rows <-> SGLang engine calls, as plain functions (no engine, no sglang import).
+"""relayllm rows -> SGLang engine inputs, as plain functions (no engine, no sglang import).
 
 Requests: an OpenAI-style row becomes token ids (chat through the tokenizer's chat template),
-SGLang sampling params and an optional LoRA name; a batch becomes the keyword arguments of ONE
-``Engine.async_generate`` (or ``async_encode``) call with a list per argument. Pooling rows: a
+SGLang sampling params and an optional LoRA name (:class:`EngineInput`). Pooling rows: a
 classify text goes to ``async_encode`` (a sequence-classification model's head output comes
 back as its ``embedding``), a score pair to SGLang's cross-encoder request (what
-``Engine.rerank`` sends). Responses: the dicts SGLang returns, with their ``meta_info``, become
-relayllm results, engine aborts included; chat answers are split into ``reasoning_content`` and
-the answer by a reasoning parser the deployment passes in.
+``Engine.rerank`` sends). A batch of inputs becomes ONE engine call in
+:mod:`relayllm_sglang.calls`; what SGLang returns becomes relayllm results in
+:mod:`relayllm_sglang.results`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
-import math
 import re
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from relayllm.adapters import check_sampling_support, parse_response_format
-from relayllm.errors import describe_exception
-from relayllm.rows import OPENAI_SAMPLING_PARAMS, Request, Result, error_result
-from relayllm.serving.metrics import ReplicaMetrics
-from relayllm_sglang.reasoning import ReasoningParserLike, split_reasoning
+from relayllm.rows import OPENAI_SAMPLING_PARAMS, Request
+from relayllm_sglang.reasoning import ReasoningParserLike
 
 # -- sampling params ---------------------------------------------------------------------------
 
@@ -90,9 +85,6 @@ STRUCTURED_PARAMS = {"json": JSON_SCHEMA_PARAM, "regex": "regex", "choice": "reg
                      "grammar": "ebnf"}  # fmt: skip
 #: ``async_generate`` arguments for logprobs (one value per prompt).
 LOGPROB_ARGS = ("return_logprob", "top_logprobs_num", "logprob_start_len")
-#: ``meta_info`` keys holding (logprob, token id, text) tuples, and their top-k lists.
-OUTPUT_LOGPROBS, OUTPUT_TOP_LOGPROBS = "output_token_logprobs", "output_top_logprobs"
-INPUT_LOGPROBS, INPUT_TOP_LOGPROBS = "input_token_logprobs", "input_top_logprobs"
 
 
 def sglang_sampling_params(
@@ -284,404 +276,23 @@ def lora_of(model: Any, lora_names: frozenset[str], base_model_names: frozenset[
     raise ValueError(f"model {model!r} is not a LoRA adapter of this deployment; adapters: {known}")
 
 
-# -- one call per batch ------------------------------------------------------------------------
-
-
-def generate_kwargs(inputs: Sequence[EngineInput]) -> dict[str, Any]:
-    """Keyword arguments of one ``Engine.async_generate`` call serving every input.
-
-    Request ids are left to SGLang: after a failed batch call SGLang aborts its requests
-    asynchronously, and a retry reusing their ids could be caught by that abort.
-    """
-    kwargs: dict[str, Any] = {
-        "input_ids": [i.input_ids for i in inputs],
-        "sampling_params": [i.sampling_params or {} for i in inputs],
-    }
-    if any(i.lora for i in inputs):
-        kwargs["lora_path"] = [i.lora for i in inputs]
-    if any(i.top_logprobs is not None or i.prompt_logprobs is not None for i in inputs):
-        kwargs["return_logprob"] = [
-            i.top_logprobs is not None or i.prompt_logprobs is not None for i in inputs
-        ]
-        kwargs["top_logprobs_num"] = [
-            max(i.top_logprobs or 0, i.prompt_logprobs or 0) for i in inputs
-        ]
-        # 0: from the prompt's first token; -1: the answer only.
-        kwargs["logprob_start_len"] = [0 if i.prompt_logprobs is not None else -1 for i in inputs]
-    priorities = [i.priority for i in inputs if i.priority is not None]
-    if priorities:
-        # SGLang takes one priority per call and, by default, runs higher values first
-        # (server_args enable_priority_scheduling turns its priority scheduling on): the
-        # call's most urgent row, negated.
-        kwargs["priority"] = -min(priorities)
-    return kwargs
-
-
-def encode_kwargs(inputs: Sequence[EngineInput]) -> dict[str, Any]:
-    """Keyword arguments of one ``Engine.async_encode`` call serving every input."""
-    kwargs: dict[str, Any] = {"prompt": [i.text for i in inputs]}
-    if any(i.lora for i in inputs):
-        kwargs["lora_path"] = [i.lora for i in inputs]
-    return kwargs
-
-
-#: The ``EmbeddingReqInput`` field that makes SGLang tokenize ``text`` as (query, document)
-#: pairs for a cross-encoder (with its separator and token type ids), as ``Engine.rerank``
-#: and the HTTP server's ``/v1/rerank`` set it.
-CROSS_ENCODER_FLAG = "is_cross_encoder_request"
-
-
-def rerank_kwargs(inputs: Sequence[EngineInput]) -> dict[str, Any]:
-    """Fields of one ``EmbeddingReqInput`` scoring every input's (query, document) pair.
-
-    ``Engine.rerank`` builds the same request, but runs it with ``run_until_complete``, which
-    cannot be called from the replica's running event loop; the deployment awaits the
-    request through the engine's tokenizer manager instead, as ``async_encode`` does.
-    """
-    kwargs: dict[str, Any] = {
-        "text": [list(i.pair or ("", "")) for i in inputs],
-        CROSS_ENCODER_FLAG: True,
-    }
-    if any(i.lora for i in inputs):
-        kwargs["lora_path"] = [i.lora for i in inputs]
-    return kwargs
-
-
-async def serve_batch(
-    requests: Sequence[Request],
-    prepare: Callable[[Request], EngineInput],
-    generate: Callable[..., Awaitable[Any]],
-    encode: Callable[..., Awaitable[Any]],
-    decode: Callable[[int], str] | None = None,
-    *,
-    rerank: Callable[..., Awaitable[Any]] | None = None,
-    labels: Mapping[int, str] | None = None,
-    metrics: ReplicaMetrics | None = None,
-    reasoning_parser: ParserFor | None = None,
-) -> list[Result]:
-    """One result per request, in order: ``prepare`` each row (its ``ValueError`` is that row's
-    error), then ONE ``generate(**generate_kwargs(...))`` call for the chat and completion rows,
-    ONE ``encode(**encode_kwargs(...))`` call for the embedding rows (and one for the classify
-    rows) and ONE ``rerank(**rerank_kwargs(...))`` call for the score rows, concurrently.
-    ``generate``/``encode`` are the engine's ``async_generate``/``async_encode``; ``rerank``
-    runs a cross-encoder request; ``labels`` are the classifier's ``id2label``; each generated
-    output's figures go to ``metrics`` (:func:`observe_meta`); ``reasoning_parser`` splits
-    chat answers (see :func:`generation_result`)."""
-    results: list[Result | None] = [None] * len(requests)
-    batches: dict[str, list[tuple[int, EngineInput]]] = {
-        "generate": [],
-        "encode": [],
-        "classify": [],
-        "score": [],
-    }
-    for i, request in enumerate(requests):
-        try:
-            item = prepare(request)
-        except Exception as exc:  # this row cannot be served; the others go on
-            results[i] = error_result(describe_exception(exc))
-            continue
-        batches[item.kind].append((i, item))
-
-    async def one_generate_call(items: Sequence[EngineInput]) -> Any:
-        return await generate(**generate_kwargs(items))
-
-    async def one_encode_call(items: Sequence[EngineInput]) -> Any:
-        return await encode(**encode_kwargs(items))
-
-    async def one_rerank_call(items: Sequence[EngineInput]) -> Any:
-        if rerank is None:
-            raise RuntimeError("this deployment does not score (query, document) pairs")
-        return await rerank(**rerank_kwargs(items))
-
-    generated, encoded, classified, scored = await asyncio.gather(
-        call_per_batch(one_generate_call, [item for _, item in batches["generate"]]),
-        call_per_batch(one_encode_call, [item for _, item in batches["encode"]]),
-        call_per_batch(one_encode_call, [item for _, item in batches["classify"]]),
-        call_per_batch(one_rerank_call, [item for _, item in batches["score"]]),
-    )
-    for (i, item), output in zip(batches["generate"], generated, strict=False):
-        results[i] = generation_result(output, item, decode, reasoning_parser)
-        if metrics is not None and isinstance(output, Mapping):
-            observe_meta(metrics, output.get("meta_info") or {})
-    for (i, _), output in zip(batches["encode"], encoded, strict=False):
-        results[i] = embedding_result(output)
-    for (i, _), output in zip(batches["classify"], classified, strict=False):
-        results[i] = classify_result(output, labels)
-    for (i, _), output in zip(batches["score"], scored, strict=False):
-        results[i] = score_result(output)
-    return [r if r is not None else error_result("no result for this row") for r in results]
-
-
-async def call_per_batch(
-    call: Callable[[Sequence[Any]], Awaitable[Any]], items: Sequence[Any]
-) -> list[dict[str, Any] | BaseException]:
-    """Run ``call`` once for all ``items``; one output (or exception) per item, in order.
-
-    SGLang validates a batch as a whole: one prompt longer than the context fails the entire
-    ``async_generate`` call. Then each item is called on its own, concurrently, so only the
-    rows that fail carry an error and the others still get their answers.
-    """
-    if not items:
-        return []
-    try:
-        outputs = _as_list(await call(items))
-        if len(outputs) != len(items):
-            raise RuntimeError(f"sglang returned {len(outputs)} outputs for {len(items)} prompts")
-        return outputs
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:
-        if len(items) == 1:
-            return [exc]
-    singles = await asyncio.gather(*(call([item]) for item in items), return_exceptions=True)
-    out: list[dict[str, Any] | BaseException] = []
-    for single in singles:
-        if isinstance(single, asyncio.CancelledError):
-            raise single
-        out.append(single if isinstance(single, BaseException) else _as_list(single)[0])
-    return out
-
-
-def _as_list(outputs: Any) -> list[dict[str, Any]]:
-    return [outputs] if isinstance(outputs, Mapping) else list(outputs)
-
-
-# -- responses ---------------------------------------------------------------------------------
-
-#: The ``meta_info`` keys read from SGLang outputs.
-PROMPT_TOKENS = "prompt_tokens"
-COMPLETION_TOKENS = "completion_tokens"
-FINISH_REASON = "finish_reason"
-#: Prompt tokens found in SGLang's radix (prefix) cache, and the request's whole time.
-CACHED_TOKENS = "cached_tokens"
-E2E_LATENCY = "e2e_latency"
-#: SGLang finish-reason types -> relayllm ``finish_reason``; "abort" becomes the row's error.
-FINISH_REASONS = {"stop": "stop", "length": "length"}
-ABORT = "abort"
-
-
-def observe_meta(metrics: ReplicaMetrics, meta: Mapping[str, Any]) -> None:
-    """What SGLang's ``meta_info`` tells of the engine, into the replica's metrics: prefix-cache
-    hits (``cached_tokens`` of ``prompt_tokens``) and the request's latency. SGLang's own
-    Prometheus metrics (its ``enable_metrics`` server arg) are its, outside Ray's."""
-    prompt, cached = meta.get(PROMPT_TOKENS), meta.get(CACHED_TOKENS)
-    if isinstance(prompt, int) and isinstance(cached, int) and prompt > 0:
-        metrics.add_prefix_cache(prompt, cached)
-    latency = meta.get(E2E_LATENCY)
-    if isinstance(latency, (int, float)) and latency > 0:
-        metrics.observe_latency(float(latency))
-
-
-def generation_result(
-    output: Mapping[str, Any] | BaseException,
-    item: EngineInput | None = None,
-    decode: Callable[[int], str] | None = None,
-    reasoning_parser: ParserFor | None = None,
-) -> Result:
-    """A relayllm result for one ``async_generate`` output (or the exception of its call);
-    ``item`` says whether logprobs were asked, ``decode`` turns their token ids into text;
-    with ``reasoning_parser`` (the deployment's ``reasoning_parser`` option), a chat answer
-    free of a grammar is split into ``reasoning_content`` and the answer."""
-    if isinstance(output, BaseException):
-        return error_result(describe_exception(output))
-    meta = output.get("meta_info") or {}
-    prompt_tokens = meta.get(PROMPT_TOKENS)
-    reason = meta.get(FINISH_REASON)
-    kind = reason.get("type") if isinstance(reason, Mapping) else reason
-    if kind == ABORT:
-        message = reason.get("message") if isinstance(reason, Mapping) else None
-        return error_result(
-            f"sglang aborted the request: {message or 'no reason given'}",
-            num_input_tokens=prompt_tokens,
-        )
-    text = output.get("text")
-    if not isinstance(text, str):
-        return error_result(
-            f"sglang returned no text (finish reason {kind!r})", num_input_tokens=prompt_tokens
-        )
-    result: Result = {
-        "generated_text": text,
-        "finish_reason": FINISH_REASONS.get(kind, kind),
-        "num_input_tokens": prompt_tokens,
-        "num_generated_tokens": meta.get(COMPLETION_TOKENS),
-    }
-    if reasoning_parser is not None and item is not None and item.may_reason:
-        try:
-            reasoning, answer = split_reasoning(reasoning_parser(item), text)
-        except Exception as exc:  # this row's error, as SGLang's server fails that request
-            return error_result(
-                f"sglang's reasoning parser failed on the answer: {describe_exception(exc)}",
-                num_input_tokens=prompt_tokens,
-            )
-        result["generated_text"] = answer
-        result["reasoning_content"] = reasoning
-    if item is not None and item.top_logprobs is not None:
-        result["logprobs"] = logprob_entries(
-            meta.get(OUTPUT_LOGPROBS), meta.get(OUTPUT_TOP_LOGPROBS), item.top_logprobs, decode
-        )
-    if item is not None and item.prompt_logprobs is not None:
-        result["prompt_logprobs"] = logprob_entries(
-            meta.get(INPUT_LOGPROBS), meta.get(INPUT_TOP_LOGPROBS), item.prompt_logprobs, decode
-        )
-    return result
-
-
-def logprob_entries(
-    chosen: Any, tops: Any, k: int, decode: Callable[[int], str] | None
-) -> list[dict[str, Any]] | None:
-    """SGLang's ``(logprob, token_id, text)`` tuples -> the row's logprobs (token text from
-    ``decode`` where SGLang sent none)."""
-    if chosen is None:
-        return None
-
-    def text(entry: Sequence[Any]) -> str | None:
-        if len(entry) > 2 and entry[2] is not None:
-            return entry[2]
-        return decode(entry[1]) if decode is not None else None
-
-    tops = tops or [None] * len(chosen)
-    return [
-        {
-            "token": text(entry),
-            "logprob": entry[0],
-            "top_logprobs": [{"token": text(t), "logprob": t[0]} for t in (top or [])[:k]],
-        }
-        for entry, top in zip(chosen, tops, strict=False)
-    ]
-
-
-def embedding_result(output: Mapping[str, Any] | BaseException) -> Result:
-    """A relayllm result for one ``async_encode`` output."""
-    if isinstance(output, BaseException):
-        return error_result(describe_exception(output))
-    meta = output.get("meta_info") or {}
-    reason = meta.get(FINISH_REASON)
-    if isinstance(reason, Mapping) and reason.get("type") == ABORT:
-        return error_result(
-            f"sglang aborted the request: {reason.get('message') or 'no reason given'}"
-        )
-    vector = output.get("embedding")
-    if not isinstance(vector, Sequence) or not vector:
-        return error_result("sglang returned no embedding")
-    return {"embedding": [float(x) for x in vector], "num_input_tokens": meta.get(PROMPT_TOKENS)}
-
-
-def _pooled(output: Mapping[str, Any] | BaseException, what: str) -> tuple[list[float], Any]:
-    """The numbers a pooling model's head gave for one row (its ``embedding``: a list, or one
-    number when SGLang's cross-encoder pooler squeezed a single label), and the prompt's
-    token count. Raises ``ValueError`` with the row's error."""
-    if isinstance(output, BaseException):
-        raise ValueError(describe_exception(output))
-    meta = output.get("meta_info") or {}
-    reason = meta.get(FINISH_REASON)
-    if isinstance(reason, Mapping) and reason.get("type") == ABORT:
-        raise ValueError(
-            f"sglang aborted the request: {reason.get('message') or 'no reason given'}"
-        )
-    value = output.get("embedding")
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return [float(value)], meta.get(PROMPT_TOKENS)
-    if isinstance(value, Sequence) and not isinstance(value, str) and value:
-        try:
-            return [float(x) for x in value], meta.get(PROMPT_TOKENS)
-        except (TypeError, ValueError):
-            pass
-    raise ValueError(f"sglang returned no {what} (embedding {value!r:.80})")
-
-
-def softmax(logits: Sequence[float]) -> list[float]:
-    """Class probabilities of a classifier's logits (shifted by the largest, so no overflow)."""
-    top = max(logits)
-    exps = [math.exp(x - top) for x in logits]
-    total = sum(exps)
-    return [e / total for e in exps]
-
-
-def classify_result(
-    output: Mapping[str, Any] | BaseException, labels: Mapping[int, str] | None = None
-) -> Result:
-    """A classify row's result from one ``async_encode`` output of a sequence-classification
-    model: its head's logits, made probabilities and a label as SGLang's own ``/v1/classify``
-    makes them (softmax, the most likely class's name from the model's ``id2label``)."""
-    try:
-        logits, prompt_tokens = _pooled(output, "class scores")
-    except ValueError as exc:
-        return error_result(str(exc))
-    probs = softmax(logits)
-    best = max(range(len(probs)), key=probs.__getitem__)
-    return {
-        "label": str((labels or {}).get(best, best)),
-        "probs": probs,
-        "num_input_tokens": prompt_tokens,
-    }
-
-
-def score_result(output: Mapping[str, Any] | BaseException) -> Result:
-    """A score row's result from one cross-encoder output: its single label's value (SGLang
-    applies the model's own activation, e.g. a sigmoid a sentence-transformers config names)."""
-    try:
-        values, prompt_tokens = _pooled(output, "score")
-    except ValueError as exc:
-        return error_result(str(exc))
-    if len(values) != 1:
-        return error_result(
-            f"sglang returned {len(values)} values for the pair: task 'score' needs a "
-            "cross-encoder, a sequence-classification model with one label (num_labels == 1)"
-        )
-    return {"score": values[0], "num_input_tokens": prompt_tokens}
-
-
-def id2label(hf_config: Any) -> dict[int, str]:
-    """A classifier's class names by index, from its Hugging Face config (empty if none)."""
-    mapping = getattr(hf_config, "id2label", None) or {}
-    try:
-        return {int(k): str(v) for k, v in mapping.items()}
-    except (AttributeError, TypeError, ValueError):
-        return {}
-
-
 __all__ = [
-    "ABORT",
-    "CACHED_TOKENS",
-    "E2E_LATENCY",
-    "COMPLETION_TOKENS",
-    "CROSS_ENCODER_FLAG",
-    "MODEL_KIND",
-    "MODEL_TASK",
-    "FINISH_REASON",
-    "FINISH_REASONS",
+    "EngineInput",
     "GRAMMAR_PARAMS",
-    "INPUT_LOGPROBS",
-    "INPUT_TOP_LOGPROBS",
     "JSON_SCHEMA_PARAM",
     "LOGPROB_ARGS",
-    "OUTPUT_LOGPROBS",
-    "OUTPUT_TOP_LOGPROBS",
+    "MODEL_KIND",
+    "MODEL_TASK",
     "ParserFor",
-    "REQUEST_KEYS",
-    "STRUCTURED_PARAMS",
-    "logprob_entries",
-    "PROMPT_TOKENS",
     "RENAMED_SAMPLING_PARAMS",
+    "REQUEST_KEYS",
     "SHARED_SAMPLING_PARAMS",
+    "STRUCTURED_PARAMS",
     "TRANSLATED_SAMPLING_PARAMS",
-    "EngineInput",
-    "call_per_batch",
     "chat_input_ids",
-    "classify_result",
     "completion_input_ids",
-    "embedding_result",
-    "encode_kwargs",
     "engine_input",
-    "generate_kwargs",
-    "generation_result",
-    "id2label",
     "json_schema_of",
     "lora_of",
-    "rerank_kwargs",
-    "score_result",
-    "observe_meta",
-    "serve_batch",
     "sglang_sampling_params",
-    "softmax",
 ]
