@@ -47,10 +47,10 @@ def test_the_stage_really_falls_back_and_only_on_the_call_too_large_for_grpc(ech
     async def run() -> None:
         small = await stage(pa.table({"prompt": ["a", "b"]}))
         assert small.column("error").to_pylist() == [None, None]
-        assert stage._use_fast, "a small call must stay on the gRPC transport"
+        assert stage.transport.grpc, "a small call must stay on the gRPC transport"
         out = await stage(pa.table({"prompt": [big]}))
         assert out.column("error").to_pylist() == [None]
-        assert not stage._use_fast, "the 5.5 MB call did not fall back to actor calls"
+        assert not stage.transport.grpc, "the 5.5 MB call did not fall back to actor calls"
 
     asyncio.run(run())
 
@@ -68,8 +68,8 @@ def test_the_transport_is_a_config_field_whose_default_is_the_environment(echo, 
         ProcessorConfig(deployment="d", transport="http")
     # The stage follows the config it is given, whatever its own process's environment says.
     monkeypatch.delenv("RELAYLLM_SERVE_TRANSPORT")
-    assert ServeStage(actor, "p")._use_fast is False
-    assert ServeStage(config, "p")._use_fast is True
+    assert ServeStage(actor, "p").transport.grpc is False
+    assert ServeStage(config, "p").transport.grpc is True
     rows = [{"id": i, "prompt": f"row {i}"} for i in range(6)]
     out = build_processor(actor)(ray.data.from_items(rows, override_num_blocks=1)).take_all()
     assert sorted(r["generated_text"] for r in out) == sorted(f"row {i}" for i in range(6))

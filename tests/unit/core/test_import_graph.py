@@ -28,6 +28,7 @@ LAYERS: list[tuple[str, ...]] = [
     (
         "relayllm.errors",
         "relayllm.rows",
+        "relayllm.rows.",
         "relayllm.retry",
         "relayllm.logs",
         "relayllm.compat",
@@ -58,7 +59,12 @@ LAYERS: list[tuple[str, ...]] = [
     # the driver: names -> Serve apps, what a pipeline asks of the cluster
     ("relayllm.deployments",),
     # what runs in Ray Data's workers: the stage
-    ("relayllm.stage.udf", "relayllm.stage.affinity"),
+    (
+        "relayllm.stage.udf",
+        "relayllm.stage.affinity",
+        "relayllm.stage.transport",
+        "relayllm.stage.tasks",
+    ),
     ("relayllm.processor",),
     # pipelines (with their one resume) and batch files, on processors and deployments
     ("relayllm.pipelines", "relayllm.pipelines.", "relayllm.batch", "relayllm.batch."),

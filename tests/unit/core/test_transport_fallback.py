@@ -1,7 +1,7 @@
 """Which transport errors make the stage fall back from gRPC to Serve's actor calls (the
 fallback itself on a real cluster: tests/core/test_transport_fallback.py)."""
 
-from relayllm.stage.udf import _is_grpc_error
+from relayllm.stage.transport import is_grpc_error
 
 
 def test_only_grpc_transport_errors_trigger_the_fallback():
@@ -13,6 +13,6 @@ def test_only_grpc_transport_errors_trigger_the_fallback():
         grpc.aio.Metadata(),
         details="Received message larger than max",
     )
-    assert _is_grpc_error(too_large)
-    assert not _is_grpc_error(TimeoutError("no answer"))
-    assert not _is_grpc_error(ConnectionError("injected failure of call 1"))
+    assert is_grpc_error(too_large)
+    assert not is_grpc_error(TimeoutError("no answer"))
+    assert not is_grpc_error(ConnectionError("injected failure of call 1"))

@@ -30,7 +30,8 @@ class Processor:
     def __call__(self, dataset: Dataset) -> Dataset:
         from ray.data import ActorPoolStrategy, TaskPoolStrategy
 
-        from relayllm.stage.udf import ServeStage, serve_stage
+        from relayllm.stage.tasks import serve_stage
+        from relayllm.stage.udf import ServeStage
 
         config = self.config
         status = _app_status(config.deployment)

@@ -11,33 +11,20 @@ the batch it holds: as separate Ray Data ``map`` operators they cost a task and 
 round trip of every column per row function, which made the README's pattern 0.6x a
 hand-written client (docs/benchmarks.md, "The path users write").
 
-Transport: the cost of moving rows is per call, not per row (docs/benchmarks.md has the
-profile), so the stage calls its deployment the cheapest way Serve offers -- a router on the
-stage's own event loop and Serve's gRPC transport to the replica, which cut the CPU time of a
-call on both sides (about a quarter in the stage, half in the replica). That transport caps a
-message at 4 MiB: on a gRPC status error (a call over 4 MiB is the case tested) the stage
-switches to Serve's ordinary actor-call transport for good and re-sends the call there (not
-counted as a retry). It also needs the replica's port to be reachable from the stage; when it
-is not, Ray 2.60's router turns the failure into ``ActorUnavailableError`` and keeps retrying
-the scheduling, which the stage sees as ``timeout_s``, not as a gRPC error -- no fallback.
-On such clusters use the actor transport. ``ProcessorConfig.transport`` ``"actor"`` (default:
-``RELAYLLM_SERVE_TRANSPORT``, else ``"grpc"``) uses the actor transport from the start.
+How the calls travel (gRPC, or actor calls) is relayllm.stage.transport; the stage as Ray
+Data tasks (one stage kept per run in each worker process) is relayllm.stage.tasks.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-import logging
-import threading
 import time
 import uuid
-from collections import OrderedDict
 from typing import Any
 
 import pyarrow as pa
 
-from relayllm import compat
 from relayllm.config import ProcessorConfig, RowFn
 from relayllm.errors import RowError, describe_exception
 from relayllm.retry import call_with_retries
@@ -59,8 +46,7 @@ from relayllm.rows import (
     unsupported_features,
 )
 from relayllm.stage import affinity
-
-logger = logging.getLogger(__name__)
+from relayllm.stage.transport import HandlesKey, Transport
 
 
 class ServeStage:
@@ -75,15 +61,12 @@ class ServeStage:
         *,
         run_id: str | None = None,
         deployment_seen: bool = False,
-        handles_key: tuple[str, str | None, float | None] | None = None,
+        handles_key: HandlesKey | None = None,
     ) -> None:
         from relayllm.deployments import handle_for
         from relayllm.errors import DeploymentNotFoundError
 
         self.config = config
-        self._run_id = run_id  # sent with each call: the job its rows belong to
-        # In a task: the process's handles are shared under this key (see serve_stage below).
-        self._handles_key = handles_key
         self._preprocess = preprocess
         self._postprocess = postprocess
         self._gone = False  # the deployment was shut down: fail fast instead of retrying
@@ -101,11 +84,11 @@ class ServeStage:
             # task in a new worker process) fails its rows as the stages already running do,
             # and the job goes on instead of ending at this task.
             self._gone = True
-        self._fast: Any = None  # process_batch over gRPC, bound to this actor's event loop
-        self._safe: Any = None  # process_batch over actor calls: no size limit
-        self._router: Any = None  # the handle's request router (stage/affinity.py)
-        # Try Serve's gRPC transport first unless the config says actor calls.
-        self._use_fast = config.transport == "grpc"
+        # Serve's gRPC transport first unless the config says actor calls. In a task the
+        # process's handles are shared under ``handles_key`` (relayllm.stage.tasks).
+        self.transport = Transport(
+            config.deployment, grpc=config.transport == "grpc", run_id=run_id, key=handles_key
+        )
         self._id_prefix = f"{processor_id}-{uuid.uuid4().hex[:8]}-"
         self._ids = itertools.count()
         self._slots = asyncio.Semaphore(config.max_in_flight_batches)
@@ -188,11 +171,11 @@ class ServeStage:
             # Lexicographic order puts rows that share a prefix next to each other, however
             # long the prefix; results go back by row index, so the output order is unchanged.
             pending.sort(key=lambda item: request_text(item[1], roles=True))
-        if self._router is None and pending and not self._gone:  # the replicas it knows
-            self._bind_handles()
-            self._router = await affinity.ready_router(self._safe)
+        router = self.transport.router
+        if router is None and pending and not self._gone:  # the replicas it knows
+            router = await self.transport.ready_router()
         lineage = affinity.lineage(self.config, rows, batch)
-        keyed = affinity.keyed_calls(pending, lineage, self.config, self._router)
+        keyed = affinity.keyed_calls(pending, lineage, self.config, router)
         calls = [call for _, call in keyed]
         answers = await asyncio.gather(*(self._send([r for _, r in c], k) for k, c in keyed))
         for call, answer in zip(calls, answers, strict=True):
@@ -254,8 +237,8 @@ class ServeStage:
                 self._gone = app_name(self.config.deployment) not in serve.status().applications
             except Exception:  # the controller itself is unreachable: keep retrying
                 return False
-            if self._gone and self._handles_key is not None:
-                _handles.pop(self._handles_key, None)  # a redeploy gets a fresh handle
+            if self._gone:
+                self.transport.forget()  # a redeploy gets a fresh handle
         return self._gone
 
     async def _call(self, requests: list[Request], key: str | None = None) -> list[Result]:
@@ -263,7 +246,7 @@ class ServeStage:
             sent = time.monotonic()
             try:
                 return await asyncio.wait_for(
-                    self._round_trip(requests, key), self.config.timeout_s
+                    self.transport.call(requests, key), self.config.timeout_s
                 )
             except TimeoutError:
                 if await self._held_by_pause(time.monotonic() - sent):
@@ -289,47 +272,6 @@ class ServeStage:
             return False
         return state.get("paused") is not None or changed_ago_s <= waited_s
 
-    async def _round_trip(self, requests: list[Request], key: str | None = None) -> list[Result]:
-        self._bind_handles()
-        fast, safe = self._fast, self._safe
-        if key:  # the call's affinity key, in Serve's session_id (serving/router.py)
-            fast, safe = fast.options(session_id=key), safe.options(session_id=key)
-        if self._use_fast:
-            try:
-                return await _answer(fast.remote(requests, job=self._run_id))
-            except Exception as exc:
-                if not _is_grpc_error(exc):
-                    raise
-                # Too large for gRPC's 4 MiB, or the replica's port is unreachable. A replica
-                # that already computed the batch answers the re-sent call from its cache.
-                self._use_fast = False
-                logger.warning(
-                    "gRPC transport to deployment %r failed (%s); using actor calls from now on",
-                    self.config.deployment,
-                    describe_exception(exc),
-                )
-        return await _answer(safe.remote(requests, job=self._run_id))
-
-    def _bind_handles(self) -> None:
-        """A handle of our own (not Serve's per-process cached one) whose router runs on the
-        event loop Ray Data calls us on: no hop to Serve's router thread and back per call."""
-        from relayllm.deployments import app_name
-
-        if self._safe is not None:
-            return
-        name = self.config.deployment
-        key = self._handles_key
-        if key is not None and key in _handles:
-            self._safe, self._fast = _handles[key]
-            return
-        handle = compat.handle_on_this_loop(name, app_name(name))
-        self._safe = handle.process_batch
-        self._fast = compat.grpc_transport(handle).process_batch
-        if key is not None:
-            for old in [k for k in _handles if k[0] == key[0]]:  # an earlier deploy's
-                del _handles[old]
-            _handles[key] = (self._safe, self._fast)
-
     def _raise_first_error(
         self, results: list[Result], ids: list[str], values: list[Any], row_ids: list[Any] | None
     ) -> None:
@@ -347,21 +289,6 @@ class ServeStage:
 
 class _Gone(Exception):
     """The deployment was shut down while this stage used it."""
-
-
-async def _answer(response: Any) -> Any:
-    try:
-        return await response
-    except asyncio.CancelledError:  # our timeout: let Serve drop the request too
-        response.cancel()
-        raise
-
-
-def _is_grpc_error(exc: BaseException) -> bool:
-    """A failure of the gRPC transport itself (``grpc.aio.AioRpcError``), not of the call."""
-    import grpc  # a dependency of Ray Serve, already loaded by the handle
-
-    return isinstance(exc, grpc.RpcError)
 
 
 async def _prepare_images(
@@ -429,83 +356,8 @@ def _with_outputs(batch: pa.Table, results: list[Result], ids: list[str], task: 
     return batch
 
 
-# -- The stage as Ray Data tasks (ProcessorConfig.compute == "tasks") ---------------------------
-#
-# Ray keeps a task's worker process for the next task, so what an actor builds anew for every
-# run -- a process, its imports (ray.serve), the handle's router -- is built once per process
-# and kept here. A Ray Data run then starts no actor: for a 64-row pass that is most of the
-# time relayllm adds (docs/benchmarks.md, "What one small pass costs"). Stages are kept per
-# application of a processor to a dataset (``run_id``), so each run checks its deployment
-# once, as an actor would; handles are kept per deployment and Serve controller (one that
-# Serve started again is a new controller: the old handles are dead), on one event loop per
-# process.
-
-#: Stages kept per worker process (the runs applied most recently).
-KEPT_STAGES = 8
-
-_stages: OrderedDict[str, ServeStage] = OrderedDict()  # run_id -> its stage
-# (deployment name, Serve controller id, when the app was deployed: a redeploy of the name,
-# with another router maybe, gets a fresh handle) -> (actor-call, gRPC) methods
-_handles: dict[tuple[str, str | None, float | None], tuple[Any, Any]] = {}
-_loop: asyncio.AbstractEventLoop | None = None
-_lock = threading.Lock()
-
-
-def serve_stage(
-    batch: pa.Table,
-    *,
-    run_id: str,
-    config: ProcessorConfig,
-    processor_id: str,
-    preprocess: RowFn | None = None,
-    postprocess: RowFn | None = None,
-    deployment_seen: bool = False,
-) -> pa.Table:
-    """``map_batches`` UDF (a task): the run's stage, kept by this process, on its loop."""
-    with _lock:
-        stage = _stages.get(run_id)
-        if stage is None:
-            # Once per run, not per batch: a controller that Serve started again since this
-            # process's last run is found here. Built off the loop: its deployment checks wait
-            # on Serve synchronously.
-            controller = compat.live_serve_controller()
-            stage = ServeStage(
-                config,
-                processor_id,
-                preprocess,
-                postprocess,
-                run_id=run_id,
-                deployment_seen=deployment_seen,
-                handles_key=(config.deployment, controller, _deployed_at(config.deployment)),
-            )
-            _stages[run_id] = stage
-            while len(_stages) > KEPT_STAGES:
-                _stages.popitem(last=False)
-        _stages.move_to_end(run_id)
-        loop = _process_loop()
-    return asyncio.run_coroutine_threadsafe(stage(batch), loop).result()
-
-
-def _deployed_at(name: str) -> float | None:
-    from ray import serve
-
-    from relayllm.deployments import app_name
-
-    app = serve.status().applications.get(app_name(name))
-    return None if app is None else app.last_deployed_time_s
-
-
-def _process_loop() -> asyncio.AbstractEventLoop:
-    """This process's event loop, on a daemon thread: the handles' routers live on it."""
-    global _loop
-    if _loop is None:
-        _loop = asyncio.new_event_loop()
-        threading.Thread(target=_loop.run_forever, name="relayllm-stage", daemon=True).start()
-    return _loop
-
-
 #: Ray Data operator names of the stage, as an actor class and as a task function.
 STAGE_OPERATOR_NAMES = ("ServeStage", "serve_stage")
 
 
-__all__ = ["KEPT_STAGES", "STAGE_OPERATOR_NAMES", "ServeStage", "serve_stage"]
+__all__ = ["STAGE_OPERATOR_NAMES", "ServeStage"]

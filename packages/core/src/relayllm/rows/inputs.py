@@ -1,11 +1,10 @@
-"""The row protocol: which input columns a task reads, what a request and a result look like,
-and which output columns the stage writes. The one place that knows the column names."""
+"""The row protocol's inputs: which columns each task reads, what a request for one row looks
+like, the optional request features a backend may lack, and the checks that turn a bad row
+into its error before anything is sent. (The output columns: :mod:`relayllm.rows.outputs`.)"""
 
 from __future__ import annotations
 
-import functools
-from dataclasses import dataclass
-from typing import Any, Final, Literal, TypedDict, get_args
+from typing import Any, Literal, TypedDict, get_args
 
 Task = Literal["chat", "completion", "embedding", "classify", "score"]
 #: Every task, in the order the docs list them.
@@ -40,27 +39,6 @@ OPENAI_SAMPLING_PARAMS = frozenset(
      "response_format", "reasoning_effort", "best_of", "suffix", "echo", "tools",
      "tool_choice", "parallel_tool_calls"}
 )  # fmt: skip
-
-# Output column names, for the code that reads one by meaning (the answer, the error).
-GENERATED_TEXT = "generated_text"
-FINISH_REASON = "finish_reason"
-NUM_INPUT_TOKENS = "num_input_tokens"
-NUM_GENERATED_TOKENS = "num_generated_tokens"
-EMBEDDING = "embedding"
-LABEL = "label"  # classify: the most likely class's name
-PROBS = "probs"  # classify: every class's probability, in the model's label order
-SCORE = "score"  # score: the relevance of the document to the query
-LOGPROBS = "logprobs"
-PROMPT_LOGPROBS = "prompt_logprobs"
-TOOL_CALLS = "tool_calls"
-REASONING_CONTENT = "reasoning_content"
-SAMPLES = "samples"
-#: The weights that produced the answer: the ``version`` of the deployment's last weight update
-#: (``relayllm.control(name).update_weights``) when the row entered the engine; null on a
-#: deployment never updated and on a row that never reached an engine.
-WEIGHT_VERSION: Final = "weight_version"  # Final: a TypedDict key in the replica
-REQUEST_ID = "request_id"
-ERROR = "error"
 
 # -- features: what a request may ask beyond text in, text out ----------------------------
 # A backend declares the ones it can do (``Backend.features_for(options)``); a processor or a
@@ -123,112 +101,6 @@ def unsupported_features(backend: str, wanted: Any, supported: Any) -> str | Non
     )
 
 
-@dataclass(frozen=True)
-class OutputField:
-    """One output column: its name, its Arrow type, and for which tasks the stage writes it.
-
-    A new protocol feature (logprobs, n samples, tool calls...) is one more entry in
-    :data:`OUTPUT_SCHEMA`: the stage, the pipeline and the batch format iterate over it.
-    """
-
-    name: str
-    #: ``"string"``, ``"int64"``, ``"list<float32>"`` or a nested kind (see :func:`arrow_types`).
-    kind: str
-    #: Tasks whose rows get this column (None: every task).
-    tasks: frozenset[Task] | None = None
-    #: Written by the stage itself (not taken from the deployment's result).
-    by_stage: bool = False
-
-    def arrow_type(self) -> Any:
-
-        return arrow_types()[self.kind]
-
-    def written_for(self, task: Task) -> bool:
-        return self.tasks is None or task in self.tasks
-
-
-def arrow_types() -> dict[str, Any]:
-    """Arrow type of each output kind. The nested ones keep OpenAI's shapes, so a row's
-    ``logprobs`` or ``tool_calls`` read back from Parquet or JSON lines is what OpenAI's chat
-    response has under ``choices[i].logprobs.content`` / ``choices[i].message.tool_calls``."""
-    import pyarrow as pa  # here, not at import: ``import relayllm`` stays light
-
-    top = pa.struct([("token", pa.string()), ("logprob", pa.float64())])
-    # One entry per token: the chosen token, its logprob (null for a prompt's first token)
-    # and the most likely alternatives when top_logprobs / prompt_logprobs asked for them.
-    logprobs = pa.list_(
-        pa.struct(
-            [("token", pa.string()), ("logprob", pa.float64()), ("top_logprobs", pa.list_(top))]
-        )
-    )
-    function = pa.struct([("name", pa.string()), ("arguments", pa.string())])
-    tool_calls = pa.list_(
-        pa.struct([("id", pa.string()), ("type", pa.string()), ("function", function)])
-    )
-    # n > 1: every sample, the first one also in the row's own columns.
-    sample = pa.struct(
-        [
-            (GENERATED_TEXT, pa.string()),
-            (FINISH_REASON, pa.string()),
-            (NUM_GENERATED_TOKENS, pa.int64()),
-            (LOGPROBS, logprobs),
-            (TOOL_CALLS, tool_calls),
-            (REASONING_CONTENT, pa.string()),
-        ]
-    )
-    return {
-        "string": pa.string(),
-        "int64": pa.int64(),
-        "float64": pa.float64(),
-        "list<float32>": pa.list_(pa.float32()),
-        "logprobs": logprobs,
-        "tool_calls": tool_calls,
-        "samples": pa.list_(sample),
-    }
-
-
-_TEXT: frozenset[Task] = frozenset({"chat", "completion"})
-_CHAT: frozenset[Task] = frozenset({"chat"})
-
-#: The columns a processor adds to every row, in this order. The optional ones (logprobs,
-#: tool calls, reasoning, samples) are null unless the request asked for them.
-OUTPUT_SCHEMA: tuple[OutputField, ...] = (
-    OutputField(GENERATED_TEXT, "string"),
-    OutputField(FINISH_REASON, "string"),
-    OutputField(NUM_INPUT_TOKENS, "int64"),
-    OutputField(NUM_GENERATED_TOKENS, "int64"),
-    OutputField(EMBEDDING, "list<float32>", tasks=frozenset({"embedding"})),
-    OutputField(LABEL, "string", tasks=frozenset({"classify"})),
-    OutputField(PROBS, "list<float32>", tasks=frozenset({"classify"})),
-    OutputField(SCORE, "float64", tasks=frozenset({"score"})),
-    OutputField(LOGPROBS, "logprobs", tasks=_TEXT),
-    OutputField(PROMPT_LOGPROBS, "logprobs", tasks=_TEXT),
-    OutputField(TOOL_CALLS, "tool_calls", tasks=_CHAT),
-    OutputField(REASONING_CONTENT, "string", tasks=_CHAT),
-    OutputField(SAMPLES, "samples", tasks=_TEXT),
-    OutputField(WEIGHT_VERSION, "string"),
-    OutputField(REQUEST_ID, "string", by_stage=True),
-    OutputField(ERROR, "string"),
-)
-#: Every output column name (a pipeline may not use one for its own output).
-OUTPUT_COLUMNS: tuple[str, ...] = tuple(f.name for f in OUTPUT_SCHEMA)
-#: The column holding a task's answer.
-ANSWER_COLUMN: dict[Task, str] = {
-    "chat": GENERATED_TEXT,
-    "completion": GENERATED_TEXT,
-    "embedding": EMBEDDING,
-    "classify": LABEL,
-    "score": SCORE,
-}
-EMBEDDING_COLUMN = EMBEDDING  # older name, kept for adapters that import it
-
-
-@functools.cache
-def output_fields(task: Task) -> tuple[OutputField, ...]:
-    """The output columns the stage writes for ``task``."""
-    return tuple(f for f in OUTPUT_SCHEMA if f.written_for(task))
-
-
 _ROLES = {"system", "user", "assistant", "tool", "developer"}
 
 
@@ -247,31 +119,6 @@ class Request(TypedDict, total=False):
     model: str | None  # LoRA adapter name, where the backend has one
     priority: int  # lower runs first (vLLM's convention); see relayllm.serving.traffic
     prompt_cache_key: str  # OpenAI's: the row's affinity key (relayllm.stage.affinity)
-
-
-class Result(TypedDict, total=False):
-    """What a deployment returns for one row: a value, never an exception."""
-
-    generated_text: str | None
-    finish_reason: str | None
-    num_input_tokens: int | None
-    num_generated_tokens: int | None
-    embedding: list[float] | None
-    label: str | None
-    probs: list[float] | None
-    score: float | None
-    logprobs: list[dict[str, Any]] | None
-    prompt_logprobs: list[dict[str, Any]] | None
-    tool_calls: list[dict[str, Any]] | None
-    reasoning_content: str | None
-    samples: list[dict[str, Any]] | None
-    weight_version: str | None  # stamped by the replica (BatchDeployment), not the adapter
-    error: str | None
-
-
-def error_result(message: str, **fields: Any) -> Result:
-    """A failed row's result: ``message`` is its ``error`` (plus any counts still known)."""
-    return {ERROR: message, **fields}  # type: ignore[misc]
 
 
 def request_text(request: Request, *, roles: bool = False) -> str:
@@ -489,49 +336,31 @@ def _short(value: Any, limit: int = 80) -> str:
 
 
 __all__ = [
-    "ANSWER_COLUMN",
-    "BASIC_FEATURES",
-    "FEATURES",
-    "LOGPROBS",
-    "PROMPT_LOGPROBS",
-    "REASONING_CONTENT",
-    "SAMPLES",
-    "STRUCTURED_FORMS",
-    "TOOL_CALLS",
-    "arrow_types",
-    "features_of",
-    "unsupported_features",
-    "EMBEDDING",
-    "EMBEDDING_COLUMN",
-    "EXTRA_INPUT_COLUMNS",
-    "LABEL",
-    "POOLING_TASKS",
-    "PROBS",
-    "SCORE",
-    "ERROR",
-    "FINISH_REASON",
-    "GENERATED_TEXT",
-    "NUM_GENERATED_TOKENS",
-    "NUM_INPUT_TOKENS",
-    "OUTPUT_SCHEMA",
-    "REQUEST_ID",
+    "Task",
     "TASKS",
-    "TASK_OF_INPUT",
     "TEXT_TASKS",
-    "OutputField",
-    "output_fields",
-    "request_text",
+    "POOLING_TASKS",
     "INPUT_COLUMN",
+    "EXTRA_INPUT_COLUMNS",
+    "TASK_OF_INPUT",
+    "SAMPLING_PARAMS_COLUMN",
     "MODEL_COLUMN",
     "OPENAI_SAMPLING_PARAMS",
-    "OUTPUT_COLUMNS",
-    "SAMPLING_PARAMS_COLUMN",
+    "LOGPROBS_FEATURE",
+    "PROMPT_LOGPROBS_FEATURE",
+    "N_FEATURE",
+    "TOOLS_FEATURE",
+    "CHAT_TEMPLATE_KWARGS_FEATURE",
+    "CONTINUE_FEATURE",
+    "STRUCTURED_FORMS",
+    "FEATURES",
+    "BASIC_FEATURES",
+    "features_of",
+    "unsupported_features",
     "Request",
-    "Result",
-    "Task",
-    "build_request",
+    "request_text",
     "check_messages",
-    "check_sampling_params",
     "check_text",
-    "error_result",
+    "check_sampling_params",
+    "build_request",
 ]
