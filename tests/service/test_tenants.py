@@ -8,6 +8,10 @@ middle of a batch charges each line once.
 Each quota through the gateway: a request over it is refused with OpenAI's error body and
 changes nothing, and the other project is not affected.
 
+Projects managed on the running service: a key rotated in the keys file is refused from the
+next request, a project added or disabled there answers accordingly, and a quota changed in
+the quotas file applies to the next request, all without a restart.
+
 One service for the module."""
 
 import json
@@ -50,6 +54,8 @@ alpha: {stored_bytes: 200000, batches: 1}
 beta: {enqueued_tokens: {echo: 2000}, requests_per_minute: 3}
 """
 RPM = 3
+#: The keys file's project (the environment gives alpha and beta).
+GAMMA_OLD, GAMMA_NEW, DELTA = "gamma-old-" + "o" * 24, "gamma-new-" + "n" * 24, "delta-" + "d" * 24
 
 
 @pytest.fixture(scope="module")
@@ -57,13 +63,23 @@ def service(ray_session, tmp_path_factory):
     root = tmp_path_factory.mktemp("tenants")
     began = int(time.time())
     (root / "quotas.yaml").write_text(QUOTAS)
+    (root / "keys.txt").write_text(f"gamma={GAMMA_OLD}\n")
     url, address, _ = serve_echo(
-        ray_session, root, DEPLOYMENTS, "--batch-size", 2, "--quotas", root / "quotas.yaml"
+        ray_session,
+        root,
+        DEPLOYMENTS,
+        "--batch-size",
+        2,
+        "--quotas",
+        root / "quotas.yaml",
+        "--keys-file",
+        root / "keys.txt",
     )
     yield {
         "url": url,
         "began": began,
         "state": str(root / "state"),
+        "root": root,
         "alpha": client(url, PROJECT_KEYS["alpha"]),
         "beta": client(url, PROJECT_KEYS["beta"]),
         "admin": openai.OpenAI(
@@ -251,3 +267,43 @@ def test_online_requests_over_the_per_minute_quota_answer_429_with_retry_after(s
     assert refused.value.body["type"] == "requests"
     assert 1 <= int(refused.value.response.headers["retry-after"]) <= 60
     assert service["alpha"].chat.completions.create(model="echo", messages=message).choices
+
+
+def _replace(path, text):
+    """A file rewritten as the docs say: a new file moved over the old one."""
+    part = path.with_name(path.name + ".new")
+    part.write_text(text)
+    os.replace(part, path)
+
+
+def test_projects_change_on_the_running_service_without_a_restart(service):
+    """Through the gateway, with the openai client: rotate, add, disable, change a quota."""
+    url, root = service["url"], service["root"]
+    keys, quotas = root / "keys.txt", root / "quotas.yaml"
+    message = [{"role": "user", "content": "hello"}]
+    old = client(url, GAMMA_OLD)
+    assert old.files.list().data == []
+    try:
+        _replace(keys, f"gamma={GAMMA_NEW}\n")  # rotated
+        with pytest.raises(openai.AuthenticationError):
+            old.files.list()
+        new = client(url, GAMMA_NEW)
+        assert new.chat.completions.create(model="echo", messages=message).choices
+        delta = client(url, DELTA)
+        with pytest.raises(openai.AuthenticationError):
+            delta.files.list()
+        _replace(keys, f"gamma={GAMMA_NEW}\ndelta={DELTA}\n")  # added
+        assert delta.files.list().data == []
+        _replace(keys, f"gamma={GAMMA_NEW}\n# delta={DELTA}\n")  # disabled
+        with pytest.raises(openai.AuthenticationError):
+            delta.files.list()
+        _replace(quotas, QUOTAS + "gamma: {requests_per_minute: 1}\n")  # a quota set
+        with pytest.raises(openai.RateLimitError) as refused:
+            for _ in range(3):  # at most one per clock minute, two if a minute turns over
+                new.chat.completions.create(model="echo", messages=message)
+        assert refused.value.code == "rate_limit_exceeded"
+        assert "Limit 1," in refused.value.message
+    finally:
+        _replace(quotas, QUOTAS)
+        _replace(keys, f"gamma={GAMMA_OLD}\n")
+    assert old.files.list().data == []

@@ -105,11 +105,36 @@ def test_a_wrong_key_no_key_and_an_expired_session_get_the_sign_in_page(gateway,
     wrong = call(gateway, "GET", "/console", headers=[("authorization", "Bearer nope-" + "n" * 20)])
     assert wrong.status_code == 401
     console = gateway.console
-    old = console._sign(ADMIN, int(time.time()) - 1)
+    old = console._sign(ADMIN, int(time.time()) - 1, ADMIN_KEY)
     assert console._session(old) is None
-    assert console._session(console._sign(ADMIN, int(time.time()) + 60)) == ADMIN
+    assert console._session(console._sign(ADMIN, int(time.time()) + 60, ADMIN_KEY)) == ADMIN
+    assert console._session(console._sign(ADMIN, int(time.time()) + 60, KEY_A)) is None
     for junk in ("", "x", "a.b.c", "!!.!!"):
         assert console._session(junk) is None
+
+
+def test_a_session_ends_when_its_key_is_rotated_out_of_the_keys_file(tmp_path, monkeypatch):
+    """The cookie names the project; the key it signed in with must still be the project's."""
+    import os
+
+    from relayllm.batch.service.projects import service_keys
+
+    monkeypatch.setattr(runner_module, "start_runner", lambda settings: None)
+    monkeypatch.setattr(console_module, "_deployments", lambda: ([], None))
+    path = tmp_path / "keys.txt"
+    path.write_text(f"alpha={KEY_A}\n")
+    keys = service_keys({"RELAYLLM_ADMIN_KEY": ADMIN_KEY}, str(path))
+    made = Gateway(ServiceSettings(state_dir=str(tmp_path / "state")), keys)
+    try:
+        cookie = sign_in(made, KEY_A).headers["set-cookie"].split(";")[0]
+        assert call(made, "GET", "/console", headers=[("cookie", cookie)]).status_code == 200
+        (tmp_path / "keys.new").write_text(f"alpha={KEY_B}\n")
+        os.replace(tmp_path / "keys.new", path)
+        assert call(made, "GET", "/console", headers=[("cookie", cookie)]).status_code == 401
+        assert sign_in(made, KEY_A).status_code == 401
+        assert sign_in(made, KEY_B).status_code == 303
+    finally:
+        made.store.close()
 
 
 def test_a_download_is_the_files_bytes_for_its_project_only(gateway):

@@ -74,7 +74,8 @@ class PortOrOff(click.ParamType):
     metavar="PATH",
     type=click.Path(dir_okay=False),
     help="API keys, one PROJECT=KEY per line (also $RELAYLLM_API_KEYS_FILE; "
-    "$RELAYLLM_API_KEYS takes PROJECT=KEY,...). The operator's admin key, which sees every "
+    "$RELAYLLM_API_KEYS takes PROJECT=KEY,...), read again whenever it changes: add, rotate "
+    "or remove a key there without a restart. The operator's admin key, which sees every "
     "project's batches and files, comes from $RELAYLLM_ADMIN_KEY.",
 )
 @click.option(
@@ -91,7 +92,8 @@ class PortOrOff(click.ParamType):
     help="Limits per project, a YAML file of PROJECT: {stored_bytes, files, batches, "
     "enqueued_tokens: {DEPLOYMENT: N}, requests_per_minute, weight} ('*': every other "
     "project; weight: its share "
-    "of the runner's turns, default 1); also $RELAYLLM_QUOTAS_FILE. Default: none.",
+    "of the runner's turns, default 1); also $RELAYLLM_QUOTAS_FILE; read again whenever it "
+    "changes. Default: none.",
 )
 @_field(
     "window_s",
@@ -167,11 +169,11 @@ def serve(
       relayllm serve examples/questions.yaml --json | jq -r .base_url
     """
     from relayllm.batch.service.deploy import serve_file
-    from relayllm.batch.service.keys import load_keys
+    from relayllm.batch.service.projects import service_keys
     from relayllm.batch.service.quotas import read_quotas
     from relayllm.batch.service.settings import ServiceSettings
 
-    keys = load_keys(path=keys_file, anonymous=no_keys_project)  # before the cluster
+    keys = service_keys(path=keys_file, anonymous=no_keys_project)  # before the cluster
     settings = ServiceSettings(
         state_dir=state_dir,
         files=files,
@@ -186,6 +188,7 @@ def serve(
         image_hosts=list(image_hosts),
         turn_s=turn_s,
         quotas=read_quotas(quotas_file),
+        quotas_file=quotas_file,
     )
     connect(address, verbose, existing_cluster=True)
 

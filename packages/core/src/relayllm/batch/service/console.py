@@ -33,7 +33,8 @@ from relayllm.batch.service.admin import AdminStore
 from relayllm.batch.service.errors import NotFoundError, UnauthorizedError
 from relayllm.batch.service.files import CHUNK, FileStorage
 from relayllm.batch.service.ids import is_file_id
-from relayllm.batch.service.keys import ADMIN, KeyMap
+from relayllm.batch.service.keys import ADMIN, key_id
+from relayllm.batch.service.projects import Keys
 from relayllm.batch.service.usage import UsageLedger, Use
 
 if TYPE_CHECKING:
@@ -62,7 +63,7 @@ class Console:
     """The console's routes, on the gateway's store, keys and file storage."""
 
     def __init__(
-        self, store: AdminStore, keys: KeyMap, storage: FileStorage, ledger: UsageLedger
+        self, store: AdminStore, keys: Keys, storage: FileStorage, ledger: UsageLedger
     ) -> None:
         self.store, self.keys, self.storage, self.ledger = store, keys, storage, ledger
         self._secret = secrets.token_bytes(32)  # per replica: a restart signs everyone out
@@ -81,22 +82,23 @@ class Console:
 
     # -- who is asking ---------------------------------------------------------------------
 
-    def _sign(self, project: str, expires: int) -> str:
-        payload = f"{project}|{expires}".encode()
+    def _sign(self, project: str, expires: int, key: str) -> str:
+        payload = f"{project}|{expires}|{key_id(key)}".encode()
         mac = hmac.new(self._secret, payload, hashlib.sha256).digest()
         return ".".join(base64.urlsafe_b64encode(p).decode() for p in (payload, mac))
 
     def _session(self, cookie: str | None) -> str | None:
-        """The project of a valid, unexpired session cookie, else None."""
+        """The project of a valid, unexpired session cookie whose key is still the project's
+        (a key rotated or removed from the keys file ends its sessions at once), else None."""
         try:
             payload, mac = (base64.urlsafe_b64decode(p) for p in (cookie or "").split("."))
-            project, expires = payload.decode().rsplit("|", 1)
+            project, expires, key = payload.decode().rsplit("|", 2)
         except ValueError:
             return None
         good = hmac.new(self._secret, payload, hashlib.sha256).digest()
         if not hmac.compare_digest(mac, good) or int(expires) < time.time():
             return None
-        return project
+        return project if self.keys.has_key_id(project, key) else None
 
     def viewer(self, request: Request) -> str | None:
         """The project of the request's key (a header) or session (the cookie); None for
@@ -165,7 +167,7 @@ class Console:
         response = RedirectResponse(base, status_code=303, headers=HEADERS)
         response.set_cookie(
             COOKIE,
-            self._sign(project, expires),
+            self._sign(project, expires, key),
             max_age=SESSION_S,
             path=base,
             httponly=True,

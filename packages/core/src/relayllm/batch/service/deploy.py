@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from relayllm.batch.service.errors import ServiceError
-from relayllm.batch.service.keys import KeyMap
+from relayllm.batch.service.projects import Keys
 from relayllm.batch.service.settings import GATEWAY_APP_PREFIX, ServiceSettings
 
 logger = logging.getLogger(__name__)
@@ -35,7 +35,7 @@ class GatewayRef:
 
 def deploy_gateway(
     settings: ServiceSettings,
-    keys: KeyMap,
+    keys: Keys,
     *,
     address: str | None = None,
     timeout_s: float = 120.0,
@@ -78,7 +78,7 @@ def deploy_gateway(
 def serve_file(
     path: str | os.PathLike[str],
     settings: ServiceSettings,
-    keys: KeyMap,
+    keys: Keys,
     *,
     address: str | None = None,
     on_deploy: Callable[[str, str], None] | None = None,
@@ -181,7 +181,7 @@ def _running_runners() -> list[str]:
     )
 
 
-def _wanted(settings: ServiceSettings, keys: KeyMap) -> tuple[dict[str, Any], str]:
+def _wanted(settings: ServiceSettings, keys: Keys) -> tuple[dict[str, Any], str]:
     return settings.model_dump(mode="json"), keys.fingerprint
 
 

@@ -30,15 +30,12 @@ from typing import TYPE_CHECKING, Any
 from relayllm.batch.service import objects, usage_api
 from relayllm.batch.service.admin import AdminStore
 from relayllm.batch.service.console import Console
-from relayllm.batch.service.errors import (
-    InvalidRequestError,
-    NotFoundError,
-    TooLargeError,
-)
+from relayllm.batch.service.errors import InvalidRequestError, NotFoundError, TooLargeError
 from relayllm.batch.service.files import CHUNK, FileStorage
 from relayllm.batch.service.ids import is_batch_id, is_file_id, new_file_id
-from relayllm.batch.service.keys import ADMIN, KeyMap
+from relayllm.batch.service.keys import ADMIN
 from relayllm.batch.service.online import ONLINE, OnlineRoutes
+from relayllm.batch.service.projects import Keys, quotas_now
 from relayllm.batch.service.quotas import Quotas
 from relayllm.batch.service.settings import MAX_EXPIRES_S, ServiceSettings
 from relayllm.batch.service.usage import UsageLedger
@@ -65,7 +62,7 @@ class Gateway:
     (the admin key's project is every one: :mod:`~relayllm.batch.service.admin`), and the
     console (:mod:`~relayllm.batch.service.console`), which signs in with a cookie."""
 
-    def __init__(self, settings: ServiceSettings, keys: KeyMap) -> None:
+    def __init__(self, settings: ServiceSettings, keys: Keys) -> None:
         from relayllm.batch.service.runner import start_runner
 
         self.settings = settings
@@ -73,7 +70,8 @@ class Gateway:
         os.makedirs(settings.state_dir, exist_ok=True)
         self.store = AdminStore(settings.store_path)  # the admin key's project is every one
         self.ledger = UsageLedger(settings.store_path)  # what each project used (usage.py)
-        self.quotas = Quotas.install(self.store, settings.quotas)  # checked as it writes
+        live = quotas_now(settings.quotas_file, settings.quotas)  # the file's as it changes
+        self.quotas = Quotas.install(self.store, settings.quotas, live)  # checked as it writes
         self.storage = FileStorage.from_uri(settings.files_location, settings.max_file_bytes)
         self.online = OnlineRoutes()
         self.fronts = self.online.fronts  # the front code of each deployment, by name
@@ -338,7 +336,7 @@ class GatewayReplica(Gateway):
 
     # Serve awaits an async constructor and destructor on the replica's event loop, where
     # the server must run (the same loop as the requests Serve's proxy sends).
-    async def __init__(self, settings: ServiceSettings, keys: KeyMap) -> None:  # type: ignore[misc]
+    async def __init__(self, settings: ServiceSettings, keys: Keys) -> None:  # type: ignore[misc]
         from relayllm.http.server import DirectServer
 
         super().__init__(settings, keys)

@@ -134,6 +134,20 @@ class KeyMap:
                     raise ConfigError(f"{where}: no '='; {_HOW}")
                 self._add(project.strip(), key.strip(), where)
 
+    def merged(self, text: str, source: str) -> KeyMap:
+        """A copy with the entries of ``text`` added (a keys file read again: projects.py)."""
+        keys = KeyMap(anonymous=self._anonymous)
+        keys._projects, keys._admin = dict(self._projects), self._admin
+        keys._read(text, source)
+        return keys
+
+    def has_key_id(self, project: str, key_id: str) -> bool:
+        """Whether a key of ``project`` (the admin's for :data:`ADMIN`) has this
+        :func:`key_id`: a console session signed in with a key lasts as long as the key."""
+        if project == ADMIN:
+            return self._admin is not None and self._admin.hex()[:16] == key_id
+        return any(p == project and d.hex()[:16] == key_id for d, p in self._projects.items())
+
     @property
     def projects(self) -> frozenset[str]:
         return frozenset(self._projects.values())
@@ -185,6 +199,28 @@ class KeyMap:
         return self.project_for(key)
 
 
+def key_id(key: str) -> str:
+    """A short name of a key (its digest's first 8 bytes in hex): what a console session keeps
+    to check that the key it signed in with is still valid, never the key."""
+    return _digest(key).hex()[:16]
+
+
+def environment_keys(
+    environ: Mapping[str, str] | None = None, anonymous: str | None = None
+) -> KeyMap:
+    """The keys of ``RELAYLLM_API_KEYS`` and the admin key of ``RELAYLLM_ADMIN_KEY`` (no
+    file, no check that any key is given)."""
+    environ = os.environ if environ is None else environ
+    keys = KeyMap(anonymous=anonymous)
+    admin = environ.get(ENV_ADMIN_KEY, "").strip()
+    if admin:
+        keys.set_admin(admin, ENV_ADMIN_KEY)
+    text = environ.get(ENV_KEYS, "")
+    if text.strip():
+        keys._read(text, ENV_KEYS)
+    return keys
+
+
 def load_keys(
     environ: Mapping[str, str] | None = None,
     path: str | None = None,
@@ -195,13 +231,7 @@ def load_keys(
     project key at all is a ConfigError unless ``anonymous`` names the project of keyless
     requests (a server for one trusted user)."""
     environ = os.environ if environ is None else environ
-    keys = KeyMap(anonymous=anonymous)
-    admin = environ.get(ENV_ADMIN_KEY, "").strip()
-    if admin:
-        keys.set_admin(admin, ENV_ADMIN_KEY)
-    text = environ.get(ENV_KEYS, "")
-    if text.strip():
-        keys._read(text, ENV_KEYS)
+    keys = environment_keys(environ, anonymous)
     path = path or environ.get(ENV_KEYS_FILE) or None
     if path:
         content, problem = _read_file(path)
@@ -243,5 +273,7 @@ __all__ = [
     "ENV_KEYS_FILE",
     "MIN_KEY_LENGTH",
     "KeyMap",
+    "environment_keys",
+    "key_id",
     "load_keys",
 ]

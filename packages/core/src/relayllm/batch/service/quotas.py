@@ -29,7 +29,7 @@ import json
 import math
 import sqlite3
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import IO, Any
 
 from pydantic import ConfigDict, Field
@@ -85,9 +85,10 @@ class QuotaError(HttpError):
     """A request over its project's quota (OpenAI's error body; nothing was written)."""
 
 
-def read_quotas(path: str | None) -> dict[str, Quota]:
+def read_quotas(path: str | None, text: str | None = None) -> dict[str, Quota]:
     """The quotas of a YAML file: a mapping of project name (``"*"``: every other project)
-    to its limits; None: no quotas. A bad file is a ConfigError naming it and the field."""
+    to its limits; None: no quotas. A bad file is a ConfigError naming it and the field.
+    ``text``: the file's contents, already read."""
     if path is None:
         return {}
     import yaml
@@ -95,8 +96,10 @@ def read_quotas(path: str | None) -> dict[str, Quota]:
     from relayllm.errors import ConfigError
 
     try:
-        with open(path, encoding="utf-8") as handle:
-            data = yaml.safe_load(handle) or {}
+        if text is None:
+            with open(path, encoding="utf-8") as handle:
+                text = handle.read()
+        data = yaml.safe_load(text) or {}
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise ConfigError(f"cannot read the quotas file {path!r}: {exc}") from None
     if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
@@ -153,13 +156,26 @@ def _texts(body: dict[str, Any]) -> Iterable[str]:
 class Quotas:
     """The checks :attr:`SQLiteJobStore.admit` runs, for ``quotas`` (project -> limits)."""
 
-    def __init__(self, quotas: dict[str, Quota]) -> None:
-        self.quotas = quotas
+    def __init__(
+        self, quotas: dict[str, Quota], live: Callable[[], dict[str, Quota]] | None = None
+    ) -> None:
+        self._quotas, self._live = quotas, live
+
+    @property
+    def quotas(self) -> dict[str, Quota]:
+        """The quotas now (``live``: the quotas file's, read again when it changes)."""
+        return self._quotas if self._live is None else self._live()
 
     @classmethod
-    def install(cls, store: SQLiteJobStore, quotas: dict[str, Quota]) -> Quotas:
-        """The checks of ``quotas``, run by ``store`` from now on."""
-        checks = cls(quotas)
+    def install(
+        cls,
+        store: SQLiteJobStore,
+        quotas: dict[str, Quota],
+        live: Callable[[], dict[str, Quota]] | None = None,
+    ) -> Quotas:
+        """The checks of ``quotas``, run by ``store`` from now on; with ``live``, of the quotas
+        it returns at each check (the quotas file's as it changes: projects.quotas_now)."""
+        checks = cls(quotas, live)
         checks.prepare(store.path)
         store.admit = checks
         return checks

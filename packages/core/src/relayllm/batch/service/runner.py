@@ -37,6 +37,7 @@ from relayllm.batch.service.job import (
     deployment_names,
     processor_fields,
 )
+from relayllm.batch.service.projects import quotas_now
 from relayllm.batch.service.quotas import weight_of
 from relayllm.batch.service.settings import ServiceSettings
 from relayllm.batch.service.store import SQLiteJobStore
@@ -76,7 +77,8 @@ class BatchRunner:
         self.active: dict[str, threading.Thread] = {}
         self.jobs: dict[str, BatchJob] = {}  # the claims held, kept alive by _heartbeat
         self.turns: dict[str, int] = {}  # batch -> when it last got a slot (a tick)
-        self.fair = FairShare(lambda project: weight_of(settings.quotas, project))
+        quotas = quotas_now(settings.quotas_file, settings.quotas)  # the file's, if it changes
+        self.fair = FairShare(lambda project: weight_of(quotas(), project))
         self._tick = 0
         #: A batch waits for a slot: running ones end their turn at their next block.
         self.contended = False

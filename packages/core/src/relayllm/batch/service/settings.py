@@ -97,6 +97,12 @@ class ServiceSettings(ConfigModel):
         "online, and the weight of its "
         "share of the runner's turns. Default: none (weight 1).",
     )
+    quotas_file: str | None = Field(
+        default=None,
+        description="The file the quotas came from: the gateways and the runner read it again "
+        "when it changes (a quota or a weight changed without a restart). A path they reach "
+        "on their nodes.",
+    )
     max_lines: int = Field(default=1_000_000, gt=0, description="Request lines per batch.")
     batch_size: int = Field(default=64, gt=0, description="Rows per call to a deployment.")
     concurrency: int = Field(default=1, gt=0, description="Stage workers per batch.")
@@ -131,10 +137,10 @@ class ServiceSettings(ConfigModel):
             raise ValueError("must start with '/' and have no trailing '/', e.g. '/' or '/api'")
         return value
 
-    @field_validator("state_dir")
+    @field_validator("state_dir", "quotas_file")
     @classmethod
-    def _absolute(cls, value: str) -> str:
-        return os.path.abspath(os.path.expanduser(value))
+    def _absolute(cls, value: str | None) -> str | None:
+        return None if value is None else os.path.abspath(os.path.expanduser(value))
 
     @property
     def app_name(self) -> str:
