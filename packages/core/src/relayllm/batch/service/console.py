@@ -35,6 +35,7 @@ from relayllm.batch.service.files import CHUNK, FileStorage
 from relayllm.batch.service.ids import is_file_id
 from relayllm.batch.service.keys import ADMIN, key_id
 from relayllm.batch.service.projects import Keys
+from relayllm.batch.service.signins import SignInLimit, TooManySignInsError, client_address
 from relayllm.batch.service.usage import UsageLedger, Use
 
 if TYPE_CHECKING:
@@ -63,9 +64,15 @@ class Console:
     """The console's routes, on the gateway's store, keys and file storage."""
 
     def __init__(
-        self, store: AdminStore, keys: Keys, storage: FileStorage, ledger: UsageLedger
+        self,
+        store: AdminStore,
+        keys: Keys,
+        storage: FileStorage,
+        ledger: UsageLedger,
+        signins: SignInLimit | None = None,
     ) -> None:
         self.store, self.keys, self.storage, self.ledger = store, keys, storage, ledger
+        self.signins = signins or SignInLimit()  # the gateway's: one count per address
         self._secret = secrets.token_bytes(32)  # per replica: a restart signs everyone out
         self._deployments: tuple[float, list[dict[str, Any]], str | None] = (0.0, [], None)
         self._lock = asyncio.Lock()
@@ -104,7 +111,7 @@ class Console:
         """The project of the request's key (a header) or session (the cookie); None for
         neither. A header with a wrong key is refused, not taken for a missing one."""
         if request.headers.get("authorization"):
-            return self.keys.project_for_header(request.headers.get("authorization"))
+            return self.signins.project_of(request, self.keys)
         return self._session(request.cookies.get(COOKIE))
 
     @staticmethod
@@ -120,6 +127,8 @@ class Console:
             viewer = self.viewer(request)
         except UnauthorizedError:
             viewer = None
+        except TooManySignInsError as exc:
+            return _refused(exc, base)
         if viewer is None:
             return _html(pages.login_page(base + "/login"), 401)
         batches = await asyncio.to_thread(self._batches, viewer)
@@ -156,9 +165,11 @@ class Console:
         form = urllib.parse.parse_qs((await request.body())[:4096].decode("utf-8", "replace"))
         key = (form.get("key") or [""])[0].strip()
         try:
-            project = self.keys.project_for(key) if key else None
+            project = self.signins.project_for(client_address(request), key, self.keys)
         except UnauthorizedError:
             project = None
+        except TooManySignInsError as exc:
+            return _refused(exc, base)
         if project is None:
             return _html(pages.login_page(base + "/login", "That key was refused."), 401)
         from starlette.responses import RedirectResponse
@@ -191,6 +202,8 @@ class Console:
             viewer = self.viewer(request)
         except UnauthorizedError:
             viewer = None
+        except TooManySignInsError as exc:
+            return _refused(exc, self._base(request))
         if viewer is None:
             return _html(pages.login_page(self._base(request) + "/login"), 401)
         try:
@@ -251,10 +264,15 @@ def _activity(info: dict[str, Any]) -> str:
     return "busy" if info.get("ongoing") else "idle"
 
 
-def _html(text: str, status: int = 200) -> Response:
+def _html(text: str, status: int = 200, headers: dict[str, str] | None = None) -> Response:
     from starlette.responses import HTMLResponse
 
-    return HTMLResponse(text, status_code=status, headers=HEADERS)
+    return HTMLResponse(text, status_code=status, headers={**HEADERS, **(headers or {})})
+
+
+def _refused(exc: TooManySignInsError, base: str) -> Response:
+    """The sign-in page, 429 with ``Retry-After``: too many refused keys from this address."""
+    return _html(pages.login_page(base + "/login", exc.message), 429, exc.headers)
 
 
 __all__ = ["COOKIE", "Console"]

@@ -38,10 +38,10 @@ from relayllm.batch.service.online import ONLINE, OnlineRoutes
 from relayllm.batch.service.projects import Keys, quotas_now
 from relayllm.batch.service.quotas import Quotas
 from relayllm.batch.service.settings import MAX_EXPIRES_S, ServiceSettings
+from relayllm.batch.service.signins import SignInLimit
 from relayllm.batch.service.usage import UsageLedger
 from relayllm.batch.service.validate import check_endpoint
 from relayllm.http.app import Endpoint, HttpApp, json_body
-from relayllm.http.auth import project_of
 from relayllm.http.errors import HttpError, json_response
 
 if TYPE_CHECKING:
@@ -59,8 +59,9 @@ Handler = Callable[..., Awaitable["Response"]]
 class Gateway:
     """The gateway's Serve deployment (one or more replicas; the state is shared): a route
     set on :class:`relayllm.http.app.HttpApp`, every ``/v1`` route behind the project keys
-    (the admin key's project is every one: :mod:`~relayllm.batch.service.admin`), and the
-    console (:mod:`~relayllm.batch.service.console`), which signs in with a cookie."""
+    (the admin key's project is every one: :mod:`~relayllm.batch.service.admin`; refused keys
+    limited per address: :mod:`~relayllm.batch.service.signins`), and the console
+    (:mod:`~relayllm.batch.service.console`), which signs in with a cookie."""
 
     def __init__(self, settings: ServiceSettings, keys: Keys) -> None:
         from relayllm.batch.service.runner import start_runner
@@ -76,7 +77,8 @@ class Gateway:
         self.online = OnlineRoutes()
         self.fronts = self.online.fronts  # the front code of each deployment, by name
         self.runner = start_runner(settings)
-        self.console = Console(self.store, keys, self.storage, self.ledger)  # a cookie's
+        self.signins = SignInLimit()  # refused keys per client address: 429 past a bound
+        self.console = Console(self.store, keys, self.storage, self.ledger, self.signins)
         self.app = HttpApp(self._routes() + self.console.routes(), errors=objects.http_error)
 
     def _routes(self) -> list[Any]:
@@ -106,7 +108,7 @@ class Gateway:
         """``handler(request, project, **path parameters)`` for the project of the key."""
 
         async def endpoint(request: Request) -> Response:
-            project = project_of(request, self.keys)
+            project = self.signins.project_of(request, self.keys)
             return await handler(request, project, **request.path_params)
 
         return endpoint
