@@ -57,6 +57,12 @@ def test_task_cpus_can_be_set_on_a_repartition(ray_session):
     assert dataset.count() == 8  # the dataset still runs with it
 
 
+def test_the_head_resource_is_the_head_nodes_alone(ray_session):
+    (name,) = compat.HEAD_RESOURCE
+    heads = [n for n in ray_session.nodes() if n["Alive"] and name in n["Resources"]]
+    assert len(heads) == 1 and heads[0]["Resources"][name] >= compat.HEAD_RESOURCE[name]
+
+
 def test_live_serve_controller_names_the_running_controller_after_a_restart():
     from ray import serve
 

@@ -14,10 +14,6 @@ ADDRESS_ENV = "RAY_ADDRESS"
 #: Ray's setting of its workers' nice value (Ray's default 15 makes every worker, an engine's
 #: replica and its engine processes included, yield the CPU to any other process).
 NICENESS_ENV = "RAY_worker_niceness"
-#: Ray's resource that only the head node has. What must outlive any worker node -- a
-#: deployment's control state, the Batch API's runner and gateway -- asks for a sliver of it:
-#: a worker node may be preempted, the head holds the cluster itself.
-HEAD_RESOURCE = {"node:__internal_head__": 0.001}
 
 
 def connect(
@@ -180,4 +176,4 @@ def _cluster_answers(address: str) -> bool:
         return False
 
 
-__all__ = ["ADDRESS_ENV", "HEAD_RESOURCE", "connect", "connection_advice"]
+__all__ = ["ADDRESS_ENV", "connect", "connection_advice"]

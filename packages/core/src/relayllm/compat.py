@@ -28,7 +28,13 @@ PRIVATE_APIS = (
     "DeploymentHandle._router._asyncio_router.request_router",
     "RequestRouter._fulfill_next_pending_request(replica, request_metadata) and "
     "_get_pending_request_matching_internal_request_id (serving/router.py overrides them)",
+    "the custom resource node:__internal_head__, which only the head node has",
 )
+
+#: Ray's resource that only the head node has. What must outlive any worker node -- a
+#: deployment's control state, the Batch API's runner and gateway -- asks for a sliver of it:
+#: a worker node may be preempted, the head holds the cluster itself.
+HEAD_RESOURCE = {"node:__internal_head__": 0.001}
 
 
 def run_application(app: Any, name: str, route_prefix: str | None = None) -> None:
@@ -187,6 +193,7 @@ def execution_callback_class() -> type:
 
 
 __all__ = [
+    "HEAD_RESOURCE",
     "PRIVATE_APIS",
     "call_replica",
     "execution_callback_class",

@@ -100,7 +100,7 @@ def state_actor(deployment: str, *, create: bool) -> Any:
     """The state actor of ``deployment`` (created when ``create``; None if there is none)."""
     import ray
 
-    from relayllm.cluster import HEAD_RESOURCE
+    from relayllm.compat import HEAD_RESOURCE
 
     name = state_actor_name(deployment)
     if not create:

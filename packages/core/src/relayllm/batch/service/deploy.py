@@ -47,7 +47,8 @@ def deploy_gateway(
     from relayllm import compat
     from relayllm.batch.service.gateway import GatewayReplica
     from relayllm.batch.service.runner import stop_runner
-    from relayllm.cluster import HEAD_RESOURCE, connect, ensure_http_proxy
+    from relayllm.cluster import connect, ensure_http_proxy
+    from relayllm.compat import HEAD_RESOURCE
     from relayllm.deployments import DeploymentRef, _wait_running
 
     connect(address)

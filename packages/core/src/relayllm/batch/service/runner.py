@@ -42,7 +42,7 @@ from relayllm.batch.service.quotas import weight_of
 from relayllm.batch.service.settings import ServiceSettings
 from relayllm.batch.service.store import SQLiteJobStore
 from relayllm.batch.service.usage import UsageLedger
-from relayllm.cluster import HEAD_RESOURCE
+from relayllm.compat import HEAD_RESOURCE
 
 logger = logging.getLogger(__name__)
 
