@@ -78,3 +78,17 @@ def test_live_serve_controller_names_the_running_controller_after_a_restart():
         "Serve's cached controller client changed; relayllm.compat.live_serve_controller needs "
         "updating"
     )
+
+
+def test_a_cluster_that_takes_tokens_is_told_from_one_that_does_not(ray_session):
+    """relayllm sends a token at hand only to a cluster that does not answer without one
+    (this session's cluster uses tokens when Ray turned them on at its start; the cluster
+    tier's takes none: tests/cluster/test_batch_node_lost.py)."""
+    import os
+
+    address = ray_session.get_runtime_context().gcs_address
+    tokens = os.environ.get("RAY_AUTH_MODE", "").lower() == "token"
+    assert compat.cluster_takes_no_token(address) is not tokens, (
+        "the GCS call relayllm.compat.cluster_takes_no_token makes changed"
+    )
+    assert not compat.cluster_takes_no_token("ray://127.0.0.1:1"), "a client address: unknown"

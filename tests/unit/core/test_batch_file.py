@@ -107,3 +107,41 @@ def test_a_scoring_line_with_a_stopped_pair_is_not_written():
     out, err = io.StringIO(), io.StringIO()
     assert _ScoreWriter("echo", "echo")([first, {**second, "error": None}], out, err) == (0, 0, 1)
     assert out.getvalue() == err.getvalue() == ""
+
+
+def test_a_timeout_is_not_reported_as_a_write_failure(tmp_path, monkeypatch):
+    """TimeoutError and ConnectionError are OSErrors: the run's handler for failed writes
+    once turned a Serve call that timed out into "cannot write None: None". They pass
+    through as they are; a failed write still names the files."""
+    import contextlib
+    import errno
+
+    from relayllm.batch import run as batch_run
+
+    @contextlib.contextmanager
+    def running_deployment(*args):
+        yield ["d"], "d"
+
+    monkeypatch.setattr(batch_run, "_deployments", running_deployment)
+    path = tmp_path / "in.jsonl"
+    path.write_text(chat(0) + "\n")
+    out = tmp_path / "out.jsonl"
+
+    class Hooks(batch_run.BatchHooks):
+        def __init__(self, exc: OSError) -> None:
+            self.exc = exc
+
+        def connect(self, address):
+            pass
+
+        def running(self, plan):
+            raise self.exc
+
+    waited = TimeoutError("no replica of deployment 'd' answered within 60 s")
+    for exc in (waited, ConnectionError("the cluster went away")):
+        with pytest.raises(type(exc)) as raised:
+            batch_run.run_batch_file(path, deployment="d", output=out, hooks=Hooks(exc))
+        assert raised.value is exc
+    full = OSError(errno.ENOSPC, "No space left on device")
+    with pytest.raises(ConfigError, match=r"cannot write .*out\.jsonl or .*: No space left"):
+        batch_run.run_batch_file(path, deployment="d", output=out, hooks=Hooks(full))

@@ -41,8 +41,19 @@ def test_the_replica_fan_out_names_exist():
     assert {"actor_name", "state", "replica_id"} <= set(ReplicaDetails.model_fields)
 
 
+def test_the_token_probe_names_exist():
+    """compat.cluster_takes_no_token: a GCS call made without a token (answered: the cluster
+    takes no tokens; run against clusters in tests/core/test_compat.py and the cluster tier)."""
+    from ray._private.authentication import authentication_token_setup as setup
+    from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
+
+    assert setup.AUTH_MODE_ENV_VAR == "RAY_AUTH_MODE"
+    assert callable(getattr(gcs_service_pb2_grpc.NodeInfoGcsServiceServicer, "GetClusterId", None))
+    assert "GetClusterIdRequest" in gcs_service_pb2.DESCRIPTOR.message_types_by_name
+
+
 def test_every_private_api_is_listed_and_ray_is_a_supported_release():
-    assert len(compat.PRIVATE_APIS) == 14
+    assert len(compat.PRIVATE_APIS) == 15
     installed = versions.installed("ray")
     assert installed and versions.matches(installed, versions.RAY_VERSIONS), (
         f"Ray {installed} is not the release relayllm.compat is written for "

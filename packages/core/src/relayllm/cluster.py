@@ -52,7 +52,7 @@ def connect(
         quiet_ray_loggers()  # before init: Ray logs its token-authentication notice there
         address = address or os.environ.get(ADDRESS_ENV) or ("auto" if existing_cluster else None)
         if address and address != "local":
-            compat.send_ray_token_if_any()
+            compat.send_ray_token_if_any(address)
         try:
             with _workers_at_normal_priority():
                 ray.init(

@@ -23,7 +23,8 @@ PRIVATE_APIS = (
     "ServeController.get_deployment_details(app, deployment).replicas (actor_name, state)",
     "ReplicaActor.handle_request(pickled RequestMetadata(call_method=, app_name=), *args)",
     "ray._private.authentication.authentication_token_setup"
-    ".maybe_enable_token_auth_if_token_available(warn_if_disabled=)",
+    ".maybe_enable_token_auth_if_token_available(warn_if_disabled=) / AUTH_MODE_ENV_VAR",
+    "ray.core.generated.gcs_service_pb2_grpc.NodeInfoGcsServiceStub.GetClusterId (no token)",
     "ray._private.worker.print_to_stdstream(data, ignore_prefix) / print_worker_logs",
     "DeploymentHandle._router._asyncio_router.request_router",
     "RequestRouter._fulfill_next_pending_request(replica, request_metadata) and "
@@ -142,23 +143,51 @@ def call_replica(actor_name: str, app_name: str, method: str, *args: Any) -> Any
     return actor.handle_request.remote(pickle.dumps(metadata), *args)
 
 
-def send_ray_token_if_any() -> bool:
+def send_ray_token_if_any(address: str | None = None) -> bool:
     """Turn token authentication on for this process (and its children) when
     ``RAY_AUTH_MODE`` is unset and a token is at hand (``RAY_AUTH_TOKEN``,
     ``RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``): Ray's own rule for ``address="auto"``,
-    which it skips for an explicit address. Returns whether tokens are sent. A cluster without
-    token authentication accepts such a driver as well. (Ray's notice that "token
-    authentication is enabled for this Ray cluster" is meant for a cluster's start: not said.)"""
+    which it skips for an explicit address. Returns whether tokens are sent. (Ray's notice
+    that "token authentication is enabled for this Ray cluster" is meant for a cluster's
+    start: not said.)
+
+    Not for a cluster at ``address`` that takes calls without a token
+    (:func:`cluster_takes_no_token`): a driver with token authentication on refuses the
+    cluster's own calls into it (Ray logs "Missing authorization header in request!"), so
+    the connection seems fine and every Serve call waits for an answer that never comes."""
     import logging
+    import os
 
     from ray._private.authentication import authentication_token_setup as setup
 
+    if setup.AUTH_MODE_ENV_VAR not in os.environ and address and cluster_takes_no_token(address):
+        return False
     notices = logging.getLogger(setup.__name__)
     was_disabled, notices.disabled = notices.disabled, True
     try:
         return bool(setup.maybe_enable_token_auth_if_token_available(warn_if_disabled=False))
     finally:
         notices.disabled = was_disabled
+
+
+def cluster_takes_no_token(address: str, timeout_s: float = 5.0) -> bool:
+    """Whether the cluster at ``address`` (its GCS, ``HOST:PORT``) answers a call that
+    carries no token, so it does not use token authentication. False when that cannot be
+    told (a Ray Client address, nothing listening, no answer in ``timeout_s``): the token
+    at hand is sent, as Ray would."""
+    if "://" in address:
+        return False
+    import grpc
+    from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
+
+    with grpc.insecure_channel(address) as channel:
+        stub = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel)
+        request = gcs_service_pb2.GetClusterIdRequest()  # type: ignore[attr-defined]
+        try:
+            stub.GetClusterId(request, timeout=timeout_s)
+        except grpc.RpcError:  # UNAUTHENTICATED, or no answer: not known to be open
+            return False
+    return True
 
 
 def route_ray_error_lines(target: Callable[[], Any]) -> None:
@@ -204,6 +233,7 @@ __all__ = [
     "route_ray_error_lines",
     "run_application",
     "running_replicas",
+    "cluster_takes_no_token",
     "send_ray_token_if_any",
     "serve_proxy",
     "set_task_num_cpus",

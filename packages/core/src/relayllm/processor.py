@@ -38,12 +38,7 @@ class Processor:
         if status == "RUNNING":
             # A task or feature the running deployment cannot serve fails here, before Ray Data
             # starts a stage (a pool of actors would retry the constructor that raises it).
-            from relayllm.deployments import check_task_served
-            from relayllm.rows import features_of
-
-            check_task_served(
-                config.deployment, config.task, features=features_of(config.sampling_params)
-            )
+            _check_served(config)
         stage_kwargs = {
             # One id per application to a dataset: the deployment tells a job's first call
             # from a running job's next one by it (admission's restart).
@@ -88,6 +83,29 @@ class Processor:
 
     def __repr__(self) -> str:
         return f"Processor(deployment={self.config.deployment!r}, task={self.config.task!r})"
+
+
+#: How long the driver waits for a running deployment to describe itself before a job.
+DESCRIBE_TIMEOUT_S = 60.0
+
+
+def _check_served(config: ProcessorConfig) -> None:
+    """The running deployment serves the task and features of ``config``; a replica that
+    does not answer in time is named as what was waited for (Serve's own TimeoutError says
+    only "Timed out resolving to ObjectRef")."""
+    from relayllm.deployments import check_task_served
+    from relayllm.rows import features_of
+
+    features = features_of(config.sampling_params)
+    try:
+        check_task_served(config.deployment, config.task, DESCRIBE_TIMEOUT_S, features)
+    except TimeoutError as exc:
+        raise TimeoutError(
+            f"no replica of deployment {config.deployment!r} answered within "
+            f"{DESCRIBE_TIMEOUT_S:.0f} s when asked which tasks it serves (before the job "
+            f"starts); Serve lists it as running. `relayllm status` shows its replicas. "
+            f"({exc or type(exc).__name__})"
+        ) from exc
 
 
 def _running(deployment: str) -> bool:

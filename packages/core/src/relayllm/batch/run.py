@@ -162,8 +162,11 @@ def run_batch_file(
                 hooks.running(plan),
             ):
                 counts = run_scanned(scan, names, default, out, err, fields, done)
-        except OSError as exc:
-            raise ConfigError(f"cannot write {exc.filename}: {exc.strerror}") from None
+        except (TimeoutError, ConnectionError):
+            raise  # OSErrors too, but from the cluster, not the files
+        except OSError as exc:  # opening or writing the files (a full disk)
+            where = exc.filename or f"{output} or {errors}"
+            raise ConfigError(f"cannot write {where}: {exc.strerror or exc}") from None
     return BatchCounts(counts["total"], counts["completed"], counts["failed"], output, errors)
 
 

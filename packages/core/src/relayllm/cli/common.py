@@ -41,7 +41,7 @@ def attach_address_option(func: F) -> F:
         help="Ray cluster to use (host:port or ray://...); default: $RAY_ADDRESS, else the "
         "cluster running on this machine (`ray start --head`), named when found. Token "
         "authentication is handled: the token at hand (~/.ray/auth_token, $RAY_AUTH_TOKEN) "
-        "is sent.",
+        "is sent to a cluster that uses tokens.",
     )(func)
 
 

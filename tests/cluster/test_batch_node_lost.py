@@ -1,0 +1,145 @@
+"""``relayllm batch`` (the command, a driver process of its own) loses a worker node mid-job,
+one echo replica per worker node: every ``custom_id`` comes out once, with no error line.
+
+The command runs as a user runs it: its own process, connected by ``RAY_ADDRESS``, with a
+Ray token at hand and ``RAY_AUTH_MODE`` unset. This module's cluster takes no tokens; a
+driver that turned token authentication on anyway refused the cluster's calls into it, and
+its first Serve call waited until it timed out (reported as "cannot write None: None").
+
+The stage calls the replicas as actors (``RELAYLLM_SERVE_TRANSPORT=actor``): the gRPC
+transport re-sends a failed call once by itself, which would hide a stage without retries.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from support import wait_for
+
+LINES = 800
+#: Lines in the output file at which a node is lost (20% of the job).
+KILL_AT = LINES // 5
+NAME = "spread"
+
+
+@pytest.fixture(scope="module")
+def spread(nodes):
+    import relayllm
+    from relayllm.cluster import connect
+
+    connect(nodes.address)
+    relayllm.deploy(
+        relayllm.DeploymentConfig(
+            name=NAME,
+            backend="echo",
+            num_replicas=2,
+            options={"delay_s": 0.2},
+            # One replica per worker node: each node has one `engine` slot, the head none.
+            ray_actor_options={"num_cpus": 0.1, "resources": {"engine": 1}},
+        )
+    )
+    yield NAME
+    relayllm.shutdown(NAME)
+
+
+def batch_file(path: Path) -> Path:
+    path.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "custom_id": f"r{i}",
+                    "method": "POST",
+                    "url": "/v1/chat/completions",
+                    "body": {"model": NAME, "messages": [{"role": "user", "content": f"row {i}"}]},
+                }
+            )
+            + "\n"
+            for i in range(LINES)
+        )
+    )
+    return path
+
+
+def lines_in(path: Path) -> list[dict]:
+    """The complete lines written so far (a line being written is left out)."""
+    if not path.exists():
+        return []
+    text = path.read_text()
+    return [json.loads(line) for line in text[: text.rfind("\n") + 1].splitlines()]
+
+
+def calls_in_flight(nodes) -> list[tuple[str, int]]:
+    """(node, calls) of each replica of the deployment with calls in flight now, as each
+    replica says (its ``info``, asked on that replica)."""
+    import ray
+
+    from relayllm import compat
+    from relayllm.deployments import app_name
+
+    found = []
+    for _, actor in compat.running_replicas(app_name(NAME), NAME):
+        info = ray.get(compat.call_replica(actor, app_name(NAME), "info"), timeout=30)
+        if info["ongoing"]:
+            found.append((nodes.name_of(info["node_id"]), info["ongoing"]))
+    return found
+
+
+def test_this_cluster_takes_no_token(nodes):
+    """What the command's connection relies on: the cluster is seen to take calls without a
+    token, so the token at hand is not sent."""
+    from relayllm import compat
+
+    assert compat.cluster_takes_no_token(nodes.address)
+
+
+@pytest.mark.timeout(600)
+def test_a_node_lost_mid_batch_every_custom_id_once(nodes, spread, tmp_path):
+    out, err = tmp_path / "out.jsonl", tmp_path / "out.errors.jsonl"
+    env = nodes.env(RAY_AUTH_TOKEN=secrets.token_hex(32), RELAYLLM_SERVE_TRANSPORT="actor")
+    env.pop("RAY_AUTH_MODE", None)
+    command = [os.path.join(os.path.dirname(sys.executable), "relayllm"), "batch"]
+    command += [str(batch_file(tmp_path / "in.jsonl")), "--deployment", spread]
+    command += ["--output", str(out), "--batch-size", "10"]
+    began = time.monotonic()
+    job = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        wait_for(
+            lambda: len(lines_in(out)) >= KILL_AT or job.poll() is not None,
+            f"{KILL_AT} lines written",
+            timeout_s=300,
+        )
+        assert job.poll() is None, f"the batch ended before {KILL_AT} lines: {job.communicate()}"
+        on = set(nodes.replicas(NAME).values())
+        assert on == {"node1", "node2"}, f"a replica on each worker node: {on}"
+        busy: list[tuple[str, int]] = []
+        wait_for(lambda: busy.extend(calls_in_flight(nodes)) or busy, "a call in flight")
+        lost, ongoing = busy[0]
+        killed = nodes.kill(lost)  # with calls in flight: the stage must send them again
+        stdout, stderr = job.communicate(timeout=400)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert job.returncode == 0, stderr.decode()[-3000:]
+    failed = lines_in(err)
+    ids = [line["custom_id"] for line in lines_in(out) + failed]
+    assert sorted(ids) == sorted(f"r{i}" for i in range(LINES)), "every custom_id once"
+    assert not failed, (len(failed), failed[:2])
+    said = [line for line in stdout.decode().splitlines() if line.startswith('{"request_counts"')]
+    assert said, stdout.decode()[-500:]
+    assert json.loads(said[-1])["request_counts"] == {
+        "total": LINES,
+        "completed": LINES,
+        "failed": 0,
+    }
+    print(
+        f"\n{lost} lost at {KILL_AT}/{LINES} lines ({killed} processes, its replica in "
+        f"{ongoing} calls): "
+        f"{time.monotonic() - began:.1f} s"
+    )
