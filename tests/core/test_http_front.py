@@ -4,12 +4,15 @@ processor uses at the same time."""
 
 import json
 import os
+import re
 import secrets
+import shlex
 import threading
+import urllib.error
 import urllib.request
 
 import pytest
-from support import free_port, session_logs_holding
+from support import REPO, free_port, session_logs_holding
 
 import relayllm
 from relayllm import DeploymentConfig, ProcessorConfig, build_processor
@@ -435,6 +438,54 @@ def test_control_routes_pause_and_resume_the_deployment_behind_a_key_of_their_ow
     assert not controller.is_paused()  # nothing was changed by a refused call
     shown = json.dumps([ref.handle().describe.remote().result(timeout_s=30), controller.replicas()])
     assert ADMIN not in shown and ADMIN_ENV in shown
+
+
+def _curl(line: str, env: dict[str, str]) -> tuple[int, dict]:
+    """One ``curl -X POST -H ... URL -d JSON`` line of a page, sent as curl would send it."""
+    for name, value in env.items():
+        line = line.replace(f"${name}", value)
+    args = shlex.split(line.replace("\\\n", " "), comments=True)
+    assert args[0] == "curl", line
+    method, headers, data, url = "GET", {}, None, None
+    words = iter(args[1:])
+    for word in words:
+        if word == "-X":
+            method = next(words)
+        elif word == "-H":
+            name, _, value = next(words).partition(": ")
+            headers[name] = value
+        elif word == "-d":
+            data = next(words).encode()
+            headers.setdefault("Content-Type", "application/x-www-form-urlencoded")
+        else:
+            url = word
+    request = urllib.request.Request(url, data=data, headers=headers, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            return answer.status, json.loads(answer.read() or b"null")
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read() or b"null")
+
+
+def test_the_control_pages_http_commands_do_what_it_says(front):
+    """docs/control.md's ``curl`` block, its host, port and name made this front's: each
+    command answers 200, with the body its comment shows where it shows one."""
+    _, info, _ = front
+    page = (REPO / "docs" / "control.md").read_text(encoding="utf-8")
+    (block,) = re.findall(r"^```bash\n(.*?)^```$", page, flags=re.S | re.M)
+    base = info["http"]["url"].removesuffix("/v1")
+    block = block.replace("http://127.0.0.1:8000/smollm", base)
+    commands = re.split(r"\n(?=curl )", block.strip())
+    assert len(commands) == 2, commands  # pause, resume
+    env = {"ADMIN_KEY": ADMIN}
+    controller = relayllm.control(NAME)
+    for command, paused in zip(commands, (True, False), strict=True):
+        status, body = _curl(command, env)
+        assert status == 200, (command, body)
+        said = re.search(r"# (\{.*\})", command)
+        if said:
+            assert body == json.loads(said.group(1)), (command, body)
+        assert controller.is_paused() is paused
 
 
 def test_control_routes_load_adapters_only_from_admin_sources(front, sources):
