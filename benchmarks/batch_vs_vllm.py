@@ -297,7 +297,7 @@ def cold_env(ray_tmp: Path) -> dict[str, str]:
 PLANNED = """
 import json, sys
 from relayllm.deployments import resolve
-from relayllm.pipelines.deployments_file import load_deployments
+from relayllm.deployments.file import load_deployments
 from relayllm_vllm.compat import hide_broken_torch_extensions
 from relayllm_vllm.demo import DEMO_MODEL, ensure_demo_model
 from relayllm_vllm.options import engine_args

@@ -566,6 +566,22 @@ def test_deploy_status_and_shutdown_across_driver_processes(cluster, tmp_path):
     )
 
 
+def test_deploy_takes_a_file_that_declares_only_deployments(cluster, tmp_path):
+    """``relayllm deploy FILE`` with a ``deployments:`` section and nothing else (no input, no
+    steps) starts what it declares, as ``batch --config`` and ``serve`` take such a file."""
+    engines = write(
+        tmp_path / "engines.yaml",
+        "deployments:\n  - name: only-engines\n    backend: echo\n",
+    )
+    deployed = cli("deploy", engines, env=cluster, check=0)
+    try:
+        assert "only-engines: RUNNING (backend echo)" in deployed.stdout
+        status = json.loads(cli("status", "--json", env=cluster, check=0).stdout)
+        assert [d["status"] for d in status if d["name"] == "only-engines"] == ["RUNNING"]
+    finally:
+        cli("shutdown", "only-engines", env=cluster, check=0)
+
+
 # -- a new user's first hour: signs of life, output that survives a kill, quiet logs ---------
 
 SLOW = """\

@@ -272,8 +272,8 @@ def test_finish_reasons_outside_openais_read_as_stop():
 
 
 def test_a_deployments_file_is_read_alone_with_errors_at_their_lines(tmp_path):
+    from relayllm.deployments.file import load_deployments
     from relayllm.pipelines import PipelineError
-    from relayllm.pipelines.deployments_file import load_deployments
 
     alone = tmp_path / "deployments.yaml"
     alone.write_text(

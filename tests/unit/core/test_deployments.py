@@ -31,7 +31,7 @@ def test_not_found_lists_the_deployments_of_the_cluster_asked_about(monkeypatch)
         name = "on-a" if address == "ray://a:10001" else "on-default"
         return [DeploymentRef(name, deployments.app_name(name), name)]
 
-    monkeypatch.setattr(deployments, "list_deployments", listed)
+    monkeypatch.setattr(deployments.names, "list_deployments", listed)  # where lookup reads it
     with pytest.raises(relayllm.DeploymentNotFoundError) as err:
         relayllm.get_deployment("nope", address="ray://a:10001")
     assert "running deployments: on-a." in str(err.value), str(err.value)

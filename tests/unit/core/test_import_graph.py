@@ -56,8 +56,9 @@ LAYERS: list[tuple[str, ...]] = [
     # runs contract-2 adapters on the replica (gone with contract 4)
     ("relayllm.metrics", "relayllm.traffic", "relayllm.plugin.legacy"),
     ("relayllm.plugin.spec", "relayllm.plugin.manager"),
-    # the driver: names -> Serve apps, what a pipeline asks of the cluster
-    ("relayllm.deployments",),
+    # the driver: names -> Serve apps, what a pipeline asks of the cluster, the session that
+    # stops what it started
+    ("relayllm.deployments", "relayllm.deployments."),
     # what runs in Ray Data's workers: the stage
     (
         "relayllm.stage.udf",
@@ -67,7 +68,14 @@ LAYERS: list[tuple[str, ...]] = [
     ),
     ("relayllm.processor",),
     # pipelines (with their one resume) and batch files, on processors and deployments
-    ("relayllm.pipelines", "relayllm.pipelines.", "relayllm.batch", "relayllm.batch."),
+    # (a file's deployments section is read as a pipeline file is: its reader sits here)
+    (
+        "relayllm.pipelines",
+        "relayllm.pipelines.",
+        "relayllm.batch",
+        "relayllm.batch.",
+        "relayllm.deployments.file",
+    ),
     # the public facade, then what sits on top of it
     ("relayllm",),
     ("relayllm.testing", "relayllm.testing."),

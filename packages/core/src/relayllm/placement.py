@@ -9,15 +9,12 @@ by node, that the replicas can be placed at all before Serve starts (pure: no Ra
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pydantic import ConfigDict, Field, PositiveFloat, PositiveInt
 
 from relayllm.config import ConfigModel
 from relayllm.errors import ConfigError
-
-if TYPE_CHECKING:
-    from relayllm.deployments import DeploymentConfig
 
 #: Serve's own bounds of ``max_replicas_per_node``.
 MAX_PER_NODE = 100
@@ -51,7 +48,21 @@ PLACEMENT_FIELD = Field(
 )
 
 
-def apply_placement(config: DeploymentConfig, serve_options: dict[str, Any]) -> dict[str, Any]:
+class Placed(Protocol):
+    """What :func:`apply_placement` reads of a deployment's config (``DeploymentConfig`` has
+    it; typed here so that placement, below the deployments package, does not name it)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def backend(self) -> str: ...
+    @property
+    def ray_actor_options(self) -> dict[str, Any] | None: ...
+    @property
+    def placement(self) -> Placement: ...
+
+
+def apply_placement(config: Placed, serve_options: dict[str, Any]) -> dict[str, Any]:
     """``serve_options`` (the backend's) with the config's ``ray_actor_options`` over the
     backend's and its ``placement`` applied. A pair Serve would refuse at deploy time is a
     :class:`ConfigError` now, saying what to change."""
@@ -77,4 +88,4 @@ def apply_placement(config: DeploymentConfig, serve_options: dict[str, Any]) -> 
     return serve_options
 
 
-__all__ = ["MAX_PER_NODE", "PLACEMENT_FIELD", "Placement", "apply_placement"]
+__all__ = ["MAX_PER_NODE", "PLACEMENT_FIELD", "Placed", "Placement", "apply_placement"]

@@ -140,7 +140,7 @@ def run_batch_file(
     fields = {"batch_size": batch_size, "concurrency": concurrency}
     declared = None
     if pipeline is not None:
-        from relayllm.pipelines.deployments_file import load_deployments
+        from relayllm.deployments.file import load_deployments
 
         declared = load_deployments(pipeline)
         declared.check_backends()
@@ -185,7 +185,7 @@ def _deployments(
             raise DeploymentNotFoundError(deployments.not_found_message(str(deployment), running))
         yield running, deployment
         return
-    from relayllm.pipelines.deploy import deployed_configs
+    from relayllm.deployments.session import deployed_configs
 
     def fits(running: set[str]) -> None:
         _check_fit(declared.deployments, running, fields)

@@ -12,7 +12,7 @@ import click
 from relayllm.cli.common import handle_errors
 
 if TYPE_CHECKING:
-    from relayllm.pipelines.deployments_file import DeploymentsFile
+    from relayllm.deployments.file import DeploymentsFile
 
 #: The sections that make a YAML file a pipeline (a deployments file has none of them).
 PIPELINE_SECTIONS = ("input", "steps", "output")
@@ -23,8 +23,8 @@ def load_declared(path: str, inputs: bool = True) -> tuple[DeploymentsFile, str]
     pipeline (checked whole: steps, templates, and its input files unless ``inputs`` is
     False -- ``deploy`` starts engines only, before the input may exist) or a deployments
     file."""
+    from relayllm.deployments.file import load_deployments
     from relayllm.pipelines import load_pipeline
-    from relayllm.pipelines.deployments_file import load_deployments
 
     declared = load_deployments(path)
     data = declared.located.data

@@ -1,26 +1,18 @@
-"""Deploy what a pipeline file declares, and shut down only what this run started.
-
-:func:`deployed` is the one owner of that lifecycle: ``relayllm run``, ``relayllm batch
---config`` and :func:`relayllm.run_pipeline` all go through it.
+"""Deploy what a pipeline file declares, and shut down only what this run started: the
+deployments' session (:func:`relayllm.deployments.session.deployed_configs`) with the
+pipeline's own fit check (its engines, stage workers and tasks together).
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
+from relayllm.deployments.session import OnDeploy, deployed_configs
 from relayllm.pipelines.transforms import task_operators
 
 if TYPE_CHECKING:
-    from relayllm.deployments import DeploymentConfig
     from relayllm.pipelines.pipeline import Pipeline
-
-#: ``on_deploy(config, running)`` is called for each deployment before it is deployed
-#: (``running``: one of that name is already up and is reused); the context manager it returns
-#: is held while the deployment starts, e.g. a progress display's phase.
-OnDeploy = Callable[["DeploymentConfig", bool], AbstractContextManager[object]]
 
 
 def check_fit(pipeline: Pipeline, running: set[str] | None = None) -> None:
@@ -60,33 +52,3 @@ def deployed(
         keep=keep,
         on_deploy=on_deploy,
     )
-
-
-@contextlib.contextmanager
-def deployed_configs(
-    configs: Sequence[DeploymentConfig],
-    *,
-    fits: Callable[[set[str]], None],
-    address: str | None = None,
-    keep: bool = False,
-    on_deploy: OnDeploy | None = None,
-) -> Iterator[list[str]]:
-    """:func:`deployed` for any list of deployments (a batch file's, say): ``fits(running)``
-    checks, before any engine starts, that what will run fits next to the ones running."""
-    from relayllm import deployments
-
-    running = {r.name for r in deployments.list_deployments(address=address)}
-    fits(running)
-    started: list[str] = []
-    try:
-        for config in configs:
-            reused = config.name in running
-            with on_deploy(config, reused) if on_deploy else contextlib.nullcontext():
-                deployments.deploy(config, address=address)  # a reused one: checks its config
-            if not reused:
-                started.append(config.name)
-        yield started
-    finally:
-        if not keep:
-            for name in started:
-                deployments.shutdown(name, address=address)

@@ -49,7 +49,7 @@ def deploy_gateway(
     from relayllm.batch.service.runner import stop_runner
     from relayllm.cluster import connect, ensure_http_proxy
     from relayllm.compat import HEAD_RESOURCE
-    from relayllm.deployments import DeploymentRef, _wait_running
+    from relayllm.deployments import DeploymentRef, wait_running
 
     connect(address)
     ensure_http_proxy(settings.host, settings.port)
@@ -72,7 +72,7 @@ def deploy_gateway(
     ).bind(settings, keys)
     compat.run_application(app, settings.app_name, route_prefix=settings.route_prefix)
     ref = DeploymentRef(settings.name, settings.app_name, GATEWAY_DEPLOYMENT, None)
-    _wait_running(ref, timeout_s)
+    wait_running(ref, timeout_s)
     return _ref(settings.app_name)
 
 
@@ -89,7 +89,7 @@ def serve_file(
     ``on_deploy(name, status)`` after each one is up."""
     from relayllm.cluster import connect, ensure_http_proxy
     from relayllm.deployments import deploy
-    from relayllm.pipelines.deployments_file import load_deployments
+    from relayllm.deployments.file import load_deployments
 
     declared = load_deployments(path)
     declared.check_backends()

@@ -59,13 +59,9 @@ class _Stop(Exception):
 
 def deployment_names() -> list[str]:
     """The relayllm deployments running now (Serve's view; no connect: we run in the cluster)."""
-    from ray import serve
+    from relayllm.deployments import running_names
 
-    from relayllm.deployments import APP_PREFIX
-
-    return sorted(
-        app[len(APP_PREFIX) :] for app in serve.status().applications if app.startswith(APP_PREFIX)
-    )
+    return running_names()
 
 
 class BatchJob:

@@ -13,7 +13,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from relayllm.config import error_message, flat_errors
-from relayllm.deployments import DeploymentConfig
+from relayllm.deployments.config import DeploymentConfig, resolve
 from relayllm.errors import ConfigError, RelayLLMError
 from relayllm.pipelines.load import data_loc, expand_env
 from relayllm.pipelines.located import Loc, Located, not_utf8, parse_yaml
@@ -41,8 +41,6 @@ class DeploymentsFile:
 
     def check_backends(self) -> None:
         """Every backend installed and its options valid (no cluster needed)."""
-        from relayllm.deployments import resolve
-
         problems: list[tuple[Loc, str]] = []
         for i, config in enumerate(self.deployments):
             try:
