@@ -155,7 +155,7 @@ def role_of(title: str) -> str | None:
         return "batch runner"
     if "ServeStage" in title or "serve_stage" in title:  # an actor, or a task's worker
         return "stage worker"
-    if "_ReadChunk" in title:
+    if "ReadChunk" in title:
         return "read task"
     return None
 

@@ -37,15 +37,15 @@ class ReadNodes:
 
 
 def report_read_nodes() -> None:
-    from relayllm.batch import run
+    from relayllm.batch import ray_job
 
-    read = run._ReadChunk.__call__
+    read = ray_job.ReadChunk.__call__
 
     def reported(self, batch):
         ray.get_actor("read-nodes").add.remote(ray.get_runtime_context().get_node_id())
         return read(self, batch)
 
-    run._ReadChunk.__call__ = reported
+    ray_job.ReadChunk.__call__ = reported
 
 
 def main() -> None:

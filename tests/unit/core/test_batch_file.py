@@ -60,11 +60,12 @@ def test_a_stopped_line_is_neither_sent_nor_written_and_an_image_error_is_named(
 
     import pyarrow as pa
 
-    from relayllm.batch.run import StopCheck, _Parse, _Respond, _write_block
+    from relayllm.batch.ray_job import Parse, Respond, write_block
+    from relayllm.batch.stop import StopCheck
 
     flag = tmp_path / "stop"
     stop = StopCheck(str(flag))
-    parse, respond = _Parse("chat", stop), _Respond("echo", "echo-echo")
+    parse, respond = Parse("chat", stop), Respond("echo", "echo-echo")
     text = json.dumps(
         {
             "custom_id": "a",
@@ -86,7 +87,7 @@ def test_a_stopped_line_is_neither_sent_nor_written_and_an_image_error_is_named(
                  "allowed here: send the image as a data: URL"}),
     ]  # fmt: skip
     out, err = io.StringIO(), io.StringIO()
-    assert _write_block(pa.Table.from_pylist(rows), out, err) == (1, 1, 1)
+    assert write_block(pa.Table.from_pylist(rows), out, err) == (1, 1, 1)
     (refused,) = [json.loads(x) for x in err.getvalue().splitlines()]
     assert refused["error"]["code"] == "invalid_image_url"
     assert refused["error"]["message"].startswith("messages[0].content[1].image_url")
@@ -97,15 +98,16 @@ def test_a_scoring_line_with_a_stopped_pair_is_not_written():
     dropped with the line, which is written to neither file, so a resumed run does it whole."""
     import io
 
-    from relayllm.batch.run import StopCheck, _ScoreWriter, _StopPairs
+    from relayllm.batch.pairs import ScoreWriter, StopPairs
+    from relayllm.batch.stop import StopCheck
 
-    running, stopped = _StopPairs(StopCheck()), _StopPairs(StopCheck(deadline=0.0))
+    running, stopped = StopPairs(StopCheck()), StopPairs(StopCheck(deadline=0.0))
     row = {"line": 1, "custom_id": "s", "pairs": 2, "query": "q", "rerank": False, "top_n": 0}
     first = {**running({**row, "pair": 0, "document": "a"}), "score": 0.5, "error": None}
     second = stopped({**row, "pair": 1, "document": "b"})
     assert not first["skip"] and second["skip"] and second["query"] is None
     out, err = io.StringIO(), io.StringIO()
-    assert _ScoreWriter("echo", "echo")([first, {**second, "error": None}], out, err) == (0, 0, 1)
+    assert ScoreWriter("echo", "echo")([first, {**second, "error": None}], out, err) == (0, 0, 1)
     assert out.getvalue() == err.getvalue() == ""
 
 
