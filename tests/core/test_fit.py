@@ -87,6 +87,19 @@ def test_three_steps_reading_a_file_next_to_an_engine_holding_cpus_finish(ray_se
     assert all(r["error"] is None and r["final"] for r in out)
 
 
+def test_a_pipeline_deployed_right_after_a_shutdown_finds_its_cpus_free(ray_session, tmp_path):
+    """shutdown() returns once the replicas are gone, not only their application: the next
+    pipeline's fit check (free resources) does not count the stopped replicas' CPUs."""
+    for attempt in range(3):  # each time: 1.2 CPUs held, stopped, then a pipeline needing 1.95 of 2
+        relayllm.deploy(
+            DeploymentConfig(
+                name="held", backend="echo", num_replicas=2, ray_actor_options={"num_cpus": 0.6}
+            )
+        )
+        relayllm.shutdown("held")
+        check_pipeline_fit(_pipeline(tmp_path, f"next-{attempt}", 1.0, compute="tasks"))
+
+
 def test_an_engine_bigger_than_the_cluster_fails_before_it_starts(ray_session, tmp_path):
     pipeline = _pipeline(tmp_path, "too-big", 8)
     with pytest.raises(ResourceFitError) as err, deployed(pipeline):

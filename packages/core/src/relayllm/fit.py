@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -30,6 +31,10 @@ from relayllm.errors import ResourceFitError
 SKIP_ENV = "RELAYLLM_SKIP_FIT_CHECK"
 #: CPUs one of relayllm's own Ray Data tasks asks for: a read, a repartition.
 TASK_NUM_CPUS = 0.1
+#: How long a shortfall of free resources the cluster's total would cover is checked again
+#: (resources a stopped deployment held show as free a moment after it stops), and how often.
+SETTLE_S = 10.0
+SETTLE_POLL_S = 0.25
 #: Serve's own default for a replica that names no ``num_cpus``.
 SERVE_DEFAULT_NUM_CPUS = 1.0
 #: Ray's internal resources that are not a user's concern (node ids, memory, object store).
@@ -193,6 +198,36 @@ def check_fit(
     raise ResourceFitError("\n".join(lines))
 
 
+def check_fit_on_cluster(
+    demands: Iterable[Demand], *, subject: str = "the pipeline", settle_s: float = SETTLE_S
+) -> None:
+    """:func:`check_fit` against the connected cluster's free resources. What a deployment
+    stopped a moment ago held shows as free only a moment later, so a shortfall that the
+    cluster's total would cover is checked again for up to ``settle_s`` before it is
+    reported; one the total cannot cover is reported at once."""
+    demands = list(demands)
+    deadline = time.monotonic() + settle_s
+    while True:
+        free, total, nodes = cluster_view()
+        try:
+            check_fit(demands, free, total, nodes, subject=subject)
+            return
+        except ResourceFitError as short:
+            if time.monotonic() >= deadline or not _fits_idle(demands, total, nodes, subject):
+                raise short from None  # (the message names what is free and the total)
+            time.sleep(SETTLE_POLL_S)
+
+
+def _fits_idle(
+    demands: list[Demand], total: dict[str, float], nodes: list[dict[str, float]], subject: str
+) -> bool:
+    try:
+        check_fit(demands, None, total, nodes, subject=subject)
+    except ResourceFitError:
+        return False
+    return True
+
+
 def cluster_view() -> tuple[dict[str, float], dict[str, float], list[dict[str, float]]]:
     """Free resources, total resources and each live node's total (needs ``ray.init``)."""
     import ray
@@ -248,6 +283,7 @@ __all__ = [
     "TASK_NUM_CPUS",
     "Demand",
     "check_fit",
+    "check_fit_on_cluster",
     "cluster_view",
     "engine_demand",
     "replica_bundles",

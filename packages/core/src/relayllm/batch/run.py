@@ -254,8 +254,7 @@ def _check_fit(configs: list[DeploymentConfig], running: set[str], fields: dict[
     demands = [engine_demand(d) for d in configs if d.name not in running]
     demands.append(fit.stage_demand("batch", cpus, workers, config.compute))
     demands.append(fit.task_demand(1))
-    free, total, nodes = fit.cluster_view()
-    fit.check_fit(demands, free, total, nodes)
+    fit.check_fit_on_cluster(demands)
 
 
 def default_errors_path(output: str) -> str:

@@ -123,13 +123,37 @@ def _with_status(ref: DeploymentRef) -> DeploymentRef:
 def shutdown(name: str | None = None, *, address: str | None = None) -> list[str]:
     """Stop the named deployment (or every relayllm deployment); returns the names stopped."""
 
-    names = [name] if name else [r.name for r in list_deployments(address=address)]
-    if name:
-        get_deployment(name, address=address)  # a clear error for an unknown name
-    for each in names:
-        _delete(app_name(each))
-        drop_state(each)  # its replicas are gone: so is their control state
-    return names
+    refs = [get_deployment(name, address=address)] if name else list_deployments(address=address)
+    for ref in refs:
+        replicas = _replica_actors(ref)
+        _delete(ref.app_name)
+        _wait_gone(replicas)
+        drop_state(ref.name)  # its replicas are gone: so is their control state
+    return [ref.name for ref in refs]
+
+
+def _replica_actors(ref: DeploymentRef) -> list[str]:
+    """The actor names of a deployment's replicas (none known: an unhealthy deployment)."""
+    try:
+        return [actor for _, actor in compat.running_replicas(ref.app_name, ref.deployment_name)]
+    except Exception:
+        return []
+
+
+def _wait_gone(actors: list[str], timeout_s: float = 30.0) -> None:
+    """Until the replica actors are dead, so what they held is free when ``shutdown``
+    returns: the application leaves Serve's status before its replicas' processes exit, and
+    a deploy right after (the next run's fit check) would count their resources as taken."""
+    import ray
+
+    deadline = time.monotonic() + timeout_s
+    for actor in actors:
+        while time.monotonic() < deadline:
+            try:
+                ray.get_actor(actor, namespace="serve")  # Serve's actors' namespace
+            except ValueError:
+                break
+            time.sleep(POLL_S)
 
 
 def _delete(app: str, timeout_s: float = 60.0) -> None:

@@ -30,8 +30,7 @@ def check_fit(pipeline: Pipeline, running: set[str] | None = None) -> None:
         workers, _, cpus = stage_workers(config)
         demands.append(fit.stage_demand(step.name, cpus, workers, config.compute))
     demands.append(fit.task_demand(task_operators(pipeline)))
-    free, total, nodes = fit.cluster_view()
-    fit.check_fit(demands, free, total, nodes)
+    fit.check_fit_on_cluster(demands)
 
 
 def deployed(
