@@ -112,10 +112,17 @@ def test_prefix_keys_are_equal_for_a_shared_prefix():
 
 
 def test_the_setting_turns_the_router_on_and_off():
-    assert routing.routing_options("default") == {}
+    assert routing.routing_options("default", replicas=4) == {}
     options = routing.routing_options("affinity")["request_router_config"]
     assert options["request_router_class"] == routing.ROUTER_CLASS
     config = DeploymentConfig(name="d", backend="echo")
-    assert config.routing == routing.DEFAULT_ROUTING
+    assert config.routing == routing.DEFAULT_ROUTING == "auto"
     with pytest.raises(Exception, match="routing"):
         DeploymentConfig(name="d", backend="echo", routing="random")
+
+
+def test_auto_routes_by_affinity_only_where_there_is_more_than_one_replica():
+    assert routing.routing_options("auto", replicas=1) == {}
+    assert routing.routing_options("auto", replicas=2) == routing.routing_options("affinity")
+    assert routing.resolved("auto", 1) == "default" and routing.resolved("auto", 8) == "affinity"
+    assert routing.resolved("default", 8) == "default"

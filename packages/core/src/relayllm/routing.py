@@ -26,9 +26,11 @@ from typing import Literal, TypeVar
 from pydantic import Field
 
 #: How calls find a replica: Serve's default router (power of two choices, the less busy of
-#: two random replicas) or relayllm's affinity router.
-Routing = Literal["default", "affinity"]
-DEFAULT_ROUTING: Routing = "default"
+#: two random replicas), relayllm's affinity router, or ``auto``: affinity for a deployment
+#: that may run more than one replica (where it measured better: fewer prompt tokens
+#: prefilled, a shorter job), Serve's default for one (where there is nothing to choose).
+Routing = Literal["auto", "default", "affinity"]
+DEFAULT_ROUTING: Routing = "auto"
 #: A replica takes a call while its in-flight calls stay within this times the mean.
 LOAD_BOUND = 1.25
 #: Characters of a row's prompt text (roles included) that make its prefix key.
@@ -41,8 +43,9 @@ ROUTING_FIELD = Field(
     description="How calls pick a replica: 'affinity' (a call's key -- a row's lineage "
     "across pipeline steps, a shared prefix, prompt_cache_key or X-Session-ID -- keeps "
     "its replica, spilling to the key's next choice when that replica holds more than "
-    f"{LOAD_BOUND:g}x the mean load) or 'default' (Serve's power of two choices). "
-    "docs/routing.md.",
+    f"{LOAD_BOUND:g}x the mean load), 'default' (Serve's power of two choices), or 'auto': "
+    "affinity when the deployment may run more than one replica (num_replicas, or "
+    "autoscaling's max_replicas), else default. docs/routing.md.",
 )
 
 R = TypeVar("R", bound=Hashable)
@@ -99,10 +102,21 @@ def choose(
     return order  # cannot happen (the mean is under the limit), but never route nowhere
 
 
-def routing_options(routing: Routing, bound: float = LOAD_BOUND) -> dict[str, object]:
-    """The ``serve.deployment`` options of ``routing`` (none for Serve's default): the router
-    as an import path, so building the options imports nothing."""
-    if routing == "default":
+def resolved(routing: Routing, replicas: int) -> Routing:
+    """The router a deployment that may run ``replicas`` at once gets: ``auto`` made
+    ``affinity`` or ``default``."""
+    if routing == "auto":
+        return "affinity" if replicas > 1 else "default"
+    return routing
+
+
+def routing_options(
+    routing: Routing, bound: float = LOAD_BOUND, *, replicas: int = 1
+) -> dict[str, object]:
+    """The ``serve.deployment`` options of ``routing`` for a deployment that may run
+    ``replicas`` at once (none for Serve's default): the router as an import path, so
+    building the options imports nothing."""
+    if resolved(routing, replicas) == "default":
         return {}
     return {
         "request_router_config": {
@@ -130,5 +144,6 @@ __all__ = [
     "preferred",
     "prefix_key",
     "ranked",
+    "resolved",
     "routing_options",
 ]

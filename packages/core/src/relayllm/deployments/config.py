@@ -159,7 +159,7 @@ def serve_options(
         # How often a stopping replica checks for calls still running (Serve's default, 2 s,
         # is the least a shutdown or a redeploy takes even when no call is running).
         "graceful_shutdown_wait_loop_s": SHUTDOWN_CHECK_PERIOD_S,
-        **routing_options(config.routing),
+        **routing_options(config.routing, replicas=fit.replica_count(config.model_dump(), "max")),
     }
     serve_options.update(backend.deployment_options(options))
     if config.autoscaling_config:
