@@ -346,3 +346,50 @@ def test_serve_takes_a_direct_port_zero_or_off():
             port.convert(bad, None, None)
     option = next(p for p in serve.params if p.name == "direct_port")
     assert option.default == ServiceSettings().direct_port
+
+
+def test_serve_places_the_gateway_and_the_runner_by_node_resource(tmp_path, monkeypatch):
+    """``relayllm serve --node-resource NAME[=AMOUNT]`` (repeatable) becomes
+    ``ServiceSettings.node_resources``; none leaves them on the head node. The cluster's part
+    is not reached here: what serve would start is taken where it starts it."""
+    import importlib
+
+    import click
+    from click.testing import CliRunner
+
+    import relayllm.batch.service.deploy as deploy
+
+    cli_serve = importlib.import_module("relayllm.cli.serve")  # the package names a command so
+
+    kind = cli_serve.NodeResource()
+    assert kind.convert("service", None, None) == ("service", cli_serve.NODE_RESOURCE_AMOUNT)
+    assert kind.convert("pool-a=0.5", None, None) == ("pool-a", 0.5)
+    for bad in ("", "=1", "service=0", "service=x", "service=-1"):
+        with pytest.raises(click.BadParameter, match="NAME or NAME=AMOUNT"):
+            kind.convert(bad, None, None)
+
+    from types import SimpleNamespace
+
+    started: list[ServiceSettings] = []
+
+    def serve_file(path, settings, keys, **kwargs):
+        started.append(settings)
+        return SimpleNamespace(name="gateway", status="RUNNING", url="u", proxy_url=None)
+
+    monkeypatch.setattr(cli_serve, "connect", lambda *args, **kwargs: None)
+    monkeypatch.setattr(deploy, "serve_file", serve_file)
+    monkeypatch.setenv("RELAYLLM_API_KEYS", "alpha=" + "a" * 32)
+    config = tmp_path / "deployments.yaml"
+    config.write_text("deployments:\n  - name: echo\n    backend: echo\n")
+    for flags, wanted in (
+        ([], None),
+        (["--node-resource", "service"], {"service": 0.01}),
+        (["--node-resource", "a=1", "--node-resource", "b=0.5"], {"a": 1.0, "b": 0.5}),
+    ):
+        result = CliRunner().invoke(
+            cli_serve.serve, [str(config), "--state-dir", str(tmp_path / "state"), *flags]
+        )
+        assert result.exit_code == 0, result.output
+        assert started.pop().node_resources == wanted
+    refused = CliRunner().invoke(cli_serve.serve, [str(config), "--node-resource", "x=0"])
+    assert refused.exit_code == 2 and "NAME=AMOUNT" in refused.output

@@ -42,6 +42,29 @@ class PortOrOff(click.ParamType):
         return port
 
 
+#: What a ``--node-resource NAME`` without an amount asks for: a sliver, so the gateway and
+#: the runner fit together on a node started with one unit of it.
+NODE_RESOURCE_AMOUNT = 0.01
+
+
+class NodeResource(click.ParamType):
+    """``NAME`` or ``NAME=AMOUNT`` (a positive number; default :data:`NODE_RESOURCE_AMOUNT`)."""
+
+    name = "NAME[=AMOUNT]"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> tuple[str, float]:
+        if isinstance(value, tuple):
+            return value
+        name, sep, amount = str(value).partition("=")
+        try:
+            number = float(amount) if sep else NODE_RESOURCE_AMOUNT
+        except ValueError:
+            number = 0.0
+        if not name.strip() or not number > 0:
+            self.fail(f"{value!r} is not NAME or NAME=AMOUNT with AMOUNT above 0", param, ctx)
+        return name.strip(), number
+
+
 @click.command()
 @click.argument("config_file", metavar="FILE.yaml", type=click.Path(dir_okay=False))
 @_field("host")
@@ -60,8 +83,22 @@ class PortOrOff(click.ParamType):
     "state_dir",
     metavar="DIR",
     envvar=STATE_DIR_ENV,
-    help="The job store and the runner's work files, on the head node's local disk "
-    f"(default also from ${STATE_DIR_ENV}).",
+    help="The job store and the runner's work files, on the disk of the node the gateway "
+    "and the runner run on: the head node's, or with --node-resource a path every such node "
+    f"reaches (default also from ${STATE_DIR_ENV}).",
+)
+@_field(
+    "node_resources",
+    "--node-resource",
+    type=NodeResource(),
+    multiple=True,
+    metavar="NAME[=AMOUNT]",
+    help="Run the gateway and the runner on the nodes that offer this custom Ray resource "
+    "(`ray start --resources '{\"service\": 1}'`; repeat for several; AMOUNT: what each "
+    f"asks for, default {NODE_RESOURCE_AMOUNT}) instead of the head node: when their node "
+    "is lost, they start again on another such node (one that joins later included) and "
+    "the runner resumes its batches there. The deployments are placed by the file "
+    "(placement.node_resources).",
 )
 @_field(
     "files",
@@ -133,6 +170,7 @@ def serve(
     port,
     direct_port,
     state_dir,
+    node_resources,
     files,
     keys_file,
     no_keys_project,
@@ -176,6 +214,7 @@ def serve(
     keys = service_keys(path=keys_file, anonymous=no_keys_project)  # before the cluster
     settings = ServiceSettings(
         state_dir=state_dir,
+        node_resources=dict(node_resources) or None,
         files=files,
         host=host,
         port=port,
