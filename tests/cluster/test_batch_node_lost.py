@@ -1,5 +1,7 @@
-"""``relayllm batch`` (the command, a driver process of its own) loses a worker node mid-job,
-one echo replica per worker node: every ``custom_id`` comes out once, with no error line.
+"""One echo replica per worker node, shared by two tests in order. A weight update from a
+URI (``file://``, copied by each replica) reaches the replica on every node. Then
+``relayllm batch`` (the command, a driver process of its own) loses a worker node mid-job:
+every ``custom_id`` comes out once, with no error line.
 
 The command runs as a user runs it: its own process, connected by ``RAY_ADDRESS``, with a
 Ray token at hand and ``RAY_AUTH_MODE`` unset. This module's cluster takes no tokens; a
@@ -97,6 +99,29 @@ def test_this_cluster_takes_no_token(nodes):
     from relayllm import compat
 
     assert compat.cluster_takes_no_token(nodes.address)
+
+
+@pytest.mark.timeout(300)
+def test_weights_from_a_uri_reach_the_replica_on_every_node(nodes, spread, tmp_path):
+    import ray
+
+    import relayllm
+    from relayllm import ProcessorConfig, build_processor
+    from relayllm.testing.echo import write_echo_checkpoint
+
+    control = relayllm.control(spread)
+    # On one machine any local directory is one every node reaches; each replica copies it.
+    checkpoint = Path(write_echo_checkpoint(tmp_path / "v3", "v3"))
+    control.update_weights(checkpoint.as_uri(), version="v3")
+    served = {
+        nodes.name_of(info["node_id"]): (info["weight_version"], info["weight_updates"])
+        for info in control.replicas().values()
+    }
+    assert served == {"node1": ("v3", 1), "node2": ("v3", 1)}, served
+    processor = build_processor(ProcessorConfig(deployment=spread, task="completion"))
+    rows = processor(ray.data.from_items([{"prompt": f"row {i}"} for i in range(20)])).take_all()
+    assert not any(r["error"] for r in rows) and {r["weight_version"] for r in rows} == {"v3"}
+    assert all(r["generated_text"].startswith("[v3]") for r in rows)
 
 
 @pytest.mark.timeout(600)
