@@ -49,6 +49,7 @@ SECTIONS = [
     ("batch_service", "11. The Batch API service at scale", batch_service.section),
     ("gateway_memory", "11b. The gateway's memory on a large file", gateway_memory.section),
     ("routing", "12. Replicas and routing", routing.section),
+    ("routing-vllm", "12b. Replicas and routing on the demo model", routing.vllm_section),
 ]
 
 #: Result files a question reads besides the one it is listed under.

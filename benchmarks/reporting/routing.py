@@ -1,11 +1,12 @@
-"""Question 12: replicas and routing on echo's simulated prefix cache, affinity against
-Serve's default router and one replica (results/routing.json)."""
+"""Question 12: replicas and routing, affinity against Serve's default router and one replica:
+on echo's simulated prefix cache (results/routing.json), then on the vLLM demo model's own
+prefix cache (results/routing-vllm.json)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from reporting.common import met, n, provenance, render, table
+from reporting.common import met, n, provenance, render, table, verdict
 
 
 def _spread(figure: dict[str, float], fmt: str) -> str:
@@ -39,22 +40,25 @@ def spread_of(entry: dict[str, Any]) -> float:
     return max(r[-1] / r[0] if r[0] else float("inf") for r in runs)
 
 
+HEAD = [
+    "contender",
+    "runs",
+    "errors",
+    "prompt tokens",
+    "prefilled",
+    "hit rate",
+    "max/mean rows",
+    "rows per replica (run 1)",
+    "wall (s)",
+]
+
+
 def section(results: dict[str, dict[str, Any]]) -> list[str]:
     data = results["routing"]
     settings = data["settings"]
     one, default, affinity = data["pipeline"]
     skew_default, skew_affinity = data["skewed"]
-    head = [
-        "contender",
-        "runs",
-        "errors",
-        "prompt tokens",
-        "prefilled",
-        "hit rate",
-        "max/mean rows",
-        "rows per replica (run 1)",
-        "wall (s)",
-    ]
+    head = HEAD
     prefilled = affinity["prefilled_tokens"]["median"] / one["prefilled_tokens"]["median"]
     prefilled_default = default["prefilled_tokens"]["median"] / one["prefilled_tokens"]["median"]
     rate = affinity["hit_rate"]["median"] / one["hit_rate"]["median"]
@@ -92,5 +96,46 @@ def section(results: dict[str, dict[str, Any]]) -> list[str]:
         skew_rows=settings["skew_rows"],
         pipeline=table(head, "lrrrrrrlr", _rows(data["pipeline"])),
         skewed=table(head, "lrrrrrrlr", _rows(data["skewed"])),
+        verdicts="\n".join(verdicts),
+    ) + [""]
+
+
+def vllm_section(results: dict[str, dict[str, Any]]) -> list[str]:
+    data = results["routing-vllm"]
+    settings = data["settings"]
+    one, default, affinity = data["pipeline"]
+    base_prefilled = one["prefilled_tokens"]["median"]
+    base_rate = one["hit_rate"]["median"]
+    prefilled = [r["prefilled_tokens"] / base_prefilled for r in affinity["samples"]]
+    prefilled_default = default["prefilled_tokens"]["median"] / base_prefilled
+    rates = [r["hit_rate"] / base_rate for r in affinity["samples"]] if base_rate else []
+    spreads = [r["rows_per_replica"][-1] / r["rows_per_replica"][0] for r in affinity["samples"]]
+    walls = [
+        a["seconds"] / d["seconds"]
+        for a, d in zip(affinity["samples"], default["samples"], strict=True)
+    ]
+    verdicts = [
+        f"- Prompt tokens prefilled, {affinity['label']}: "
+        f"{affinity['prefilled_tokens']['median'] / base_prefilled:.2f}x one replica's (target "
+        f"at most 1.1x: {verdict(prefilled, 1.1, at_least=False)}); {default['label']}: "
+        f"{prefilled_default:.2f}x.",
+        f"- Prefix-cache hit rate, {affinity['label']}: "
+        f"{affinity['hit_rate']['median'] / base_rate:.2f}x one replica's (target at least "
+        f"0.9x: {verdict(rates, 0.9, at_least=True)}); {default['label']}: "
+        f"{default['hit_rate']['median'] / base_rate:.2f}x.",
+        f"- Rows per replica, {affinity['label']}: the most over the least {max(spreads):.2f}x "
+        f"at worst (target within 1.25x: {verdict(spreads, 1.25, at_least=False)}).",
+        f"- Wall time, {affinity['label']} over {default['label']} in the same round: "
+        f"{', '.join(f'{w:.2f}x' for w in walls)} (target not worse, 5% allowed: "
+        f"{verdict(walls, 1.05, at_least=False)}).",
+    ]
+    return render(
+        "routing_vllm",
+        provenance=provenance("routing-vllm", data),
+        replicas=settings["replicas"],
+        rows=settings["rows"],
+        doc_words=settings["doc_words"],
+        batch_size=settings["batch_size"],
+        pipeline=table(HEAD, "lrrrrrrlr", _rows(data["pipeline"])),
         verdicts="\n".join(verdicts),
     ) + [""]
