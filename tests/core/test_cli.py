@@ -275,9 +275,20 @@ def test_run_writes_every_row_and_prints_a_summary_per_step(cluster, tmp_path):
 
 def test_run_json_prints_the_summary_as_one_object(cluster, tmp_path):
     questions(tmp_path, 12)
-    pipeline = write(tmp_path / "p.yaml", TWO_STEPS.format(name="json-echo"))
-    done = cli("run", pipeline, "--json", env=cluster, cwd=tmp_path, check=0)
+    # Each engine call takes 0.1 s (echo's delay_s): the run's engine time is at least that.
+    slow = TWO_STEPS.format(name="json-echo").replace(
+        "{mode: reverse}", "{mode: reverse, delay_s: 0.1}"
+    )
+    pipeline = write(tmp_path / "p.yaml", slow)
+    priced = {**cluster, "RELAYLLM_ENGINE_HOUR_COST": "json-echo=3600"}  # a second's price: 1
+    done = cli("run", pipeline, "--json", env=priced, cwd=tmp_path, check=0)
     summary = json.loads(done.stdout)  # stdout holds the object alone; the table is not printed
+    engine = summary["engines"]["json-echo"]  # the engine's busy seconds, summed over replicas
+    assert engine["engine_s"] >= 0.1
+    assert engine["cost_estimate"] == pytest.approx(engine["engine_s"], abs=1e-3)
+    table = cli("run", pipeline, env=cluster, cwd=tmp_path, check=0).stderr  # no price: no cost
+    line = next(s for s in table.splitlines() if s.startswith("json-echo (steps answer, shorter)"))
+    assert "engine time" in line and "cost" not in line, line
     steps = {s["step"]: s for s in summary["steps"]}
     assert list(steps) == ["answer", "shorter"]
     assert [steps["answer"][k] for k in ("deployment", "rows", "errors")] == ["json-echo", 12, 0]

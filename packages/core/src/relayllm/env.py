@@ -101,6 +101,13 @@ VARIABLES: tuple[Variable, ...] = (
         "The Batch API service's quotas per project (`relayllm serve --quotas`).",
     ),
     Variable(
+        "RELAYLLM_ENGINE_HOUR_COST",
+        "none",
+        "What an hour of engine time costs, for the estimate in `relayllm run` and `relayllm "
+        "batch` summaries: `PRICE` for every deployment, or `NAME=PRICE,...` per deployment "
+        "(e.g. its GPU's hourly price). Unset: no estimate.",
+    ),
+    Variable(
         "RELAYLLM_ADMIN_KEY",
         "none",
         "The Batch API service's admin key: the operator's, who sees, cancels and deletes "

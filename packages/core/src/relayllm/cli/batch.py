@@ -188,8 +188,9 @@ class _ConsoleBatchHooks(BatchHooks):
         from relayllm.pipelines import engine_figures
 
         names = [d for d, _, _ in plan.groups]
-        before = engine_figures.snapshot(names)  # the engines' own prefix-cache counters
+        costs = engine_figures.hour_costs()  # a bad price fails before the run, not after
+        before = engine_figures.snapshot(names)  # the engines' own counters
         with self.console.steps(steps, [n for _, _, n in plan.groups], sequential=True):
             yield
-        figures = engine_figures.delta(before, engine_figures.snapshot(names))
+        figures = engine_figures.delta(before, engine_figures.snapshot(names), costs)
         self.engines = engine_figures.summary_lines(figures, {})

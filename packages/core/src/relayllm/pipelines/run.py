@@ -61,7 +61,7 @@ class RunSummary:
     already_done: int = 0  # rows a resumed run found in its output and did not run again
     started: list[str] = field(default_factory=list)
     startup_s: float = 0.0  # loading, checking, connecting and deploying: before the first row
-    # The engines' prefix-cache figures over the run, by deployment (engine_figures.py).
+    # The engines' figures over the run (engine time, prefix cache), by deployment.
     engines: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
@@ -207,10 +207,12 @@ def run_pipeline(
         ) as started:
             startup_s = time.monotonic() - startup
             names = [d.name for d in pipeline.spec.deployments]
+            costs = engine_figures.hour_costs()  # a bad price fails before the run, not after
             before = engine_figures.snapshot(names)
             with hooks.running(pipeline, total, len(done)) as progress:
                 summary = execute(pipeline, dataset, write, progress=progress)
-            summary.engines = engine_figures.delta(before, engine_figures.snapshot(names))
+            after = engine_figures.snapshot(names)
+            summary.engines = engine_figures.delta(before, after, costs)
     finally:
         if writer is not None:
             writer.close()

@@ -15,9 +15,11 @@ costs about 8 us, and Ray exports every few seconds anyway).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from relayllm.serving.traffic import TRAFFIC_CLASSES, TrafficClass
@@ -90,6 +92,11 @@ class ReplicaMetrics:
         # Requests the engine's scheduler took out of a step to make room (their work so far
         # is computed again when they return): where its backend counts them.
         self.engine_preemptions: int | None = None
+        # Seconds the engine had work (calls at once count once): its busy time, what an
+        # engine hour is billed by (pipelines/engine_figures.py reads it over a run).
+        self.engine_busy_s = 0.0
+        self._in_engine = 0
+        self._busy_since = 0.0
         #: Whether the engine figures are exported here (False: the engine exports its own).
         self.export_engine = True
         self.exported_as: str | None = None  # where to find the engine's own metrics, if so
@@ -119,6 +126,25 @@ class ReplicaMetrics:
             self._count(ROWS, traffic_class, rows)
             self._count(INPUT_TOKENS, traffic_class, prompt)
             self._count(GENERATED_TOKENS, traffic_class, generated)
+
+    @contextlib.contextmanager
+    def engine_busy(self) -> Iterator[None]:
+        """Around a call in the engine: the time from the first call in to the last one out
+        adds to :attr:`engine_busy_s` (the replica's event loop runs them: no lock)."""
+        if not self._in_engine:
+            self._busy_since = time.monotonic()
+        self._in_engine += 1
+        try:
+            yield
+        finally:
+            self._in_engine -= 1
+            if not self._in_engine:
+                self.engine_busy_s += time.monotonic() - self._busy_since
+
+    def busy_s(self) -> float:
+        """The engine's busy seconds so far, a call in progress counted up to now."""
+        running = time.monotonic() - self._busy_since if self._in_engine else 0.0
+        return self.engine_busy_s + running
 
     # -- engine figures (fed by the adapter, where its engine has them) ------------------------
 
@@ -192,6 +218,7 @@ class ReplicaMetrics:
                 None if self.engine_step_tokens is None else dict(self.engine_step_tokens)
             ),
             "engine_preemptions": self.engine_preemptions,
+            "engine_busy_s": round(self.busy_s(), 3),
             # Prometheus names: ray_relayllm_* always; the engine's own where it exports them.
             "exported_as": ["ray_relayllm_*", *([self.exported_as] if self.exported_as else [])],
         }

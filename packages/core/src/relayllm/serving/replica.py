@@ -149,7 +149,8 @@ class Replica:
         """``run_batch`` behind the pause gate; each result stamped with the weight version
         its rows ran on."""
         async with self.follower.admitted(len(requests)) as version:
-            results = await self._engine.run_batch(requests)
+            with self.metrics.engine_busy():
+                results = await self._engine.run_batch(requests)
         for result in results:
             if isinstance(result, dict):
                 result[WEIGHT_VERSION] = version
@@ -289,7 +290,8 @@ class Replica:
         watch = admission.begin(streamed=False) if admission is not None else None
         try:
             async with self.follower.admitted(1, wait=False) as version:
-                result = await self._serve_one(request)
+                with self.metrics.engine_busy():
+                    result = await self._serve_one(request)
         finally:
             if admission is not None and watch is not None:  # the whole answer's time
                 admission.end(watch)
@@ -307,12 +309,13 @@ class Replica:
         last: Result = {}
         try:
             async with self.follower.admitted(1, wait=False) as version:
-                async for part in self._engine.stream(request):
-                    if admission is not None and watch is not None:
-                        admission.token(watch)
-                    part[WEIGHT_VERSION] = version
-                    last = part
-                    yield part
+                with self.metrics.engine_busy():
+                    async for part in self._engine.stream(request):
+                        if admission is not None and watch is not None:
+                            admission.token(watch)
+                        part[WEIGHT_VERSION] = version
+                        last = part
+                        yield part
         finally:
             if admission is not None and watch is not None:
                 admission.end(watch)
