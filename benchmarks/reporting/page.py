@@ -15,6 +15,7 @@ from reporting import (
     batch_service,
     batch_vs_vllm,
     engine,
+    fair_share,
     gateway_memory,
     memory,
     multiturn,
@@ -50,6 +51,7 @@ SECTIONS = [
     ("gateway_memory", "11b. The gateway's memory on a large file", gateway_memory.section),
     ("routing", "12. Replicas and routing", routing.section),
     ("routing-vllm", "12b. Replicas and routing on the demo model", routing.vllm_section),
+    ("fair_share", "13. Weighted fair share between projects", fair_share.section),
 ]
 
 #: Result files a question reads besides the one it is listed under.
