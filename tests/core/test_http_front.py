@@ -537,6 +537,32 @@ def test_without_admin_key_env_the_control_routes_answer_404(front):
         relayllm.shutdown("httpplain")
 
 
+def test_bodies_answered_after_a_weight_update_carry_its_version(front, tmp_path):
+    """docs/control.md's promise at the HTTP door: after ``update_weights`` every body says
+    which weights answered it (top-level ``weight_version``: in a chat completion, a text
+    completion and every chunk of a stream after the first part of the answer). Near the
+    module's end: the answers then carry the checkpoint's tag."""
+    from relayllm.testing.echo import write_echo_checkpoint
+
+    _, _, client = front
+    before = client.chat.completions.create(
+        model=NAME, messages=[{"role": "user", "content": "a b"}]
+    )
+    relayllm.control(NAME).update_weights(write_echo_checkpoint(tmp_path / "w", "w9"), version=9)
+    chat = client.chat.completions.create(model=NAME, messages=[{"role": "user", "content": "a b"}])
+    text = client.completions.create(model=NAME, prompt="a b")
+    chunks = list(
+        client.chat.completions.create(
+            model=NAME, messages=[{"role": "user", "content": "a b c"}], stream=True
+        )
+    )
+    assert (before.model_extra or {}).get("weight_version") is None  # never updated: null
+    assert chat.model_extra["weight_version"] == text.model_extra["weight_version"] == "9"
+    assert chat.choices[0].message.content.startswith("[w9]"), "answered by the new weights"
+    versions = [c.model_extra.get("weight_version") for c in chunks if c.choices]
+    assert versions and set(versions[1:]) == {"9"}, versions
+
+
 def test_the_keys_are_in_no_log_line_of_the_session(front, ray_session):
     """Runs last: the API key went with every request of the module, the admin key with the
     control calls, and wrong keys with the refused ones; none of them is in a log file."""
