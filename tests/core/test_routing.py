@@ -175,8 +175,9 @@ def test_status_lists_every_replica_with_its_node_rows_and_hit_rate(tmp_path):
     replica_lines = [line for line in lines if line[1] in {r["replica"] for r in replicas}]
     assert len(replica_lines) == 3  # one line per replica: name, replica, node, ...
     # relayllm batch's summary: the engines' own figures over its run.
-    assert f"{name}: prefix-cache hit rate" in batch.stderr
-    assert "prompt tokens prefilled, 3 replica(s)" in batch.stderr
+    (summary,) = [line for line in batch.stderr.splitlines() if line.startswith(f"{name}: ")]
+    assert summary.startswith(f"{name}: prefix-cache hit rate"), summary
+    assert "prompt tokens prefilled" in summary and summary.endswith(", 3 replica(s)"), summary
 
 
 def _skewed_rows(n: int) -> list[dict]:
