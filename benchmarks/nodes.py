@@ -2,6 +2,7 @@
 each node a raylet of its own), echo replicas with fractional CPUs spread across them.
 
     python benchmarks/nodes.py                       # 4, 8, 16 replicas over 4 nodes; node loss
+    python benchmarks/nodes.py --backend vllm --rows 160 --results-name nodes-vllm
 
 1. The control fan-out and ``relayllm status`` as replicas grow: for each replica count, the
    deployment is spread evenly over the nodes (``placement.max_replicas_per_node``), then
@@ -116,15 +117,26 @@ def fan_out(replicas: int, repeats: int, status_repeats: int, address: str) -> d
     }
 
 
-def pipeline_file(folder: Path, rows: int) -> Path:
+def pipeline_file(folder: Path, rows: int, backend: str = "echo") -> Path:
+    """The two-step job, on echo (``delay_s`` per call) or on the demo model (``vllm``: 8
+    greedy tokens per answer, longer call timeouts for a CPU engine)."""
     data = folder / "rows.jsonl"
     data.write_text("".join(json.dumps({"id": i, "q": f"row {i}"}) + "\n" for i in range(rows)))
     spec = folder / "pipeline.yaml"
-    step = "    batch_size: 20\n    max_retries: 8\n    timeout_s: 30\n"
+    if backend == "vllm":
+        engine = "backend: vllm, options: {model: demo, max_model_len: 1024}"
+        cpus = 0.5
+        step = (
+            "    batch_size: 8\n    max_retries: 8\n    timeout_s: 300\n"
+            "    sampling_params: {temperature: 0.0, max_tokens: 8}\n"
+        )
+    else:
+        engine, cpus = "backend: echo, options: {delay_s: 0.05}", 0.1
+        step = "    batch_size: 20\n    max_retries: 8\n    timeout_s: 30\n"
     spec.write_text(
         "deployments:\n"
-        f"  - {{name: {DEPLOYMENT}, backend: echo, num_replicas: 2, options: {{delay_s: 0.05}},\n"
-        "     ray_actor_options: {num_cpus: 0.1, resources: {engine: 1}}}\n"
+        f"  - {{name: {DEPLOYMENT}, {engine}, num_replicas: 2,\n"
+        f"     ray_actor_options: {{num_cpus: {cpus}, resources: {{engine: 1}}}}}}\n"
         f"input: {{path: {data}, id_column: id}}\n"
         "steps:\n"
         f"  - name: answer\n    deployment: {DEPLOYMENT}\n    prompt: '{{q}}'\n{step}"
@@ -186,6 +198,14 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=10, help="pause/resume calls per count")
     parser.add_argument("--status-repeats", type=int, default=3)
     parser.add_argument("--rows", type=int, default=3000, help="rows of the node-loss job")
+    parser.add_argument(
+        "--backend",
+        choices=("echo", "vllm"),
+        default="echo",
+        help="the node-loss job's engine: echo, or the demo model on vLLM (then only the job "
+        "runs, not the fan-out)",
+    )
+    parser.add_argument("--results-name", default="nodes")
     args = parser.parse_args()
 
     import ray
@@ -198,15 +218,16 @@ def main() -> None:
     cluster, nodes = start_cluster(NODES - 1)
     try:
         fan = [
-            fan_out(n, args.repeats, args.status_repeats, cluster.address) for n in args.replicas
+            fan_out(n, args.repeats, args.status_repeats, cluster.address)
+            for n in (args.replicas if args.backend == "echo" else [])
         ]
         for row in fan:
             print(json.dumps(row), flush=True)
         # The node-loss job: one replica on each of two worker nodes (the third node leaves).
         kill_node(cluster, nodes.pop())
         with tempfile.TemporaryDirectory() as folder, tempfile.TemporaryDirectory() as warm:
-            timed_job(pipeline_file(Path(warm), 40))  # deploys; the timed runs reuse it
-            spec = pipeline_file(Path(folder), args.rows)
+            timed_job(pipeline_file(Path(warm), 40, args.backend))  # deploys; the runs reuse it
+            spec = pipeline_file(Path(folder), args.rows, args.backend)
             baseline = timed_job(spec)
             print(json.dumps({"baseline": baseline}), flush=True)
             lost = timed_job(spec, kill_at=args.rows // 5, victim=(cluster, nodes[0]))
@@ -215,10 +236,11 @@ def main() -> None:
         ray.shutdown()
         cluster.shutdown()
     write_results(
-        "nodes",
+        args.results_name,
         {
             "host": facts,
             "nodes": NODES,
+            "backend": args.backend,
             "replica_num_cpus": 0.05,
             "fan_out": fan,
             "node_loss": {
