@@ -118,6 +118,11 @@ def run_with_fault(handle, fault: int, record_result, label: str) -> None:
     core = engine_core_pid(info)
     engine_pids = info["engine_pids"]
     assert core in engine_pids, info
+    # The health check watches it: else a hung engine is never found and the job waits for
+    # its calls' timeout.
+    assert core in info["watched_pids"], (
+        f"EngineCore {core} is not watched: {describe(engine_pids)}"
+    )
     # Rows still finish between this count and the signal (at most the calls in flight): the
     # checks below allow for them.
     done_before_fault = info["rows"] - before["rows"]

@@ -14,7 +14,7 @@ import time
 import psutil
 
 from relayllm_vllm.memory import GIB, memory_shortfall
-from relayllm_vllm.processes import descendants, kill_all, stuck_process
+from relayllm_vllm.processes import descendants, engine_processes, kill_all, stuck_process
 
 SLEEPER = "import time; time.sleep(600)"
 #: A child that starts a grandchild, prints its pid and waits.
@@ -59,6 +59,49 @@ def test_stopping_reaches_a_grandchild_whose_parent_died():
     assert not psutil.pid_exists(grandchild) or (
         psutil.Process(grandchild).status() == psutil.STATUS_ZOMBIE
     )
+
+
+#: What the titled child runs (setproctitle is a dependency of vLLM, which titles with it).
+TITLED = "import setproctitle, time; setproctitle.setproctitle('VLLM::Worker'); time.sleep(600)"
+
+
+def test_the_engine_core_is_watched_with_or_without_its_title():
+    """EngineCore titles itself from inside (``VLLM::EngineCore``), so a replica may see it
+    untitled: a child multiprocessing spawned is watched either way (else a hung engine would
+    never be found and the job would wait for its calls' timeout); the resource tracker
+    multiprocessing starts beside it is not, nor an unrelated grandchild."""
+    import multiprocessing
+
+    spawn = multiprocessing.get_context("spawn")
+    # Targets a spawned child can import (it does not import this test module).
+    untitled = spawn.Process(target=time.sleep, args=(600,))
+    titled = spawn.Process(target=exec, args=(TITLED,))
+    helper = subprocess.Popen([sys.executable, "-c", PARENT], stdout=subprocess.PIPE, text=True)
+    untitled.start()
+    titled.start()
+    try:
+        grandchild = int(helper.stdout.readline())
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if psutil.Process(titled.pid).name().startswith("VLLM::"):
+                break
+            time.sleep(0.05)
+        found = {p.pid for p in descendants()}
+        tracker = {
+            p.pid
+            for p in psutil.Process().children()
+            if "resource_tracker" in " ".join(p.cmdline())
+        }
+        watched = {p.pid for p in engine_processes(descendants())}
+        assert {untitled.pid, titled.pid, helper.pid, grandchild} <= found
+        assert {untitled.pid, titled.pid} <= watched, watched
+        assert not watched & ({helper.pid, grandchild} | tracker), watched
+    finally:
+        for proc in (untitled, titled):
+            proc.kill()
+            proc.join()
+        helper.kill()
+        helper.wait()
 
 
 def test_memory_shortfall_names_what_was_asked_and_what_the_node_has():

@@ -29,7 +29,7 @@ from relayllm_vllm.demo import DEMO_MODEL, ensure_demo_model
 from relayllm_vllm.generation import Generation, _explain
 from relayllm_vllm.memory import memory_shortfall, weights_bytes
 from relayllm_vllm.options import VLLMOptions, engine_args
-from relayllm_vllm.processes import descendants, is_engine, kill_all, stuck_process
+from relayllm_vllm.processes import descendants, engine_processes, kill_all, stuck_process
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ class VLLMEngine(Generation, Engine):
         self.model_config: Any = None
         self.engine_starts = 0
         self.engine_processes: list[Any] = []
-        self.engine_cores: list[Any] = []  # the ones vLLM titled VLLM::*, watched for hangs
+        self.engine_cores: list[Any] = []  # vLLM's own (processes.is_engine), watched for hangs
         self.kv_cache_blocks = self.kv_cache_block_size = None
         self.resolved: dict[str, Any] = {}
         self.priority_scheduling = False  # set from the engine's config once it runs
@@ -95,7 +95,13 @@ class VLLMEngine(Generation, Engine):
         # the workers do not run inside it): once EngineCore is killed its children are no
         # longer under this replica, so they are recorded now, to be stopped with the engine.
         self.engine_processes = descendants()
-        self.engine_cores = [p for p in self.engine_processes if is_engine(p)]
+        self.engine_cores = engine_processes(self.engine_processes)
+        if not self.engine_cores:
+            logger.warning(
+                "none of the engine's processes %s was recognised as vLLM's own: a hung engine "
+                "will not be found by the health check",
+                [p.pid for p in self.engine_processes],
+            )
         self.loras = self._lora_requests()
         cache = engine.vllm_config.cache_config
         self.kv_cache_blocks, self.kv_cache_block_size = cache.num_gpu_blocks, cache.block_size
@@ -332,6 +338,8 @@ class VLLMEngine(Generation, Engine):
             "lora_adapters": sorted(self.loras),
             "engine_starts": self.engine_starts,
             "engine_pids": [p.pid for p in self.engine_processes],
+            # The ones the health check watches for a hang (stopped or gone).
+            "watched_pids": [p.pid for p in self.engine_cores],
             "engine_started_at": self.started_at,
             "engine_start_seconds": self.start_seconds,
             # From the replica's start to a serving engine, and where the time went.

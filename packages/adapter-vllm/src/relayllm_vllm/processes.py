@@ -4,6 +4,7 @@ without sending the engine a message, so a hung engine cannot hide it."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 
@@ -30,14 +31,28 @@ def kill_all(processes: list[Any]) -> None:
     psutil.wait_procs(processes, timeout=5)
 
 
-def is_engine(proc: Any) -> bool:
-    """A process vLLM titled as its own (``VLLM::EngineCore``, ``VLLM::Worker``), not a helper
-    such as multiprocessing's resource tracker. The title is in its name (the kernel's
-    ``comm``, read without the process's memory) and its command line."""
+def is_engine(proc: Any, parent: int | None = None) -> bool:
+    """A process of vLLM's own, not a helper such as multiprocessing's resource tracker: one
+    vLLM titled (``VLLM::EngineCore``, ``VLLM::Worker``; the title is in its name, the
+    kernel's ``comm``, and its command line), or a child of ``parent`` (the replica) that
+    multiprocessing spawned -- the engine core, which titles itself from inside and so may be
+    seen untitled."""
     try:
-        return proc.name().startswith("VLLM::") or " ".join(proc.cmdline()[:1]).startswith("VLLM::")
+        name, command = proc.name(), " ".join(proc.cmdline())
+        spawned = "multiprocessing.spawn" in command and parent is not None
+        return (
+            name.startswith("VLLM::")
+            or command.startswith("VLLM::")
+            or (spawned and proc.ppid() == parent)
+        )
     except Exception:  # gone already
         return False
+
+
+def engine_processes(processes: list[Any]) -> list[Any]:
+    """The processes to watch for a hang among those a replica started (:func:`is_engine`)."""
+    parent = os.getpid()
+    return [proc for proc in processes if is_engine(proc, parent)]
 
 
 def stuck_process(processes: list[Any]) -> str | None:
@@ -57,4 +72,4 @@ def stuck_process(processes: list[Any]) -> str | None:
     return None
 
 
-__all__ = ["descendants", "is_engine", "kill_all", "stuck_process"]
+__all__ = ["descendants", "engine_processes", "is_engine", "kill_all", "stuck_process"]
