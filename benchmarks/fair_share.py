@@ -8,12 +8,13 @@ over any 60-second window once both run).
 One cluster (``ray start --head``, 2 CPUs, the echo backend; benchmarks/batch_service.py's
 helpers) runs ``relayllm serve`` with one echo deployment, two project keys, a quotas file
 giving ``heavy`` weight 2 and ``light`` weight 1, and a runner that runs one batch at a time
-(``--max-batches 1``, ``--turn-s``). Each round, both projects upload a batch of ``--lines``
-chat lines and create it at once; the ``openai`` client reads both batches' completed lines
-every 0.5 s. Once both have completed a line and until the first ends, every window of
-``--window-s`` seconds between two samples gives a ratio (heavy's lines gained / light's).
-Reported per round: the windows' ratios (min, median, max), the whole stretch's ratio, and
-the samples. Writes benchmarks/results/fair_share.json.
+(``--max-batches 1``, ``--turn-s``; ``--delay-s``: echo's sleep per call, so that the
+stretch both run lasts longer than a window). Each round, both projects upload a batch of
+``--lines`` chat lines and create it at once; the ``openai`` client reads both batches'
+completed lines every 0.5 s. Once both have completed a line and until the first ends,
+every window of ``--window-s`` seconds between two samples gives a ratio (heavy's lines
+gained / light's). Reported per round: the windows' ratios (min, median, max), the whole
+stretch's ratio, and the samples. Writes benchmarks/results/fair_share.json.
 """
 
 from __future__ import annotations
@@ -44,7 +45,12 @@ TOLERANCE = 0.10  # the issue's: within 10% of 2:1
 def serve(temp: str, env: dict[str, str], args: argparse.Namespace) -> str:
     """``relayllm serve``: the echo deployment, a gateway and a one-batch-at-a-time runner."""
     config, quotas = Path(temp, "deploy.yaml"), Path(temp, "quotas.yaml")
-    config.write_text(DEPLOY_YAML)
+    deploy = DEPLOY_YAML
+    if args.delay_s:  # echo's engine time per call: a stretch long enough for the windows
+        entry = "backend: echo, max_ongoing_requests: 256"
+        deploy = deploy.replace(entry, f"{entry}, options: {{delay_s: {args.delay_s}}}")
+        assert "delay_s" in deploy, deploy
+    config.write_text(deploy)
     quotas.write_text("".join(f"{p}: {{weight: {w}}}\n" for p, w in WEIGHTS.items()))
     done = subprocess.run(
         [
@@ -152,6 +158,12 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--turn-s", type=float, default=2.0)
     parser.add_argument("--window-s", type=float, default=60.0)
+    parser.add_argument(
+        "--delay-s",
+        type=float,
+        default=0.0,
+        help="echo's sleep per call (engine time); 0: as fast as echo answers",
+    )
     parser.add_argument("--results-name", default="fair_share")
     args = parser.parse_args()
 
@@ -180,6 +192,7 @@ def main() -> None:
             "lines": args.lines,
             "batch_size": args.batch_size,
             "turn_s": args.turn_s,
+            "delay_s": args.delay_s,
             "window_s": args.window_s,
             "weights": WEIGHTS,
             "target": f"lines completed {TARGET:.0f}:1 within {TOLERANCE:.0%} over any "

@@ -1,9 +1,10 @@
 """Weighted fair share on the echo backend, counted in lines (issue 47's 2:1 target): two
 projects of weights 2 and 1 (set in the quotas file), each with a large batch waiting, on a
-runner that runs one batch at a time and ends a turn at its first block while the other
-waits (``--turn-s`` far shorter than a block). Over the stretch where both batches run, the
-lines completed by the weight-2 project are twice the other's, within the few blocks the
-snapshots' edges can cut; read with the real ``openai`` client, no clock compared.
+runner that runs one batch at a time and ends a turn at its second block while the other
+waits (``--turn-s`` far shorter than a block, counted from the turn's first block). Over the
+stretch where both batches run, the lines completed by the weight-2 project are twice the
+other's, within the few blocks the snapshots' edges can cut; read with the real ``openai``
+client, no clock compared. (Turns of unequal lines: tests/unit/core/test_fair_share.py.)
 
 One service for the module."""
 

@@ -1,6 +1,7 @@
 """Weighted fair share of the runner's slots without Ray: projects of weight 2 and 1 get their
-turns 2:1 in every window of three, within a project batches take turns as before, a project
-that joins late starts within one turn, and the runner's slot rule follows the weights of the
+turns 2:1 in every window of three, and their lines 2:1 when their turns write unequal lines
+(counted in lines, not turns); within a project batches take turns as before, a project that
+joins late starts within one turn, and the runner's slot rule follows the weights of the
 quotas file."""
 
 from __future__ import annotations
@@ -46,6 +47,43 @@ def test_weights_two_to_one_share_every_window_of_three_turns():
         assert window == {"heavy": 2, "light": 1}, (start, given)
     heavy = [b.id for b in given if b.project == "heavy"]
     assert heavy[:6] == ["heavy0", "heavy1", "heavy2"] * 2  # within a project: turns
+
+
+def test_turns_of_unequal_lines_still_share_lines_two_to_one():
+    """What the echo benchmark saw: the weight-2 project's turns wrote one block (1,000
+    lines) each, the other's ten. Counted in turns that is 0.2:1; counted in lines each
+    project stays within one turn of its share, at every turn."""
+    weights = {"heavy": 2.0, "light": 1.0}
+    per_turn = {"heavy": 1_000, "light": 10_000}
+    share = FairShare(weights.__getitem__)
+    waiting = [Batch("h", "heavy"), Batch("l", "light")]
+    turns: dict[str, int] = {}
+    lines = Counter[str]()
+    for tick in range(1, 601):
+        chosen = share.pick(waiting, turns)
+        share.granted(chosen.project, chosen.id)
+        turns[chosen.id] = tick
+        share.ended(chosen.id, per_turn[chosen.project])
+        lines[chosen.project] += per_turn[chosen.project]
+        # Stride's bound: the passes (lines / weight) differ by at most one turn's charge.
+        assert abs(lines["heavy"] / 2 - lines["light"]) <= 10_000, (tick, lines)
+    assert abs(lines["heavy"] / lines["light"] - 2.0) <= 0.1, lines
+
+
+def test_a_turn_that_never_ran_stays_charged():
+    """A turn whose claim another runner held wrote nothing but still counts as an average
+    turn: its project does not get every next slot while the claim is held."""
+    share = FairShare(lambda project: 1.0)
+    waiting = [Batch("a", "a"), Batch("b", "b")]
+    turns: dict[str, int] = {}
+    given = []
+    for tick in range(1, 7):
+        chosen = share.pick(waiting, turns)
+        share.granted(chosen.project, chosen.id)
+        turns[chosen.id] = tick
+        share.ended(chosen.id, None if chosen.id == "a" else 1)
+        given.append(chosen.id)
+    assert given == ["a", "b", "a", "b", "a", "b"]
 
 
 def test_equal_weights_alternate_projects_not_batches():

@@ -129,7 +129,7 @@ class NodeResource(click.ParamType):
     help="Limits per project, a YAML file of PROJECT: {stored_bytes, files, batches, "
     "enqueued_tokens: {DEPLOYMENT: N}, requests_per_minute, weight} ('*': every other "
     "project; weight: its share "
-    "of the runner's turns, default 1); also $RELAYLLM_QUOTAS_FILE; read again whenever it "
+    "of the batch lines written, default 1); also $RELAYLLM_QUOTAS_FILE; read again whenever it "
     "changes. Default: none.",
 )
 @_field(

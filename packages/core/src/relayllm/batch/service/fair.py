@@ -1,20 +1,28 @@
-"""Weighted fair share of the runner's slots among projects (stride scheduling).
+"""Weighted fair share of the runner's slots among projects (stride scheduling over lines).
 
 When more batches wait than the runner has slots (``max_batches``), each free slot goes to
-the project with the lowest *pass*: a number that grows by ``1 / weight`` each time the
-project is given a turn, so over many turns a project of weight 2 gets twice the turns of one
-of weight 1 (turns are equal in length while batches wait: ``turn_s``). Within a project,
-its batches take turns as before: the one whose last turn is longest ago (never: oldest
-first). A project that had nothing waiting joins at the lowest pass of the projects still
-waiting, not at its old one or zero: it neither makes up for the time it was away (which
-would shut the others out) nor is put behind; so a light project's small batch gets one of
-the next free slots.
+the project with the lowest *pass*: the batch lines its turns wrote, divided by its weight,
+so over time a project of weight 2 writes twice the lines of one of weight 1. Lines, not
+turns: turns of equal time are not turns of equal lines (a turn ends only at a block's end,
+blocks shrink as a batch's unfinished lines do, and the engines' speed changes), and a pass
+counted in turns let one project's turns write ten times the other's. A turn is charged an
+estimate when it is given (the mean of the turns so far), so several slots filled at once
+spread across projects, and corrected to the lines it wrote when it ends (:meth:`ended`):
+an uneven turn is made up by the next choices instead of adding up.
 
-Weights come from the quotas file (``Quota.weight``, default 1). Pure: no store, no Ray.
+Within a project, its batches take turns as before: the one whose last turn is longest ago
+(never: oldest first). A project that had nothing waiting joins at the lowest pass of the
+projects still waiting, not at its old one or zero: it neither makes up for the time it was
+away (which would shut the others out) nor is put behind; so a light project's small batch
+gets one of the next free slots.
+
+Weights come from the quotas file (``Quota.weight``, default 1). Pure: no store, no Ray;
+called from the runner's loop and its batches' threads (one lock).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol, TypeVar
 
@@ -28,6 +36,9 @@ class _Batch(Protocol):
 
 B = TypeVar("B", bound=_Batch)
 
+#: How fast the estimate of a turn's lines follows the turns that ended (a running mean).
+ESTIMATE_WEIGHT = 0.25
+
 
 class FairShare:
     """The passes of the projects with batches waiting or running."""
@@ -35,33 +46,56 @@ class FairShare:
     def __init__(self, weight: Callable[[str], float]) -> None:
         self.weight = weight
         self.passes: dict[str, float] = {}
+        #: Lines a turn is charged when given, until it ends (1 until a turn has ended).
+        self.turn_lines = 1.0
+        self._charged: dict[str, tuple[str, float]] = {}  # batch -> (project, pass added)
+        self._lock = threading.Lock()
 
     def pick(self, waiting: Sequence[B], turns: Mapping[str, int]) -> B:
         """The batch the next free slot goes to (``waiting``: oldest first; ``turns``: the
         tick of each batch's last turn)."""
-        projects = {b.project for b in waiting}
-        floor = min((self.passes[p] for p in projects if p in self.passes), default=0.0)
-        for project in projects:
-            self.passes.setdefault(project, floor)
+        with self._lock:
+            projects = {b.project for b in waiting}
+            floor = min((self.passes[p] for p in projects if p in self.passes), default=0.0)
+            for project in projects:
+                self.passes.setdefault(project, floor)
 
-        def order(i: int) -> tuple[int, int]:  # last turn longest ago, then oldest
-            return turns.get(waiting[i].id, 0), i
+            def order(i: int) -> tuple[int, int]:  # last turn longest ago, then oldest
+                return turns.get(waiting[i].id, 0), i
 
-        def next_of(project: str) -> int:
-            return min((i for i, b in enumerate(waiting) if b.project == project), key=order)
+            def next_of(project: str) -> int:
+                return min((i for i, b in enumerate(waiting) if b.project == project), key=order)
 
-        def rank(project: str) -> tuple[float, tuple[int, int]]:
-            return self.passes[project], order(next_of(project))
+            def rank(project: str) -> tuple[float, tuple[int, int]]:
+                return self.passes[project], order(next_of(project))
 
-        return waiting[next_of(min(projects, key=rank))]
+            return waiting[next_of(min(projects, key=rank))]
 
-    def granted(self, project: str) -> None:
-        """A turn given to ``project``."""
-        self.passes[project] = self.passes.get(project, 0.0) + 1.0 / self.weight(project)
+    def granted(self, project: str, batch: str | None = None) -> None:
+        """A turn given to ``project`` (for ``batch``: corrected by :meth:`ended`), charged
+        as long as the turns so far were."""
+        with self._lock:
+            added = self.turn_lines / self.weight(project)
+            self.passes[project] = self.passes.get(project, 0.0) + added
+            if batch is not None:
+                self._charged[batch] = (project, added)
+
+    def ended(self, batch: str, lines: int | None) -> None:
+        """The turn of ``batch`` ended having written ``lines`` (None: it never ran, e.g.
+        its claim was held elsewhere; it stays charged as an average turn)."""
+        with self._lock:
+            project, added = self._charged.pop(batch, ("", 0.0))
+            if lines is None or not project:
+                return
+            if project in self.passes:  # else it has nothing unfinished: forgotten
+                self.passes[project] += lines / self.weight(project) - added
+            if lines > 0:
+                self.turn_lines += ESTIMATE_WEIGHT * (lines - self.turn_lines)
 
     def keep_only(self, projects: set[str]) -> None:
         """Forget the projects with nothing unfinished: they rejoin at the others' pass."""
-        self.passes = {p: v for p, v in self.passes.items() if p in projects}
+        with self._lock:
+            self.passes = {p: v for p, v in self.passes.items() if p in projects}
 
 
 __all__ = ["FairShare"]

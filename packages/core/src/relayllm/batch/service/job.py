@@ -82,8 +82,11 @@ class BatchJob:
         self.ledger = ledger  # the lines written are charged to the project (usage.py)
         self.batch_id, self.claim = batch_id, claim
         self.deployments = deployments
-        #: Asked after each block with the seconds this turn has run: True ends the turn.
+        #: Asked after each block with the seconds this turn has written blocks for (from
+        #: its first block): True ends the turn.
         self.turn_over = turn_over
+        #: Lines the last :meth:`run` wrote (the runner charges them to the project's share).
+        self.written = 0
         self.dir = os.path.join(settings.work_dir, batch_id)
         self.input = os.path.join(self.dir, "input.jsonl")
         self.output = os.path.join(self.dir, f"out.{claim}.jsonl")
@@ -116,6 +119,7 @@ class BatchJob:
         work files are kept for the next turn); a status change refused because the batch
         moved on meanwhile (a cancel arriving after the last block's check) ends it as it is
         now: cancelled."""
+        self.written = 0
         try:
             self._steps()
         except _TurnOver:
@@ -184,9 +188,17 @@ class BatchJob:
         total = scan.lines
         self.update(request_counts=RequestCounts(total, done.completed, done.failed))
 
-        began = time.monotonic()
+        # A turn counts from its first block: starting the batch's Ray Data job (again each
+        # turn: seconds cold, under one warm) is not engine time, and counted it made one
+        # turn a block and another ten. (The share is counted in lines anyway: fair.py.)
+        began: float | None = None
+        before = done.completed + done.failed
 
         def on_block(completed: int, failed: int) -> None:
+            nonlocal began
+            if began is None:
+                began = time.monotonic()
+            self.written = completed + failed - before
             self.charge()
             now = self.update(request_counts=RequestCounts(total, completed, failed))
             if now.status == "cancelling":

@@ -14,8 +14,8 @@ project name, ``"*"`` for every project not named:
   tokens of its unfinished batches' lines, checked at each create: OpenAI's batch queue
   limit, refused with OpenAI's ``token_limit_exceeded`` code and message.
 
-And ``weight`` (default 1): the project's share of the runner's turns while batches of
-several projects wait (:mod:`~relayllm.batch.service.fair`).
+And ``weight`` (default 1): the project's share of the batch lines the runner's turns
+write while batches of several projects wait (:mod:`~relayllm.batch.service.fair`).
 
 Each check runs inside the store's write transaction that records the upload or the batch
 (:attr:`SQLiteJobStore.admit`), so gateways and runners sharing the state see one count: two
@@ -77,7 +77,8 @@ class Quota(ConfigModel):
     weight: float = Field(
         default=1.0,
         gt=0,
-        description="Share of the runner's turns while several projects' batches wait (fair.py).",
+        description="Share of the batch lines written while several projects' batches wait "
+        "(fair.py).",
     )
 
 

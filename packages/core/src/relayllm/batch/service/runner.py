@@ -168,7 +168,7 @@ class BatchRunner:
         while waiting and len(self.active) < self.settings.max_batches:
             chosen = self.fair.pick(waiting, self.turns)  # projects by weight (fair.py)
             waiting.remove(chosen)
-            self.fair.granted(chosen.project)
+            self.fair.granted(chosen.project, chosen.id)  # corrected when the turn ends
             batch_id = chosen.id
             self._tick += 1
             self.turns[batch_id] = self._tick
@@ -183,15 +183,24 @@ class BatchRunner:
         return self.contended and seconds >= self.settings.turn_s
 
     def _run(self, batch_id: str) -> None:
+        written: int | None = None  # None: the turn never ran
+        try:
+            written = self._turn(batch_id)
+        finally:
+            self.fair.ended(batch_id, written)  # the project's share, in lines (fair.py)
+            self._wake.set()  # a slot is free
+
+    def _turn(self, batch_id: str) -> int | None:
+        """One turn of ``batch_id``: the lines it wrote (None: it did not run)."""
         job = self.jobs.get(batch_id)  # a batch back for another turn keeps its claim
         if job is None:
             try:
                 claim = self.store.claim(batch_id, self.name, lease_s=self.settings.lease_s)
             except (IllegalTransitionError, NotFoundError):
-                return  # finished meanwhile
+                return None  # finished meanwhile
             except ClaimHeldError:
                 logger.debug("batch %s: held by a live runner", batch_id)
-                return  # tried again at the next poll, taken once that runner's lease runs out
+                return None  # tried again at the next poll, once that runner's lease runs out
             job = BatchJob(
                 self.settings,
                 self.store,
@@ -213,7 +222,7 @@ class BatchRunner:
         finally:
             if ended:
                 self.jobs.pop(batch_id, None)
-            self._wake.set()  # a slot is free
+        return job.written
 
     def _fail(self, job: BatchJob, exc: Exception) -> None:
         """An unexpected error: the batch ``failed`` with the lines it finished published

@@ -95,7 +95,7 @@ class ServiceSettings(ConfigModel):
         description="Limits per project name ('*': every project not named): stored_bytes, "
         "files, batches (not finished), enqueued_tokens per deployment, requests_per_minute "
         "online, and the weight of its "
-        "share of the runner's turns. Default: none (weight 1).",
+        "share of the batch lines written. Default: none (weight 1).",
     )
     quotas_file: str | None = Field(
         default=None,
@@ -116,8 +116,11 @@ class ServiceSettings(ConfigModel):
     turn_s: float = Field(
         default=30.0,
         gt=0,
-        description="While batches wait for a slot, a running batch gives its slot up after "
-        "this many seconds, at its next block (round robin; its claim and lines are kept).",
+        description="While batches wait for a slot, a running batch gives its slot up at "
+        "its next block once this many seconds have passed since the turn's first block "
+        "(not since its start: starting the batch's Ray Data job again each turn is not "
+        "counted); its claim and lines are kept. The projects' shares are counted in the "
+        "lines their turns wrote.",
     )
     poll_s: float = Field(
         default=2.0, gt=0, description="How often the runner looks for work unwoken."
