@@ -12,6 +12,15 @@ def _ratio(value: float | None) -> str:
     return "–" if value is None else f"{value:.2f}"
 
 
+def _last(samples: list[list[float]]) -> str:
+    """Each project's lines at the round's last sample (the scheduler's own count starts at
+    the batches' creation, not once both run)."""
+    if not samples:
+        return "–"
+    _, heavy, light = samples[-1]
+    return f"{heavy:,.0f} : {light:,.0f}"
+
+
 def _measured(data: dict[str, Any]) -> str:
     rounds = data["rounds"]
     stretches = ", ".join(_ratio(r["ratio_stretch"]) for r in rounds)
@@ -34,9 +43,10 @@ def section(results: dict[str, dict[str, Any]]) -> list[str]:
             "ratio median",
             "ratio max",
             "whole stretch",
+            "lines at the last sample",
             "within 10%",
         ],
-        "rrrrrrrl",
+        "rrrrrrrrl",
         (
             (
                 number,
@@ -46,6 +56,7 @@ def section(results: dict[str, dict[str, Any]]) -> list[str]:
                 _ratio(r["ratio_median"]),
                 _ratio(r["ratio_max"]),
                 _ratio(r["ratio_stretch"]),
+                _last(r["samples"]),
                 "yes" if r["within_target"] else "no",
             )
             for number, r in enumerate(data["rounds"], start=1)
@@ -67,6 +78,9 @@ def section(results: dict[str, dict[str, Any]]) -> list[str]:
         lines=f"{data['lines']:,}",
         batch_size=data["batch_size"],
         turn_s=data["turn_s"],
+        engine=f"echo sleeping {data['delay_s']} s per call"
+        if data.get("delay_s")
+        else "echo answering at once",
         window_s=f"{data['window_s']:.0f}",
         provenance=provenance("fair_share", data),
         rounds=rounds,
