@@ -72,6 +72,24 @@ def engine(ray_session):
     stop(NAME)
 
 
+def rows_at_fault(handle, replica_pid: int) -> int | None:
+    """The faulted replica's own row count once the fault has landed: no call completes on a
+    stopped or dead engine, so two equal reads a moment apart are what its engine did. None
+    when the replica retired before it could be asked (it lives about half a second more)."""
+    time.sleep(0.2)  # answers the engine sent before the fault arrive
+    reads = []
+    for _ in range(2):
+        try:
+            info = handle.info.remote().result(timeout_s=5)
+        except Exception:  # retired already: Serve has no replica to ask yet
+            return None
+        if info["pid"] != replica_pid:
+            return None
+        reads.append(info["rows"])
+        time.sleep(0.1)
+    return reads[0] if reads[0] == reads[1] else None
+
+
 def two_step_job(rows: int):
     """answer -> shorter, each row's second prompt built from its first answer."""
     import ray
@@ -124,10 +142,12 @@ def run_with_fault(handle, fault: int, record_result, label: str) -> None:
         f"EngineCore {core} is not watched: {describe(engine_pids)}"
     )
     # Rows still finish between this count and the signal (at most the calls in flight): the
-    # checks below allow for them.
+    # count the replica gives once the fault has landed is exact, this one the fallback.
     done_before_fault = info["rows"] - before["rows"]
     os.kill(core, fault)
     faulted, fault_wall = time.monotonic(), time.time()
+    at_fault = rows_at_fault(handle, info["pid"])
+    done_at_fault = None if at_fault is None else at_fault - before["rows"]
     thread.join(timeout=JOB_CAP_S)
     assert not thread.is_alive(), f"the job did not end within {JOB_CAP_S}s of the fault (hung?)"
     finished = time.monotonic()
@@ -156,20 +176,31 @@ def run_with_fault(handle, fault: int, record_result, label: str) -> None:
     # The new replica answered the rest of the job: every row the old one had not finished,
     # in calls of at most batch_size rows, and its engine started once.
     assert after["engine_starts"] == 1
-    in_flight = OUTSTANDING_CALLS * STEP["batch_size"]  # rows that may finish before the signal
-    assert after["rows"] >= 2 * ROWS - done_before_fault - in_flight
-    assert after["calls"] >= (2 * ROWS - done_before_fault - in_flight) / STEP["batch_size"]
-    # Rows the dead engine finished were not computed again: the new replica did the rest of
-    # the 2 x ROWS engine rows plus at most what was in flight (the job's outstanding calls);
-    # counted from done_before_fault, a low count, this is at most the rows computed twice.
-    recomputed = done_before_fault + after["rows"] - 2 * ROWS
-    assert recomputed <= in_flight, f"{recomputed} rows computed twice"
+    if done_at_fault is not None:
+        # Exact: the old replica finished done_at_fault engine rows, the new one every other
+        # row once -- none the dead engine finished was computed again.
+        recomputed = done_at_fault + after["rows"] - 2 * ROWS
+        assert recomputed == 0, (
+            f"the old replica finished {done_at_fault} rows and the new one {after['rows']}, "
+            f"of {2 * ROWS}: {recomputed} rows computed twice"
+        )
+        assert after["calls"] >= (2 * ROWS - done_at_fault) / STEP["batch_size"]
+    else:
+        # The old replica retired before it was asked: counted from done_before_fault, a low
+        # count, the rows in flight (the job's outstanding calls) may have finished meanwhile.
+        in_flight = OUTSTANDING_CALLS * STEP["batch_size"]
+        assert after["rows"] >= 2 * ROWS - done_before_fault - in_flight
+        assert after["calls"] >= (2 * ROWS - done_before_fault - in_flight) / STEP["batch_size"]
+        recomputed = done_before_fault + after["rows"] - 2 * ROWS
+        assert recomputed <= in_flight, f"{recomputed} rows computed twice"
+    print(f"rows counted at the fault: {done_at_fault} (before it: {done_before_fault})")
     record_result(
         f"vllm_{label}",
         {
             "rows": len(rows),
             "error_rows": len(errors),
             "rows_before_fault": done_before_fault,
+            "rows_at_fault": done_at_fault,
             "rows_recomputed": max(recomputed, 0),
             "replica_replaced_s": round(replaced_s, 1),
             "new_engine_ready_s": round(ready_s, 1),
