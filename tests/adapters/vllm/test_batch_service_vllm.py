@@ -13,13 +13,14 @@ openai = pytest.importorskip("openai")
 
 KEY = "team-key-" + "k" * 24
 CHAT = "/v1/chat/completions"
+#: Of different lengths: each answer's prompt token count tells whose line it answers.
 QUESTIONS = [
     "What is the capital of France?",
-    "Name a color of the sky.",
-    "What is two plus two?",
-    "Name a fruit.",
+    "Name a colour.",
+    "What is two plus two, written in words?",
+    "Name a fruit that is yellow, long and curved.",
     "What do bees make?",
-    "Name a large animal.",
+    "Name the largest animal that lives in the ocean today, please.",
 ]
 
 
@@ -78,11 +79,12 @@ def test_a_batch_file_runs_on_the_demo_engine_with_openai_shapes(demo_deployment
     errors = [json.loads(x) for x in api.files.content(batch.error_file_id).text.splitlines()]
     ids = sorted(x["custom_id"] for x in output + errors)
     assert ids == sorted(x["custom_id"] for x in lines), "each custom_id exactly once"
-    texts = {}
+    texts, prompt_tokens = {}, {}
     for answer in output:
         assert answer["response"]["status_code"] == 200, answer
         completion = ChatCompletion.model_validate(answer["response"]["body"])
         texts[answer["custom_id"]] = completion.choices[0].message.content
+        prompt_tokens[answer["custom_id"]] = completion.usage.prompt_tokens
         assert 0 < completion.usage.completion_tokens <= 8
     # Each answer is its own line's (greedy: the demo model knows this one), not any text.
     assert "Paris" in texts["q0"], texts
@@ -94,6 +96,14 @@ def test_a_batch_file_runs_on_the_demo_engine_with_openai_shapes(demo_deployment
     # The answers came from the shared engine: its rows went up by one per answered line.
     rows_after = demo_deployment.handle().info.remote().result(timeout_s=60)["rows"]
     assert rows_after - rows_before == len(QUESTIONS)
+    # Every answer is its own line's: its prompt is as long as that line's question asked
+    # alone through the online door (the same chat template), and no two questions are.
+    alone = {
+        f"q{i}": api.chat.completions.create(**line(i, q)["body"]).usage.prompt_tokens
+        for i, q in enumerate(QUESTIONS)
+    }
+    assert len(set(alone.values())) == len(QUESTIONS), alone
+    assert prompt_tokens == alone
 
 
 def test_an_online_question_on_the_same_base_url(demo_deployment, base_url):
