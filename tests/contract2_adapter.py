@@ -1,8 +1,8 @@
 """A contract-2 adapter: the docs' minimal backend (``examples/third-party-adapter``) as it was
 before adapter contract 3, kept as it was written -- a ``BatchDeployment`` subclass with typed
 options -- except for its backend name (``shout-v2``, beside the current example's ``shout``).
-The contract tests run it through the contract-2 wrapper (tests/core/test_adapter_contract.py,
-tests/unit/core/test_adapter_contract.py)."""
+The contract tests run it through the contract-2 wrapper
+(tests/core/test_adapter_contract_on_ray.py, tests/unit/core/test_adapter_contract.py)."""
 
 from __future__ import annotations
 

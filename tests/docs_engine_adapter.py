@@ -1,6 +1,6 @@
 """A backend written from docs/adapters.md alone, in one file (adapter contract 3): an Engine
 that answers with the prompt's words in lower case, and stops when asked (so the kit's
-engine-down check runs). tests/core/test_adapter_contract.py passes it through the kit."""
+engine-down check runs). tests/core/test_adapter_contract_on_ray.py passes it through the kit."""
 
 from __future__ import annotations
 

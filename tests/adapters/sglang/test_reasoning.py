@@ -6,7 +6,7 @@ parser of its own with the contract of SGLang's ``ReasoningParser.parse_non_stre
 before the closing tag is reasoning; the answer starts inside the reasoning when told so). It
 tests the adapter's wiring and its result shape, not SGLang's parsers; that the adapter calls
 SGLang's parser by its real module, class, keywords and method is the contract test's
-(test_contract.py).
+(test_contract_sglang.py).
 """
 
 from __future__ import annotations

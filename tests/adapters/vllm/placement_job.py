@@ -1,4 +1,4 @@
-"""Run by test_placement.py in its own process: vLLM deployments placed on logical GPUs.
+"""Run by test_placement_vllm.py in its own process: vLLM deployments placed on logical GPUs.
 
 A three-node Ray cluster on one machine: a head node (the driver, Serve's controller) and two
 "GPU nodes" that declare 4 GPUs each (Ray lets a node declare GPUs it does not have). The

@@ -2,7 +2,7 @@
 (an Engine) registers silently, a contract-2 adapter (a BatchDeployment subclass) registers
 with one warning saying what to change and runs through the wrapper, contract 1 and contracts
 newer than this relayllm are refused when they register, never by error rows (serving rows:
-tests/core/test_adapter_contract.py)."""
+tests/core/test_adapter_contract_on_ray.py)."""
 
 from __future__ import annotations
 

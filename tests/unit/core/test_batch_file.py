@@ -1,5 +1,5 @@
 """Batch files without a cluster: resume by custom_id from what the output files hold, and
-duplicates found across chunks (runs on the echo backend: tests/core/test_batch_file.py)."""
+duplicates found across chunks (runs on the echo backend: tests/core/test_batch_file_on_ray.py)."""
 
 import json
 

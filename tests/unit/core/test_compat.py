@@ -1,6 +1,6 @@
 """The contract with Ray's private APIs (relayllm.compat) that can be checked without a cluster:
 the names exist in the installed Ray (the ones that need Serve running:
-tests/core/test_compat.py)."""
+tests/core/test_compat_on_ray.py)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def test_execution_callback_hook_exists():
 def test_the_replica_fan_out_names_exist():
     """compat.running_replicas / call_replica: the controller's replica list and a call to
     one replica actor, as Serve's router sends it (run against a cluster in
-    tests/core/test_control.py)."""
+    tests/core/test_control_on_ray.py)."""
     from ray.serve._private.common import RequestMetadata
     from ray.serve._private.controller import ServeController
     from ray.serve._private.replica import ReplicaActor
@@ -43,7 +43,8 @@ def test_the_replica_fan_out_names_exist():
 
 def test_the_token_probe_names_exist():
     """compat.cluster_takes_no_token: a GCS call made without a token (answered: the cluster
-    takes no tokens; run against clusters in tests/core/test_compat.py and the cluster tier)."""
+    takes no tokens; run against clusters in tests/core/test_compat_on_ray.py and the cluster
+    tier)."""
     from ray._private.authentication import authentication_token_setup as setup
     from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
 

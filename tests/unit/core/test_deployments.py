@@ -1,5 +1,5 @@
 """Deployment configs and lookup errors without a cluster (the deployments themselves:
-tests/core/test_deployments.py)."""
+tests/core/test_deployments_on_ray.py)."""
 
 import pytest
 

@@ -1,6 +1,6 @@
 """The one fit check's pure functions (relayllm.fit): demands, replica counts, GPU and
 placement-group checks against given cluster views (the checks against a real cluster and the
-pipeline deadlock they guard: tests/core/test_fit.py)."""
+pipeline deadlock they guard: tests/core/test_fit_on_ray.py)."""
 
 import pytest
 

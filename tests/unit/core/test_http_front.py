@@ -1,6 +1,6 @@
 """The HTTP front's units, without a cluster: its configuration, the traffic class of rows and
 requests, and the front alone on a stand-in replica (the front through Serve's real proxy:
-tests/core/test_http_front.py)."""
+tests/core/test_http_front_on_ray.py)."""
 
 import pytest
 

@@ -1,7 +1,7 @@
 """Images in chat rows without a cluster or a network: data URLs and local files checked and
 decoded, bad ones named, text-only chats left alone, local files refused alike whether they
 exist or not when a processor may not read them (the batch service's), pipeline image parts
-(fetching from a loopback server and the stage: tests/core/test_images.py)."""
+(fetching from a loopback server and the stage: tests/core/test_images_on_ray.py)."""
 
 import asyncio
 import base64

@@ -1,5 +1,5 @@
 """Pipeline files: the model, errors that name file/line/field, templates, writers (no cluster;
-reading inputs as datasets and a real run: tests/core/test_pipeline.py)."""
+reading inputs as datasets and a real run: tests/core/test_pipeline_on_ray.py)."""
 
 import csv
 import difflib

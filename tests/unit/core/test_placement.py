@@ -1,7 +1,7 @@
 """Placement users steer (relayllm.placement) and the fit check that reasons node by node
 (relayllm.fit), without Ray: a deployment whose replicas fit the cluster's total but not its
 nodes is refused before Serve starts, naming the node sizes (on a real cluster:
-tests/cluster/test_placement.py)."""
+tests/cluster/test_placement_across_nodes.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The pooling tasks ``classify`` and ``score`` without a cluster: rows built and checked, the
 output columns, pipeline templates and batch-file lines (through the stage and a real run:
-tests/core/test_pooling_tasks.py)."""
+tests/core/test_pooling_tasks_on_ray.py)."""
 
 import json
 

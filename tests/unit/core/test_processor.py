@@ -1,5 +1,5 @@
 """Building a processor: pure, and its config checked (the stage on a real cluster:
-tests/core/test_processor.py)."""
+tests/core/test_processor_on_ray.py)."""
 
 import pytest
 

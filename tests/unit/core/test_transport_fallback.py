@@ -1,5 +1,5 @@
 """Which transport errors make the stage fall back from gRPC to Serve's actor calls (the
-fallback itself on a real cluster: tests/core/test_transport_fallback.py)."""
+fallback itself on a real cluster: tests/core/test_transport_fallback_on_ray.py)."""
 
 from relayllm.stage.transport import is_grpc_error
 

@@ -37,7 +37,7 @@ from relayllm_vllm.versions import RELEASES, VLLM_VERSION, VLLMRelease
 
 #: vLLM APIs the adapter reaches by name, not through an attribute the API contract test's
 #: walker can follow (tests/adapters/vllm/vllm_api.py): each is checked by hand there, in the
-#: GPU wheel and in the CPU build (test_contract.py, test_private_apis_exist).
+#: GPU wheel and in the CPU build (test_contract_vllm.py, test_private_apis_exist).
 PRIVATE_APIS = (
     # A weight update from a checkpoint directory: the worker's reload_weights, called on every
     # worker through AsyncLLM.collective_rpc (vLLM has no public AsyncLLM method for it).

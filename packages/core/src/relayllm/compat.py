@@ -1,7 +1,7 @@
 """Ray's private APIs relayllm uses, in one place, each behind a small function.
 
 Ray is pinned to ``2.60.*``; these names may change in any other release. The contract test
-(``tests/core/test_compat.py``) checks every one of them against the installed Ray, so an
+(``tests/core/test_compat_on_ray.py``) checks every one of them against the installed Ray, so an
 upgrade fails there, loudly and by name, instead of deep inside a run. Nothing here imports
 Ray at module level.
 """

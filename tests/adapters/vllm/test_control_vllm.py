@@ -31,7 +31,7 @@ def test_a_paused_job_waits_and_finishes_after_resume_with_every_row_once(demo_d
     ctl = relayllm.control(name)
     before = only_replica_info(ctl)["rows"]
     # The stage's side of a pause longer than timeout_s (a timed-out call re-sent without
-    # counting as an attempt) is tested on echo (tests/core/test_control.py), where a call's
+    # counting as an attempt) is tested on echo (tests/core/test_control_on_ray.py), where a call's
     # time does not depend on the machine's load; here the engine's side is.
     proc = build_processor(
         ProcessorConfig(

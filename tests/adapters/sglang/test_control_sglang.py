@@ -2,7 +2,7 @@
 
 What each call sends is checked here: the TokenizerManager method, its request object and
 the fields set. That those names and values exist in the pinned release is the contract
-test's business (test_contract.py, "control calls").
+test's business (test_contract_sglang.py, "control calls").
 """
 
 from __future__ import annotations
