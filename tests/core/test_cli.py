@@ -519,6 +519,15 @@ steps: [{name: s, deployment: alpha, prompt: "{q}", output_column: a}]
             assert body["object"] == "list" and body["data"][0]["embedding"][:3] == [1.0, 2.0, 3.0]
         # the deployment's name, as the online endpoints answer (not the engine's own name)
         assert body["model"] == ("beta" if reverse else "alpha")
+    # The summary's tokens per deployment are the sums of its output lines' usage.
+    for name in ("alpha", "beta"):
+        bodies = [r["response"]["body"] for r in out]
+        usage = [b["usage"] for b in bodies if b["model"] == name]
+        prompt = sum(u.get("prompt_tokens", 0) for u in usage)
+        completion = sum(u.get("completion_tokens", 0) for u in usage)
+        assert prompt and completion
+        said = f"{name}: {prompt:,} prompt + {completion:,} completion tokens"
+        assert said in done.stderr, done.stderr
 
 
 def test_deploy_status_and_shutdown_across_driver_processes(cluster, tmp_path):

@@ -30,7 +30,14 @@ from relayllm.batch.format import (
 )
 from relayllm.batch.pairs import ScoreWriter, StopPairs, pair_rows, score_schema
 from relayllm.batch.scan import Done, Scan
-from relayllm.rows import ERROR, INPUT_COLUMN, SAMPLING_PARAMS_COLUMN, Task
+from relayllm.rows import (
+    ERROR,
+    INPUT_COLUMN,
+    NUM_GENERATED_TOKENS,
+    NUM_INPUT_TOKENS,
+    SAMPLING_PARAMS_COLUMN,
+    Task,
+)
 
 if TYPE_CHECKING:
     from ray.data import Dataset
@@ -65,6 +72,7 @@ def run_scanned(
     on_block: Callable[[int, int], None] | None = None,
     stop: StopCheck | None = None,
     strict_routing: bool = True,
+    tokens: dict[str, dict[str, int]] | None = None,
 ) -> dict[str, int]:
     """Run the scanned file's groups one after another; write each line to ``output`` or
     ``errors`` as its block arrives; return OpenAI's ``request_counts`` for the whole file
@@ -80,7 +88,11 @@ def run_scanned(
 
     ``strict_routing=False`` (the batch service): a line whose ``model`` names no deployment
     is written to ``errors`` as a 404 ``model_not_found`` response, the other lines run (by
-    default such a file is refused before anything runs, :func:`route_models`)."""
+    default such a file is refused before anything runs, :func:`route_models`).
+
+    ``tokens``, when given, gets each deployment's ``prompt_tokens`` and ``completion_tokens``
+    summed over the output lines this run wrote (the lines' own ``usage``; scoring lines
+    excepted)."""
     from relayllm.data_context import keep_input_order
 
     done = done or Done()
@@ -108,6 +120,8 @@ def run_scanned(
                 ok, bad, skipped = write(batch.to_pylist(), output, errors)  # type: ignore[union-attr]
             else:
                 ok, bad, skipped = write_block(batch, output, errors)
+                if tokens is not None:
+                    add_tokens(tokens.setdefault(deployment, {}), batch)
             completed, failed = completed + ok, failed + bad
             output.flush()  # each block reaches the disk as it finishes: a kill keeps it
             errors.flush()
@@ -256,6 +270,11 @@ _IMAGE_ERROR = re.compile(r"messages\[\d+\]\.content\[\d+\]\.image_url\b")
 encode = json.JSONEncoder(ensure_ascii=False).encode
 
 
+#: What an error line or a line not sent adds to its deployment's tokens (every row of a block
+#: has the same columns).
+NO_TOKENS = {"prompt_tokens": 0, "completion_tokens": 0}
+
+
 class Respond:
     """``postprocess`` in the stage actor: the row's output line (``ok``) or error line."""
 
@@ -264,7 +283,7 @@ class Respond:
 
     def __call__(self, row: dict[str, Any]) -> dict[str, Any]:
         if row.get("skip"):
-            return {"ok": False, "skip": True, "text": ""}
+            return {"ok": False, "skip": True, "text": "", **NO_TOKENS}
         bad = row.get("bad")
         request: BatchRequest | None = row.get("request")
         if bad is None and request is not None and row.get(ERROR):
@@ -285,10 +304,17 @@ class Respond:
                     f"deployment {self.deployment!r}: {row[ERROR]}",
                 )
         if bad is not None:
-            return {"ok": False, "skip": False, "text": encode(bad)}
+            return {"ok": False, "skip": False, "text": encode(bad), **NO_TOKENS}
         assert request is not None
         text = encode(response_line(request, row, self.served))
-        return {"ok": True, "skip": False, "text": text}
+        return {
+            "ok": True,
+            "skip": False,
+            "text": text,
+            # The line's usage, summed by the driver per deployment (add_tokens).
+            "prompt_tokens": row.get(NUM_INPUT_TOKENS) or 0,
+            "completion_tokens": row.get(NUM_GENERATED_TOKENS) or 0,
+        }
 
 
 def write_block(batch: Any, output: IO[str], errors: IO[str]) -> tuple[int, int, int]:
@@ -313,5 +339,15 @@ def write_block(batch: Any, output: IO[str], errors: IO[str]) -> tuple[int, int,
     return len(good), len(bad), skipped
 
 
+def add_tokens(totals: dict[str, int], batch: Any) -> None:
+    """Add a written block's prompt and completion tokens (its output lines' usage) to
+    ``totals``: a column sum each, no per-row Python."""
+    import pyarrow.compute as pc
+
+    for name in ("prompt_tokens", "completion_tokens"):
+        if name in batch.column_names:
+            totals[name] = totals.get(name, 0) + (pc.sum(batch.column(name)).as_py() or 0)
+
+
 __all__ = ["NODE_ID_LABEL", "Parse", "ReadChunk", "Respond", "group_dataset", "groups_of"]
-__all__ += ["run_scanned", "write_block"]
+__all__ += ["add_tokens", "run_scanned", "write_block"]

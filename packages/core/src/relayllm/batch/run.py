@@ -17,7 +17,7 @@ import logging
 import os
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +44,9 @@ class BatchCounts:
     failed: int
     output: str
     errors: str
+    #: Each deployment's ``prompt_tokens`` and ``completion_tokens`` over the lines this run
+    #: wrote (a resumed run's earlier lines not included; scoring lines not counted).
+    tokens: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def request_counts(self) -> dict[str, int]:
         return request_counts(self.total, self.completed, self.failed)
@@ -138,13 +141,16 @@ def run_batch_file(
                 open(errors, mode, encoding="utf-8") as err,
                 hooks.running(plan),
             ):
-                counts = run_scanned(scan, names, default, out, err, fields, done)
+                tokens: dict[str, dict[str, int]] = {}
+                counts = run_scanned(scan, names, default, out, err, fields, done, tokens=tokens)
         except (TimeoutError, ConnectionError):
             raise  # OSErrors too, but from the cluster, not the files
         except OSError as exc:  # opening or writing the files (a full disk)
             where = exc.filename or f"{output} or {errors}"
             raise ConfigError(f"cannot write {where}: {exc.strerror or exc}") from None
-    return BatchCounts(counts["total"], counts["completed"], counts["failed"], output, errors)
+    return BatchCounts(
+        counts["total"], counts["completed"], counts["failed"], output, errors, tokens
+    )
 
 
 @contextlib.contextmanager

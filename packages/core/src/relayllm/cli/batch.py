@@ -151,6 +151,9 @@ def batch(
     else:
         failed = f"{counts.failed} failed -> {counts.errors}"
     click.echo(f"{counts.completed} completed -> {counts.output}; {failed}", err=True)
+    for name, used in sorted(counts.tokens.items()):
+        prompt, completion = used.get("prompt_tokens", 0), used.get("completion_tokens", 0)
+        click.echo(f"{name}: {prompt:,} prompt + {completion:,} completion tokens", err=True)
     if hooks.engines:
         click.echo(hooks.engines, err=True)
     click.echo(json.dumps({"request_counts": counts.request_counts()}))
