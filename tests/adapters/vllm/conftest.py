@@ -23,7 +23,12 @@ from relayllm_vllm.versions import VLLM_GPU_VERSIONS
 os.environ.setdefault(KEY_ENV, "sk-relayllm-http-" + secrets.token_hex(16))
 
 #: Modules whose tests kill, stop or fail to start an engine: after every other test.
-FAULT_MODULES = ("test_engine_start_failure", "test_engine_watch", "test_engine_faults")
+FAULT_MODULES = (
+    "test_engine_start_failure",
+    "test_engine_watch",
+    "test_engine_faults",
+    "test_node_lost_vllm",
+)
 
 
 def _order(item: pytest.Item) -> tuple[int, int]:
