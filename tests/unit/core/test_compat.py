@@ -53,8 +53,20 @@ def test_the_token_probe_names_exist():
     assert "GetClusterIdRequest" in gcs_service_pb2.DESCRIPTOR.message_types_by_name
 
 
+def test_the_lookup_of_a_cluster_on_this_machine_exists():
+    """compat.found_cluster: the cluster Ray's ray.init() would find for no address or
+    "auto", found as Ray finds it (run against a cluster in the cluster tier)."""
+    from ray._private import services
+
+    params = list(inspect.signature(services.canonicalize_bootstrap_address).parameters)
+    assert params[0] == "addr" and "temp_dir" in params, (
+        "ray._private.services.canonicalize_bootstrap_address changed; "
+        "relayllm.compat.found_cluster needs updating"
+    )
+
+
 def test_every_private_api_is_listed_and_ray_is_a_supported_release():
-    assert len(compat.PRIVATE_APIS) == 15
+    assert len(compat.PRIVATE_APIS) == 16
     installed = versions.installed("ray")
     assert installed and versions.matches(installed, versions.RAY_VERSIONS), (
         f"Ray {installed} is not the release relayllm.compat is written for "

@@ -36,8 +36,10 @@ def connect(
     where it does not run.
 
     A cluster started with ``ray start`` (Ray 2.60) uses token authentication, and Ray sends
-    the token only when ``RAY_AUTH_MODE=token`` or when it found the cluster itself
-    (``auto``): for any other existing cluster relayllm sends the token it has at hand too."""
+    the token only when ``RAY_AUTH_MODE=token`` or when it found the cluster itself (None or
+    ``auto``), then whether the cluster takes tokens or not. relayllm finds that cluster first
+    and joins it by its address, and for every existing cluster sends the token it has at
+    hand only if the cluster takes tokens."""
     import ray
     from ray import serve
 
@@ -51,9 +53,11 @@ def connect(
             print(said, file=sys.stderr, flush=True)
         quiet_ray_loggers()  # before init: Ray logs its token-authentication notice there
         address = address or os.environ.get(ADDRESS_ENV) or ("auto" if existing_cluster else None)
-        if address and address != "local":
-            compat.send_ray_token_if_any(address)
         try:
+            if address in (None, "auto"):  # the cluster Ray would find, joined by its address
+                address = compat.found_cluster(address)
+            if address and address != "local":
+                compat.send_ray_token_if_any(address)
             with _workers_at_normal_priority():
                 ray.init(
                     address=address,

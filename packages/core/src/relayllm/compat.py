@@ -25,6 +25,7 @@ PRIVATE_APIS = (
     "ray._private.authentication.authentication_token_setup"
     ".maybe_enable_token_auth_if_token_available(warn_if_disabled=) / AUTH_MODE_ENV_VAR",
     "ray.core.generated.gcs_service_pb2_grpc.NodeInfoGcsServiceStub.GetClusterId (no token)",
+    "ray._private.services.canonicalize_bootstrap_address(address) (None or 'auto': found)",
     "ray._private.worker.print_to_stdstream(data, ignore_prefix) / print_worker_logs",
     "DeploymentHandle._router._asyncio_router.request_router",
     "RequestRouter._fulfill_next_pending_request(replica, request_metadata) and "
@@ -170,6 +171,22 @@ def send_ray_token_if_any(address: str | None = None) -> bool:
         notices.disabled = was_disabled
 
 
+def found_cluster(address: str | None) -> str | None:
+    """The cluster ``ray.init(address=address)`` would join for ``address`` None (the one
+    ``ray start`` left on this machine) or ``"auto"`` (that one, else any running here), as
+    ``HOST:PORT``, found as Ray finds it; None: none, so ``ray.init`` would start one. Raises
+    :class:`ConnectionError` for ``"auto"`` with none, as Ray does.
+
+    Joining by the address found keeps Ray from turning token authentication on for a
+    cluster it found itself whenever a token is at hand (its rule for None and ``"auto"``):
+    :func:`send_ray_token_if_any` decides instead, as for any address."""
+    from ray._private import services
+
+    # Annotated as str, but None is Ray's own "no address" there too.
+    found = services.canonicalize_bootstrap_address(address)  # type: ignore[arg-type]
+    return None if found is None else str(found)
+
+
 def cluster_takes_no_token(address: str, timeout_s: float = 5.0) -> bool:
     """Whether the cluster at ``address`` (its GCS, ``HOST:PORT``) answers a call that
     carries no token, so it does not use token authentication. False when that cannot be
@@ -226,6 +243,7 @@ __all__ = [
     "PRIVATE_APIS",
     "call_replica",
     "execution_callback_class",
+    "found_cluster",
     "grpc_transport",
     "handle_on_this_loop",
     "live_serve_controller",
