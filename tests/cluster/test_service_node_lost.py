@@ -1,8 +1,10 @@
 """The Batch API service with its gateway and runner off the head node
 (``ServiceSettings.node_resources``), on a state directory every node reaches (one machine:
-any local directory). The runner's node is lost mid-batch: Ray starts the runner again on
-the other node that offers the resource, it resumes the batch, and every ``custom_id``
-comes out once. Then that node is lost too as a new one joins: the same, on the new node.
+any local directory). First the gateway and the runner, on two nodes, run a batch through
+that directory. Then the runner's node is lost mid-batch (the gateway's stays): Ray starts
+the runner again on the other node that offers the resource, it resumes the batch, and
+every ``custom_id`` comes out once. Then that node is lost too (the gateway's with it) as a
+new one joins: the same, on the new node.
 
 Clients talk to Serve's HTTP proxy on the head, which routes to wherever the gateway runs.
 """
@@ -12,8 +14,8 @@ from __future__ import annotations
 import time
 
 import pytest
-from batch_api import chat_lines, client, lines_of, submit
-from support import free_port
+from batch_api import chat_lines, client, lines_of, submit, wait
+from support import free_port, wait_for
 
 #: Both worker nodes may hold the service; the head holds the echo deployment.
 NODE_RESOURCES = {"node1": {"service": 1}, "node2": {"service": 1}}
@@ -91,6 +93,52 @@ def run_and_lose_the_runners_node(nodes, settings, join: str | None = None) -> d
     assert len(ids) == len(set(ids))
     assert not lines_of(api, now.error_file_id), "no error line"
     return {"lost": lost, "now_on": nodes.actor_node(settings.runner_name, "relayllm")}
+
+
+@pytest.mark.timeout(300)
+def test_the_gateway_and_the_runner_on_two_nodes_share_the_state_directory(nodes, service):
+    """The gateway writes a batch's input file to the state directory and serves its output
+    from there; the runner, on another node, reads the one and writes the other. Ray puts
+    both wherever ``service`` is offered, mostly together (the gateway starts the runner, and
+    Ray prefers the caller's node), so the runner is started again while the gateway's node
+    offers no more of it. The runner stays there for the tests after this one."""
+    import ray
+
+    from relayllm.batch.service.deploy import GATEWAY_DEPLOYMENT
+    from relayllm.batch.service.runner import start_runner, stop_runner
+
+    class Holder:  # defined here: Ray's workers cannot import this module by its name
+        """An actor that only holds the resources it was started with."""
+
+        def ready(self) -> bool:
+            return True
+
+    (gateway,) = nodes.replicas(GATEWAY_DEPLOYMENT).values()
+    stop_runner(service.runner_name)
+    # Every `service` left on the gateway's node (1 less the gateway's 0.01), held meanwhile.
+    hold = ray.remote(num_cpus=0, resources={gateway: 1, "service": 0.99})(Holder).remote()
+    ray.get(hold.ready.remote(), timeout=60)
+    try:
+        start_runner(service)
+        wait_for(
+            lambda: nodes.actor_node(service.runner_name, "relayllm") is not None,
+            "the runner started",
+        )
+    finally:
+        ray.kill(hold)
+    runner = nodes.actor_node(service.runner_name, "relayllm")
+    assert {gateway, runner} == {"node1", "node2"}, (gateway, runner)
+    api = client(service.url, KEY)
+    batch = wait(api, submit(api, chat_lines(100, model="echo")).id, timeout=240)
+    assert batch.status == "completed", batch
+    out = lines_of(api, batch.output_file_id)
+    assert sorted(line["custom_id"] for line in out) == sorted(f"r{i}" for i in range(100))
+    assert not lines_of(api, batch.error_file_id), "no error line"
+    where = (
+        list(nodes.replicas(GATEWAY_DEPLOYMENT).values()),
+        nodes.actor_node(service.runner_name, "relayllm"),
+    )
+    assert where == ([gateway], runner), f"neither moved meanwhile: {where}"
 
 
 @pytest.mark.timeout(600)
