@@ -4,21 +4,25 @@ the bytes and recording them (the test holds the job store's write lock, so the 
 at its last write, and is SIGKILLed there). The finish runs in a real subprocess on a real
 SQLite store; its work file is a FIFO the test feeds, which stands for a slow disk: the put
 stops where the test stops writing. The next claim publishes every line once and leaves no
-bytes, no ``.part-`` file behind. And the package ships no test hook at all."""
+bytes, no ``.part-`` file behind. And the built wheel ships no test hook at all."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
 import threading
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
+from support import REPO
 
 from relayllm.batch.service.files import CHUNK, PART, FileStorage
 from relayllm.batch.service.runner import BatchJob
@@ -173,19 +177,43 @@ def test_a_finish_killed_from_outside_is_published_once_by_the_next_claim(servic
     assert not os.path.exists(second.dir)
 
 
-def test_the_package_ships_no_test_hook():
-    """Faults are injected from outside: no module of the installed package looks for a
-    marker or kills its own process (the runner once SIGKILLed itself when a file of a
-    given name was in its state directory: anyone who could write there could crash it)."""
-    import relayllm
+#: What a test hook left in the package would hold: the runner's old marker file
+#: (``TEST-HOOK-kill-runner-before-finish``), its constant and function, the words, and a
+#: process killing itself.
+HOOK_NEEDLES = (b"test-hook", b"test_hook", b"test hook", b"kill-runner")
+SELF_KILL = re.compile(rb"os\.kill\(\s*os\.getpid\(\)|raise_signal\(|os\.abort\(")
 
-    root = Path(relayllm.__file__).parent
-    sources = sorted(root.rglob("*.py"))
-    assert len(sources) > 50
-    found = []
-    for path in sources:
-        text = path.read_text(encoding="utf-8")
-        for needle in ("TEST_HOOK", "TEST-HOOK", "test hook", "os.kill(os.getpid()"):
-            if needle.lower() in text.lower():
-                found.append((str(path.relative_to(root)), needle))
-    assert found == []
+
+def core_wheel(tmp_path: Path) -> Path:
+    """The core package's wheel, built as ``tox -e package`` builds it (setuptools, the
+    package's own pyproject), from a copy of its tree: nothing is written in the clone."""
+    source = tmp_path / "core"
+    shutil.copytree(
+        REPO / "packages" / "core",
+        source,
+        ignore=shutil.ignore_patterns("build", "dist", "*.egg-info", "__pycache__"),
+    )
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+         "--no-index", "-q", "-w", str(tmp_path / "dist"), str(source)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert built.returncode == 0, f"the core wheel did not build:\n{built.stderr[-3000:]}"
+    (wheel,) = (tmp_path / "dist").glob("relayllm-*.whl")
+    return wheel
+
+
+def test_the_wheel_ships_no_test_hook(tmp_path):
+    """Faults are injected from outside: no file of the core wheel (every one, not only the
+    modules: data files and metadata too) names a marker or kills its own process (the
+    runner once SIGKILLed itself when a file of a given name was in its state directory:
+    anyone who could write there could crash it)."""
+    with zipfile.ZipFile(core_wheel(tmp_path)) as wheel:
+        names = wheel.namelist()
+        assert "relayllm/batch/service/runner.py" in names and len(names) > 50, names
+        found = []
+        for name in names:
+            data = wheel.read(name)
+            found += [(name, n.decode()) for n in HOOK_NEEDLES if n in data.lower()]
+            found += [(name, m.group().decode()) for m in SELF_KILL.finditer(data)]
+    assert found == [], f"a test hook ships in the wheel: {found}"
