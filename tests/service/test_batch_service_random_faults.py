@@ -10,14 +10,18 @@ Each kill point is one of:
 - ``lock``: the test holds the job store's write lock for a random moment (the runner waits
   at its next write: a block's counts, a claim, a finish's reservation or publication), then
   SIGSTOP, the lock released, SIGKILL: the runner dies without that write;
-- ``finishing``: the same, once a batch is finalizing (its files reserved, stored or not).
+- ``finishing``: SIGSTOP then SIGKILL as soon as a batch is seen finalizing, wherever its
+  finish is (reserving its file ids, storing the bytes, publishing them);
+- ``finishing-lock``: the lock held as in ``lock``, once a batch is finalizing (the finish
+  waits at its reservation or its publication, its bytes stored or not).
 
-After each kill, every batch that ended is checked: each custom_id exactly once across its
-output and error files, each answer echo's answer to its own line, ``request_counts`` equal to
-the files. At the end (every batch ended, the last runner has run): the storage holds exactly
-the files the store records (no orphan bytes, no ``.part-`` file) and no work directory is
-left. The seed is printed; ``RELAYLLM_FAULT_SEED`` replays a run, ``RELAYLLM_FAULT_KILLS``
-sets the number of kill points (20 by default)."""
+After each kill, every batch that ended is checked: its files whole JSON lines, each custom_id
+exactly once across its output and error files, each answer echo's answer to its own line,
+``request_counts`` equal to the files. At the end (every batch ended, the last runner has
+run): the storage holds exactly the files the store records (no orphan bytes, no ``.part-``
+file) and no work directory is left. A failure names the invariant it broke and the seed;
+``RELAYLLM_FAULT_SEED`` replays a run, ``RELAYLLM_FAULT_KILLS`` sets the number of kill
+points (20 by default)."""
 
 import json
 import os
@@ -25,6 +29,7 @@ import random
 import signal
 import sqlite3
 import time
+from collections import Counter
 
 import pytest
 
@@ -33,7 +38,7 @@ pytestmark = pytest.mark.usefixtures("ray_session")
 CHAT = "/v1/chat/completions"
 PROJECT = "alpha"
 DEPLOYMENT = "faults-echo"
-KINDS = ("anytime", "in-flight", "lock", "finishing")
+KINDS = ("anytime", "in-flight", "lock", "finishing", "finishing-lock")
 
 
 def rows_of(name):
@@ -77,33 +82,43 @@ class Service:
     def batch(self, batch_id):
         return self.store.get_batch(PROJECT, batch_id)
 
-    def read(self, file_id):
+    def read(self, file_id, context):
         if file_id is None:
             return []
         with self.storage.open(file_id) as source:
-            return [json.loads(text) for text in source if text.strip()]
+            texts = [text for text in source if text.strip()]
+        try:
+            return [json.loads(text) for text in texts]
+        except ValueError as cut:
+            raise AssertionError(f"{context}: a file of whole JSON lines: {file_id}") from cut
 
     def check_ended(self, batch_id, context):
-        """The invariants of one ended batch."""
+        """The invariants of one ended batch; a failure names the one it broke."""
         batch = self.batch(batch_id)
-        assert batch.status == "completed", (context, batch)
-        output, errors = self.read(batch.output_file_id), self.read(batch.error_file_id)
+        context = f"{context}, batch {batch_id}"
+        assert batch.status == "completed", f"{context}: completed, not {batch.status}"
+        output = self.read(batch.output_file_id, context)
+        errors = self.read(batch.error_file_id, context)
         lines = {line["custom_id"]: line for line in self.inputs[batch_id]}
-        ids = [x["custom_id"] for x in output + errors]
-        assert sorted(ids) == sorted(lines), (context, batch_id, "each custom_id exactly once")
+        ids = Counter(x["custom_id"] for x in output + errors)
+        twice = sorted(i for i, n in ids.items() if n > 1)
+        assert not twice, f"{context}: each custom_id exactly once: written twice {twice}"
+        lost = sorted(set(lines) - set(ids))
+        assert not lost, f"{context}: each custom_id exactly once: lost {lost}"
+        assert set(ids) == set(lines), f"{context}: only the input's custom_ids: {ids}"
         for answer in output:
             asked = lines[answer["custom_id"]]["body"]["messages"][0]["content"]
             said = answer["response"]["body"]["choices"][0]["message"]["content"]
-            assert said == asked, (context, answer)
+            assert said == asked, f"{context}: each body its own line's answer: {answer}"
         for refused in errors:
             asked = lines[refused["custom_id"]]["body"]["messages"]
-            assert asked == "not a list", (context, refused)
+            assert asked == "not a list", f"{context}: only bad lines refused: {refused}"
         counts = batch.request_counts
         assert (counts.total, counts.completed, counts.failed) == (
             len(lines),
             len(output),
             len(errors),
-        ), (context, batch_id)
+        ), f"{context}: request_counts equal to the files: {counts}, {len(output)}+{len(errors)}"
 
 
 def new_pid(runner, old, timeout=120):
@@ -141,14 +156,18 @@ def kill_once(kind, pid, service, rng, moved):
         os.kill(pid, signal.SIGKILL)
         return kind if moved() else "in-flight (none seen)"
     landed = kind
-    if kind == "finishing":
+    if kind.startswith("finishing"):
         deadline = time.monotonic() + 8
         while time.monotonic() < deadline:
             if any(r.status == "finalizing" or r.pending_files for r in service.store.unfinished()):
                 break
-            time.sleep(0.005)
+            time.sleep(0.002)
         else:
-            landed = "finishing (none seen)"
+            landed = f"{kind} (none seen)"
+        if kind == "finishing":  # stopped at once wherever the finish is: reserve, put, publish
+            os.kill(pid, signal.SIGSTOP)
+            os.kill(pid, signal.SIGKILL)
+            return landed
     lock = hold_lock(service.settings.store_path)
     try:
         time.sleep(rng.uniform(0.05, 0.6))  # the runner reaches its next write and waits
@@ -212,12 +231,17 @@ def test_random_kills_keep_every_line_exactly_once(ray_session, tmp_path, capsys
                     service.check_ended(batch_id, f"seed {seed}, after the last kill")
                     ended.add(batch_id)
             time.sleep(0.2)
-        assert ended == set(service.inputs), f"seed {seed}: batches left unfinished"
+        left = set(service.inputs) - ended
+        assert not left, f"seed {seed}: every batch ends: {left} left unfinished"
         recorded = {f.id for f in service.store.list_files(PROJECT, limit=10000).data}
         stored = set(os.listdir(settings.files_location))
-        assert not [name for name in stored if PART in name], (seed, stored)
-        assert stored == recorded, (seed, stored ^ recorded)  # no orphan bytes, none missing
-        assert os.listdir(settings.work_dir) == [], seed
+        parts = [name for name in stored if PART in name]
+        assert not parts, f"seed {seed}: no .part- file left: {parts}"
+        orphans, missing = sorted(stored - recorded), sorted(recorded - stored)
+        assert not orphans, f"seed {seed}: no orphan bytes (stored, not recorded): {orphans}"
+        assert not missing, f"seed {seed}: every recorded file stored: {missing}"
+        work = os.listdir(settings.work_dir)
+        assert work == [], f"seed {seed}: no work directory left: {work}"
         assert len(landed) == kills
     finally:
         stop_runner(settings.runner_name)
