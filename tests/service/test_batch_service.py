@@ -390,7 +390,8 @@ def check_bodies(lines, prefix):
     for line in lines:
         number = line["custom_id"][len(prefix) :]
         body = line["response"]["body"]
-        assert body["choices"][0]["message"]["content"] == f"line {number} words", line
+        said = body["choices"][0]["message"]["content"]
+        assert said == f"line {number} words", ("a body not its own line's", line)
 
 
 def test_runner_killed_mid_batch_resumes_each_line_exactly_once(service):
@@ -432,15 +433,17 @@ def test_runner_killed_mid_batch_resumes_each_line_exactly_once(service):
         lock.close()
         os.kill(pid, signal.SIGKILL)
     assert kept < SLOW_LINES and kept >= recorded
-    assert computed > kept, (computed, kept)  # work was in flight at the kill
+    assert computed > kept, ("no work in flight at the kill", computed, kept)
     batch = wait(api, created.id, timeout=90)
     assert ray.get(runner.pid.remote(), timeout=60) != pid  # Ray restarted it
     assert batch.status == "completed", batch
     resumed = deployment_rows("slow") - start - computed
-    assert resumed == SLOW_LINES - kept, (resumed, kept)  # exactly the lines not kept
+    lacked = SLOW_LINES - kept
+    assert resumed == lacked, ("recomputed: not the lines the work file lacked", resumed, kept)
     # The rows lost at the kill: those of the blocks in flight (finished but not written
     # yet, and those the stage worker held), never the half of the batch.
-    assert computed - kept <= IN_FLIGHT_BLOCKS * per_block, (computed, kept, per_block)
+    lost = computed - kept
+    assert lost <= IN_FLIGHT_BLOCKS * per_block, ("more than the blocks in flight", lost)
     output = lines_of(api, batch.output_file_id)
     assert batch.error_file_id is None
     assert sorted(line["custom_id"] for line in output) == sorted(
