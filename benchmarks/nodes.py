@@ -13,7 +13,8 @@ each node a raylet of its own), echo replicas with fractional CPUs spread across
 2. A node lost mid-job: a two-step echo pipeline of ``--rows`` rows with one replica on each of
    two worker nodes (``run_pipeline``, what ``relayllm run`` calls), timed as it is, then again
    with one of the two nodes SIGKILLed (its raylet and every process under it) once 20% of the
-   rows are out: every row once, error rows counted, and the ratio of the two times.
+   rows are out -- the one whose replica has calls in flight then: every row once, error rows
+   counted, and the ratio of the two times.
 
 Echo's replicas ask 0.05 CPU: what is measured is relayllm's and Ray's own work (a control
 call's round trips, a listing), which a GPU cluster does the same way. Writes
@@ -166,7 +167,24 @@ def kill_node(cluster: Any, node: Any) -> None:
     cluster.remove_node(node, allow_graceful=False)
 
 
-def timed_job(spec: Path, kill_at: int | None = None, victim=None) -> dict[str, Any]:
+def busy_node(nodes: list[Any], timeout_s: float = 120.0) -> tuple[Any, int]:
+    """The worker node whose replica has calls in flight, and how many: losing it is what
+    the job must survive (a node whose replica is idle at that moment costs nothing)."""
+    import relayllm
+
+    by_id = {str(node.node_id): node for node in nodes}
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for info in relayllm.control(DEPLOYMENT).replicas().values():
+            if info.get("ongoing") and info.get("node_id") in by_id:
+                return by_id[info["node_id"]], int(info["ongoing"])
+        time.sleep(0.05)
+    raise TimeoutError(f"no replica on {sorted(by_id)} had a call in flight for {timeout_s:g}s")
+
+
+def timed_job(spec: Path, kill_at: int | None = None, victims=None) -> dict[str, Any]:
+    """Run the pipeline; with ``kill_at``, once that many rows are out, lose the node (of
+    ``victims``: the cluster and its candidate nodes) whose replica has calls in flight."""
     from relayllm.pipelines import run_pipeline
 
     rows: list[dict] = []
@@ -175,11 +193,13 @@ def timed_job(spec: Path, kill_at: int | None = None, victim=None) -> dict[str, 
         target=lambda: run_pipeline(spec, sink=rows.extend, keep_deployments=True)
     )
     job.start()
-    killed_at = None
+    killed_at = in_flight = None
     if kill_at is not None:
         while len(rows) < kill_at and job.is_alive():
             time.sleep(0.1)
-        kill_node(*victim)
+        cluster, candidates = victims
+        node, in_flight = busy_node(candidates)
+        kill_node(cluster, node)
         killed_at = time.monotonic() - began
     job.join()
     ids = [r["id"] for r in rows]
@@ -189,6 +209,7 @@ def timed_job(spec: Path, kill_at: int | None = None, victim=None) -> dict[str, 
         "error_rows": sum(1 for r in rows if r.get("error")),
         "seconds": round(time.monotonic() - began, 1),
         "killed_at_s": None if killed_at is None else round(killed_at, 1),
+        "calls_in_flight_on_lost_node": in_flight,
     }
 
 
@@ -230,7 +251,7 @@ def main() -> None:
             spec = pipeline_file(Path(folder), args.rows, args.backend)
             baseline = timed_job(spec)
             print(json.dumps({"baseline": baseline}), flush=True)
-            lost = timed_job(spec, kill_at=args.rows // 5, victim=(cluster, nodes[0]))
+            lost = timed_job(spec, kill_at=args.rows // 5, victims=(cluster, nodes))
             print(json.dumps({"node_lost": lost}), flush=True)
     finally:
         ray.shutdown()

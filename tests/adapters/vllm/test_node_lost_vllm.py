@@ -1,7 +1,8 @@
 """A worker node lost mid-job on the real engine, run as ``benchmarks/nodes.py --backend vllm``
 at toy size: a head and two worker nodes on this machine (each a raylet of its own), one
 demo-model replica on each, the two-step pipeline ``relayllm run`` runs, and one node SIGKILLed
--- its raylet and every process under it, engine included -- once a fifth of the rows are out.
+-- its raylet and every process under it, engine included -- once a fifth of the rows are out,
+the node whose replica has calls in flight.
 Every row comes back once, none as an error, with no manual step.
 
 Two engines at once: it runs with the faults, after every other engine of this tier stopped."""
@@ -35,5 +36,6 @@ def test_a_node_lost_mid_job_loses_no_row_on_the_demo_model(ray_session, tmp_pat
     assert loss["kill_at_rows"] == ROWS // 5
     lost = loss["node_lost"]
     assert lost["killed_at_s"] is not None, "the node was killed during the job"
+    assert lost["calls_in_flight_on_lost_node"] >= 1, "its replica had work when it went"
     assert (lost["rows"], lost["distinct"], lost["error_rows"]) == (ROWS, ROWS, 0), lost
     assert (loss["baseline"]["rows"], loss["baseline"]["error_rows"]) == (ROWS, 0)
