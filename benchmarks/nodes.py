@@ -167,7 +167,7 @@ def kill_node(cluster: Any, node: Any) -> None:
     cluster.remove_node(node, allow_graceful=False)
 
 
-def busy_node(nodes: list[Any], timeout_s: float = 120.0) -> tuple[Any, int]:
+def busy_node(nodes: list[Any], job: threading.Thread, timeout_s: float = 120.0) -> tuple[Any, int]:
     """The worker node whose replica has calls in flight, and how many: losing it is what
     the job must survive (a node whose replica is idle at that moment costs nothing)."""
     import relayllm
@@ -175,6 +175,8 @@ def busy_node(nodes: list[Any], timeout_s: float = 120.0) -> tuple[Any, int]:
     by_id = {str(node.node_id): node for node in nodes}
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
+        if not job.is_alive():
+            raise RuntimeError("the job ended before a node was lost: give it more --rows")
         for info in relayllm.control(DEPLOYMENT).replicas().values():
             if info.get("ongoing") and info.get("node_id") in by_id:
                 return by_id[info["node_id"]], int(info["ongoing"])
@@ -198,7 +200,7 @@ def timed_job(spec: Path, kill_at: int | None = None, victims=None) -> dict[str,
         while len(rows) < kill_at and job.is_alive():
             time.sleep(0.1)
         cluster, candidates = victims
-        node, in_flight = busy_node(candidates)
+        node, in_flight = busy_node(candidates, job)
         kill_node(cluster, node)
         killed_at = time.monotonic() - began
     job.join()
