@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import traceback
 
 import pytest
 from support import wait_for
@@ -90,7 +91,8 @@ class PipelineJob:
     def finish(self, timeout_s: float = 400) -> list[dict]:
         self.thread.join(timeout_s)
         assert not self.thread.is_alive(), "the job hung"
-        assert self.failure is None, repr(self.failure)
+        # The whole chain: Ray Data wraps a stage's error in "UDF failed to process a data block".
+        assert self.failure is None, "".join(traceback.format_exception(self.failure))
         self.seconds = time.monotonic() - self.began
         return self.rows
 
