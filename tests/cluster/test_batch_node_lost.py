@@ -153,6 +153,9 @@ def test_the_cluster_found_on_this_machine_gets_no_token_either(nodes, spread, t
     assert done.returncode == 0, done.stderr.decode()[-3000:]
     ids = [line["custom_id"] for line in lines_in(out)]
     assert sorted(ids) == sorted(f"r{i}" for i in range(20)), done.stdout.decode()[-500:]
+    # The command names the cluster it found, not "auto".
+    said = f"connected to the Ray cluster at {nodes.address}, found running on this machine"
+    assert said in done.stderr.decode(), done.stderr.decode()[-3000:]
 
 
 def run_and_lose_a_node(nodes, tmp_path, join: str | None = None) -> list[dict]:

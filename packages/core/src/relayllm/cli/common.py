@@ -167,9 +167,10 @@ def connect(
     said = logs.announce("--verbose")
     if said:
         console.say(said.removeprefix("relayllm: "))
-    if address:
+    found_here = address in (None, "auto")  # "auto": the cluster running on this machine
+    if not found_here:
         where = f"the Ray cluster at {address}"
-    elif existing_cluster:
+    elif existing_cluster or address == "auto":
         where = "a running Ray cluster"
     else:
         where = "Ray (a running local cluster, else a new one)"
@@ -180,8 +181,8 @@ def connect(
         start = time.monotonic()
         with console.phase(f"connecting to {where}"):
             found = cluster.connect(address, quiet=not verbose, **options)
-        which = f"the Ray cluster at {address or found}"
-        if not address and existing_cluster:
+        which = f"the Ray cluster at {found if found_here else address}"
+        if found_here and (existing_cluster or address == "auto"):
             which += ", found running on this machine (--address picks another)"
         console.say(f"connected to {which} in {elapsed(time.monotonic() - start)}")
     # relayllm draws one bar per step (cli/progress.py) instead of Ray Data's per-operator
