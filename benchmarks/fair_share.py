@@ -8,8 +8,9 @@ over any 60-second window once both run).
 One cluster (``ray start --head``, 2 CPUs, the echo backend; benchmarks/batch_service.py's
 helpers) runs ``relayllm serve`` with one echo deployment, two project keys, a quotas file
 giving ``heavy`` weight 2 and ``light`` weight 1, and a runner that runs one batch at a time
-(``--max-batches 1``, ``--turn-s``; ``--delay-s``: echo's sleep per call, so that the
-stretch both run lasts longer than a window). Each round, both projects upload a batch of
+(``--max-batches 1``) in turns of weight x ``--turn-lines`` lines while the other waits
+(``--turn-s``: the longest a turn may take; ``--delay-s``: echo's sleep per call, so that
+the stretch both run lasts longer than a window). Each round, both projects upload a batch of
 ``--lines`` chat lines and create it at once; the ``openai`` client reads both batches'
 completed lines every 0.5 s. Once both have completed a line and until the first ends,
 every window of ``--window-s`` seconds between two samples gives a ratio (heavy's lines
@@ -58,7 +59,7 @@ def serve(temp: str, env: dict[str, str], args: argparse.Namespace) -> str:
             "--port", str(_free_port()), "--direct-port", str(_free_port()),
             "--state-dir", str(Path(temp, "state")), "--quotas", str(quotas),
             "--batch-size", str(args.batch_size), "--max-batches", "1",
-            "--turn-s", str(args.turn_s),
+            "--turn-s", str(args.turn_s), "--turn-lines", str(args.turn_lines),
         ],
         env={**env, "RELAYLLM_API_KEYS": ",".join(f"{p}={k}" for p, k in KEYS.items())},
         check=True,
@@ -156,7 +157,15 @@ def main() -> None:
     parser.add_argument("--lines", type=int, default=16_000, help="lines per project's batch")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--turn-s", type=float, default=2.0)
+    parser.add_argument(
+        "--turn-lines",
+        type=int,
+        default=250,
+        help="a turn's lines per unit of weight (the service's --turn-lines)",
+    )
+    parser.add_argument(
+        "--turn-s", type=float, default=30.0, help="the longest a turn may take (the service's)"
+    )
     parser.add_argument("--window-s", type=float, default=60.0)
     parser.add_argument(
         "--delay-s",
@@ -192,6 +201,7 @@ def main() -> None:
             "lines": args.lines,
             "batch_size": args.batch_size,
             "turn_s": args.turn_s,
+            "turn_lines": args.turn_lines,
             "delay_s": args.delay_s,
             "window_s": args.window_s,
             "weights": WEIGHTS,

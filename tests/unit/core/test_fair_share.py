@@ -6,10 +6,11 @@ quotas file."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import dataclass
 
-from relayllm.batch.service.fair import FairShare
+from relayllm.batch.service.fair import FairShare, hold_back
 from relayllm.batch.service.quotas import Quota
 
 CHAT = "/v1/chat/completions"
@@ -133,3 +134,108 @@ def test_the_runners_slots_follow_the_quotas_weights(service):
             thread.join()
     assert Counter(owner[b] for b in started) == {"alpha": 6, "beta": 3}
     assert owner[started[0]] == "beta"  # equal passes at first: the oldest batch
+
+
+def test_a_turn_runs_its_projects_weight_in_lines():
+    weights = {"heavy": 2.0, "light": 1.0, "half": 0.5, "tiny": 0.0001}
+    share = FairShare(weights.__getitem__, lines_per_weight=250)
+    assert {p: share.turn_lines(p) for p in weights} == {
+        "heavy": 500,
+        "light": 250,
+        "half": 125,
+        "tiny": 1,  # a turn always runs a line
+    }
+
+
+def write_batch(path, n: int, bad: tuple[int, ...] = ()) -> None:
+    """``n`` chat lines (``bad``: these line numbers are not JSON, bad at a glance)."""
+    body = {"model": "echo", "messages": [{"role": "user", "content": "hi"}]}
+    with open(path, "w") as out:
+        for number in range(1, n + 1):
+            if number in bad:
+                out.write("not json\n")
+            else:
+                line = {"custom_id": f"r{number}", "method": "POST", "url": CHAT, "body": body}
+                out.write(json.dumps(line) + "\n")
+
+
+def to_run(scan) -> list[int]:
+    """The line numbers a run of ``scan`` sends, in order."""
+    from relayllm.batch.scan import SKIP
+
+    return [
+        chunk.first_line + i
+        for chunk in scan.chunks
+        for i, key in enumerate(chunk.keys)
+        if key != SKIP
+    ]
+
+
+def test_held_back_lines_are_neither_run_nor_lost_across_turns(tmp_path):
+    """Turns of 7 lines over a 50-line file (blocks of 16): each turn's scan, after the
+    work files of the turns before it, runs the next 7 undone lines in file order, so every
+    line runs in exactly one turn, none redone, none skipped, a turn ending mid-block; the
+    line bad at a glance is written by the first turn, not counted in its 7."""
+    from relayllm.batch.scan import read_done, scan_batch_file
+
+    source, out, err = tmp_path / "in.jsonl", tmp_path / "out.jsonl", tmp_path / "err.jsonl"
+    write_batch(source, 50, bad=(3,))
+    out.touch(), err.touch()
+    runs: list[list[int]] = []
+    while True:
+        done = read_done(str(out), str(err), False)
+        scan = scan_batch_file(str(source), 16, done, check_ids=False)
+        total = scan.to_run
+        held = hold_back(scan, 7)
+        lines = to_run(scan)
+        assert (len(lines), held, scan.to_run) == (min(7, total), total - len(lines), len(lines))
+        if not lines:
+            break
+        with open(out, "a") as written:  # the turn's lines, as the runner writes them
+            for number in lines:
+                written.write(json.dumps({"custom_id": f"r{number}", "error": None}) + "\n")
+        with open(err, "a") as written:
+            for bad in scan.bad:
+                written.write(json.dumps({"custom_id": None, "error": {"line": bad.line}}) + "\n")
+        runs.append(lines)
+        assert len(runs) < 20
+    ran = [number for lines in runs for number in lines]
+    assert ran == [n for n in range(1, 51) if n != 3]  # each once, in order
+    assert [len(lines) for lines in runs] == [7] * 7
+    assert runs[2] == [16, 17, 18, 19, 20, 21, 22]  # across a block's end
+
+
+def test_the_runner_caps_a_turn_only_while_another_batch_waits(service):
+    """The cap a turn reads when it starts: weight x turn_lines while a batch is left
+    waiting, decided before the turns' threads start; none for a batch alone."""
+    from relayllm.batch.service.runner import BatchRunner
+
+    settings, store, storage = service
+    quotas = {"alpha": Quota(weight=2), "beta": Quota()}
+    runner = object.__new__(BatchRunner)  # no loop thread: _start_due driven by hand
+    runner.settings = settings.model_copy(update={"max_batches": 1, "turn_lines": 300})
+    runner.store, runner.active, runner.turns, runner._tick = store, {}, {}, 0
+    runner.fair = FairShare(lambda p: quotas[p].weight, runner.settings.turn_lines)
+    runner.contended = False
+    owner: dict[str, str] = {}
+    caps: list[tuple[str, int | None]] = []
+    runner._run = lambda b: caps.append((owner[b], runner._turn_lines(owner[b])))
+    ids = []
+    for project in ("beta", "alpha"):
+        data = b'{"custom_id": "r", "method": "POST", "url": "/v1/chat/completions"}\n'
+        record = store.add_file(project, filename="in.jsonl", purpose="batch", bytes=len(data))
+        storage.put(record.id, [data])
+        ids.append(store.create_batch(project, input_file_id=record.id, endpoint=CHAT).id)
+        owner[ids[-1]] = project
+    for _ in range(3):
+        runner._start_due()
+        for thread in runner.active.values():
+            thread.join()
+    assert caps == [("beta", 300), ("alpha", 600), ("alpha", 600)]
+    store.cancel_batch("alpha", ids[1])  # alpha's batch ends: beta's alone
+    claim = store.claim(ids[1], "x")
+    store.update(ids[1], claim, status="cancelled")
+    runner._start_due()
+    for thread in runner.active.values():
+        thread.join()
+    assert caps[-1] == ("beta", None)

@@ -155,6 +155,7 @@ class NodeResource(click.ParamType):
     "Default: none, only data: URLs.",
 )
 @_field("turn_s", type=click.FloatRange(min=0, min_open=True))
+@_field("turn_lines", type=click.IntRange(min=1))
 @click.option(
     "--json",
     "as_json",
@@ -182,6 +183,7 @@ def serve(
     max_batches,
     image_hosts,
     turn_s,
+    turn_lines,
     as_json,
     address,
     verbose,
@@ -226,6 +228,7 @@ def serve(
         max_batches=max_batches,
         image_hosts=list(image_hosts),
         turn_s=turn_s,
+        turn_lines=turn_lines,
         quotas=read_quotas(quotas_file),
         quotas_file=quotas_file,
     )

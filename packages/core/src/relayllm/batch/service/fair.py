@@ -16,6 +16,10 @@ projects still waiting, not at its old one or zero: it neither makes up for the 
 away (which would shut the others out) nor is put behind; so a light project's small batch
 gets one of the next free slots.
 
+A turn given while other batches wait runs at most its project's weight x ``turn_lines``
+(``ServiceSettings.turn_lines``) of its batch's lines (:meth:`FairShare.turn_lines`): turns
+of equal lines per weight, so the shares are even over a few turns, not only over many.
+
 Weights come from the quotas file (``Quota.weight``, default 1). Pure: no store, no Ray;
 called from the runner's loop and its batches' threads (one lock).
 """
@@ -24,7 +28,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from relayllm.batch.scan import Scan
 
 
 class _Batch(Protocol):
@@ -43,11 +50,12 @@ ESTIMATE_WEIGHT = 0.25
 class FairShare:
     """The passes of the projects with batches waiting or running."""
 
-    def __init__(self, weight: Callable[[str], float]) -> None:
+    def __init__(self, weight: Callable[[str], float], lines_per_weight: int = 1000) -> None:
         self.weight = weight
+        self.lines_per_weight = lines_per_weight
         self.passes: dict[str, float] = {}
         #: Lines a turn is charged when given, until it ends (1 until a turn has ended).
-        self.turn_lines = 1.0
+        self.mean_turn = 1.0
         self._charged: dict[str, tuple[str, float]] = {}  # batch -> (project, pass added)
         self._lock = threading.Lock()
 
@@ -71,11 +79,16 @@ class FairShare:
 
             return waiting[next_of(min(projects, key=rank))]
 
+    def turn_lines(self, project: str) -> int:
+        """The lines a turn of ``project`` runs while others wait: its weight x
+        ``lines_per_weight``, at least one."""
+        return max(1, round(self.weight(project) * self.lines_per_weight))
+
     def granted(self, project: str, batch: str | None = None) -> None:
         """A turn given to ``project`` (for ``batch``: corrected by :meth:`ended`), charged
         as long as the turns so far were."""
         with self._lock:
-            added = self.turn_lines / self.weight(project)
+            added = self.mean_turn / self.weight(project)
             self.passes[project] = self.passes.get(project, 0.0) + added
             if batch is not None:
                 self._charged[batch] = (project, added)
@@ -90,7 +103,7 @@ class FairShare:
             if project in self.passes:  # else it has nothing unfinished: forgotten
                 self.passes[project] += lines / self.weight(project) - added
             if lines > 0:
-                self.turn_lines += ESTIMATE_WEIGHT * (lines - self.turn_lines)
+                self.mean_turn += ESTIMATE_WEIGHT * (lines - self.mean_turn)
 
     def keep_only(self, projects: set[str]) -> None:
         """Forget the projects with nothing unfinished: they rejoin at the others' pass."""
@@ -98,4 +111,28 @@ class FairShare:
             self.passes = {p: v for p, v in self.passes.items() if p in projects}
 
 
-__all__ = ["FairShare"]
+def hold_back(scan: Scan, lines: int) -> int:
+    """Leave only the first ``lines`` lines of ``scan`` to run (a turn's share): the others
+    are marked not to run, so they are neither sent nor written and the next turn's scan
+    finds them undone. Returns how many were held back. (Lines bad at a glance are written
+    whatever the turn: they cost nothing.)"""
+    from relayllm.batch.scan import SKIP
+
+    held, kept = 0, []
+    for chunk in scan.chunks:
+        for i, key in enumerate(chunk.keys):
+            if key == SKIP:
+                continue
+            if lines > 0:
+                lines -= 1
+            else:
+                chunk.keys[i] = SKIP
+                scan.key_lines[key] -= 1
+                held += 1
+        if chunk.keys.count(SKIP) != len(chunk.keys):
+            kept.append(chunk)
+    scan.chunks = kept
+    return held
+
+
+__all__ = ["FairShare", "hold_back"]

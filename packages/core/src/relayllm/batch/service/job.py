@@ -32,6 +32,7 @@ from typing import Any
 
 from relayllm.batch.format import default_deployment, error_line, parse_envelope
 from relayllm.batch.service.errors import IllegalTransitionError, NotFoundError
+from relayllm.batch.service.fair import hold_back
 from relayllm.batch.service.files import PART, FileStorage
 from relayllm.batch.service.ids import new_file_id
 from relayllm.batch.service.settings import ServiceSettings
@@ -46,7 +47,7 @@ EXPIRED_MESSAGE = "This request could not be executed before the completion wind
 
 
 class _TurnOver(Exception):
-    """Raised between blocks when the batch has had its turn and another batch waits."""
+    """Raised when the batch has had its turn (its lines or its time) and another waits."""
 
 
 class _Stop(Exception):
@@ -76,6 +77,7 @@ class BatchJob:
         claim: int,
         deployments: Callable[[], list[str]] = deployment_names,
         turn_over: Callable[[float], bool] | None = None,
+        turn_lines: Callable[[str], int | None] | None = None,
         ledger: UsageLedger | None = None,
     ) -> None:
         self.settings, self.store, self.storage = settings, store, storage
@@ -85,6 +87,9 @@ class BatchJob:
         #: Asked after each block with the seconds this turn has written blocks for (from
         #: its first block): True ends the turn.
         self.turn_over = turn_over
+        #: Asked with the project when a turn starts and after each block: the lines a turn
+        #: may write (None: no limit, no other batch waits).
+        self.turn_lines = turn_lines
         #: Lines the last :meth:`run` wrote (the runner charges them to the project's share).
         self.written = 0
         self.dir = os.path.join(settings.work_dir, batch_id)
@@ -188,9 +193,12 @@ class BatchJob:
         total = scan.lines
         self.update(request_counts=RequestCounts(total, done.completed, done.failed))
 
-        # A turn counts from its first block: starting the batch's Ray Data job (again each
-        # turn: seconds cold, under one warm) is not engine time, and counted it made one
-        # turn a block and another ten. (The share is counted in lines anyway: fair.py.)
+        # A turn while others wait runs its project's lines (fair.py): the rest held back,
+        # left undone for the next turn. Its turn_s counts from its first block: starting
+        # the batch's Ray Data job (again each turn: seconds cold) is not engine time.
+        limit = self.turn_lines(record.project) if self.turn_lines is not None else None
+        held = hold_back(scan, limit) if limit is not None else 0
+        to_write = scan.to_run + len(scan.bad)
         began: float | None = None
         before = done.completed + done.failed
 
@@ -205,7 +213,12 @@ class BatchJob:
                 raise _Stop("cancelled")
             if self.expired(now):
                 raise _Stop("expired")
+            if self.written >= to_write:
+                return  # the turn's last block: it ends anyway
             if self.turn_over is not None and self.turn_over(time.monotonic() - began):
+                raise _TurnOver()
+            limit = self.turn_lines(record.project) if self.turn_lines is not None else None
+            if limit is not None and self.written >= limit:  # a turn begun alone
                 raise _TurnOver()
 
         fields = processor_fields(self.settings)
@@ -224,6 +237,8 @@ class BatchJob:
                 run_scanned(*work, strict_routing=False)
             finally:
                 window.cancel()
+        if held:
+            raise _TurnOver()  # its lines written, the batch's others for the next turns
 
     def finish(
         self, record: BatchRecord, status: Status, errors: list[dict[str, Any]] | None = None

@@ -78,9 +78,9 @@ class BatchRunner:
         self.jobs: dict[str, BatchJob] = {}  # the claims held, kept alive by _heartbeat
         self.turns: dict[str, int] = {}  # batch -> when it last got a slot (a tick)
         quotas = quotas_now(settings.quotas_file, settings.quotas)  # the file's, if it changes
-        self.fair = FairShare(lambda project: weight_of(quotas(), project))
+        self.fair = FairShare(lambda project: weight_of(quotas(), project), settings.turn_lines)
         self._tick = 0
-        #: A batch waits for a slot: running ones end their turn at their next block.
+        #: A batch waits for a slot: turns are capped in lines and end at a block.
         self.contended = False
         self._wake = threading.Event()
         self._quiet_ray_data()
@@ -157,30 +157,37 @@ class BatchRunner:
     def _start_due(self) -> None:
         """Fill the free slots: each to the project of lowest pass (weighted fair share,
         :mod:`~relayllm.batch.service.fair`), within it round robin: the batches that never
-        ran, oldest first, then those whose last turn is longest ago. Any batch left waiting
-        makes the running ones end their turn (``turn_s``) at their next block."""
+        ran, oldest first, then those whose last turn is longest ago. While any batch is
+        left waiting, a turn runs at most its project's weight x ``turn_lines`` lines, and
+        one running ends at its next block once it has written as many or run ``turn_s``."""
         self.active = {b: t for b, t in self.active.items() if t.is_alive()}
         unfinished = self.store.unfinished()
         live = {r.id for r in unfinished}
         self.turns = {b: t for b, t in self.turns.items() if b in live}
         waiting = [r for r in unfinished if r.id not in self.active]
         self.fair.keep_only({r.project for r in unfinished})
-        while waiting and len(self.active) < self.settings.max_batches:
-            chosen = self.fair.pick(waiting, self.turns)  # projects by weight (fair.py)
-            waiting.remove(chosen)
-            self.fair.granted(chosen.project, chosen.id)  # corrected when the turn ends
-            batch_id = chosen.id
+        chosen: list[str] = []
+        while waiting and len(self.active) + len(chosen) < self.settings.max_batches:
+            batch = self.fair.pick(waiting, self.turns)  # projects by weight (fair.py)
+            waiting.remove(batch)
+            self.fair.granted(batch.project, batch.id)  # corrected when the turn ends
             self._tick += 1
-            self.turns[batch_id] = self._tick
+            self.turns[batch.id] = self._tick
+            chosen.append(batch.id)
+        self.contended = bool(waiting)  # before the turns start: it caps their lines
+        for batch_id in chosen:
             thread = threading.Thread(
                 target=self._run, args=(batch_id,), name=f"batch-{batch_id}", daemon=True
             )
             self.active[batch_id] = thread
             thread.start()
-        self.contended = bool(waiting)
 
     def _turn_over(self, seconds: float) -> bool:
         return self.contended and seconds >= self.settings.turn_s
+
+    def _turn_lines(self, project: str) -> int | None:
+        """The lines a turn of ``project`` may write while others wait (None: none wait)."""
+        return self.fair.turn_lines(project) if self.contended else None
 
     def _run(self, batch_id: str) -> None:
         written: int | None = None  # None: the turn never ran
@@ -208,6 +215,7 @@ class BatchRunner:
                 batch_id,
                 claim,
                 turn_over=self._turn_over,
+                turn_lines=self._turn_lines,
                 ledger=self.ledger,
             )
             self.jobs[batch_id] = job

@@ -119,8 +119,18 @@ class ServiceSettings(ConfigModel):
         description="While batches wait for a slot, a running batch gives its slot up at "
         "its next block once this many seconds have passed since the turn's first block "
         "(not since its start: starting the batch's Ray Data job again each turn is not "
-        "counted); its claim and lines are kept. The projects' shares are counted in the "
-        "lines their turns wrote.",
+        "counted), if its turn's lines (turn_lines) have not ended it first; its claim and "
+        "lines are kept.",
+    )
+    turn_lines: int = Field(
+        default=1000,
+        gt=0,
+        description="A turn's lines per unit of its project's weight: a turn given while "
+        "other batches wait runs at most weight x this many of its batch's unfinished lines, "
+        "then gives its slot up (a turn that began alone ends at its next block once it has "
+        "written as many and another batch waits). The projects' shares are counted in the "
+        "lines their turns wrote. Smaller: finer shares, but each turn starts the batch's "
+        "Ray Data job again (a second or more).",
     )
     poll_s: float = Field(
         default=2.0, gt=0, description="How often the runner looks for work unwoken."
