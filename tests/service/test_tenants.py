@@ -231,13 +231,22 @@ def test_a_batch_over_the_enqueued_token_quota_is_refused_as_openai_refuses_it(s
 
 
 def test_a_second_unfinished_batch_is_refused_and_the_room_comes_back(service):
+    """alpha's first batch is held unfinished (its deployment paused: its lines wait in the
+    replica) until it is cancelled, however fast the machine runs it otherwise."""
+    import relayllm
+
     alpha, beta = service["alpha"], service["beta"]
-    first = submit(alpha, chat_lines(8, model="slow", prefix="q"))
-    with pytest.raises(openai.RateLimitError) as refused:
-        submit(alpha, chat_lines(1))
-    assert refused.value.code == "batch_limit_exceeded"
-    assert wait(beta, submit(beta, chat_lines(2, prefix="o")).id).status == "completed"
-    alpha.batches.cancel(first.id)
+    slow = relayllm.control("slow")
+    slow.pause()
+    try:
+        first = submit(alpha, chat_lines(8, model="slow", prefix="q"))
+        with pytest.raises(openai.RateLimitError) as refused:
+            submit(alpha, chat_lines(1))
+        assert refused.value.code == "batch_limit_exceeded"
+        assert wait(beta, submit(beta, chat_lines(2, prefix="o")).id).status == "completed"
+        alpha.batches.cancel(first.id)
+    finally:
+        slow.resume()
     assert wait(alpha, first.id).status == "cancelled"
     assert wait(alpha, submit(alpha, chat_lines(1)).id).status == "completed"
 
