@@ -175,8 +175,11 @@ def test_status_lists_every_replica_with_its_node_rows_and_hit_rate(tmp_path):
     replica_lines = [line for line in lines if line[1] in {r["replica"] for r in replicas}]
     assert len(replica_lines) == 3  # one line per replica: name, replica, node, ...
     # relayllm batch's summary: the engines' own figures over its run.
-    (summary,) = [line for line in batch.stderr.splitlines() if line.startswith(f"{name}: ")]
+    # (Each deployment has two lines: its tokens, then the engines' figures.)
+    mine = [line for line in batch.stderr.splitlines() if line.startswith(f"{name}: ")]
+    (summary,) = [line for line in mine if "prefix-cache" in line]
     assert summary.startswith(f"{name}: prefix-cache hit rate"), summary
+    assert sum(line.endswith(" completion tokens") for line in mine) == 1, mine
     assert "prompt tokens prefilled" in summary and summary.endswith(", 3 replica(s)"), summary
 
 
