@@ -534,7 +534,9 @@ def test_a_small_batch_created_after_a_large_one_finishes_first(service):
     its slot up after its turn (--turn-s 1) because the small one waits, and the small one
     ends while the large one is still in progress; the large one then ends, each line once."""
     api = client(service["url"])
-    size = SLOW_LINES // 2
+    # Long enough (32 calls of 0.5 s) that the large one cannot end before the small one is
+    # seen waiting and its turn given up, however fast the machine.
+    size = SLOW_LINES
     large = submit(api, chat_lines(size, model="slow", prefix="g"))
     wait(api, large.id, finished_lines(1))
     small = wait(api, submit(api, chat_lines(4, prefix="h")).id)
@@ -542,7 +544,7 @@ def test_a_small_batch_created_after_a_large_one_finishes_first(service):
     assert small.status == "completed" and small.request_counts.completed == 4
     assert during.status == "in_progress", during
     assert during.request_counts.completed < size
-    done = wait(api, large.id, timeout=90)
+    done = wait(api, large.id, timeout=180)
     assert done.status == "completed" and small.completed_at <= done.completed_at
     ids = [line["custom_id"] for line in lines_of(api, done.output_file_id)]
     assert sorted(ids) == sorted(f"g{i}" for i in range(size))
