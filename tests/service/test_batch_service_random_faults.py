@@ -13,7 +13,13 @@ Each kill point is one of:
 - ``finishing``: SIGSTOP then SIGKILL as soon as a batch is seen finalizing, wherever its
   finish is (reserving its file ids, storing the bytes, publishing them);
 - ``finishing-lock``: the lock held as in ``lock``, once a batch is finalizing (the finish
-  waits at its reservation or its publication, its bytes stored or not).
+  waits at its reservation or its publication, its bytes stored or not);
+- ``upload``: a process writing an upload as the gateway does (a new file id, the body a
+  piece at a time) SIGKILLed mid-body, its ``.part-`` file dated back past the age at which
+  the runner takes such a file for a killed writer's, then the runner SIGKILLed: the next
+  runner's sweep on start must remove it.
+
+Every kind lands at least once in a run; the rest of the kill points are drawn at random.
 
 After each kill, every batch that ended is checked: its files whole JSON lines, each custom_id
 exactly once across its output and error files, each answer echo's answer to its own line,
@@ -28,6 +34,8 @@ import os
 import random
 import signal
 import sqlite3
+import subprocess
+import sys
 import time
 from collections import Counter
 
@@ -38,7 +46,17 @@ pytestmark = pytest.mark.usefixtures("ray_session")
 CHAT = "/v1/chat/completions"
 PROJECT = "alpha"
 DEPLOYMENT = "faults-echo"
-KINDS = ("anytime", "in-flight", "lock", "finishing", "finishing-lock")
+KINDS = ("anytime", "in-flight", "lock", "finishing", "finishing-lock", "upload")
+#: The gateway's upload, cut mid-body: the first piece written, the rest never arrives.
+UPLOAD = """
+import sys, time
+from relayllm.batch.service.files import FileStorage
+from relayllm.batch.service.ids import new_file_id
+writer = FileStorage.from_uri(sys.argv[1]).writer(new_file_id())
+writer.write(b'{"custom_id": "cut", "method": "POST", "url": ')
+print("written", flush=True)
+time.sleep(600)
+"""
 
 
 def rows_of(name):
@@ -143,8 +161,34 @@ def hold_lock(path):
     return lock
 
 
+def cut_upload(service):
+    """An upload's writer SIGKILLed mid-body; its ``.part-`` file, dated back as if the
+    hour had passed, is left for the next runner's sweep. Returns the file's name."""
+    from relayllm.batch.service.files import PART
+    from relayllm.batch.service.runner import PART_MAX_AGE_S
+
+    location = service.settings.files_location
+    before = set(os.listdir(location))
+    writer = subprocess.Popen(
+        [sys.executable, "-c", UPLOAD, location], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert writer.stdout.readline().strip() == "written", "the upload's first piece"
+    finally:
+        writer.kill()
+        writer.wait()
+    [part] = [name for name in set(os.listdir(location)) - before if PART in name]
+    old = time.time() - PART_MAX_AGE_S - 60
+    os.utime(os.path.join(location, part), (old, old))
+    return part
+
+
 def kill_once(kind, pid, service, rng, moved):
     """One kill point of ``kind`` on the runner ``pid``; returns what it landed on."""
+    if kind == "upload":
+        part = cut_upload(service)
+        os.kill(pid, signal.SIGKILL)
+        return f"upload ({part} left)"
     if kind == "anytime":
         time.sleep(rng.uniform(0.0, 2.0))
         os.kill(pid, signal.SIGKILL)
@@ -203,8 +247,11 @@ def test_random_kills_keep_every_line_exactly_once(ray_session, tmp_path, capsys
     landed: list[str] = []
     pid = None
     began = time.monotonic()
+    # Every kind at least once, the rest at random, in a random order.
+    kinds = list(KINDS)[:kills] + [rng.choice(KINDS) for _ in range(kills - len(KINDS))]
+    rng.shuffle(kinds)
     try:
-        for point in range(kills):
+        for point, kind in enumerate(kinds):
             while len(set(service.inputs) - ended) < 2:
                 service.create(lines_for(f"b{len(service.inputs)}", rng.randrange(3, 20), rng))
             pid = new_pid(runner, pid)  # the runner Ray started anew
@@ -214,7 +261,6 @@ def test_random_kills_keep_every_line_exactly_once(ray_session, tmp_path, capsys
             while rows_of(DEPLOYMENT) == start and time.monotonic() < settle:
                 time.sleep(0.05)
             start = rows_of(DEPLOYMENT)
-            kind = rng.choice(KINDS)
             where = kill_once(kind, pid, service, rng, lambda s=start: rows_of(DEPLOYMENT) > s)
             landed.append(where)
             context = f"seed {seed}, kill point {point} ({where})"
@@ -234,8 +280,14 @@ def test_random_kills_keep_every_line_exactly_once(ray_session, tmp_path, capsys
         left = set(service.inputs) - ended
         assert not left, f"seed {seed}: every batch ends: {left} left unfinished"
         recorded = {f.id for f in service.store.list_files(PROJECT, limit=10000).data}
-        stored = set(os.listdir(settings.files_location))
-        parts = [name for name in stored if PART in name]
+        # The last runner sweeps on start, in its loop's thread: a moment after it answers.
+        deadline = time.monotonic() + 30
+        while True:
+            stored = set(os.listdir(settings.files_location))
+            parts = [name for name in stored if PART in name]
+            if not parts or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
         assert not parts, f"seed {seed}: no .part- file left: {parts}"
         orphans, missing = sorted(stored - recorded), sorted(recorded - stored)
         assert not orphans, f"seed {seed}: no orphan bytes (stored, not recorded): {orphans}"
