@@ -1,9 +1,11 @@
 """The usage ledger without Ray: a batch's output lines charged per model and minute, once
 across a kill and a new claim (the work file carried over as the runner does), never by a
-replaced claim; online requests recorded; the Usage API's buckets, groups, filters and pages."""
+replaced claim; online requests recorded; the Usage API's buckets, groups, filters and pages;
+the ledger turned off (``ServiceSettings.record_usage``) records nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -12,8 +14,9 @@ import pytest
 
 from relayllm.batch.service.errors import InvalidRequestError, ServiceError, StaleClaimError
 from relayllm.batch.service.runner import BatchJob
+from relayllm.batch.service.settings import ServiceSettings
 from relayllm.batch.service.usage import UsageLedger, Use, line_use, migrate, use_of
-from relayllm.batch.service.usage_api import completions_page
+from relayllm.batch.service.usage_api import completions_page, metered
 
 CHAT = "/v1/chat/completions"
 T0 = 1_700_000_000 - 1_700_000_000 % 86400  # a UTC midnight
@@ -252,3 +255,48 @@ def test_usage_refuses_what_it_cannot_answer(filled, params, param):
     with pytest.raises(InvalidRequestError) as caught:
         completions_page(filled, query(**params), T0 + 86400)
     assert caught.value.param == param
+
+
+def test_recording_is_on_unless_the_settings_turn_it_off():
+    assert ServiceSettings().record_usage is True
+    assert ServiceSettings(record_usage=False).record_usage is False
+
+
+def test_a_ledger_not_recording_charges_no_line_and_records_no_request(service, tmp_path):
+    settings, store, _ = service
+    batch = new_batch(service)
+    claim = store.claim(batch.id, "r")
+    work = tmp_path / "out.jsonl"
+    work.write_text(output_line(1) + output_line(2))
+    on = UsageLedger(settings.store_path)
+    on.record("alpha", "echo", Use(1, 7, 0, 3), at=T0)  # recorded before it was turned off
+    off = UsageLedger(settings.store_path, recording=False)
+    assert off.charge_lines(batch.id, claim, str(work)) == 0
+    off.record("alpha", "echo", Use(1, 5, 0, 5), at=T0)
+    assert totals(off, batch.id) == Use(0)
+    (row,) = off.rows(T0, T0 + 60)  # what was recorded before is read as ever
+    assert (row["requests"], row["input_tokens"]) == (1, 7)
+    # Nothing was marked charged: recording on again charges the lines the file holds.
+    assert on.charge_lines(batch.id, claim, str(work)) == 2
+    on.close()
+    off.close()
+
+
+def test_online_answers_pass_untouched_and_unrecorded_when_not_recording(service):
+    from starlette.responses import JSONResponse, StreamingResponse
+
+    settings, _, _ = service
+    off = UsageLedger(settings.store_path, recording=False)
+    body = {"model": "echo", "usage": {"prompt_tokens": 4, "completion_tokens": 2}}
+    answer = JSONResponse(body)
+    assert asyncio.run(metered(answer, "alpha", off)) is answer
+    assert json.loads(bytes(answer.body)) == body
+
+    async def chunks():
+        yield b'data: {"model": "echo", "usage": {"prompt_tokens": 4}}\n\n'
+
+    stream = StreamingResponse(chunks())
+    inner = stream.body_iterator
+    assert asyncio.run(metered(stream, "alpha", off)).body_iterator is inner  # not read
+    assert off.rows(0, T0 * 2) == []
+    off.close()

@@ -156,6 +156,7 @@ class NodeResource(click.ParamType):
 )
 @_field("turn_s", type=click.FloatRange(min=0, min_open=True))
 @_field("turn_lines", type=click.IntRange(min=1))
+@_field("record_usage", "--record-usage/--no-record-usage")
 @click.option(
     "--json",
     "as_json",
@@ -184,6 +185,7 @@ def serve(
     image_hosts,
     turn_s,
     turn_lines,
+    record_usage,
     as_json,
     address,
     verbose,
@@ -229,6 +231,7 @@ def serve(
         image_hosts=list(image_hosts),
         turn_s=turn_s,
         turn_lines=turn_lines,
+        record_usage=record_usage,
         quotas=read_quotas(quotas_file),
         quotas_file=quotas_file,
     )

@@ -70,7 +70,7 @@ class Gateway:
         self.keys = keys
         os.makedirs(settings.state_dir, exist_ok=True)
         self.store = AdminStore(settings.store_path)  # the admin key's project is every one
-        self.ledger = UsageLedger(settings.store_path)  # what each project used (usage.py)
+        self.ledger = UsageLedger(settings.store_path, recording=settings.record_usage)  # usage.py
         live = quotas_now(settings.quotas_file, settings.quotas)  # the file's as it changes
         self.quotas = Quotas.install(self.store, settings.quotas, live)  # checked as it writes
         self.storage = FileStorage.from_uri(settings.files_location, settings.max_file_bytes)

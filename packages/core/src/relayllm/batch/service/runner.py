@@ -71,7 +71,7 @@ class BatchRunner:
         self.settings = settings
         os.makedirs(settings.work_dir, exist_ok=True)
         self.store = SQLiteJobStore(settings.store_path)
-        self.ledger = UsageLedger(settings.store_path)
+        self.ledger = UsageLedger(settings.store_path, recording=settings.record_usage)
         self.storage = FileStorage.from_uri(settings.files_location, settings.max_file_bytes)
         self.name = _runner_identity()
         self.active: dict[str, threading.Thread] = {}

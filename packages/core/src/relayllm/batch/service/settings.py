@@ -135,6 +135,12 @@ class ServiceSettings(ConfigModel):
     poll_s: float = Field(
         default=2.0, gt=0, description="How often the runner looks for work unwoken."
     )
+    record_usage: bool = Field(
+        default=True,
+        description="Record every batch line and online request in the usage ledger (the "
+        "Usage API, relayllm usage, the console's tokens). Off: a service that does no "
+        "accounting records nothing (what was recorded before stays readable).",
+    )
 
     @field_validator("name")
     @classmethod

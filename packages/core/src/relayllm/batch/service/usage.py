@@ -134,12 +134,20 @@ def line_use(text: str, now: int) -> tuple[str, int, Use] | None:
 
 class UsageLedger(SQLiteFile):
     """The ledger in the job store's SQLite file (its own connection; WAL and SQLite's write
-    lock make it safe beside the store's, in any process)."""
+    lock make it safe beside the store's, in any process). ``recording=False``
+    (``ServiceSettings.record_usage``, a service that does no accounting): nothing is
+    recorded or charged, and what was recorded before is read as ever."""
 
     def __init__(
-        self, path: str, *, clock: Callable[[], float] = time.time, timeout_s: float = 30.0
+        self,
+        path: str,
+        *,
+        clock: Callable[[], float] = time.time,
+        timeout_s: float = 30.0,
+        recording: bool = True,
     ) -> None:
         super().__init__(path, clock=clock, timeout_s=timeout_s)
+        self.recording = recording
         try:
             with self.write() as db:
                 migrate(db, "usage", _SCHEMA_VERSION, _MIGRATIONS)
@@ -154,6 +162,8 @@ class UsageLedger(SQLiteFile):
 
     def record(self, project: str, model: str, use: Use, *, at: int | None = None) -> None:
         """An online request's usage (``at``: when it was answered; default now)."""
+        if not self.recording:
+            return
         minute = self.now() if at is None else int(at)
         with self.write() as db:
             _add(db, project, "", model, minute - minute % MINUTE, use)
@@ -163,7 +173,10 @@ class UsageLedger(SQLiteFile):
         the mark past them, in one transaction; returns the lines charged. Refused
         (:class:`StaleClaimError`, nothing charged) unless ``claim`` is the batch's current
         claim. A line cut short at the file's end waits for its newline (a kill's trimmed
-        tail never is one)."""
+        tail never is one). Not recording: nothing read, nothing charged, the mark left
+        where it is."""
+        if not self.recording:
+            return 0
         with self.write() as db:
             row = db.execute(
                 "SELECT project, claim FROM batches WHERE id = ?", (batch_id,)

@@ -179,13 +179,14 @@ async def metered(
     """``response`` to an online request of ``project``, its usage recorded in ``ledger``: at
     once for a JSON body, at the stream's end for a streamed one (from the chunk with
     ``usage``, sent when the request asked ``stream_options.include_usage``; otherwise the
-    request alone is counted). An error answer records nothing."""
+    request alone is counted). An error answer records nothing; with the ledger not
+    recording, an answer passes untouched (a stream is not read on its way)."""
     from starlette.responses import StreamingResponse
 
     async def record(served: str, use: Use) -> None:
         await asyncio.to_thread(ledger.record, project, served, use)
 
-    if response.status_code != 200:
+    if response.status_code != 200 or not ledger.recording:
         return response
     if not isinstance(response, StreamingResponse):
         try:
