@@ -17,6 +17,7 @@ from reporting import (
     engine,
     fair_share,
     gateway_memory,
+    ledger,
     memory,
     multiturn,
     online_batch,
@@ -52,6 +53,7 @@ SECTIONS = [
     ("routing", "12. Replicas and routing", routing.section),
     ("routing-vllm", "12b. Replicas and routing on the demo model", routing.vllm_section),
     ("fair_share", "13. Weighted fair share between projects", fair_share.section),
+    ("ledger", "14. The usage ledger's overhead", ledger.section),
 ]
 
 #: Result files a question reads besides the one it is listed under.
