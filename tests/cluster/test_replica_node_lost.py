@@ -1,9 +1,9 @@
 """A deployment with an HTTP front, one replica on each worker node, loses a node: an OpenAI
 client through Serve's proxy sees at most the requests in flight at the loss fail, each with a
-retryable status. Then, while the deployment is paused and serves updated weights, its last
-node is lost as a new one joins: the replacement replica on the new node comes up paused and
-with those weights before it takes a row (the control state lives in an actor, not in the
-replicas)."""
+retryable status, and the requests after it are answered by the replica left. Then, while the
+deployment is paused and serves updated weights, its last node is lost as a new one joins: the
+replacement replica on the new node comes up paused and with those weights before it takes a
+row (the control state lives in an actor, not in the replicas)."""
 
 from __future__ import annotations
 
@@ -93,6 +93,8 @@ def test_requests_to_the_lost_replica_fail_over(nodes, front):
     clients = Clients(front)
     try:
         wait_for(lambda: clients.ok() >= 20, "requests answered before the loss")
+        before = nodes.replicas("front")
+        assert sorted(before.values()) == ["node1", "node2"], before
         killed = time.monotonic()
         nodes.kill("node1")
         done = time.monotonic()
@@ -100,6 +102,10 @@ def test_requests_to_the_lost_replica_fail_over(nodes, front):
             lambda: sum(1 for s, _, o in clients.outcomes if s > done and o == 200) >= 40,
             "requests answered after the loss",
         )
+        # Answered by the replica that was left, not by a replacement started meanwhile (no
+        # node has room for one): the requests failed over, they did not wait for a new one.
+        left = nodes.replicas("front")
+        assert set(left) == {name for name, node in before.items() if node == "node2"}, left
     finally:
         clients.finish()
     failed = [(s, e, o) for s, e, o in clients.outcomes if o != 200]
