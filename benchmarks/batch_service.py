@@ -300,7 +300,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument(
-        "--warmup-lines", type=int, default=2000, help="the unmeasured first run of each"
+        "--warmup-lines", type=int, default=2000, help="the unmeasured first run of each; 0: none"
     )
     args = parser.parse_args()
 
@@ -313,12 +313,13 @@ def main() -> None:
         work.mkdir()
         out, phases = work / "out.jsonl", work / "phases.json"
         # Warm-up, not measured: the cluster's first Ray Data jobs start its singleton actors.
-        batch_in, plain_in = write_inputs(args.warmup_lines, work)
-        plain_in.unlink()
-        lines = args.warmup_lines
-        measure(batch_cli(batch_in, out, args), out, lines, env)
-        warm = measure(service_driver(base, batch_in, out, phases), out, lines, env, phases)
-        delete_files(base, warm["files"])
+        # 0 skips it (a toy run, where no figure is read).
+        if lines := args.warmup_lines:
+            batch_in, plain_in = write_inputs(lines, work)
+            plain_in.unlink()
+            measure(batch_cli(batch_in, out, args), out, lines, env)
+            warm = measure(service_driver(base, batch_in, out, phases), out, lines, env, phases)
+            delete_files(base, warm["files"])
         for rows in args.sizes:
             batch_in, plain_in = write_inputs(rows, work)
             plain_in.unlink()

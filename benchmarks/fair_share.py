@@ -186,7 +186,8 @@ def main() -> None:
             found = windows(samples, args.window_s)
             print(f"round {number + 1}: {json.dumps(found)}", flush=True)
             rounds.append({**found, "samples": samples})
-            time.sleep(5)  # the cancelled batches' ends written before the next round
+            if number + 1 < args.repeats:
+                time.sleep(5)  # the cancelled batches' ends written before the next round
     finally:
         subprocess.run(
             [sys.executable, "-m", "relayllm.cli", "unserve"], env=env, capture_output=True
