@@ -174,8 +174,6 @@ def run_relayllm(args: argparse.Namespace) -> dict[str, Any]:
     ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     ray.data.DataContext.get_current().enable_progress_bars = False
     options = {"model": args.model, "max_model_len": args.max_model_len, **args.options}
-    if args.engine_metrics is not None:  # unset: the backend's default
-        options["engine_metrics"] = args.engine_metrics == "on"
     started = time.perf_counter()
     ref = relayllm.deploy(
         relayllm.DeploymentConfig(name="bench-engine", backend="vllm", options=options)
@@ -237,7 +235,7 @@ def child(side: str, args: argparse.Namespace, *extra: str) -> dict[str, Any]:
         *(["--in-flight", str(args.in_flight)] if getattr(args, "in_flight", None) else []),
         *(["--compute", args.compute] if getattr(args, "compute", None) else []),
         "--options",
-        json.dumps(getattr(args, "options", {})),  # engine_metrics.py has no --options
+        json.dumps(args.options),
         *extra,
     ]
     done = subprocess.run(command, capture_output=True, text=True)
@@ -323,8 +321,6 @@ def main() -> None:
         '\'{"engine_kwargs": {"distributed_executor_backend": "mp"}}\')',
     )
     parser.add_argument("--side", choices=["raw", "relayllm"], help=argparse.SUPPRESS)
-    # The vllm backend's engine_metrics option (benchmarks/engine_metrics.py compares the two).
-    parser.add_argument("--engine-metrics", choices=["on", "off"], help=argparse.SUPPRESS)
     args = parser.parse_args()
 
     if args.side:

@@ -67,7 +67,8 @@ def connect(
                     logging_level=logging.WARNING if quiet else logging.INFO,
                     configure_logging=True,
                     # A local cluster started here has no dashboard: nothing in relayllm reads
-                    # it, and its processes hold ~0.4 GiB (measured: benchmarks/demo_memory.py).
+                    # it, and its processes hold ~0.4 GiB (measured on the demo pipeline:
+                    # docs/experiments/demo-memory.md).
                     # A cluster started with `ray start` keeps its own (ignored when connecting).
                     include_dashboard=False,
                 )
