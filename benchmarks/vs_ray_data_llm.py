@@ -212,6 +212,37 @@ def child(variant: str, args: argparse.Namespace) -> dict[str, Any]:
     return json.loads(lines[-1][len("RESULT ") :])
 
 
+def summarise(
+    samples: dict[str, list[dict[str, Any]]],
+) -> tuple[dict[str, Any], dict[str, dict[str, float]]]:
+    """Each variant's medians over its good runs, and relayllm's ratios to ray.data.llm by
+    number of steps: what docs/benchmarks.md reads."""
+    summary: dict[str, Any] = {}
+    for variant, runs in samples.items():
+        good = [r for r in runs if not r.get("failed")]
+        if not good:
+            summary[variant] = {"failed": True, "error_tail": runs[-1].get("error_tail")}
+            continue
+        summary[variant] = {
+            "engines": good[0]["engines"],
+            "wall_s": statistics.median(r["wall_s"] for r in good),
+            "rows_per_s": statistics.median(r["rows_per_s"] for r in good),
+            "rows_per_s_per_engine": statistics.median(r["rows_per_s_per_engine"] for r in good),
+            "spread": [min(r["rows_per_s"] for r in good), max(r["rows_per_s"] for r in good)],
+            "runs": len(good),
+        }
+    ratios: dict[str, dict[str, float]] = {}
+    for steps in ("1", "2"):
+        ours, theirs = summary.get(f"relayllm-{steps}"), summary.get(f"raydata-{steps}")
+        if ours and theirs and not ours.get("failed") and not theirs.get("failed"):
+            ratios[f"{steps}_step"] = {
+                "throughput": ours["rows_per_s"] / theirs["rows_per_s"],
+                "throughput_per_engine": ours["rows_per_s_per_engine"]
+                / theirs["rows_per_s_per_engine"],
+            }
+    return summary, ratios
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -240,29 +271,7 @@ def main() -> None:
             print(json.dumps({k: v for k, v in result.items() if k != "error_tail"}), flush=True)
             if result.get("failed"):
                 print(result["error_tail"], file=sys.stderr)
-    summary = {}
-    for variant, runs in samples.items():
-        good = [r for r in runs if not r.get("failed")]
-        if not good:
-            summary[variant] = {"failed": True, "error_tail": runs[-1].get("error_tail")}
-            continue
-        summary[variant] = {
-            "engines": good[0]["engines"],
-            "wall_s": statistics.median(r["wall_s"] for r in good),
-            "rows_per_s": statistics.median(r["rows_per_s"] for r in good),
-            "rows_per_s_per_engine": statistics.median(r["rows_per_s_per_engine"] for r in good),
-            "spread": [min(r["rows_per_s"] for r in good), max(r["rows_per_s"] for r in good)],
-            "runs": len(good),
-        }
-    ratios = {}
-    for steps in ("1", "2"):
-        ours, theirs = summary.get(f"relayllm-{steps}"), summary.get(f"raydata-{steps}")
-        if ours and theirs and not ours.get("failed") and not theirs.get("failed"):
-            ratios[f"{steps}_step"] = {
-                "throughput": ours["rows_per_s"] / theirs["rows_per_s"],
-                "throughput_per_engine": ours["rows_per_s_per_engine"]
-                / theirs["rows_per_s_per_engine"],
-            }
+    summary, ratios = summarise(samples)
     report = {
         "model": args.model,
         "rows": args.rows,

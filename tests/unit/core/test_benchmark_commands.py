@@ -1,8 +1,10 @@
 """Every script kept in benchmarks/ is one that docs/benchmarks.md runs, and it still takes the
 command each committed results file records for it: a refactor that breaks a script's imports or
 renames an option fails here, in seconds, and a script no results file names (one nobody runs)
-fails too. The engine scripts cannot run without the vLLM engine, so their arguments are what
-this tier checks; the echo scripts also run at toy size in tests/core/test_benchmark_smoke.py.
+fails too. Every script kept also has a toy run, named below: the echo scripts run at toy size
+on a cluster (tests/core), the engine scripts' parts that need no engine run here
+(test_benchmark_measures.py: their workloads, and each committed run summarised again), and
+benchmarks/nodes.py runs on the vLLM engine in its tier. A script added without one fails here.
 
 The parser is the script's own: ``main()`` builds it and parses the recorded arguments, and the
 parse is stopped there (nothing is measured and nothing is written)."""
@@ -10,6 +12,7 @@ parse is stopped there (nothing is measured and nothing is written)."""
 import argparse
 import importlib
 import json
+import re
 import shlex
 import sys
 
@@ -23,6 +26,26 @@ sys.path.insert(0, str(BENCHMARKS))
 NOT_MEASURING = {"_common", "report"}
 SCRIPTS = sorted(p.stem for p in BENCHMARKS.glob("*.py") if p.stem not in NOT_MEASURING)
 RESULTS = {p.stem: json.loads(p.read_text()) for p in sorted(BENCHMARKS.glob("results/*.json"))}
+
+
+#: Each script kept, and the test file that runs it at toy size (by name: an import or a run).
+TOY_RUNS = {
+    "overhead": "tests/core/test_benchmark_smoke.py",
+    "pass_cost": "tests/core/test_benchmark_smoke.py",
+    "routing": "tests/core/test_benchmark_smoke.py",
+    "scaleout": "tests/core/test_benchmark_smoke.py",
+    "userpath": "tests/core/test_benchmark_smoke.py",
+    "batch_file": "tests/core/test_benchmark_scripts.py",
+    "batch_service": "tests/core/test_benchmark_scripts.py",
+    "fair_share": "tests/core/test_benchmark_scripts.py",
+    "gateway_memory": "tests/core/test_benchmark_scripts.py",
+    "engine": "tests/unit/core/test_benchmark_measures.py",
+    "vs_ray_data_llm": "tests/unit/core/test_benchmark_measures.py",
+    "batch_vs_vllm": "tests/unit/core/test_benchmark_measures.py",
+    "online_batch": "tests/unit/core/test_benchmark_measures.py",
+    "ledger": "tests/unit/core/test_benchmark_measures.py",
+    "nodes": "tests/adapters/vllm/test_node_lost_vllm.py",
+}
 
 
 class Parsed(Exception):
@@ -52,6 +75,16 @@ def test_every_script_kept_is_one_a_committed_result_was_measured_with():
     run = {shlex.split(data["command"])[1] for data in RESULTS.values()}
     unrun = [name for name in SCRIPTS if f"benchmarks/{name}.py" not in run]
     assert SCRIPTS and not unrun, f"no results file names these scripts: {unrun}"
+
+
+def test_every_script_kept_has_a_toy_run_in_a_test():
+    assert sorted(TOY_RUNS) == SCRIPTS, "a script kept needs a toy run (or its fold)"
+    for script, test in TOY_RUNS.items():
+        text = (REPO / test).read_text()
+        # Imported (its functions called in-process), run by the file's ``run`` helper, or
+        # named as the script's path.
+        runs = rf'^import {script}\b|\brun\(tmp_path, "{script}"|"{script}\.py"'
+        assert re.search(runs, text, re.MULTILINE), f"{test} does not run benchmarks/{script}.py"
 
 
 @pytest.mark.parametrize("name", sorted(RESULTS))
