@@ -188,10 +188,7 @@ def main() -> None:
             rounds.append({**found, "samples": samples})
             if number + 1 < args.repeats:
                 time.sleep(5)  # the cancelled batches' ends written before the next round
-    finally:
-        subprocess.run(
-            [sys.executable, "-m", "relayllm.cli", "unserve"], env=env, capture_output=True
-        )
+    finally:  # the cluster was started for this run: everything on it goes with it
         stop_cluster(head)
         shutil.rmtree(temp, ignore_errors=True)
     ratios = [r[k] for r in rounds for k in ("ratio_min", "ratio_max") if r[k] is not None]
