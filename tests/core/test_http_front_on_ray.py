@@ -365,9 +365,9 @@ def _post(url: str, body: dict | None, key: str | None = KEY) -> tuple[int, dict
 
 
 def _without_ids(body: dict) -> dict:
-    """A response body without what differs by request (ids, time) or by door (``model``:
-    the HTTP front names its served model, a batch line the engine's)."""
-    return {k: v for k, v in body.items() if k not in ("id", "created", "model")}
+    """A response body without what differs by request (ids, time, engine time) or by door
+    (``model``: the HTTP front names its served model, a batch line the engine's)."""
+    return {k: v for k, v in body.items() if k not in ("id", "created", "engine_s", "model")}
 
 
 def test_the_same_bodies_answer_the_same_through_both_doors(front, tmp_path):

@@ -174,7 +174,7 @@ def test_relayllm_usage_prints_what_the_api_answers(service):
     assert printed == expected
     table = cli("usage", *since, env=env, check=0).stdout.splitlines()
     assert table[0].split() == ["bucket", "project_id", "model", "requests", "input", "cached",
-                                "output"]  # fmt: skip
+                                "output", "engine_s"]  # fmt: skip
     assert len(table) - 2 >= len(expected)
     refused = cli("usage", *since, env={**env, "RELAYLLM_API_KEY": PROJECT_KEYS["beta"]})
     assert refused.returncode != 0 and "403" in refused.stderr

@@ -10,10 +10,13 @@ key, are moved onto the row's request by :func:`relayllm.rows.build_request`): O
 ``top_k``, ``min_p``, ``chat_template_kwargs``...). The backend refuses, by name and on that
 row only, a name it cannot do; nothing is dropped on the way.
 
-Every response body has one field OpenAI's does not: ``weight_version``, the version of the
-weights that produced the answer (``relayllm.control(name).update_weights``; null before any
-update), at the top level. A body answering several inputs (embeddings, score, rerank) gives
-the version they share: null if a weight update fell between them.
+Every response body has two fields OpenAI's does not, at the top level: ``weight_version``,
+the version of the weights that produced the answer (``relayllm.control(name).update_weights``;
+null before any update), and ``engine_s``, the answer's engine time in seconds (the row's
+share of its replica's busy time, :data:`relayllm.rows.outputs.ENGINE_S`; what the batch
+service's usage ledger charges). A body answering several inputs (embeddings, score, rerank)
+gives the version they share (null if a weight update fell between them) and their engine
+times summed.
 
 Plain dicts in OpenAI's shapes (the ``openai`` package's types read them; tests check it), so
 neither door needs the ``openai`` package to build them.
@@ -29,6 +32,7 @@ from typing import Any
 
 from relayllm.rows import (
     EMBEDDING,
+    ENGINE_S,
     FINISH_REASON,
     GENERATED_TEXT,
     INPUT_COLUMN,
@@ -163,6 +167,7 @@ def responses_body(result: Row, model: str, request_id: str) -> dict[str, Any]:
         "id": f"resp_{request_id}",
         "object": "response",
         WEIGHT_VERSION: result.get(WEIGHT_VERSION),
+        ENGINE_S: result.get(ENGINE_S),
         "created_at": int(time.time()),
         "status": "incomplete" if cut else "completed",
         "incomplete_details": {"reason": "max_output_tokens"} if cut else None,
@@ -213,6 +218,7 @@ def completion_body(task: Task, result: Row, model: str, request_id: str) -> dic
         "choices": [choose(i, s) for i, s in enumerate(samples)],
         "usage": usage(result),
         WEIGHT_VERSION: result.get(WEIGHT_VERSION),
+        ENGINE_S: result.get(ENGINE_S),
     }
 
 
@@ -241,6 +247,7 @@ def embeddings_body(
         "model": model,
         "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
         WEIGHT_VERSION: shared_weight_version(results),
+        ENGINE_S: summed_engine_s(results),
     }
 
 
@@ -254,6 +261,7 @@ def score_body(pairs: Sequence[Row], model: str, request_id: str) -> dict[str, A
         "data": [{"index": i, "object": "score", "score": r[SCORE]} for i, r in enumerate(pairs)],
         "usage": _pooling_usage(pairs),
         WEIGHT_VERSION: shared_weight_version(pairs),
+        ENGINE_S: summed_engine_s(pairs),
     }
 
 
@@ -275,6 +283,7 @@ def rerank_body(
             for i in (ranked[:top_n] if top_n else ranked)
         ],
         WEIGHT_VERSION: shared_weight_version(pairs),
+        ENGINE_S: summed_engine_s(pairs),
     }
 
 
@@ -282,6 +291,12 @@ def shared_weight_version(rows: Sequence[Row]) -> str | None:
     """The weight version every row of a many-input answer has (None if they differ)."""
     versions = {r.get(WEIGHT_VERSION) for r in rows}
     return versions.pop() if len(versions) == 1 else None
+
+
+def summed_engine_s(rows: Sequence[Row]) -> float | None:
+    """The engine time of a many-input answer: its rows' (None if none has any)."""
+    times = [float(t) for t in (r.get(ENGINE_S) for r in rows) if t is not None]
+    return sum(times) if times else None
 
 
 def usage(result: Row) -> dict[str, int]:

@@ -67,8 +67,9 @@ def _moment(value: str, option: str) -> int:
 @service_errors
 def usage(since, start, end, bucket_width, group_by, projects, models, base_url, api_key, as_json):
     """What each project used of the batch service (`relayllm serve`): requests, input
-    tokens, cached input tokens and output tokens of its batch lines and its online requests,
-    per time bucket, project and deployment. Read with the admin key (RELAYLLM_ADMIN_KEY where
+    tokens, cached input tokens, output tokens and engine seconds (each answer's share of its
+    replica's busy time) of its batch lines and its online requests, per time bucket, project
+    and deployment. Read with the admin key (RELAYLLM_ADMIN_KEY where
     the service runs); empty buckets are left out of the table.
 
     \b
@@ -110,17 +111,18 @@ def usage(since, start, end, bucket_width, group_by, projects, models, base_url,
     if as_json:
         click.echo(json.dumps(buckets, indent=2))
         return
-    headers = ["bucket", *groups, "requests", "input", "cached", "output"]
+    headers = ["bucket", *groups, "requests", "input", "cached", "output", "engine_s"]
     rows = [
         [when(bucket["start_time"]), *(_shown(result.get(g)) for g in groups)]
         + [f"{result.get(column) or 0:,}" for column in _COLUMNS]
+        + [f"{result.get('engine_s') or 0:,.3f}"]
         for bucket in buckets
         for result in bucket["results"]
     ]
     if not rows:
         click.echo(f"no usage from {when(begin)} to {when(finish)} (UTC)")
         return
-    right = list(range(len(headers) - 4, len(headers)))
+    right = list(range(len(headers) - 5, len(headers)))
     click.echo(table(headers, rows, right=right))
 
 

@@ -28,6 +28,11 @@ SAMPLES = "samples"
 #: (``relayllm.control(name).update_weights``) when the row entered the engine; null on a
 #: deployment never updated and on a row that never reached an engine.
 WEIGHT_VERSION: Final = "weight_version"  # Final: a TypedDict key in the replica
+#: The row's engine time in seconds, stamped by the replica: its call's share of the engine's
+#: busy time (each moment divided among the calls in the engine at once) split across the
+#: call's rows by their tokens; the rows' times add up to the replica's ``engine_busy_s``.
+#: Null on a row that never reached an engine.
+ENGINE_S: Final = "engine_s"
 REQUEST_ID = "request_id"
 ERROR = "error"
 
@@ -116,6 +121,7 @@ OUTPUT_SCHEMA: tuple[OutputField, ...] = (
     OutputField(REASONING_CONTENT, "string", tasks=_CHAT),
     OutputField(SAMPLES, "samples", tasks=_TEXT),
     OutputField(WEIGHT_VERSION, "string"),
+    OutputField(ENGINE_S, "float64"),
     OutputField(REQUEST_ID, "string", by_stage=True),
     OutputField(ERROR, "string"),
 )
@@ -155,6 +161,7 @@ class Result(TypedDict, total=False):
     reasoning_content: str | None
     samples: list[dict[str, Any]] | None
     weight_version: str | None  # stamped by the replica (BatchDeployment), not the adapter
+    engine_s: float | None  # stamped by the replica too
     error: str | None
 
 
@@ -178,6 +185,7 @@ __all__ = [
     "REASONING_CONTENT",
     "SAMPLES",
     "WEIGHT_VERSION",
+    "ENGINE_S",
     "REQUEST_ID",
     "ERROR",
     "OutputField",

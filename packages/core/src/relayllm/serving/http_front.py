@@ -39,6 +39,7 @@ from relayllm.http.app import Endpoint, HttpApp, json_body
 from relayllm.http.auth import SingleKey, project_of
 from relayllm.http.errors import HttpError, UnauthorizedError, json_response
 from relayllm.rows import (
+    ENGINE_S,
     WEIGHT_VERSION,
     Request,
     Result,
@@ -302,8 +303,9 @@ class HttpFront:
 
         def event(choices: list[dict[str, Any]], usage: dict[str, Any] | None = None) -> str:
             fields = {"id": ident, "created": created, "model": self.model, "choices": choices}
-            if last:  # every chunk after the first part: the weights that produced it
+            if last:  # every chunk after the first part: the weights that produced it,
                 fields[WEIGHT_VERSION] = last.get(WEIGHT_VERSION)
+                fields[ENGINE_S] = last.get(ENGINE_S)  # and the engine time up to it
             if usage is not None:
                 fields["usage"] = usage
             if task == "chat":

@@ -69,6 +69,32 @@ class Samples:
         }
 
 
+class EngineShare:
+    """One call's engine time: every moment the engine was busy while the call was in it,
+    divided by the calls in it at that moment. The shares of all calls add up to the
+    replica's :attr:`ReplicaMetrics.engine_busy_s` (what an engine hour is billed by)."""
+
+    __slots__ = ("seconds",)
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+
+def split_by_tokens(seconds: float, results: list[Any]) -> list[float]:
+    """A call's engine seconds split across its rows by their tokens (input and generated;
+    evenly when no row has any): what the batch service's ledger charges each line."""
+    weights = [
+        (r.get("num_input_tokens") or 0) + (r.get("num_generated_tokens") or 0)
+        if isinstance(r, dict)
+        else 0
+        for r in results
+    ]
+    total = sum(weights)
+    if total <= 0:
+        return [seconds / len(results)] * len(results) if results else []
+    return [seconds * w / total for w in weights]
+
+
 class ReplicaMetrics:
     """One replica's counters and engine figures, kept on its event loop."""
 
@@ -95,8 +121,9 @@ class ReplicaMetrics:
         # Seconds the engine had work (calls at once count once): its busy time, what an
         # engine hour is billed by (pipelines/engine_figures.py reads it over a run).
         self.engine_busy_s = 0.0
-        self._in_engine = 0
+        self._in_engine: list[EngineShare] = []  # the calls in the engine now, each its share
         self._busy_since = 0.0
+        self._shared_until = 0.0
         #: Whether the engine figures are exported here (False: the engine exports its own).
         self.export_engine = True
         self.exported_as: str | None = None  # where to find the engine's own metrics, if so
@@ -128,18 +155,39 @@ class ReplicaMetrics:
             self._count(GENERATED_TOKENS, traffic_class, generated)
 
     @contextlib.contextmanager
-    def engine_busy(self) -> Iterator[None]:
+    def engine_busy(self) -> Iterator[EngineShare]:
         """Around a call in the engine: the time from the first call in to the last one out
-        adds to :attr:`engine_busy_s` (the replica's event loop runs them: no lock)."""
+        adds to :attr:`engine_busy_s` (the replica's event loop runs them: no lock), and each
+        call's :class:`EngineShare` gets its part of that time."""
+        now = time.monotonic()
+        self._share_out(now)
         if not self._in_engine:
-            self._busy_since = time.monotonic()
-        self._in_engine += 1
+            self._busy_since = now
+        share = EngineShare()
+        self._in_engine.append(share)
         try:
-            yield
+            yield share
         finally:
-            self._in_engine -= 1
+            now = time.monotonic()
+            self._share_out(now)
+            self._in_engine.remove(share)
             if not self._in_engine:
-                self.engine_busy_s += time.monotonic() - self._busy_since
+                self.engine_busy_s += now - self._busy_since
+
+    def _share_out(self, now: float) -> None:
+        """The busy time since the last call went in or out, split evenly among the calls
+        in the engine over it."""
+        if self._in_engine:
+            each = (now - self._shared_until) / len(self._in_engine)
+            for share in self._in_engine:
+                share.seconds += each
+        self._shared_until = now
+
+    def share_now(self, share: EngineShare) -> float:
+        """``share``'s seconds up to now, its call still in the engine or not."""
+        if share not in self._in_engine:
+            return share.seconds
+        return share.seconds + (time.monotonic() - self._shared_until) / len(self._in_engine)
 
     def busy_s(self) -> float:
         """The engine's busy seconds so far, a call in progress counted up to now."""

@@ -26,12 +26,12 @@ from relayllm.errors import (
     EngineFailedError,
     describe_exception,
 )
-from relayllm.rows import WEIGHT_VERSION, Request, Result, error_result
+from relayllm.rows import ENGINE_S, WEIGHT_VERSION, Request, Result, error_result
 from relayllm.serving.admission import Admission, AdmissionConfig
 from relayllm.serving.engine import Engine, EngineContext
 from relayllm.serving.follower import ControlFollower
 from relayllm.serving.health import EngineWatch
-from relayllm.serving.metrics import ReplicaMetrics
+from relayllm.serving.metrics import ReplicaMetrics, split_by_tokens
 from relayllm.serving.rowcache import RESULT_CACHE_SIZE, RowCache
 
 if TYPE_CHECKING:
@@ -147,13 +147,14 @@ class Replica:
 
     async def _engine_batch(self, requests: list[Request]) -> list[Result]:
         """``run_batch`` behind the pause gate; each result stamped with the weight version
-        its rows ran on."""
+        its rows ran on and its engine time (the call's share, split by tokens)."""
         async with self.follower.admitted(len(requests)) as version:
-            with self.metrics.engine_busy():
+            with self.metrics.engine_busy() as share:
                 results = await self._engine.run_batch(requests)
-        for result in results:
+        for result, seconds in zip(results, split_by_tokens(share.seconds, results), strict=True):
             if isinstance(result, dict):
                 result[WEIGHT_VERSION] = version
+                result[ENGINE_S] = seconds
         return results
 
     async def health(self) -> dict[str, Any]:
@@ -290,12 +291,12 @@ class Replica:
         watch = admission.begin(streamed=False) if admission is not None else None
         try:
             async with self.follower.admitted(1, wait=False) as version:
-                with self.metrics.engine_busy():
+                with self.metrics.engine_busy() as share:
                     result = await self._serve_one(request)
         finally:
             if admission is not None and watch is not None:  # the whole answer's time
                 admission.end(watch)
-        result[WEIGHT_VERSION] = version
+        result[WEIGHT_VERSION], result[ENGINE_S] = version, share.seconds
         self.metrics.count("interactive", (result,))
         return result
 
@@ -309,11 +310,12 @@ class Replica:
         last: Result = {}
         try:
             async with self.follower.admitted(1, wait=False) as version:
-                with self.metrics.engine_busy():
+                with self.metrics.engine_busy() as share:
                     async for part in self._engine.stream(request):
                         if admission is not None and watch is not None:
                             admission.token(watch)
                         part[WEIGHT_VERSION] = version
+                        part[ENGINE_S] = self.metrics.share_now(share)  # up to this part
                         last = part
                         yield part
         finally:

@@ -3,7 +3,9 @@
 Every batch line in a batch's output file and every online request answered through the
 gateway adds to one row of the ``usage`` table (project, batch id or ``""`` for online
 traffic, model, the minute it was answered): requests, input tokens, cached input tokens
-(where the engine reports ``prompt_tokens_details.cached_tokens``) and output tokens. The
+(where the engine reports ``prompt_tokens_details.cached_tokens``), output tokens and engine
+seconds (the body's ``engine_s``: the row's share of its replica's busy time,
+:data:`relayllm.rows.outputs.ENGINE_S`). The
 table lives in the job store's SQLite file, beside the store's own, with its own schema
 version (:func:`migrate`), so the ledger survives a restart and is shared by every gateway and
 runner of the state.
@@ -26,7 +28,7 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from relayllm.batch.service.errors import ServiceError, StaleClaimError
@@ -37,7 +39,7 @@ logger = logging.getLogger(__name__)
 #: The ledger's resolution: usage is kept per minute and summed into wider buckets on read.
 MINUTE = 60
 
-_SCHEMA_VERSION = 1
+_SCHEMA_VERSION = 2
 #: What each version of the ledger's tables adds to the one before (``schema_parts``
 #: remembers each part's version: the store's own ``user_version`` is the store's).
 _MIGRATIONS: dict[int, str] = {
@@ -60,6 +62,7 @@ CREATE TABLE usage_marks (
     charged_lines INTEGER NOT NULL
 )
 """,
+    2: "ALTER TABLE usage ADD COLUMN engine_s REAL NOT NULL DEFAULT 0",
 }
 
 
@@ -89,6 +92,7 @@ class Use:
     input_tokens: int = 0
     cached_tokens: int = 0
     output_tokens: int = 0
+    engine_s: float = 0.0
 
     def __add__(self, other: Use) -> Use:
         return Use(
@@ -96,6 +100,7 @@ class Use:
             self.input_tokens + other.input_tokens,
             self.cached_tokens + other.cached_tokens,
             self.output_tokens + other.output_tokens,
+            self.engine_s + other.engine_s,
         )
 
 
@@ -111,6 +116,14 @@ def use_of(usage: Any) -> Use:
         _count(details.get("cached_tokens") if isinstance(details, dict) else None),
         _count(usage.get("completion_tokens", usage.get("output_tokens"))),
     )
+
+
+def body_use(body: dict[str, Any]) -> Use:
+    """A response body's usage and its engine time (relayllm's ``engine_s``, beside
+    ``usage``)."""
+    engine = body.get("engine_s")
+    seconds = float(engine) if isinstance(engine, int | float) and engine > 0 else 0.0
+    return replace(use_of(body.get("usage")), engine_s=seconds)
 
 
 def _count(value: Any) -> int:
@@ -129,7 +142,7 @@ def line_use(text: str, now: int) -> tuple[str, int, Use] | None:
         return None
     created = body.get("created", body.get("created_at"))
     at = created if isinstance(created, int) and not isinstance(created, bool) else now
-    return str(body.get("model") or "unknown"), at - at % MINUTE, use_of(body.get("usage"))
+    return str(body.get("model") or "unknown"), at - at % MINUTE, body_use(body)
 
 
 class UsageLedger(SQLiteFile):
@@ -247,21 +260,25 @@ class UsageLedger(SQLiteFile):
         with self.read() as db:
             found = db.execute(
                 "SELECT model, SUM(requests), SUM(input_tokens), SUM(cached_tokens), "
-                "SUM(output_tokens) FROM usage WHERE batch_id = ? GROUP BY model ORDER BY model",
+                "SUM(output_tokens), SUM(engine_s) FROM usage WHERE batch_id = ? "
+                "GROUP BY model ORDER BY model",
                 (batch_id,),
             ).fetchall()
-        return {str(r[0]): Use(int(r[1]), int(r[2]), int(r[3]), int(r[4])) for r in found}
+        return {
+            str(r[0]): Use(int(r[1]), int(r[2]), int(r[3]), int(r[4]), float(r[5])) for r in found
+        }
 
 
 def _add(db: sqlite3.Connection, project: str, batch_id: str, model: str, minute: int, use: Use):
     db.execute(
         "INSERT INTO usage (project, batch_id, model, minute, requests, input_tokens, "
-        "cached_tokens, output_tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+        "cached_tokens, output_tokens, engine_s) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
         "ON CONFLICT (project, batch_id, model, minute) DO UPDATE SET "
         "requests = requests + excluded.requests, "
         "input_tokens = input_tokens + excluded.input_tokens, "
         "cached_tokens = cached_tokens + excluded.cached_tokens, "
-        "output_tokens = output_tokens + excluded.output_tokens",
+        "output_tokens = output_tokens + excluded.output_tokens, "
+        "engine_s = engine_s + excluded.engine_s",
         (
             project,
             batch_id,
@@ -271,8 +288,9 @@ def _add(db: sqlite3.Connection, project: str, batch_id: str, model: str, minute
             use.input_tokens,
             use.cached_tokens,
             use.output_tokens,
+            use.engine_s,
         ),
     )
 
 
-__all__ = ["MINUTE", "UsageLedger", "Use", "line_use", "migrate", "use_of"]
+__all__ = ["MINUTE", "UsageLedger", "Use", "body_use", "line_use", "migrate", "use_of"]

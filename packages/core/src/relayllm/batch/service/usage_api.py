@@ -3,7 +3,8 @@ batch service has: ``GET /v1/organization/usage/completions`` with ``start_time`
 ``end_time``, ``bucket_width`` (``1m``, ``1h``, ``1d``), ``group_by`` (``project_id``,
 ``model``, ``batch``), ``project_ids``, ``models``, ``batch``, ``limit`` and ``page``, answered
 in OpenAI's page of buckets of results (the ``openai`` client's
-``admin.organization.usage.completions``). And the gateway's metering of online requests:
+``admin.organization.usage.completions``), each result with one field OpenAI's has not:
+``engine_s``, the engine seconds. And the gateway's metering of online requests:
 :func:`metered` records a response's usage once its body has gone out.
 
 Buckets start on whole multiples of their width (UTC midnight for ``1d``), the first one at
@@ -19,7 +20,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from relayllm.batch.service.errors import InvalidRequestError
-from relayllm.batch.service.usage import UsageLedger, Use, use_of
+from relayllm.batch.service.usage import UsageLedger, Use, body_use
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -110,7 +111,13 @@ def completions_page(
     for row in rows:
         bucket = sums.setdefault(row["minute"] - row["minute"] % width, {})
         key = tuple(row[GROUPS[g]] for g in groups)
-        use = Use(row["requests"], row["input_tokens"], row["cached_tokens"], row["output_tokens"])
+        use = Use(
+            row["requests"],
+            row["input_tokens"],
+            row["cached_tokens"],
+            row["output_tokens"],
+            row["engine_s"],
+        )
         bucket[key] = bucket[key] + use if key in bucket else use
     data = []
     for bucket_start in range(first, last, width):
@@ -149,7 +156,9 @@ def _result(grouped: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _numbers(use: Use) -> dict[str, int]:
+def _numbers(use: Use) -> dict[str, Any]:
+    """OpenAI's figures, and relayllm's one more: ``engine_s``, the engine seconds spent on
+    the requests (:data:`relayllm.rows.outputs.ENGINE_S`), which OpenAI's API does not have."""
     return {
         "num_model_requests": use.requests,
         "input_tokens": use.input_tokens,
@@ -157,6 +166,7 @@ def _numbers(use: Use) -> dict[str, int]:
         "output_tokens": use.output_tokens,
         "input_audio_tokens": 0,
         "output_audio_tokens": 0,
+        "engine_s": round(use.engine_s, 6),
     }
 
 
@@ -193,7 +203,7 @@ async def metered(
             body = json.loads(bytes(response.body))
         except ValueError:
             return response
-        await record(str(body.get("model") or model), use_of(body.get("usage")))
+        await record(str(body.get("model") or model), body_use(body))
         return response
     inner = response.body_iterator
 
@@ -208,7 +218,7 @@ async def metered(
                     except ValueError:
                         continue
                     if event.get("usage"):
-                        use, served = use_of(event["usage"]), str(event.get("model") or model)
+                        use, served = body_use(event), str(event.get("model") or model)
             yield chunk
         await record(served, use)
 
