@@ -18,8 +18,9 @@ Reported per run: lines/s of the batch (create to completed, as the driver polls
 the driver's whole life, and CPU µs per line over every process of the cluster; per side the
 median and the spread (min-max); the ratio of the medians (with / without) and each round's.
 The ledger is read after each run: the side that records must have charged every line, the
-other none. One warm-up run through each gateway first (2,000 lines). Writes
-benchmarks/results/ledger.json.
+other none. Then the ledger's own work alone: the last run's output lines charged into a fresh
+ledger block by block, as the runner charges them (CPU and wall time per line). One warm-up
+run through each gateway first (2,000 lines). Writes benchmarks/results/ledger.json.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +107,42 @@ def run_once(temp: str, base: str, side: str, source: Path, rows: int, env: dict
     return sample
 
 
+def charge_alone(temp: str, out: Path, rows: int, block: int) -> dict[str, Any]:
+    """The ledger's own work, alone: a run's output lines charged into a fresh ledger block
+    by block, as the runner charges them after each block it writes; CPU and wall time per
+    line of the charges only (the writes not counted)."""
+    from relayllm.batch.service.store import SQLiteJobStore
+    from relayllm.batch.service.usage import UsageLedger
+
+    state = Path(temp, "charge-alone")
+    state.mkdir()
+    path = str(state / "jobs.sqlite")
+    store = SQLiteJobStore(path)
+    upload = store.add_file("bench", filename="in.jsonl", purpose="batch", bytes=1)
+    batch = store.create_batch("bench", input_file_id=upload.id, endpoint="/v1/chat/completions")
+    claim = store.claim(batch.id, "bench")
+    ledger = UsageLedger(path)
+    lines = out.read_bytes().splitlines(keepends=True)
+    work, cpu, wall, charged = state / "out.jsonl", 0.0, 0.0, 0
+    with work.open("ab") as written:
+        for start in range(0, len(lines), block):
+            written.write(b"".join(lines[start : start + block]))
+            written.flush()
+            cpu0, wall0 = time.process_time(), time.perf_counter()
+            charged += ledger.charge_lines(batch.id, claim, str(work))
+            cpu += time.process_time() - cpu0
+            wall += time.perf_counter() - wall0
+    ledger.close()
+    store.close()
+    if charged != rows:
+        raise RuntimeError(f"charged {charged} lines alone, not {rows}")
+    return {
+        "block": block,
+        "cpu_us_per_line": cpu / rows * 1e6,
+        "wall_us_per_line": wall / rows * 1e6,
+    }
+
+
 def summarise(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     """Per side the median and spread of each figure; the ratio of the batch lines/s medians
     (with / without), each round's, and the judgement: with the ledger, the median is within
@@ -165,6 +203,12 @@ def main() -> None:
                 )
             rounds.append(found)
         summary = summarise(rounds)
+        alone = charge_alone(temp, work / "out.jsonl", args.lines, args.batch_size)
+        print(
+            f"the ledger alone: {alone['cpu_us_per_line']:.1f} CPU us per line "
+            f"({alone['wall_us_per_line']:.1f} us wall), blocks of {alone['block']}",
+            flush=True,
+        )
         print(
             f"with / without the ledger: {summary['ratio']:.3f} (rounds "
             f"{', '.join(f'{r:.3f}' for r in summary['ratios_by_round'])}); spread without "
@@ -181,6 +225,7 @@ def main() -> None:
                 "target": "throughput with the ledger within the spread of without",
                 "load_average_at_end": os.getloadavg()[0],
                 "summary": summary,
+                "charge_alone": alone,
                 "rounds": rounds,
             },
         )

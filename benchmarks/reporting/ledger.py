@@ -21,6 +21,20 @@ def _charged(counts: list[int]) -> str:
     return ", ".join(f"{c:,}" for c in counts)
 
 
+def _alone(data: dict[str, Any]) -> str:
+    """The ledger's own work, measured alone, against the service's CPU per line."""
+    alone = data.get("charge_alone")
+    if alone is None:
+        return "not measured in this run"
+    service = data["summary"]["ledger-on"]["cpu_us_per_line"]["median"]
+    return (
+        f"{alone['cpu_us_per_line']:.1f} µs of CPU per line ({alone['wall_us_per_line']:.1f} µs "
+        f"wall), blocks of {alone['block']} lines: "
+        f"{alone['cpu_us_per_line'] / service * 100:.1f}% of the {service:.0f} µs of CPU the "
+        f"service spent per line with the ledger"
+    )
+
+
 def section(results: dict[str, dict[str, Any]]) -> list[str]:
     data = results["ledger"]
     summary = data["summary"]
@@ -80,4 +94,5 @@ def section(results: dict[str, dict[str, Any]]) -> list[str]:
         sides=sides,
         rounds=rounds,
         targets=targets,
+        alone=_alone(data),
     ) + [""]
