@@ -293,6 +293,11 @@ def test_run_json_prints_the_summary_as_one_object(cluster, tmp_path):
     assert list(steps) == ["answer", "shorter"]
     assert [steps["answer"][k] for k in ("deployment", "rows", "errors")] == ["json-echo", 12, 0]
     assert steps["shorter"]["input_tokens"] == 48 and steps["shorter"]["output_tokens"] == 24
+    # Each step's engine time is its rows' (what the usage ledger charges a batch line): the
+    # two steps' together are the engine's busy time over the run.
+    assert all(s["engine_s"] > 0 for s in steps.values()), steps
+    together = steps["answer"]["engine_s"] + steps["shorter"]["engine_s"]
+    assert together == pytest.approx(engine["engine_s"], abs=0.01), (steps, engine)
     assert summary["rows"] == 12 and summary["errors"] == 0 and summary["wall_s"] > 0
     assert "total" not in done.stderr.split()
     refused = cli("run", pipeline, "--json", "--output", "-", env=cluster, cwd=tmp_path, check=2)

@@ -120,6 +120,7 @@ def summary_json(summary) -> dict:
             "errors": s.errors,
             "input_tokens": s.input_tokens,
             "output_tokens": s.output_tokens,
+            "engine_s": round(s.engine_s, 6),
             "wall_s": round(s.wall_s, 3),
             "rows_per_s": round(s.rows / s.wall_s, 3) if s.wall_s else 0.0,
         }

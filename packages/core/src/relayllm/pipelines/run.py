@@ -40,6 +40,7 @@ class StepStats:
     errors: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
+    engine_s: float = 0.0  # the step's rows' engine time (what the usage ledger charges)
     first_start: float = float("inf")
     last_end: float = 0.0
 
@@ -110,6 +111,7 @@ def count(batch: pa.Table, summary: RunSummary) -> None:
         stats.errors += total(f"{p}failed")
         stats.input_tokens += total(f"{p}in")
         stats.output_tokens += total(f"{p}out")
+        stats.engine_s += float(total(f"{p}engine"))
         if batch.num_rows:
             stats.first_start = min(stats.first_start, pc.min(batch.column(f"{p}t0")).as_py())
             stats.last_end = max(stats.last_end, pc.max(batch.column(f"{p}t1")).as_py())

@@ -20,6 +20,7 @@ from relayllm.processor import build_processor
 from relayllm.routing import key_hash
 from relayllm.rows import (
     ANSWER_COLUMN,
+    ENGINE_S,
     ERROR,
     EXTRA_INPUT_COLUMNS,
     NUM_GENERATED_TOKENS,
@@ -52,7 +53,7 @@ def version_column(step: StepSpec) -> str:
 
 def step_prefix(index: int) -> str:
     """The hidden columns of step ``index``: ``t0``/``t1`` (its start and end), ``in``/``out``
-    (tokens) and ``failed``, read by the run's statistics."""
+    (tokens), ``engine`` (engine seconds) and ``failed``, read by the run's statistics."""
     return f"{HIDDEN_PREFIX}{index}_"
 
 
@@ -168,6 +169,7 @@ class _Finish:
         row.setdefault(FIRST_ERROR, None)
         row[f"{p}in"] = out[NUM_INPUT_TOKENS] or 0
         row[f"{p}out"] = out[NUM_GENERATED_TOKENS] or 0
+        row[f"{p}engine"] = float(out.get(ENGINE_S) or 0.0)
         row[f"{p}failed"] = error is not None
         row[f"{p}t1"] = time.time()
         return row
