@@ -1,6 +1,7 @@
 """Fixtures every suite shares. Ray is started one way only, by ``ray_session``: a test (or a
 module, with ``pytestmark = pytest.mark.usefixtures("ray_session")``) that needs a cluster asks
-for it, and the tests that need none run without one (tests/unit runs none at all)."""
+for it, and the tests that need none run without one (tests/unit runs none at all). Suites
+with clusters of another shape start them with the same helper, ``support.ray_cluster``."""
 
 import pytest
 
@@ -47,22 +48,16 @@ def _data_context_restored():
 @pytest.fixture(scope="session")
 def ray_session():
     """One real local Ray cluster (2 CPUs, like the machine) for a whole test run, with the
-    echo backend registered in this process.
-
-    ``address="local"`` always starts a new cluster: a ``RAY_ADDRESS`` passed through by tox
-    (or a cluster another run left on the machine) is never joined."""
+    echo backend registered in this process (support.ray_cluster: never a cluster found
+    running on the machine)."""
     import ray
+    from support import ray_cluster
 
     from relayllm.testing import enable_echo_backend
 
     enable_echo_backend()
-    if not ray.is_initialized():
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield ray
-    from ray import serve
-
-    serve.shutdown()
-    ray.shutdown()
+    with ray_cluster():
+        yield ray
 
 
 RESULTS_ENV = "RELAYLLM_RESULTS_FILE"

@@ -1,8 +1,13 @@
 """Helpers every test suite shares: the repository's root, free ports, the ``relayllm`` command
-in a subprocess, and the process table (Linux ``/proc``).
+in a subprocess, the process table (Linux ``/proc``), and the one way each kind of Ray cluster
+and the echo deployment are started for a test.
 
 Importable as ``support`` from any test (pytest.ini puts ``tests/`` on the path). One copy of
-each, so a fix (a port race, a process title, a stat field) reaches every suite at once.
+each, so a fix (a port race, a process title, a stat field, a slow cluster start) reaches every
+suite at once. The cluster and deployment starters are context managers here rather than
+fixtures in a conftest: each tier's fixtures wrap them at the scope they need (a session, a
+module, a class), and the job scripts that run a cluster in a process of their own call them
+too, which no fixture can serve.
 """
 
 from __future__ import annotations
@@ -18,8 +23,9 @@ import sys
 import tempfile
 import time
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 #: The repository's root: docs, examples and benchmarks are read from here.
 REPO = Path(__file__).resolve().parents[1]
@@ -36,6 +42,103 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+# -- Ray clusters and the echo deployment -------------------------------------------------------
+
+
+@contextlib.contextmanager
+def ray_cluster(
+    num_cpus: float = 2,
+    *,
+    resources: dict[str, float] | None = None,
+    nodes: bool = False,
+    namespace: str | None = None,
+    log_to_driver: bool = False,
+    runtime_env: dict[str, Any] | None = None,
+    own_session: bool = False,
+    attempts: int = 3,
+) -> Iterator[Any]:
+    """A Ray cluster of the test's own with this process as its driver (2 CPUs by default,
+    like the machine; no dashboard); Serve and Ray are shut down when the block ends. (One
+    outside this process, started as a user starts one: :func:`ray_head_node`.)
+
+    Without ``nodes``: ``ray.init(address="local")``, which always starts a new cluster (a
+    ``RAY_ADDRESS`` tox passes through, or a cluster another run left on the machine, is never
+    joined). A session this process already has is used as it is, unless ``own_session``: then
+    it is shut down first (a module that reads its own session's logs). Yields None.
+
+    With ``nodes``: the head of a ``ray.cluster_utils.Cluster``, yielded, so worker nodes join
+    with ``cluster.add_node`` and are lost with ``cluster.remove_node``. Ray's temp dir is a
+    private one (``RAY_TMPDIR`` while the block runs): Cluster writes its address where any
+    ``ray.init()`` without an address on the machine would find it.
+
+    ``resources``: the head's custom resources. ``attempts``: Ray gives a new raylet 30 s to
+    register and a loaded machine misses that at times; a start (the local cluster, or the head)
+    that timed out is tried again, ``attempts`` starts in all."""
+    import ray
+    from ray import serve
+
+    cluster, connected, temp, temp_before = None, False, None, os.environ.get("RAY_TMPDIR")
+    options = {"log_to_driver": log_to_driver, "namespace": namespace, "runtime_env": runtime_env}
+    try:
+        if nodes:
+            from ray.cluster_utils import Cluster
+
+            temp = tempfile.mkdtemp(prefix="rc")  # short: Ray's socket paths live under it
+            os.environ["RAY_TMPDIR"] = temp
+            head = {"num_cpus": num_cpus, "resources": resources or {}, "include_dashboard": False}
+            cluster = _started(attempts, lambda: Cluster(initialize_head=True, head_node_args=head))
+            ray.init(address=cluster.address, **options)
+        else:
+            if own_session and ray.is_initialized():
+                serve.shutdown()
+                ray.shutdown()
+            if not ray.is_initialized():
+                local = {"num_cpus": num_cpus, "resources": resources, "include_dashboard": False}
+                _started(attempts, lambda: ray.init(address="local", **local, **options))
+        connected = True
+        yield cluster
+    finally:
+        try:
+            if connected:
+                serve.shutdown()
+        finally:
+            ray.shutdown()
+            if cluster is not None:
+                cluster.shutdown()
+            if temp is not None:
+                os.environ.pop("RAY_TMPDIR")
+                if temp_before is not None:
+                    os.environ["RAY_TMPDIR"] = temp_before
+                shutil.rmtree(temp, ignore_errors=True)
+
+
+def _started(attempts: int, start: Callable[[], Any]) -> Any:
+    """``start()``, tried again (``attempts`` in all) while Ray says its node timed out."""
+    import ray
+
+    for attempt in range(1, attempts + 1):
+        try:
+            return start()
+        except Exception as exc:
+            if attempt == attempts or "timed out during startup" not in str(exc):
+                raise
+            ray.shutdown()
+
+
+@contextlib.contextmanager
+def echo_deployment(name: str, **fields: Any) -> Iterator[Any]:
+    """The echo backend (a real Serve deployment) deployed as ``name`` on the connected
+    cluster, with any other ``DeploymentConfig`` fields; shut down when the block ends. Yields
+    its ``DeploymentRef``."""
+    import relayllm
+
+    ref = relayllm.deploy(relayllm.DeploymentConfig(name=name, backend="echo", **fields))
+    try:
+        yield ref
+    finally:
+        relayllm.shutdown(name)
 
 
 @contextlib.contextmanager

@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
-import tempfile
 from typing import Any
 
 import pytest
-from support import parent_pid, processes, wait_for
+from support import parent_pid, processes, ray_cluster, wait_for
 
 #: What the head offers: the driver, the stage workers, Serve's controller (fractions of it).
 HEAD_CPUS = 2
@@ -132,44 +130,18 @@ def _descendants(root: int) -> set[int]:
 def nodes(request):
     """A head node (the driver: this process) and worker nodes ``node1`` and ``node2``
     (more resources each from the module's ``NODE_RESOURCES``: name -> resources); the echo
-    backend registered here. Ray's temp dir is private (Cluster writes its address where any
-    ``ray.init()`` on the machine would find it)."""
+    backend registered here. Ray's temp dir is private (support.ray_cluster)."""
     import ray
-    from ray.cluster_utils import Cluster
 
     from relayllm.testing import enable_echo_backend
 
-    temp = tempfile.mkdtemp(prefix="rc")  # short: Ray's socket paths live under it
-    before = os.environ.get("RAY_TMPDIR")
-    os.environ["RAY_TMPDIR"] = temp
     enable_echo_backend()
-    cluster = None
-    try:  # a head that does not come up still leaves RAY_TMPDIR and the temp dir as they were
-        cluster = Cluster(
-            initialize_head=True,
-            head_node_args={
-                "num_cpus": HEAD_CPUS,
-                "resources": {"head": 100},
-                "include_dashboard": False,
-            },
-        )
-        found = Nodes(cluster, temp)
+    with ray_cluster(
+        HEAD_CPUS, resources={"head": 100}, nodes=True, namespace="relayllm"
+    ) as cluster:
+        found = Nodes(cluster, os.environ["RAY_TMPDIR"])
         extra = getattr(request.module, "NODE_RESOURCES", {})
         for name in ("node1", "node2"):
             found.add(name, **extra.get(name, {}))
-        ray.init(address=cluster.address, namespace="relayllm", log_to_driver=False)
         ray.data.DataContext.get_current().enable_progress_bars = False
         yield found
-    finally:
-        with contextlib.suppress(Exception):
-            from ray import serve
-
-            serve.shutdown()
-        ray.shutdown()
-        if cluster is not None:
-            cluster.shutdown()
-        if before is None:
-            os.environ.pop("RAY_TMPDIR", None)
-        else:
-            os.environ["RAY_TMPDIR"] = before
-        shutil.rmtree(temp, ignore_errors=True)

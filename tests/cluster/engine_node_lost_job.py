@@ -7,16 +7,21 @@ stop. Prints one JSON line with what happened.
 """
 
 import json
+import sys
 import threading
 import time
+from pathlib import Path
 
 import ray
-from ray.cluster_utils import Cluster
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 import relayllm
 from relayllm import DeploymentConfig, ProcessorConfig, build_processor
 from relayllm.testing import enable_echo_backend
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # support
+
+from support import ray_cluster
 
 N = 2000
 
@@ -60,13 +65,13 @@ def count_attempts() -> None:
 
 
 def main() -> None:
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
+    hook = {"worker_process_setup_hook": count_attempts}
+    with ray_cluster(2, nodes=True, runtime_env=hook) as cluster:
+        job(cluster)
+
+
+def job(cluster) -> None:
     engine_nodes = [cluster.add_node(num_cpus=0, resources={"engine": 1}) for _ in range(2)]
-    ray.init(
-        address=cluster.address,
-        log_to_driver=False,
-        runtime_env={"worker_process_setup_hook": count_attempts},
-    )
     # On the head, which stays: the engine nodes (one of them removed below) hold no CPUs.
     attempts = Attempts.options(
         name="attempts",
@@ -131,8 +136,6 @@ def main() -> None:
             }
         )
     )
-    ray.shutdown()
-    cluster.shutdown()
 
 
 if __name__ == "__main__":

@@ -10,14 +10,18 @@ import json
 import os
 import sys
 import tempfile
+from pathlib import Path
 
 import ray
-from ray.cluster_utils import Cluster
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 import relayllm
 from relayllm import DeploymentConfig
 from relayllm.testing import enable_echo_backend
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # support
+
+from support import ray_cluster
 
 LINES = 120
 
@@ -49,13 +53,13 @@ def report_read_nodes() -> None:
 
 
 def main() -> None:
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    hook = {"worker_process_setup_hook": report_read_nodes}
+    with ray_cluster(1, nodes=True, runtime_env=hook) as cluster:
+        job(cluster)
+
+
+def job(cluster) -> None:
     other = cluster.add_node(num_cpus=2)
-    ray.init(
-        address=cluster.address,
-        log_to_driver=False,
-        runtime_env={"worker_process_setup_hook": report_read_nodes},
-    )
     head = ray.get_runtime_context().get_node_id()
     nodes = ReadNodes.options(
         name="read-nodes",
@@ -87,8 +91,6 @@ def main() -> None:
         )
     )
     sys.stdout.flush()
-    ray.shutdown()
-    cluster.shutdown()
 
 
 if __name__ == "__main__":

@@ -26,14 +26,10 @@ def ray_per_module():
     """A real local Ray cluster (2 CPUs, like the machine) per test module, stopped after it,
     so each module's logs are its own session's."""
     import ray
-    from ray import serve
+    from support import ray_cluster
 
-    if not ray.is_initialized():
-        # address="local": a new cluster of our own, never one found running on the machine.
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield ray
-    serve.shutdown()
-    ray.shutdown()
+    with ray_cluster():
+        yield ray
 
 
 @pytest.fixture(scope="module")

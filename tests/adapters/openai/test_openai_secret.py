@@ -22,15 +22,10 @@ import relayllm
 def ray_logging_to_driver():
     """A Ray session of this module's own whose worker logs also flow to the driver."""
     import ray
-    from ray import serve
+    from support import ray_cluster
 
-    if ray.is_initialized():
-        serve.shutdown()
-        ray.shutdown()
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=True)
-    yield ray
-    serve.shutdown()
-    ray.shutdown()
+    with ray_cluster(log_to_driver=True, own_session=True):
+        yield ray
 
 
 def _config(name: str, server: FaultServer, **options: Any) -> relayllm.DeploymentConfig:

@@ -63,21 +63,17 @@ def pytest_collection_modifyitems(config, items):
 def ray_session():
     """One real local Ray cluster with the machine's 2 CPUs for the whole run."""
     import ray
-
-    if not ray.is_initialized():
-        # address="local": a cluster of our own, never one found running on the machine.
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     from ray import serve
+    from support import ray_cluster
 
-    # With its HTTP proxy from the start: the HTTP deployment has an HTTP front, and Serve
-    # takes a proxy only when it starts.
-    http = HTTP_CONFIG["http"]
-    serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": http["port"]})
-    yield ray
-    from ray import serve
-
-    serve.shutdown()
-    ray.shutdown()
+    with ray_cluster():
+        # With its HTTP proxy from the start: the HTTP deployment has an HTTP front, and Serve
+        # takes a proxy only when it starts.
+        http = HTTP_CONFIG["http"]
+        serve.start(
+            proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": http["port"]}
+        )
+        yield ray
 
 
 @pytest.fixture(scope="session")
@@ -88,7 +84,8 @@ def address(ray_session) -> str:
 @pytest.fixture(scope="session")
 def env(address):
     """The environment of a ``relayllm`` command on this session's cluster (RAY_ADDRESS)."""
-    # RAY_AUTH_MODE: ray.init() above set it in this process when it enabled token auth.
+    # RAY_AUTH_MODE: ray.init() (in ray_cluster) set it in this process when it enabled
+    # token auth.
     return cli_env(address)
 
 

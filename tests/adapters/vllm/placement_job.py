@@ -10,15 +10,19 @@ CUDA engine can start here, and reports what vLLM would have been given. Prints 
 import json
 import sys
 import time
+from pathlib import Path
 
 import ray
-from ray.cluster_utils import Cluster
 
 import relayllm
 from relayllm import DeploymentConfig
 from relayllm.plugin import manager
 from relayllm_vllm.backend import VLLMBackend, deployment_resources
 from relayllm_vllm.engine import VLLMEngine
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # support
+
+from support import ray_cluster
 
 GPUS_PER_NODE = 4
 
@@ -86,9 +90,12 @@ def deploy(name: str, replicas: int, tp: int, pp: int):
 
 
 def main() -> None:
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    with ray_cluster(1, nodes=True) as cluster:
+        job(cluster)
+
+
+def job(cluster) -> None:
     gpu_nodes = [cluster.add_node(num_cpus=1, num_gpus=GPUS_PER_NODE) for _ in range(2)]
-    ray.init(address=cluster.address, log_to_driver=False)
     manager.MANAGER.register(sys.modules[__name__], "placement-job")
     out: dict = {"gpu_nodes": [n.node_id for n in gpu_nodes]}
 
@@ -140,8 +147,6 @@ def main() -> None:
         apps=[r.name for r in relayllm.list_deployments()],
     )
     print(json.dumps(out))
-    ray.shutdown()
-    cluster.shutdown()
 
 
 if __name__ == "__main__":
