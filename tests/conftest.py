@@ -25,6 +25,20 @@ def echo_backend():
         manager.MANAGER.unregister(ECHO_PLUGIN)
 
 
+@pytest.fixture(scope="module")
+def echo(request, ray_session):
+    """The module's echo deployment (a real Serve deployment), deployed once for the module
+    and shut down after it: the ``DeploymentConfig`` fields in the module's ``ECHO`` dict
+    (``name`` at least). Yields its ``DeploymentRef``. A deployment of another scope or on
+    another cluster uses the same ``support.echo_deployment`` in a fixture of its own."""
+    from support import echo_deployment
+
+    fields = getattr(request.module, "ECHO", None)
+    assert fields, f"{request.module.__name__} asks for `echo`: give it an ECHO dict (its name)"
+    with echo_deployment(**fields) as ref:
+        yield ref
+
+
 @pytest.fixture(autouse=True)
 def _data_context_restored():
     """A test may ask Ray Data for input order (``preserve_order``, a process-wide setting);

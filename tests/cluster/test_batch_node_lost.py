@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support import wait_for
+from support import echo_deployment, wait_for
 
 LINES = 800
 #: Lines in the output file at which a node is lost (20% of the job).
@@ -35,22 +35,17 @@ NAME = "spread"
 
 @pytest.fixture(scope="module")
 def spread(nodes):
-    import relayllm
     from relayllm.cluster import connect
 
     connect(nodes.address)
-    relayllm.deploy(
-        relayllm.DeploymentConfig(
-            name=NAME,
-            backend="echo",
-            num_replicas=2,
-            options={"delay_s": 0.2},
-            # One replica per worker node: each node has one `engine` slot, the head none.
-            ray_actor_options={"num_cpus": 0.1, "resources": {"engine": 1}},
-        )
-    )
-    yield NAME
-    relayllm.shutdown(NAME)
+    with echo_deployment(
+        NAME,
+        num_replicas=2,
+        options={"delay_s": 0.2},
+        # One replica per worker node: each node has one `engine` slot, the head none.
+        ray_actor_options={"num_cpus": 0.1, "resources": {"engine": 1}},
+    ):
+        yield NAME
 
 
 def batch_file(path: Path, lines: int = LINES) -> Path:

@@ -11,7 +11,7 @@ import threading
 import time
 
 import pytest
-from support import free_port, wait_for
+from support import echo_deployment, free_port, wait_for
 
 CLIENTS = 4
 #: What a client may get from a request the loss interrupted: what an OpenAI client retries
@@ -24,27 +24,22 @@ RETRYABLE = ("APIConnectionError", "APITimeoutError")
 def front(nodes):
     from ray import serve
 
-    import relayllm
     from relayllm.cluster import connect
 
     connect(nodes.address)
     serve.shutdown()  # Serve takes its HTTP proxy only while nothing runs
     port = free_port()
-    relayllm.deploy(
-        relayllm.DeploymentConfig(
-            name="front",
-            backend="echo",
-            num_replicas=2,
-            options={"delay_s": 0.2},
-            # One replica per worker node: each has one `engine` slot, the head none.
-            ray_actor_options={"num_cpus": 0.1, "resources": {"engine": 1}},
-            http={"port": port},
-            health_check_period_s=1,
-            health_check_timeout_s=5,
-        )
-    )
-    yield f"http://127.0.0.1:{port}/front/v1"
-    relayllm.shutdown("front")
+    with echo_deployment(
+        "front",
+        num_replicas=2,
+        options={"delay_s": 0.2},
+        # One replica per worker node: each has one `engine` slot, the head none.
+        ray_actor_options={"num_cpus": 0.1, "resources": {"engine": 1}},
+        http={"port": port},
+        health_check_period_s=1,
+        health_check_timeout_s=5,
+    ):
+        yield f"http://127.0.0.1:{port}/front/v1"
 
 
 class Clients:

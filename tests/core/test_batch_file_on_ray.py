@@ -8,23 +8,17 @@ import io
 import json
 
 import pytest
+from support import echo_deployment
 
 import relayllm
 from relayllm.batch import run as batch_run
 from relayllm.batch import scan as batch_file
-from relayllm.deployments import DeploymentConfig
 from relayllm.errors import ConfigError
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
 NAME = "bf-echo"
-
-
-@pytest.fixture(scope="module")
-def echo():
-    relayllm.deploy(DeploymentConfig(name=NAME, backend="echo"))
-    yield NAME
-    relayllm.shutdown(NAME)
+ECHO = {"name": NAME}  # the `echo` fixture's deployment
 
 
 def chat(i: int, **body) -> str:
@@ -57,9 +51,8 @@ def busy_echo():
     context = DataContext.get_current()
     before = context.wait_for_min_actors_s
     context.wait_for_min_actors_s = 120
-    relayllm.deploy(DeploymentConfig(name="bf-busy-echo", backend="echo", options={"delay_s": 0.2}))
-    yield "bf-busy-echo"
-    relayllm.shutdown("bf-busy-echo")
+    with echo_deployment("bf-busy-echo", options={"delay_s": 0.2}):
+        yield "bf-busy-echo"
     context.wait_for_min_actors_s = before
 
 

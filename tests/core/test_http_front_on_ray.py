@@ -12,7 +12,7 @@ import urllib.error
 import urllib.request
 
 import pytest
-from support import REPO, free_port, session_logs_holding
+from support import REPO, echo_deployment, free_port, session_logs_holding
 
 import relayllm
 from relayllm import DeploymentConfig, ProcessorConfig, build_processor
@@ -48,23 +48,17 @@ def sources(tmp_path_factory):
 @pytest.fixture(scope="module")
 def front(sources):
     relayllm.shutdown()  # Serve gets its HTTP proxy only while no application runs
-    config = DeploymentConfig(
-        name=NAME,
-        backend="echo",
-        options={"fail_marker": "POISON"},
-        http={
-            "route_prefix": "/echo",
-            "port": PORT,
-            "api_key_env": KEY_ENV,
-            "admin_key_env": ADMIN_ENV,
-            "admin_sources": [str(sources / "allowed")],
-        },
-    )
-    ref = relayllm.deploy(config)
-    info = ref.handle().info.remote().result(timeout_s=60)
-    client = openai.OpenAI(base_url=info["http"]["url"], api_key=KEY, max_retries=0)
-    yield ref, info, client
-    relayllm.shutdown(NAME)
+    http = {
+        "route_prefix": "/echo",
+        "port": PORT,
+        "api_key_env": KEY_ENV,
+        "admin_key_env": ADMIN_ENV,
+        "admin_sources": [str(sources / "allowed")],
+    }
+    with echo_deployment(NAME, options={"fail_marker": "POISON"}, http=http) as ref:
+        info = ref.handle().info.remote().result(timeout_s=60)
+        client = openai.OpenAI(base_url=info["http"]["url"], api_key=KEY, max_retries=0)
+        yield ref, info, client
 
 
 def test_chat_answers_with_openai_types_and_usage(front):

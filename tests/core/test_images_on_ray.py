@@ -15,10 +15,12 @@ import ray
 from PIL import Image
 
 import relayllm
-from relayllm import DeploymentConfig, ProcessorConfig, build_processor
+from relayllm import ProcessorConfig, build_processor
 from relayllm.stage.images import ImageLimits, checked_data_url, prepare_images
 
 pytestmark = pytest.mark.usefixtures("ray_session")
+
+ECHO = {"name": "image-echo"}  # the `echo` fixture's deployment
 
 
 def png(width: int, height: int) -> bytes:
@@ -104,13 +106,6 @@ def test_a_bad_image_names_the_part_and_why(server, url, limits, message):
 def test_an_error_never_shows_the_url_path_or_query(server):
     problem = prepare_images(chat(f"{server}/missing.png?sig=SECRET"))
     assert "SECRET" not in problem and "missing.png" not in problem
-
-
-@pytest.fixture(scope="module")
-def echo():
-    ref = relayllm.deploy(DeploymentConfig(name="image-echo", backend="echo"))
-    yield ref
-    relayllm.shutdown("image-echo")
 
 
 def test_images_reach_the_deployment_and_bad_ones_fail_their_row(echo, server, tmp_path):

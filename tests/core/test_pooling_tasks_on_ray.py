@@ -14,12 +14,7 @@ from relayllm.pipelines import parse_pipeline, run_pipeline
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
-
-@pytest.fixture(scope="module")
-def echo():
-    ref = relayllm.deploy(DeploymentConfig(name="pool-echo", backend="echo"))
-    yield ref
-    relayllm.shutdown("pool-echo")
+ECHO = {"name": "pool-echo"}  # the `echo` fixture's deployment
 
 
 def test_classify_and_score_through_the_stage_with_per_row_errors(echo):

@@ -8,14 +8,7 @@ from relayllm import DeploymentConfig, ProcessorConfig, build_processor
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
-
-@pytest.fixture(scope="module")
-def echo():
-    ref = relayllm.deploy(
-        DeploymentConfig(name="proc-echo", backend="echo", options={"mode": "reverse"})
-    )
-    yield ref
-    relayllm.shutdown("proc-echo")
+ECHO = {"name": "proc-echo", "options": {"mode": "reverse"}}  # the `echo` fixture's deployment
 
 
 @pytest.fixture(params=["actors", "tasks"])

@@ -5,16 +5,11 @@ import pytest
 import ray
 
 import relayllm
-from relayllm import DeploymentConfig, ProcessorConfig, build_processor
+from relayllm import ProcessorConfig, build_processor
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
-
-@pytest.fixture(scope="module")
-def echo(ray_session):
-    relayllm.deploy(DeploymentConfig(name="transport-echo", backend="echo"))
-    yield
-    relayllm.shutdown("transport-echo")
+ECHO = {"name": "transport-echo"}  # the `echo` fixture's deployment
 
 
 def test_a_call_larger_than_grpc_allows_is_resent_over_actor_calls(echo):

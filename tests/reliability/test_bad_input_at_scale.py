@@ -3,8 +3,7 @@
 import pytest
 import ray
 
-import relayllm
-from relayllm import DeploymentConfig, ProcessorConfig, build_processor
+from relayllm import ProcessorConfig, build_processor
 
 # kind -> (a bad row's fields, words its error must contain)
 BAD = {
@@ -37,16 +36,11 @@ def _dataset():
     return ray.data.from_items(rows, override_num_blocks=10), expected
 
 
-@pytest.fixture(scope="module")
-def strict_echo(ray_session):
-    relayllm.deploy(
-        DeploymentConfig(name="scale", backend="echo", options={"fail_marker": "FAILME"})
-    )
-    yield
-    relayllm.shutdown("scale")
+#: The `echo` fixture's deployment: rows holding the marker fail.
+ECHO = {"name": "scale", "options": {"fail_marker": "FAILME"}}
 
 
-def test_record_mode_exact_counts(strict_echo):
+def test_record_mode_exact_counts(echo):
     ray.data.DataContext.get_current().execution_options.preserve_order = True
     ds, expected = _dataset()
     out = build_processor(ProcessorConfig(deployment="scale", batch_size=64))(ds).take_all()
@@ -59,7 +53,7 @@ def test_record_mode_exact_counts(strict_echo):
     assert len(good) == 9000 and all(r["generated_text"] for r in good)
 
 
-def test_raise_mode_fails_fast_naming_the_bad_row(strict_echo):
+def test_raise_mode_fails_fast_naming_the_bad_row(echo):
     rows = [{"id": f"row-{i}", "prompt": f"ok {i}"} for i in range(2000)]
     rows[1234]["prompt"] = ""
     proc = build_processor(
