@@ -15,27 +15,12 @@ from ray import serve
 
 import relayllm
 from relayllm import DeploymentConfig, ResourceFitError
-from relayllm.fit import check_fit, engine_demand
 from relayllm.pipelines import deployed, parse_pipeline
 from relayllm.pipelines.deploy import check_fit as check_pipeline_fit
 from relayllm.pipelines.inputs import open_dataset
 from relayllm.pipelines.run import execute
 
 pytestmark = pytest.mark.usefixtures("ray_session")
-
-GROUP = {  # serve options of a replica in a placement group: 1 CPU, then 4 GPUs
-    "placement_group_bundles": [{"CPU": 1}] + [{"GPU": 1}] * 4,
-    "placement_group_strategy": "PACK",
-    "num_replicas": 2,
-}
-NODES = [{"CPU": 8.0, "GPU": 4.0}, {"CPU": 8.0, "GPU": 4.0}, {"CPU": 8.0}]
-TOTAL = {"CPU": 24.0, "GPU": 8.0}
-
-
-def check_deployment(name, serve_options):
-    """What deploy() checks: the replicas against what the nodes have."""
-    check_fit([engine_demand(name, serve_options)], None, TOTAL, NODES, subject=f"{name!r}")
-
 
 THREE_STEPS = """\
 deployments:

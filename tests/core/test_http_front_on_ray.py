@@ -285,31 +285,6 @@ def test_admission_backs_batch_rows_off_while_interactive_is_slow_and_refills_af
     relayllm.shutdown("httpadmit")
 
 
-class _RecordingReplica:
-    """A replica stand-in for the front alone: it keeps the rows it is sent and answers with
-    the logprobs an engine gives when asked."""
-
-    backend_name = "recording"
-    deployment = {"name": "recording"}  # declares no features: the front checks none
-
-    def __init__(self):
-        self.rows = []
-
-    def engine_info(self):
-        return {"model": "recording-model"}
-
-    async def serve_http_row(self, row):
-        self.rows.append(row)
-        top = [{"token": "Paris", "logprob": -0.1}, {"token": "Rome", "logprob": -2.5}]
-        return {
-            "generated_text": "Paris",
-            "finish_reason": "stop",
-            "num_input_tokens": 3,
-            "num_generated_tokens": 1,
-            "logprobs": [{"token": "Paris", "logprob": -0.1, "top_logprobs": top}],
-        }
-
-
 #: Request bodies sent through both doors: the HTTP front and a batch file.
 BOTH_DOORS = [
     (

@@ -4,7 +4,6 @@ a bad URL or a corrupt image fails its row only. Through the stage on the echo b
 answers with the size of each image that reached it."""
 
 import base64
-import io
 import json
 import threading
 import time
@@ -12,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import ray
-from PIL import Image
+from samples import IMAGES_PIPELINE, chat, png
 
 import relayllm
 from relayllm import ProcessorConfig, build_processor
@@ -21,12 +20,6 @@ from relayllm.stage.images import ImageLimits, checked_data_url, prepare_images
 pytestmark = pytest.mark.usefixtures("ray_session")
 
 ECHO = {"name": "image-echo"}  # the `echo` fixture's deployment
-
-
-def png(width: int, height: int) -> bytes:
-    buffer = io.BytesIO()
-    Image.new("RGB", (width, height), (200, 30, 30)).save(buffer, format="PNG")
-    return buffer.getvalue()
 
 
 GOOD = png(7, 5)
@@ -59,18 +52,6 @@ def server():
     thread.start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}"
     httpd.shutdown()
-
-
-def chat(url: str, text: str = "what is this") -> list[dict]:
-    return [
-        {
-            "role": "user",
-            "content": [
-                {"type": "text", "text": text},
-                {"type": "image_url", "image_url": {"url": url}},
-            ],
-        }
-    ]
 
 
 def test_every_source_becomes_a_checked_data_url(server, tmp_path):
@@ -130,29 +111,6 @@ def test_images_reach_the_deployment_and_bad_ones_fail_their_row(echo, server, t
     assert out[5]["error"] is None and answers[5] == "plain text"
 
 
-PIPELINE = """\
-deployments:
-  - name: image-echo
-    backend: echo
-input:
-  id_column: id
-  rows:
-    - {id: 0, picture: "pics/wide.png"}
-    - {id: 1, picture: "PICTURE_ABSOLUTE"}
-    - {id: 2, picture: "SERVER/cat.png"}
-    - {id: 3, picture: "pics/missing.png"}
-steps:
-  - name: describe
-    deployment: image-echo
-    messages:
-      - role: user
-        content:
-          - {type: text, text: "what is {id}"}
-          - {type: image_url, image_url: {url: "{picture}", detail: low}}
-    output_column: description
-"""
-
-
 def test_a_pipeline_steps_image_part_is_a_template_and_reads_paths_from_its_folder(
     echo, server, tmp_path
 ):
@@ -165,7 +123,7 @@ def test_a_pipeline_steps_image_part_is_a_template_and_reads_paths_from_its_fold
     (tmp_path / "pics" / "wide.png").write_bytes(png(12, 3))
     absolute = tmp_path / "tall.png"
     absolute.write_bytes(png(2, 9))
-    text = PIPELINE.replace("PICTURE_ABSOLUTE", str(absolute)).replace("SERVER", server)
+    text = IMAGES_PIPELINE.replace("PICTURE_ABSOLUTE", str(absolute)).replace("SERVER", server)
     (tmp_path / "p.yaml").write_text(text)
     step = load_pipeline(tmp_path / "p.yaml").spec.steps[0]
     assert step.messages[0].content[1].image_url.detail == "low"

@@ -4,35 +4,14 @@ backend (the file model and its errors: tests/unit/core/test_pipeline.py)."""
 import json
 
 import pytest
+from samples import ONE_STEP, parse
 
 import relayllm
-from relayllm.pipelines import PipelineError, deployed, load_pipeline, parse_pipeline
+from relayllm.pipelines import PipelineError, deployed, parse_pipeline
 from relayllm.pipelines.inputs import open_dataset
 from relayllm.pipelines.run import execute
 
 pytestmark = pytest.mark.usefixtures("ray_session")
-
-GOOD = """\
-deployments:
-  - name: echo-a
-    backend: echo
-input:
-  rows:
-    - {id: 1, question: "hi there"}
-steps:
-  - name: answer
-    deployment: echo-a
-    messages:
-      - role: user
-        content: "{question}"
-    output_column: answer
-"""
-
-
-def parse(text, tmp_path, name="p.yaml"):
-    path = tmp_path / name
-    path.write_text(text)
-    return load_pipeline(path)
 
 
 def test_input_from_a_glob_or_a_directory(tmp_path):
@@ -43,7 +22,7 @@ def test_input_from_a_glob_or_a_directory(tmp_path):
         )
     for path in ("data/*.jsonl", "data"):
         pipeline = parse(
-            GOOD.replace('  rows:\n    - {id: 1, question: "hi there"}', f"  path: {path}"),
+            ONE_STEP.replace('  rows:\n    - {id: 1, question: "hi there"}', f"  path: {path}"),
             tmp_path,
         )
         paths = pipeline.input_paths()
@@ -51,14 +30,14 @@ def test_input_from_a_glob_or_a_directory(tmp_path):
         assert sorted(r["id"] for r in open_dataset(pipeline).take_all()) == [0, 1, 2, 10, 11, 12]
     (tmp_path / "t.csv").write_text("id,topic\n1,snow\n")
     pipeline = parse(
-        GOOD.replace('  rows:\n    - {id: 1, question: "hi there"}', "  path: t.csv"), tmp_path
+        ONE_STEP.replace('  rows:\n    - {id: 1, question: "hi there"}', "  path: t.csv"), tmp_path
     )
     with pytest.raises(
         PipelineError, match=r"column 'question' is not in the input \(columns: id, topic\)"
     ):
         open_dataset(pipeline)
     nothing = parse(
-        GOOD.replace('  rows:\n    - {id: 1, question: "hi there"}', "  path: none/*.jsonl"),
+        ONE_STEP.replace('  rows:\n    - {id: 1, question: "hi there"}', "  path: none/*.jsonl"),
         tmp_path,
     )
     with pytest.raises(PipelineError, match="input.path: no file matches 'none/\\*.jsonl'"):

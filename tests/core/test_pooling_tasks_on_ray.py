@@ -7,6 +7,7 @@ import json
 
 import pytest
 import ray
+from samples import POOLING_PIPELINE
 
 import relayllm
 from relayllm import DeploymentConfig, ProcessorConfig, build_processor
@@ -52,32 +53,6 @@ def test_a_backend_without_the_task_is_refused_before_any_row(echo):
         relayllm.shutdown("chat-only-pool")
 
 
-PIPELINE = """\
-deployments:
-  - name: echo-pool
-    backend: echo
-input:
-  rows:
-    - {id: 1, post: "short one", topic: "short"}
-    - {id: 2, post: "this post is rather long indeed", topic: "sky"}
-steps:
-  - name: kind
-    deployment: echo-pool
-    text: "{post}"
-    output_column: kind
-  - name: confidence
-    deployment: echo-pool
-    text: "{post}"
-    output_column: confidence
-    output_field: probs
-  - name: relevance
-    deployment: echo-pool
-    query: "{topic}"
-    document: "{post}"
-    output_column: relevance
-"""
-
-
 def test_relayllm_batch_runs_score_and_rerank_lines(echo, tmp_path):
     lines = [
         {
@@ -109,7 +84,7 @@ def test_relayllm_batch_runs_score_and_rerank_lines(echo, tmp_path):
 
 def test_a_pipeline_classifies_and_scores_with_templates(tmp_path):
     out = tmp_path / "out.jsonl"
-    pipeline = parse_pipeline(PIPELINE, "p.yaml", tmp_path)
+    pipeline = parse_pipeline(POOLING_PIPELINE, "p.yaml", tmp_path)
     assert [s.task for s in pipeline.spec.steps] == ["classify", "classify", "score"]
     run_pipeline(pipeline, output=str(out))
     rows = sorted(

@@ -5,11 +5,10 @@ exist or not when a processor may not read them (the batch service's), pipeline 
 
 import asyncio
 import base64
-import io
 import os
 
 import pytest
-from PIL import Image
+from samples import IMAGES_PIPELINE, chat, png
 
 from relayllm import ProcessorConfig
 from relayllm.stage.images import (
@@ -26,25 +25,7 @@ from relayllm.stage.udf import _prepare_images
 pytestmark = pytest.mark.usefixtures("echo_backend")
 
 
-def png(width: int, height: int) -> bytes:
-    buffer = io.BytesIO()
-    Image.new("RGB", (width, height), (200, 30, 30)).save(buffer, format="PNG")
-    return buffer.getvalue()
-
-
 GOOD = png(7, 5)
-
-
-def chat(url: str, text: str = "what is this") -> list[dict]:
-    return [
-        {
-            "role": "user",
-            "content": [
-                {"type": "text", "text": text},
-                {"type": "image_url", "image_url": {"url": url}},
-            ],
-        }
-    ]
 
 
 def test_text_only_chats_are_left_alone():
@@ -111,37 +92,14 @@ def test_a_local_file_that_is_not_an_image_is_not_quoted(tmp_path):
         assert "SECRET" not in problem
 
 
-PIPELINE = """\
-deployments:
-  - name: image-echo
-    backend: echo
-input:
-  id_column: id
-  rows:
-    - {id: 0, picture: "pics/wide.png"}
-    - {id: 1, picture: "PICTURE_ABSOLUTE"}
-    - {id: 2, picture: "SERVER/cat.png"}
-    - {id: 3, picture: "pics/missing.png"}
-steps:
-  - name: describe
-    deployment: image-echo
-    messages:
-      - role: user
-        content:
-          - {type: text, text: "what is {id}"}
-          - {type: image_url, image_url: {url: "{picture}", detail: low}}
-    output_column: description
-"""
-
-
 def test_a_pipeline_image_part_names_its_column_and_field(tmp_path):
     from relayllm.pipelines import PipelineError, load_pipeline
 
-    (tmp_path / "p.yaml").write_text(PIPELINE.replace('"{picture}"', '"{photo}"'))
+    (tmp_path / "p.yaml").write_text(IMAGES_PIPELINE.replace('"{picture}"', '"{photo}"'))
     with pytest.raises(PipelineError) as info:
         load_pipeline(tmp_path / "p.yaml").check_columns(["id", "picture"])
     assert "column 'photo' is not in the input" in str(info.value)
     assert "steps[0].messages[0].content[1].image_url.url" in str(info.value), str(info.value)
-    (tmp_path / "p.yaml").write_text(PIPELINE.replace("type: image_url,", "type: video,"))
+    (tmp_path / "p.yaml").write_text(IMAGES_PIPELINE.replace("type: image_url,", "type: video,"))
     with pytest.raises(PipelineError):
         load_pipeline(tmp_path / "p.yaml")

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from samples import ONE_STEP, parse
 from support import REPO
 
 import relayllm
@@ -22,28 +23,6 @@ pytestmark = pytest.mark.usefixtures("echo_backend")
 
 ROOT = REPO
 EXAMPLES = ROOT / "examples"
-
-GOOD = """\
-deployments:
-  - name: echo-a
-    backend: echo
-input:
-  rows:
-    - {id: 1, question: "hi there"}
-steps:
-  - name: answer
-    deployment: echo-a
-    messages:
-      - role: user
-        content: "{question}"
-    output_column: answer
-"""
-
-
-def parse(text, tmp_path, name="p.yaml"):
-    path = tmp_path / name
-    path.write_text(text)
-    return load_pipeline(path)
 
 
 def problem(text, tmp_path):
@@ -112,7 +91,7 @@ def test_swapping_the_backend_changes_only_the_deployment_block(other):
 
 
 def test_unknown_key_names_line_and_field(tmp_path):
-    text = GOOD.replace(
+    text = ONE_STEP.replace(
         "    output_column: answer", "    output_column: answer\n    temprature: 0.5"
     )
     assert (
@@ -121,7 +100,7 @@ def test_unknown_key_names_line_and_field(tmp_path):
 
 
 def test_step_naming_an_undeclared_deployment(tmp_path):
-    message = problem(GOOD.replace("deployment: echo-a", "deployment: echo-b"), tmp_path)
+    message = problem(ONE_STEP.replace("deployment: echo-a", "deployment: echo-b"), tmp_path)
     assert (
         "bad.yaml:9: steps[0].deployment: unknown deployment 'echo-b'; declared deployments: echo-a"
         in message
@@ -129,7 +108,7 @@ def test_step_naming_an_undeclared_deployment(tmp_path):
 
 
 def test_missing_template_column_points_at_the_template(tmp_path):
-    message = problem(GOOD.replace('content: "{question}"', 'content: "{questoin}"'), tmp_path)
+    message = problem(ONE_STEP.replace('content: "{question}"', 'content: "{questoin}"'), tmp_path)
     assert (
         "bad.yaml:12: steps[0].messages[0].content: column 'questoin' is not in the input"
         in message
@@ -138,19 +117,19 @@ def test_missing_template_column_points_at_the_template(tmp_path):
 
 
 def test_step_processor_settings_reach_the_processor(tmp_path):
-    text = GOOD + "    token_budget: 2000\n    order_by_prefix: true\n    batch_size: 16\n"
+    text = ONE_STEP + "    token_budget: 2000\n    order_by_prefix: true\n    batch_size: 16\n"
     text += "    compute: actors\n"
     config = parse(text, tmp_path).spec.steps[0].processor_config()
     assert (config.token_budget, config.order_by_prefix, config.batch_size) == (2000, True, 16)
     assert config.compute == "actors"
-    default = parse(GOOD, tmp_path, "default.yaml").spec.steps[0].processor_config()
+    default = parse(ONE_STEP, tmp_path, "default.yaml").spec.steps[0].processor_config()
     assert (default.token_budget, default.order_by_prefix, default.batch_size) == (None, False, 64)
     assert default.compute == "tasks"
 
 
 def test_a_later_step_may_use_an_earlier_output_column(tmp_path):
     text = (
-        GOOD
+        ONE_STEP
         + """\
   - name: shorter
     deployment: echo-a
@@ -163,14 +142,14 @@ def test_a_later_step_may_use_an_earlier_output_column(tmp_path):
 
 
 def test_missing_required_key_and_wrong_type(tmp_path):
-    text = GOOD.replace("    output_column: answer\n", "    batch_size: lots\n")
+    text = ONE_STEP.replace("    output_column: answer\n", "    batch_size: lots\n")
     message = problem(text, tmp_path)
     assert "bad.yaml:8: steps[0].output_column: required key is missing" in message
     assert "bad.yaml:13: steps[0].batch_size: Input should be a valid integer" in message
 
 
 def test_bad_backend_options_name_the_option(tmp_path):
-    text = GOOD.replace(
+    text = ONE_STEP.replace(
         "    backend: echo\n", "    backend: echo\n    options:\n      mode: loud\n"
     )
     message = problem(text, tmp_path)
@@ -180,7 +159,7 @@ def test_bad_backend_options_name_the_option(tmp_path):
 def test_a_step_whose_task_the_deployment_does_not_serve_fails_before_any_engine(tmp_path):
     # Backend.tasks_for(options): this echo deployment serves chat only, like vLLM with
     # task: generate serves no embeddings.
-    text = GOOD.replace(
+    text = ONE_STEP.replace(
         "    backend: echo\n", "    backend: echo\n    options:\n      tasks: [chat]\n"
     )
     text = text.replace(
@@ -194,13 +173,13 @@ def test_a_step_whose_task_the_deployment_does_not_serve_fails_before_any_engine
 
 
 def test_unknown_backend_lists_installed_ones(tmp_path):
-    message = problem(GOOD.replace("backend: echo", "backend: nosuch"), tmp_path)
+    message = problem(ONE_STEP.replace("backend: echo", "backend: nosuch"), tmp_path)
     assert "bad.yaml:3: deployments[0].backend: unknown backend 'nosuch'" in message
     assert "echo" in message
 
 
 def test_unreadable_input_path(tmp_path):
-    text = GOOD.replace(
+    text = ONE_STEP.replace(
         '  rows:\n    - {id: 1, question: "hi there"}', "  path: nowhere/rows.jsonl"
     )
     pipeline = parse(text, tmp_path, "bad.yaml")
@@ -212,7 +191,7 @@ def test_unreadable_input_path(tmp_path):
 
 def test_duplicate_keys_and_invalid_yaml(tmp_path):
     message = problem(
-        GOOD.replace(
+        ONE_STEP.replace(
             "    output_column: answer", "    output_column: answer\n    output_column: x"
         ),
         tmp_path,
@@ -223,14 +202,14 @@ def test_duplicate_keys_and_invalid_yaml(tmp_path):
 
 def test_template_and_task_must_agree(tmp_path):
     message = problem(
-        GOOD.replace("    messages:", "    task: completion\n    messages:"), tmp_path
+        ONE_STEP.replace("    messages:", "    task: completion\n    messages:"), tmp_path
     )
     assert "steps[0]: task 'completion' reads 'prompt', not 'messages'" in message
 
 
 def test_invalid_sampling_params_are_caught_at_load(tmp_path):
     message = problem(
-        GOOD.replace(
+        ONE_STEP.replace(
             "    output_column: answer",
             "    output_column: answer\n    sampling_params: {temperature: -1}",
         ),
@@ -240,7 +219,7 @@ def test_invalid_sampling_params_are_caught_at_load(tmp_path):
 
 
 def test_environment_variables_fill_deployment_options(tmp_path, monkeypatch):
-    text = GOOD.replace(
+    text = ONE_STEP.replace(
         "    backend: echo\n",
         "    backend: echo\n    options:\n      mode: ${ECHO_MODE:-echo}\n"
         "      fail_marker: ${RELAYLLM_TEST_MARKER}\n",

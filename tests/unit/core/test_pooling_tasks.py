@@ -6,6 +6,7 @@ import json
 
 import pyarrow as pa
 import pytest
+from samples import POOLING_PIPELINE
 
 from relayllm.batch.format import parse_line, response_line
 from relayllm.pipelines import PipelineError, parse_pipeline
@@ -40,34 +41,8 @@ def test_pooling_output_columns_and_answers():
     assert table.to_pylist()[0]["label"] == "pos"
 
 
-PIPELINE = """\
-deployments:
-  - name: echo-pool
-    backend: echo
-input:
-  rows:
-    - {id: 1, post: "short one", topic: "short"}
-    - {id: 2, post: "this post is rather long indeed", topic: "sky"}
-steps:
-  - name: kind
-    deployment: echo-pool
-    text: "{post}"
-    output_column: kind
-  - name: confidence
-    deployment: echo-pool
-    text: "{post}"
-    output_column: confidence
-    output_field: probs
-  - name: relevance
-    deployment: echo-pool
-    query: "{topic}"
-    document: "{post}"
-    output_column: relevance
-"""
-
-
 def test_a_document_template_needs_the_score_task(tmp_path):
-    bad = PIPELINE.replace(
+    bad = POOLING_PIPELINE.replace(
         '    text: "{post}"\n    output_column: kind',
         '    text: "{post}"\n    document: "{post}"\n    output_column: kind',
     )
