@@ -373,9 +373,10 @@ def work_lines(settings, batch_id):
         return [line for line in work.read().split(b"\n")[:-1] if line.strip()]
 
 
-def settled_rows(name, quiet_s=2.0):
+def settled_rows(name, quiet_s=5.0):
     """The deployment's row counter once it has not moved for ``quiet_s`` (the calls sent
-    before the runner stopped have all been answered)."""
+    before the runner stopped have all been answered: ten calls' time, so a loaded machine's
+    pause between two answers is not taken for the end)."""
     rows, since = deployment_rows(name), time.monotonic()
     while time.monotonic() - since < quiet_s:
         time.sleep(0.2)
