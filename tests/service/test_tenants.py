@@ -31,7 +31,7 @@ from batch_api import (
     submit,
     wait,
 )
-from support import cli, wait_for
+from support import cli
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -143,13 +143,7 @@ def test_the_usage_api_equals_the_sums_over_the_output_files_and_online_answers(
         )
     )
     (last,) = [chunk for chunk in streamed if chunk.usage is not None]
-    # A stream is recorded at its end, once its last chunk has gone out: the client may ask a
-    # moment before that.
-    wait_for(
-        lambda: len(usage_of(service, group_by=["project_id"], batch=False)) == 2,
-        "the streamed answer recorded",
-        timeout_s=30,
-    )
+    # Recorded before the stream's [DONE] went out, so the client reads it at once.
     online = usage_of(service, group_by=["project_id"], batch=False)
     assert online == {
         ("alpha", None): (1, answer.usage.prompt_tokens, 0, answer.usage.completion_tokens),

@@ -300,3 +300,42 @@ def test_online_answers_pass_untouched_and_unrecorded_when_not_recording(service
     assert asyncio.run(metered(stream, "alpha", off)).body_iterator is inner  # not read
     assert off.rows(0, T0 * 2) == []
     off.close()
+
+
+def test_a_stream_is_recorded_before_its_done_goes_out_and_when_left_early(service):
+    """The openai client closes the connection once it has read ``[DONE]``, and the server
+    then cancels the stream: what it would record after ``[DONE]`` may never run."""
+    from starlette.responses import StreamingResponse
+
+    settings, _, _ = service
+    ledger = UsageLedger(settings.store_path)
+    usage = b'data: {"model": "echo", "usage": {"prompt_tokens": 4}, "engine_s": 0.5}\n\n'
+
+    def online():
+        return [(r["requests"], r["input_tokens"], r["engine_s"]) for r in ledger.rows(0, T0 * 2)]
+
+    async def chunks():
+        yield b'data: {"model": "echo", "choices": []}\n\n'
+        yield usage
+        yield b"data: [DONE]\n\n"
+
+    async def read_until_done():
+        body = (await metered(StreamingResponse(chunks()), "alpha", ledger)).body_iterator
+        async for chunk in body:
+            if chunk == b"data: [DONE]\n\n":
+                seen = online()
+                await body.aclose()  # the client goes; the rest of the stream never runs
+                return seen
+        raise AssertionError("no [DONE]")
+
+    assert asyncio.run(read_until_done()) == [(1, 4, 0.5)]
+
+    async def read_one_and_leave():
+        body = (await metered(StreamingResponse(chunks()), "beta", ledger)).body_iterator
+        await anext(body)
+        await body.aclose()
+        await asyncio.sleep(0)
+
+    asyncio.run(read_one_and_leave())  # recorded from a thread: done once the loop has closed
+    assert sorted(online()) == [(1, 0, 0.0), (1, 4, 0.5)]
+    ledger.close()

@@ -5,7 +5,7 @@ batch service has: ``GET /v1/organization/usage/completions`` with ``start_time`
 in OpenAI's page of buckets of results (the ``openai`` client's
 ``admin.organization.usage.completions``), each result with one field OpenAI's has not:
 ``engine_s``, the engine seconds. And the gateway's metering of online requests:
-:func:`metered` records a response's usage once its body has gone out.
+:func:`metered` records a response's usage before the client has read all of it.
 
 Buckets start on whole multiples of their width (UTC midnight for ``1d``), the first one at
 or before ``start_time``; only usage in ``[start_time, end_time)`` is counted. Every bucket
@@ -187,10 +187,13 @@ async def metered(
     response: Response, project: str, ledger: UsageLedger, model: str = "unknown"
 ) -> Response:
     """``response`` to an online request of ``project``, its usage recorded in ``ledger``: at
-    once for a JSON body, at the stream's end for a streamed one (from the chunk with
-    ``usage``, sent when the request asked ``stream_options.include_usage``; otherwise the
-    request alone is counted). An error answer records nothing; with the ledger not
-    recording, an answer passes untouched (a stream is not read on its way)."""
+    once for a JSON body; for a streamed one, from the chunk with ``usage`` (sent when the
+    request asked ``stream_options.include_usage``; otherwise the request alone is counted),
+    before the stream's ``[DONE]`` goes out. Not after the stream: a client that has read
+    ``[DONE]`` closes the connection, and the server cancels what the stream would still do.
+    A stream the client leaves early is counted, as far as it went. An error answer records
+    nothing; with the ledger not recording, an answer passes untouched (a stream is not read
+    on its way)."""
     from starlette.responses import StreamingResponse
 
     async def record(served: str, use: Use) -> None:
@@ -208,19 +211,32 @@ async def metered(
     inner = response.body_iterator
 
     async def counted() -> AsyncIterator[Any]:
-        use, served = Use(), model
-        async for chunk in inner:
-            text = chunk.decode("utf-8", "replace") if isinstance(chunk, bytes) else str(chunk)
-            for line in text.splitlines():
-                if line.startswith("data: {") and '"usage"' in line:
-                    try:
-                        event = json.loads(line[len("data: ") :])
-                    except ValueError:
-                        continue
-                    if event.get("usage"):
-                        use, served = body_use(event), str(event.get("model") or model)
-            yield chunk
-        await record(served, use)
+        use, served, recorded = Use(), model, False
+        try:
+            async for chunk in inner:
+                text = chunk.decode("utf-8", "replace") if isinstance(chunk, bytes) else str(chunk)
+                for line in text.splitlines():
+                    if line.startswith("data: {") and '"usage"' in line:
+                        try:
+                            event = json.loads(line[len("data: ") :])
+                        except ValueError:
+                            continue
+                        if event.get("usage"):
+                            use, served = body_use(event), str(event.get("model") or model)
+                    elif line.strip() == "data: [DONE]" and not recorded:
+                        recorded = True
+                        await record(served, use)
+                yield chunk
+        finally:
+            if not recorded:  # the client left early, or the stream ended without [DONE]
+                record_later(served, use)
+
+    def record_later(served: str, use: Use) -> None:
+        """Recorded from a thread not awaited: the stream is being cancelled here."""
+        try:
+            asyncio.get_running_loop().run_in_executor(None, ledger.record, project, served, use)
+        except RuntimeError:  # closed outside the event loop
+            ledger.record(project, served, use)
 
     response.body_iterator = counted()
     return response
