@@ -47,7 +47,7 @@ class TestSGLangConformance(BackendConformanceTests):
         if reason:
             pytest.skip(reason)
         import ray
+        from support import ray_cluster
 
-        if not ray.is_initialized():
-            ray.init(include_dashboard=False, log_to_driver=False)
-        yield ray
+        with ray_cluster(num_cpus=None):  # every CPU and GPU the machine has
+            yield ray

@@ -34,25 +34,22 @@ def engine():
     if reason:
         pytest.skip(reason)
     import ray
+    from support import ray_cluster
 
-    if not ray.is_initialized():
-        ray.init(include_dashboard=False, log_to_driver=False)
-    ref = relayllm.deploy(
-        relayllm.DeploymentConfig(
-            name=NAME,
-            backend="sglang",
-            options={
-                "model_path": engine_test_model(),
-                "mem_fraction_static": 0.5,
-                "context_length": CONTEXT,
-            },
-            startup_timeout_s=1800,
+    options = {
+        "model_path": engine_test_model(),
+        "mem_fraction_static": 0.5,
+        "context_length": CONTEXT,
+    }
+    with ray_cluster(num_cpus=None):  # every CPU and GPU the machine has
+        ray.data.DataContext.get_current().execution_options.preserve_order = True
+        ref = relayllm.deploy(
+            relayllm.DeploymentConfig(
+                name=NAME, backend="sglang", options=options, startup_timeout_s=1800
+            )
         )
-    )
-    ctx = ray.data.DataContext.get_current()
-    ctx.execution_options.preserve_order = True
-    yield ref
-    relayllm.shutdown(NAME)
+        yield ref
+        relayllm.shutdown(NAME)
 
 
 def processor(**sampling: Any) -> relayllm.Processor:
