@@ -327,6 +327,26 @@ def alive(pid: int) -> bool:
         return False
 
 
+def stop_process(pid: int, timeout_s: float = 60) -> None:
+    """SIGSTOP ``pid`` and wait until every thread of it has stopped. A thread in the middle
+    of a system call (a write to a busy disk, say) stops only when the call returns: what it
+    was writing lands after the signal, and a file read before that misses it."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        states = {}
+        for task in os.listdir(f"/proc/{pid}/task"):
+            try:
+                states[task] = _stat_fields(f"{pid}/task/{task}")[0]
+            except OSError:  # a thread that ended meanwhile
+                continue
+        if all(state in "Tt" for state in states.values()):
+            return
+        running = {task: state for task, state in states.items() if state not in "Tt"}
+        assert time.monotonic() < deadline, f"pid {pid}: threads not stopped: {running}"
+        time.sleep(0.01)
+
+
 def _comm(pid: int) -> bytes:
     try:
         return Path(f"/proc/{pid}/comm").read_bytes()

@@ -48,20 +48,11 @@ def _registered():
 @pytest.fixture(scope="session", autouse=True)
 def _one_cluster():
     # One cluster for every adapter of the run, started before the first kit class asks for
-    # one (its fixture finds it). Ray gives a new raylet 30 s to register: on a loaded
-    # machine a start can miss that, so a start that timed out is tried again (three in all).
-    import ray
+    # one (its fixture finds it), by the suite's Ray start helper.
+    from support import ray_cluster
 
-    for attempt in (1, 2, 3):
-        try:
-            ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-            break
-        except Exception as exc:
-            if attempt == 3 or "timed out during startup" not in str(exc):
-                raise
-            ray.shutdown()
-    yield
-    ray.shutdown()
+    with ray_cluster():
+        yield
 """
 
 CLASS = """
@@ -227,7 +218,9 @@ def kit_run(tmp_path_factory):
     report = root / "report.xml"
     env = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(HERE), *filter(None, [os.environ.get("PYTHONPATH")])]),
+        "PYTHONPATH": os.pathsep.join(
+            [str(HERE), str(HERE.parent), *filter(None, [os.environ.get("PYTHONPATH")])]
+        ),
     }
     done = subprocess.run(
         [

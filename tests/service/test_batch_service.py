@@ -16,7 +16,7 @@ import time
 import batch_api
 import pytest
 from batch_api import CHAT, chat_lines, finished_lines, jsonl, lines_of, submit, wait
-from support import cli, free_port
+from support import cli, free_port, stop_process
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -426,7 +426,7 @@ def test_runner_killed_mid_batch_resumes_each_line_exactly_once(service):
         while deployment_rows("slow") - start <= recorded + per_block:
             assert time.monotonic() < deadline, "the next block did not run"
             time.sleep(0.05)
-        os.kill(pid, signal.SIGSTOP)
+        stop_process(pid)  # every thread, a write it was in the middle of done
         computed = settled_rows("slow") - start
         kept = len(work_lines(settings, created.id))
     finally:

@@ -9,12 +9,11 @@ on disk is all that carries over."""
 import glob
 import json
 import os
-import signal
 import time
 
 import pytest
 from batch_api import chat_lines, finished_lines, lines_of, submit, wait
-from support import cli, free_port, ray_head_node, wait_started
+from support import cli, free_port, ray_head_node, stop_process, wait_started
 
 openai = pytest.importorskip("openai")
 
@@ -126,7 +125,7 @@ def test_a_batch_resumes_each_line_once_after_the_cluster_is_lost_and_served_aga
             pid for pid, command in cluster.items() if "ServeReplica:relayllm-slow" in command
         ]
         assert replicas, cluster
-        os.kill(runner, signal.SIGSTOP)
+        stop_process(runner)  # every thread, a write it was in the middle of done
         computed = settled_rows(env)
         kept = len(work_lines(state, created.id))
         assert before.request_counts.completed <= kept < LINES, (before, kept)
