@@ -189,6 +189,14 @@ def filled(ledger):
     return ledger
 
 
+def test_without_an_end_the_current_second_is_in(ledger):
+    """A request recorded in the first second of a minute, read in that same second: ends
+    are excluded, and an end of "now" in whole seconds would leave it out."""
+    ledger.record("alpha", "echo", Use(1, 4, 0, 2), at=T0 + 120)
+    page = completions_page(ledger, query(start_time=T0, bucket_width="1m"), T0 + 120)
+    assert [b["results"][0]["num_model_requests"] for b in page["data"] if b["results"]] == [1]
+
+
 def test_usage_buckets_sum_within_each_and_list_empty_ones(filled):
     page = completions_page(
         filled, query(start_time=T0, end_time=T0 + 4 * 3600, bucket_width="1h"), 0

@@ -86,7 +86,8 @@ def usage(since, start, end, bucket_width, group_by, projects, models, base_url,
             fail(f"--since {since!r}: give a number and m, h or d (30m, 24h, 7d)", EXIT_BAD_INPUT)
         assert found is not None
         begin = now - int(found.group(1)) * _UNIT_S[found.group(2)]
-    finish = now if end is None else _moment(end, "--end")
+    # Through the current second (ends are excluded): what was recorded a moment ago is in.
+    finish = now + 1 if end is None else _moment(end, "--end")
     groups = list(group_by) or ["project_id", "model"]
     params: dict[str, Any] = {
         "start_time": begin,

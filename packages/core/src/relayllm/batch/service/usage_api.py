@@ -75,7 +75,7 @@ def completions_page(
     if start is None:
         raise InvalidRequestError("start_time (Unix seconds) is required", "start_time")
     end = _int(query, "end_time")
-    end = now if end is None else end
+    end = now + 1 if end is None else end  # through the current second: what it recorded too
     if end <= start:
         raise InvalidRequestError("end_time must be after start_time", "end_time")
     default, most = LIMITS[width_name]
