@@ -70,6 +70,25 @@ ADMIN_KEY = "admin-key-" + "z" * 24
 PROJECT_KEYS = {"alpha": "alpha-key-" + "a" * 24, "beta": "beta-key-" + "b" * 24}
 
 
+def serve_on_free_ports(*args, env, tries=3):
+    """``relayllm serve *args`` with Serve's proxy and the gateway's own server on free ports,
+    tried again on new ones when a port was taken meanwhile: a free port is free only until
+    someone binds it, and the other suites running beside this one bind ports too."""
+    from ray import serve
+    from support import cli, free_port
+
+    for attempt in range(1, tries + 1):
+        served = cli("serve", *args, "--port", free_port(), "--direct-port", free_port(), env=env)
+        taken = "is the port in use" in served.stdout + served.stderr
+        if served.returncode == 0 or not taken or attempt == tries:
+            break
+        serve.shutdown()  # what the failed start left, before Serve takes a proxy again
+    assert served.returncode == 0, (
+        f"exit {served.returncode}\n{served.stdout[-3000:]}\n{served.stderr[-5000:]}"
+    )
+    return served
+
+
 def serve_echo(ray, root, deployments, *extra):
     """``relayllm serve`` (a subprocess, as a user runs it) on the session's cluster with the
     echo backend, two projects' keys and the admin key (:data:`ADMIN_KEY`), Serve's proxy and
@@ -79,7 +98,6 @@ def serve_echo(ray, root, deployments, *extra):
     import os
 
     from ray import serve
-    from support import cli, free_port
 
     import relayllm
 
@@ -93,10 +111,15 @@ def serve_echo(ray, root, deployments, *extra):
         "RELAYLLM_API_KEYS": ",".join(f"{p}={k}" for p, k in PROJECT_KEYS.items()),
         "RELAYLLM_ADMIN_KEY": ADMIN_KEY,
     }
-    served = cli(
-        "serve", root / "deployments.yaml", "--port", free_port(), "--direct-port", free_port(),
-        "--state-dir", root / "state", "--address", address, *extra, env=env, check=0,
-    )  # fmt: skip
+    served = serve_on_free_ports(
+        root / "deployments.yaml",
+        "--state-dir",
+        root / "state",
+        "--address",
+        address,
+        *extra,
+        env=env,
+    )
     if "--json" in map(str, extra):  # one object: what started, and where
         import json
 

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 import batch_api
 import pytest
-from support import cli, free_port, session_logs_holding
+from support import cli, session_logs_holding
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -50,10 +50,9 @@ def gateway(ray_session, tmp_path_factory):
         "RELAYLLM_ECHO_BACKEND": "1",
         "RELAYLLM_API_KEYS": f"gamma={KEY},delta={OTHER_KEY}",
     }
-    served = cli(
-        "serve", root / "deployments.yaml", "--port", free_port(), "--direct-port",
-        free_port(), "--state-dir", state, "--address", address, env=env, check=0,
-    )  # fmt: skip
+    served = batch_api.serve_on_free_ports(
+        root / "deployments.yaml", "--state-dir", state, "--address", address, env=env
+    )
     doors = {
         "direct": served.stdout.split("base URL: ")[1].split()[0],
         "proxy": served.stdout.split("also through Serve's proxy: ")[1].split()[0],
