@@ -103,9 +103,10 @@ def test_a_batch_resumes_each_line_once_after_the_cluster_is_lost_and_served_aga
     deployment's counter read once it settles: it computed more rows than the work file
     kept (work in flight). Then every process of the cluster is SIGKILLed, and the runner's
     and the replica's processes are checked gone, not only ``ray start``. The new cluster
-    answers exactly the lines the work file lacked (by each answer's time) and its replica
-    computes no other, the lines lost being whole blocks; each custom_id once, each body its
-    own line's answer."""
+    answers the lines the work file lacked (by each answer's time; but for whole blocks in
+    flight that reached the file after it was read) and its replica computes no line the file
+    kept, the lines lost being whole blocks; each custom_id once, each body its own line's
+    answer."""
     from relayllm.blocks import block_rows, stage_batch
 
     path, state = tmp_path / "deployments.yaml", tmp_path / "state"
