@@ -334,15 +334,14 @@ def stop_process(pid: int, timeout_s: float = 60) -> None:
     os.kill(pid, signal.SIGSTOP)
     deadline = time.monotonic() + timeout_s
     while True:
-        states = {}
+        running = {}
         for task in os.listdir(f"/proc/{pid}/task"):
-            try:
-                states[task] = _stat_fields(f"{pid}/task/{task}")[0]
-            except OSError:  # a thread that ended meanwhile
-                continue
-        if all(state in "Tt" for state in states.values()):
+            with contextlib.suppress(OSError):  # a thread that ended meanwhile
+                state = _stat_fields(f"{pid}/task/{task}")[0]
+                if state not in "Tt":
+                    running[task] = state
+        if not running:
             return
-        running = {task: state for task, state in states.items() if state not in "Tt"}
         assert time.monotonic() < deadline, f"pid {pid}: threads not stopped: {running}"
         time.sleep(0.01)
 
