@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support import CLI_TIMEOUT, RELAYLLM, cli, ray_head_node, wait_started
+from support import CLI_TIMEOUT, RELAYLLM, cli, ray_head_node, wait_for, wait_started
 
 BIN = Path(sys.executable).parent
 
@@ -691,7 +691,12 @@ def test_run_killed_mid_way_keeps_finished_rows_and_resume_finishes(cluster, tmp
 def test_batch_killed_mid_way_resumes_each_custom_id_once(cluster, tmp_path):
     """``relayllm batch`` writes its lines block by block (602 lines in chunks of 64), so a
     kill -9 keeps what finished; --resume runs exactly the lines missing from both files
-    (the replica's row count proves nothing was sent twice) and leaves every custom_id once."""
+    (the replica's row count proves nothing was sent twice) and leaves every custom_id once.
+
+    The replica takes every call at once (no queue in Serve's router, where a caller backing
+    off can wait behind the others until the last block: the file, written in input order,
+    then got all its lines in one go before the kill), and two stage tasks work through the
+    ten blocks a second each: the first block is written while most are still to come."""
     from openai.types.chat import ChatCompletion
 
     n = 600
@@ -709,12 +714,13 @@ def test_batch_killed_mid_way_resumes_each_custom_id_once(cluster, tmp_path):
     lines.insert(5, '{"custom_id": ')  # no custom_id to resume by: known by its line number
     lines.insert(500, lines[0].replace('"r0"', '"bad"').replace('"user"', '"robot"'))
     requests = write(tmp_path / "requests.jsonl", "\n".join(lines) + "\n")
-    config = write(tmp_path / "slow.yaml", SLOW.format(name="batch-slow", delay=0.2))
+    slow = SLOW.format(name="batch-slow", delay=0.5).replace("max_ongoing_requests: 1", "")
+    config = write(tmp_path / "slow.yaml", slow)
     cli("deploy", config, env=cluster, cwd=tmp_path, check=0)
     out, err = tmp_path / "out.jsonl", tmp_path / "out.errors.jsonl"
     args = [requests, "--deployment", "batch-slow", "--output", out, "--batch-size", "16"]
     process = subprocess.Popen(
-        [RELAYLLM, "batch", *map(str, args), "--concurrency", "2"],
+        [RELAYLLM, "batch", *map(str, args), "--concurrency", "1"],
         env=cluster,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -734,10 +740,15 @@ def test_batch_killed_mid_way_resumes_each_custom_id_once(cluster, tmp_path):
     kept = jsonl(out)
     assert 0 < len(kept) < n, len(kept)
 
-    def served() -> int:
-        status = json.loads(cli("status", "--json", env=cluster, check=0).stdout)
-        return next(d["rows"] for d in status if d["name"] == "batch-slow")
+    def status() -> dict:
+        found = json.loads(cli("status", "--json", env=cluster, check=0).stdout)
+        return next(d for d in found if d["name"] == "batch-slow")
 
+    def served() -> int:
+        return status()["rows"]
+
+    # The calls the killed run left on the replica still finish there (and count).
+    wait_for(lambda: not status().get("ongoing"), "the killed run's calls finished")
     before = served()
     done = cli("batch", *args, "--resume", env=cluster, check=0)
     assert json.loads(done.stdout.strip().splitlines()[-1]) == {
