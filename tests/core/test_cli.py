@@ -635,9 +635,12 @@ def test_run_killed_mid_way_keeps_finished_rows_and_resume_finishes(cluster, tmp
     the rows in flight; in a pipe the run reports its phases and plain progress lines."""
     n = 1200
     questions(tmp_path, n)
-    # A second per call (about 20 s in all): the run is still writing when the first line
-    # shows, even on a loaded machine (at 0.3 s it once finished before the kill came).
-    pipeline = write(tmp_path / "p.yaml", SLOW.format(name="kill-echo", delay=1.0))
+    # A second per call, every call taken at once: a block is three rounds of its two tasks'
+    # calls, so the first block shows while the last two are still running. (One call at a
+    # time queued the others in Serve's router, where a caller backing off can lose every
+    # race: the first block, written first in input order, can come last, after the rest.)
+    slow = SLOW.format(name="kill-echo", delay=1.0).replace("max_ongoing_requests: 1", "")
+    pipeline = write(tmp_path / "p.yaml", slow)
     out = tmp_path / "out" / "answers.jsonl"
     env = {**cluster, "RELAYLLM_PROGRESS_INTERVAL_S": "1"}
     process = subprocess.Popen(
