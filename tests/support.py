@@ -253,10 +253,44 @@ def altered_wheel(original: Path, target: Path, edits: dict[str, tuple[str, str]
 
 
 def kill_group(head: subprocess.Popen[bytes]) -> None:
-    """SIGKILL every process of a :func:`ray_head_node` cluster (its own process group)."""
+    """SIGKILL every process of a :func:`ray_head_node` cluster: its process group and every
+    process under the head (Ray starts each worker in a process group of its own)."""
+    kill_tree(head.pid)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(head.pid, signal.SIGKILL)
     head.wait(timeout=60)
+
+
+def descendants(root: int) -> list[set[int]]:
+    """The processes under ``root`` by depth, from /proc: its children, their children, ..."""
+    parents: dict[int, int] = {}
+    for pid, _ in processes():
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            parents[pid] = parent_pid(pid)
+    levels, frontier, found = [], {root}, {root}
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+        if frontier:
+            levels.append(frontier)
+    return levels
+
+
+def kill_tree(root: int) -> set[int]:
+    """SIGKILL ``root`` and every process under it, the deepest first; returns their pids.
+
+    Children before parents: a worker whose parent dies first is left in an orphaned process
+    group, and the kernel then sends it SIGHUP and SIGCONT. A worker a test had stopped
+    (SIGSTOP) would so run again for a moment, and could write after the test read its files,
+    before the SIGKILL meant for it arrived."""
+    levels = descendants(root)
+    killed = {root}
+    for level in [*reversed(levels), {root}]:
+        for pid in level:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        killed |= level
+    return killed
 
 
 def wait_started(head: subprocess.Popen[bytes], log: Path, timeout_s: float = 300) -> None:

@@ -11,13 +11,11 @@ the tests of a module kill and add nodes in order on it.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 from typing import Any
 
 import pytest
-from support import parent_pid, processes, ray_cluster, wait_for
+from support import kill_tree, ray_cluster, wait_for
 
 #: What the head offers: the driver, the stage workers, Serve's controller (fractions of it).
 HEAD_CPUS = 2
@@ -98,10 +96,7 @@ class Nodes:
 
         node = self.by_name.pop(name)
         raylet = node.all_processes["raylet"][0].process.pid
-        tree = _descendants(raylet) | {raylet}
-        for pid in tree:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        tree = kill_tree(raylet)
         # The rest of the node's own processes (none should be left), and the bookkeeping.
         self.cluster.remove_node(node, allow_graceful=False)
         gone = node.node_id
@@ -111,19 +106,6 @@ class Nodes:
             timeout_s=120,
         )
         return len(tree)
-
-
-def _descendants(root: int) -> set[int]:
-    """Every process under ``root`` (children, their children, ...), from /proc."""
-    parents: dict[int, int] = {}
-    for pid, _ in processes():
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            parents[pid] = parent_pid(pid)
-    found, frontier = set(), {root}
-    while frontier:
-        frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
-        found |= frontier
-    return found
 
 
 @pytest.fixture(scope="module")
