@@ -613,7 +613,7 @@ SLOW = """\
 deployments:
   - name: {name}
     backend: echo
-    max_ongoing_requests: 1   # one call at a time: blocks finish one after another
+    max_ongoing_requests: {ongoing}
     options: {{delay_s: {delay}}}
 input:
   path: questions.jsonl
@@ -639,8 +639,7 @@ def test_run_killed_mid_way_keeps_finished_rows_and_resume_finishes(cluster, tmp
     # calls, so the first block shows while the last two are still running. (One call at a
     # time queued the others in Serve's router, where a caller backing off can lose every
     # race: the first block, written first in input order, can come last, after the rest.)
-    slow = SLOW.format(name="kill-echo", delay=1.0).replace("max_ongoing_requests: 1", "")
-    pipeline = write(tmp_path / "p.yaml", slow)
+    pipeline = write(tmp_path / "p.yaml", SLOW.format(name="kill-echo", delay=1.0, ongoing=8))
     out = tmp_path / "out" / "answers.jsonl"
     env = {**cluster, "RELAYLLM_PROGRESS_INTERVAL_S": "1"}
     process = subprocess.Popen(
@@ -717,8 +716,7 @@ def test_batch_killed_mid_way_resumes_each_custom_id_once(cluster, tmp_path):
     lines.insert(5, '{"custom_id": ')  # no custom_id to resume by: known by its line number
     lines.insert(500, lines[0].replace('"r0"', '"bad"').replace('"user"', '"robot"'))
     requests = write(tmp_path / "requests.jsonl", "\n".join(lines) + "\n")
-    slow = SLOW.format(name="batch-slow", delay=0.5).replace("max_ongoing_requests: 1", "")
-    config = write(tmp_path / "slow.yaml", slow)
+    config = write(tmp_path / "slow.yaml", SLOW.format(name="batch-slow", delay=0.5, ongoing=8))
     cli("deploy", config, env=cluster, cwd=tmp_path, check=0)
     out, err = tmp_path / "out.jsonl", tmp_path / "out.errors.jsonl"
     args = [requests, "--deployment", "batch-slow", "--output", out, "--batch-size", "16"]
@@ -814,7 +812,8 @@ def _in_a_terminal(args, env, cwd, timeout=CLI_TIMEOUT) -> tuple[int, str]:
 
 def test_run_on_a_terminal_draws_a_bar_per_step_and_warns_when_a_step_stalls(cluster, tmp_path):
     questions(tmp_path, 20)
-    pipeline = write(tmp_path / "p.yaml", SLOW.format(name="tty-echo", delay=4))
+    # One call at a time: the blocks finish one after another.
+    pipeline = write(tmp_path / "p.yaml", SLOW.format(name="tty-echo", delay=4, ongoing=1))
     env = {**cluster, "RELAYLLM_STALL_WARNING_S": "1"}
     code, drawn = _in_a_terminal(["run", pipeline], env, tmp_path)
     assert code == 0, drawn[-3000:]
@@ -837,9 +836,8 @@ def test_status_shows_a_deployment_whose_calls_get_no_answer_as_stalled(cluster,
     """A run waits on a deployment that does not answer (a 60 s call): ``relayllm status``,
     from another driver, says which deployment is stuck and for how long."""
     questions(tmp_path, 1)
-    # Not SLOW's max_ongoing_requests=1: info(), which status asks, would wait behind the call.
-    slow = SLOW.format(name="stuck-echo", delay=60).replace("max_ongoing_requests: 1", "")
-    pipeline = write(tmp_path / "p.yaml", slow)
+    # Not one call at a time: info(), which status asks, would wait behind the call.
+    pipeline = write(tmp_path / "p.yaml", SLOW.format(name="stuck-echo", delay=60, ongoing=8))
     cli("deploy", pipeline, env=cluster, check=0)
     run = subprocess.Popen(
         [RELAYLLM, "run", str(pipeline)],
