@@ -72,11 +72,11 @@ LAUNCH = (
 def cpu_server_args(kv_cache_mib: int = 512) -> list[str]:
     """What relayllm's own CPU defaults give its engines, for vLLM's server: a KV cache of a
     size the tests need (vLLM's fraction of the machine's memory takes seconds to allocate
-    for nothing) and the dtype "auto" means on this CPU (float32 without native bfloat16)."""
-    from relayllm_vllm.options import cpu_auto_dtype, x86_cpu_flags
+    for nothing) and the dtype "auto" means for the demo model on the CPU build."""
+    from relayllm_vllm.options import VLLMOptions, resolved_dtype
 
     args = ["--enforce-eager", "--kv-cache-memory-bytes", str(kv_cache_mib * 2**20)]
-    dtype = cpu_auto_dtype(x86_cpu_flags())
+    dtype = resolved_dtype(VLLMOptions(), cpu=True)  # the demo model's
     return args if dtype == "auto" else [*args, "--dtype", dtype]
 
 

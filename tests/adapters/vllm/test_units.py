@@ -94,13 +94,29 @@ def test_auto_dtype_is_float32_on_a_cpu_without_native_bfloat16(monkeypatch):
     assert module.cpu_auto_dtype(avx2 | {"avx512f", "avx512_bf16"}) == "auto"
     assert module.cpu_auto_dtype(avx2 | {"amx_bf16"}) == "auto"
     assert module.cpu_auto_dtype(None) == "auto"  # not x86: vLLM's choice
+    model = VLLMOptions(model="/m")
     monkeypatch.setattr(module, "x86_cpu_flags", lambda: avx2)
-    assert engine_args(VLLMOptions(), cpu=True, model_path="/m")["dtype"] == "float32"
-    assert engine_args(VLLMOptions(), cpu=False, model_path="/m")["dtype"] == "auto"
-    mine = VLLMOptions(dtype="bfloat16")
+    assert engine_args(model, cpu=True, model_path="/m")["dtype"] == "float32"
+    assert engine_args(model, cpu=False, model_path="/m")["dtype"] == "auto"
+    mine = VLLMOptions(model="/m", dtype="bfloat16")
     assert engine_args(mine, cpu=True, model_path="/m")["dtype"] == "bfloat16"
     monkeypatch.setattr(module, "x86_cpu_flags", lambda: avx2 | {"avx512_bf16"})
-    assert engine_args(VLLMOptions(), cpu=True, model_path="/m")["dtype"] == "auto"
+    assert engine_args(model, cpu=True, model_path="/m")["dtype"] == "auto"
+
+
+def test_the_demo_model_runs_in_float32_on_every_cpu(monkeypatch):
+    """vLLM's CPU bfloat16 kernels change the demo model's greedy answers, so "auto" means
+    float32 for it on the CPU build even where the CPU has native bfloat16; an explicit dtype
+    and GPUs keep theirs."""
+    from relayllm_vllm import options as module
+
+    demo = VLLMOptions()  # model: demo
+    for flags in ({"avx2"}, {"avx2", "avx512_bf16"}, {"avx2", "amx_bf16"}, None):
+        monkeypatch.setattr(module, "x86_cpu_flags", lambda flags=flags: flags)
+        assert engine_args(demo, cpu=True, model_path="/demo")["dtype"] == "float32", flags
+    assert engine_args(demo, cpu=False, model_path="/demo")["dtype"] == "auto"
+    mine = VLLMOptions(dtype="bfloat16")
+    assert engine_args(mine, cpu=True, model_path="/demo")["dtype"] == "bfloat16"
 
 
 def test_this_machines_cpu_flags_are_read():

@@ -6,7 +6,8 @@ makes start-up three times slower; so there ``enforce_eager`` defaults to true a
 cache is sized to the model and ``max_model_len``/``max_num_seqs`` (see
 :mod:`relayllm_vllm.memory`), with ``gpu_memory_utilization`` 0.3 only when the model's shape
 cannot be read; and ``dtype="auto"`` means float32 on an x86 CPU without native bfloat16,
-which PyTorch would emulate slowly. On GPU vLLM's own defaults stand
+which PyTorch would emulate slowly, and float32 for the bundled demo model on any CPU (see
+:func:`resolved_dtype`). On GPU vLLM's own defaults stand
 (``gpu_memory_utilization`` 0.92). An explicit value always wins.
 """
 
@@ -62,8 +63,9 @@ class VLLMOptions(BackendOptions):
     dtype: str = Field(
         default="auto",
         description="Weights' and activations' dtype (vLLM's --dtype). 'auto': the model's "
-        "own, except on the CPU build on an x86 CPU without native bfloat16 (AVX512-BF16 or "
-        "AMX), where it means float32: emulated bfloat16 is several times slower there.",
+        "own, except on the CPU build, where it means float32 on an x86 CPU without native "
+        "bfloat16 (AVX512-BF16 or AMX), as emulated bfloat16 is several times slower there, "
+        "and float32 for the bundled demo model on any CPU.",
     )
     max_model_len: PositiveInt | None = Field(
         default=None,
@@ -227,8 +229,12 @@ def cpu_auto_dtype(flags: frozenset[str] | None) -> str:
 
 def resolved_dtype(options: VLLMOptions, *, cpu: bool) -> str:
     """The engine's ``dtype``: the option, with "auto" on the CPU build as :func:`cpu_auto_dtype`
-    says for this machine."""
+    says for this machine -- except for the bundled demo model, which runs in float32 on every
+    CPU: vLLM's CPU bfloat16 kernels (AVX512-BF16, AMX) change its greedy answers (they drift
+    from float32's and from transformers' bfloat16 ones), and at its size float32 costs little."""
     if cpu and options.dtype == "auto":
+        if options.model == DEMO_MODEL:
+            return "float32"
         return cpu_auto_dtype(x86_cpu_flags())
     return options.dtype
 
