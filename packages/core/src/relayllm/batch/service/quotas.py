@@ -12,7 +12,9 @@ project name, ``"*"`` for every project not named:
   ``Retry-After`` (the seconds to the next minute) and OpenAI's error body;
 - ``enqueued_tokens``: per deployment (as a line's ``model`` names it), the estimated input
   tokens of its unfinished batches' lines, checked at each create: OpenAI's batch queue
-  limit, refused with OpenAI's ``token_limit_exceeded`` code and message.
+  limit, refused with OpenAI's ``token_limit_exceeded`` code and message (429 with
+  ``x-should-retry: false``, as the ``batches`` limit's: a client retrying at once would be
+  refused again).
 
 And ``weight`` (default 1): the project's share of the batch lines the runner's turns
 write while batches of several projects wait (:mod:`~relayllm.batch.service.fair`).
@@ -80,6 +82,11 @@ class Quota(ConfigModel):
         description="Share of the batch lines written while several projects' batches wait "
         "(fair.py).",
     )
+
+
+#: A 429 no retry soon mends (the project's batches must finish first): the ``openai`` client
+#: retries a 429 unless told not to.
+PERMANENT = {"x-should-retry": "false"}
 
 
 class QuotaError(HttpError):
@@ -253,6 +260,7 @@ class Quotas:
                     f"limit of {quota.batches}. Please try again once some in_progress "
                     f"batches have been completed.",
                     code="batch_limit_exceeded",
+                    headers=PERMANENT,
                 )
         if not quota.enqueued_tokens:
             return
@@ -276,6 +284,7 @@ class Quotas:
                     f"Limit: {limit:,} enqueued tokens. Please try again once some "
                     f"in_progress batches have been completed.",
                     code="token_limit_exceeded",
+                    headers=PERMANENT,
                 )
 
     def admit_request(self, db_path: str, project: str, now: float | None = None) -> None:
