@@ -48,7 +48,11 @@ class TooDeepError(JsonTextError):
 
 
 class NotJsonError(JsonTextError):
-    """Not JSON, or not UTF-8."""
+    """Not JSON, or not UTF-8; ``reason``: why, without the words "not valid JSON"."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class UnencodableTextError(JsonTextError):
@@ -180,7 +184,8 @@ def loads(data: str | bytes, *, max_depth: int = MAX_DEPTH, check_strings: bool 
         try:  # strict: text decoded from UTF-8 holds no lone surrogate of its own
             text = bytes(data).decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise NotJsonError(f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+            reason = f"not UTF-8 text ({exc.reason} at byte {exc.start})"
+            raise NotJsonError(reason, reason) from None
         raw_surrogates = False
     else:
         text = data
@@ -190,7 +195,8 @@ def loads(data: str | bytes, *, max_depth: int = MAX_DEPTH, check_strings: bool 
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise NotJsonError(f"not valid JSON: {exc.msg} (column {exc.colno})") from None
+        reason = f"{exc.msg} (column {exc.colno})"
+        raise NotJsonError(f"not valid JSON: {reason}", reason) from None
     except RecursionError:  # text the depth estimate misread: json's own limit
         raise TooDeepError(f"nested deeper than {max_depth} levels of arrays and objects") from None
     if check_strings and (raw_surrogates or _lone_surrogate_escape(text)):

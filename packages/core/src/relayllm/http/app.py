@@ -134,7 +134,9 @@ async def json_body(
         body = bounded_json.loads(raw)
     except bounded_json.UnencodableTextError as exc:
         raise HttpError(400, exc.message, param=exc.param) from None
-    except bounded_json.JsonTextError as exc:  # not JSON, not UTF-8, too deep
+    except bounded_json.NotJsonError as exc:
+        raise HttpError(400, f"the body is not JSON: {exc.reason}") from None
+    except bounded_json.JsonTextError as exc:  # too deep
         raise HttpError(400, f"the body is {exc.message}") from None
     if not isinstance(body, dict):
         raise HttpError(400, f"the body must be {what}")

@@ -82,9 +82,9 @@ def refusal_headers(status: int, headers: dict[str, str] | None = None) -> dict[
     otherwise itself."""
     headers = dict(headers or {})
     named = {name.lower() for name in headers}
-    if 400 <= status < 500 and status not in TRANSIENT:
-        if not named & {"retry-after", "x-should-retry"}:
-            headers["x-should-retry"] = "false"
+    marked = named & {"retry-after", "x-should-retry"}
+    if 400 <= status < 500 and status not in TRANSIENT and not marked:
+        headers["x-should-retry"] = "false"
     return headers
 
 
