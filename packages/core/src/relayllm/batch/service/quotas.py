@@ -27,7 +27,6 @@ upload's bytes are deleted), and other projects are not affected.
 
 from __future__ import annotations
 
-import json
 import math
 import sqlite3
 import time
@@ -36,6 +35,7 @@ from typing import IO, Any
 
 from pydantic import ConfigDict, Field
 
+from relayllm import bounded_json
 from relayllm.batch.service.files import FileStorage
 from relayllm.batch.service.store import TERMINAL, BatchRecord, FileRecord, SQLiteJobStore
 from relayllm.batch.service.usage import migrate
@@ -137,7 +137,7 @@ def estimate_tokens(source: IO[bytes]) -> dict[str, int]:
     tokens: dict[str, int] = {}
     for raw in source:
         try:
-            body = json.loads(raw)["body"]
+            body = bounded_json.loads(raw)["body"]  # too deep, not UTF-8: a ValueError
             model = str(body.get("model") or "")
         except (ValueError, KeyError, TypeError, AttributeError):
             continue
