@@ -87,3 +87,10 @@ def test_the_envelope_of_a_document_too_deep_to_parse_is_read_from_its_top_level
     found = bounded_json.top_level_strings(text, ("custom_id", "url", "method"))
     assert found == {"custom_id": 'r"1', "url": "/v1/chat/completions"}
     assert bounded_json.top_level_strings(nested(1000), ("custom_id",)) is None
+
+
+def test_an_escaped_backslash_before_a_u_is_no_escape_and_hides_no_lone_surrogate():
+    # the text "\ud83d" (a backslash, then letters) and a lone low surrogate after it
+    with pytest.raises(UnencodableTextError):
+        bounded_json.loads('["\\\\ud83d\\ude00"]')
+    assert bounded_json.loads('["\\\\ud800"]') == ["\\ud800"]  # letters, not an escape
