@@ -94,3 +94,20 @@ def test_an_escaped_backslash_before_a_u_is_no_escape_and_hides_no_lone_surrogat
     with pytest.raises(UnencodableTextError):
         bounded_json.loads('["\\\\ud83d\\ude00"]')
     assert bounded_json.loads('["\\\\ud800"]') == ["\\ud800"]  # letters, not an escape
+
+
+def test_random_strings_of_surrogates_backslashes_and_quotes_are_judged_as_python_judges():
+    """Refused exactly when a string holds a lone surrogate, whatever escapes surround it."""
+    import random
+
+    rng = random.Random(53)
+    pieces = ["\ud83d", "\ude00", "\U0001f600", "\\", '"', "u", "d83d", "a", "[", "é"]
+    for _ in range(3000):
+        text = json.dumps(["".join(rng.choice(pieces) for _ in range(rng.randrange(1, 7)))])
+        value = json.loads(text)  # an escaped high then low surrogate: one character
+        if bounded_json.unencodable_path(value) is not None:
+            with pytest.raises(UnencodableTextError):
+                bounded_json.loads(text.encode())
+        else:
+            assert bounded_json.loads(text.encode()) == value
+            assert bounded_json.loads(json.dumps(value, ensure_ascii=False).encode()) == value

@@ -157,10 +157,11 @@ def _string(token: str) -> str:
 
 def _lone_surrogate_escape(text: str) -> bool:
     """Whether the JSON ``text`` holds a ``\\u`` escape of half a surrogate pair: its escaped
-    backslashes removed first (``\\\\ud800`` is no escape), then its pairs."""
+    backslashes replaced first (``\\\\ud800`` is no escape; a placeholder, not nothing, so
+    two halves around one are not taken for a pair), then its pairs removed."""
     if "\\ud" not in text and "\\uD" not in text:
         return False
-    escapes = text.replace("\\\\", "")
+    escapes = text.replace("\\\\", "__")
     return _SURROGATE.search(_PAIR.sub("", escapes)) is not None
 
 
