@@ -340,3 +340,110 @@ def test_a_body_that_is_not_multipart_is_refused_by_its_content_type(gateway):
     response = asyncio.run(gateway(Request(scope, receive)))
     assert response.status_code == 400
     assert "multipart" in json.loads(response.body)["error"]["message"]
+
+
+# -- text that cannot be encoded as UTF-8, bodies nested too deep ----------------------------
+
+
+def post_json(gateway, path: str, raw: bytes):
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": path,
+        "root_path": "",
+        "query_string": b"",
+        "headers": [(b"content-type", b"application/json")],
+    }
+    sent = [raw]
+
+    async def receive():
+        return {"type": "http.request", "body": sent.pop() if sent else b"", "more_body": False}
+
+    response = asyncio.run(gateway(Request(scope, receive)))
+    return response.status_code, json.loads(response.body), response.headers
+
+
+def test_a_lone_surrogate_in_a_batchs_metadata_is_refused_naming_it_and_nothing_is_stored(
+    gateway,
+):
+    status, uploaded = upload(gateway, BODY, length=True)
+    assert status == 200
+    body = json.dumps(
+        {
+            "input_file_id": uploaded["id"],
+            "endpoint": "/v1/chat/completions",
+            "completion_window": "24h",
+            "metadata": {"note": "PLACE"},
+        }
+    )
+    for text in ("\\udc80", "a\\ud800b", "\\udfff\\ud83d"):
+        status, error, headers = post_json(
+            gateway, "/v1/batches", body.replace("PLACE", text).encode()
+        )
+        assert status == 400 and error["error"]["param"] == "metadata.note", (text, error)
+        assert headers["x-should-retry"] == "false"
+    assert gateway.store.list_batches("alpha").data == []
+    # a pair is one character: accepted, and listed
+    status, made, _ = post_json(
+        gateway, "/v1/batches", body.replace("PLACE", "\\ud83d\\ude00").encode()
+    )
+    assert status == 200 and made["metadata"] == {"note": "\U0001f600"}
+
+
+def test_the_store_refuses_unencodable_metadata_and_filenames_whatever_door_asks(tmp_path):
+    from relayllm.batch.service.errors import InvalidRequestError
+    from relayllm.batch.service.records import check_metadata
+    from relayllm.batch.service.store import SQLiteJobStore
+
+    with pytest.raises(InvalidRequestError) as refused:
+        check_metadata({"k": "\udc80"})
+    assert refused.value.param == "metadata"
+    store = SQLiteJobStore(str(tmp_path / "jobs.db"))
+    with pytest.raises(InvalidRequestError) as refused:
+        store.add_file("alpha", filename="a\udc80.jsonl", purpose="batch", bytes=1)
+    assert refused.value.param == "filename"
+    assert store.list_files("alpha").data == []
+
+
+@pytest.mark.parametrize("charset", ["utf-7", "unicode_escape"])
+def test_an_upload_whose_filename_decodes_to_a_lone_surrogate_is_refused_and_keeps_nothing(
+    gateway, charset
+):
+    """A form's charset may be one that decodes bytes to a lone surrogate."""
+    spelled = {"utf-7": b"a+3IA-.jsonl", "unicode_escape": b"a\\udc80.jsonl"}[charset]
+    body = BODY.replace(b'filename="in.jsonl"', b'filename="' + spelled + b'"')
+    headers = [
+        (b"content-type", f"multipart/form-data; boundary={BOUNDARY}; charset={charset}".encode()),
+        (b"content-length", str(len(body)).encode()),
+    ]
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/v1/files",
+        "root_path": "",
+        "query_string": b"",
+        "headers": headers,
+    }
+    sent = [body]
+
+    async def receive():
+        return {"type": "http.request", "body": sent.pop() if sent else b"", "more_body": False}
+
+    response = asyncio.run(gateway(Request(scope, receive)))
+    error = json.loads(response.body)
+    assert response.status_code == 400 and error["error"]["param"] == "file", error
+    assert stored_names(gateway) == [] and gateway.store.list_files("alpha").data == []
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"[" * 100_000 + b"]" * 100_000,
+        b'{"a":' * 50_000 + b"1" + b"}" * 50_000,
+        b'{"input_file_id": "file-x", "metadata": ' + b"[" * 200 + b"]" * 200 + b"}",
+    ],
+)
+def test_a_body_nested_too_deep_is_a_400_at_the_batches_door(gateway, raw):
+    status, error, _ = post_json(gateway, "/v1/batches", raw)
+    assert status == 400 and "nested deeper than 128" in error["error"]["message"], error
+    assert gateway.store.list_batches("alpha").data == []

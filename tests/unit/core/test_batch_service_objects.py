@@ -8,6 +8,7 @@ import json
 
 import pytest
 from openai.pagination import SyncCursorPage
+from openai.types import ErrorObject
 from openai.types.batch import Batch
 from openai.types.file_deleted import FileDeleted
 from openai.types.file_object import FileObject
@@ -43,7 +44,7 @@ def store(tmp_path):
 def strict(model, body):
     """``model`` (an openai type) parses ``body`` and knows each of its keys: openai's types
     accept extra keys, so a misspelt field would otherwise pass unseen."""
-    parsed = model.model_validate(body)
+    parsed = model.model_validate(body, strict=True)  # no coercion: "3" is no int
     assert set(body) <= set(model.model_fields), set(body) - set(model.model_fields)
     assert not INTERNAL & set(body), "a store-internal field reached a client"
     return parsed
@@ -154,6 +155,7 @@ def test_service_errors_become_openai_error_bodies(error, status, code):
     assert body["error"]["message"] == str(error) and body["error"]["code"] == code
     assert body["error"]["param"] == getattr(error, "param", None)
     assert body["error"]["type"] == "invalid_request_error"
+    strict(ErrorObject, body["error"])
 
 
 @pytest.mark.parametrize(

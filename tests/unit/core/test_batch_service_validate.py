@@ -11,7 +11,7 @@ import pytest
 from openai.types.batch import Errors
 from openai.types.batch_error import BatchError
 
-from relayllm.batch.format import BadLine, parse_envelope
+from relayllm.batch.format import BadLine, parse_envelope, parse_line
 from relayllm.batch.service.errors import InvalidRequestError
 from relayllm.batch.service.files import FileStorage
 from relayllm.batch.service.ids import new_file_id
@@ -161,3 +161,43 @@ def test_a_file_read_back_through_the_storage_validates(tmp_path):
         found = validate_input(handle, CHAT)
     assert found.lines == 4
     assert codes(found.errors()) == [("invalid_json", 4, None)]
+
+
+def deep_line(custom_id="deep", levels=50_000) -> str:
+    messages = "[" * levels + "]" * levels
+    return (
+        f'{{"custom_id": "{custom_id}", "method": "POST", "url": "{CHAT}", '
+        f'"body": {{"model": "m", "messages": {messages}}}}}'
+    )
+
+
+def test_a_line_nested_too_deep_passes_validation_to_be_its_entry_in_the_error_file():
+    """Python's json raises RecursionError on such a line: it failed the whole batch as a
+    runner error. Now the line is read as far as its envelope and goes to the error file."""
+    text = "\n".join([line("a"), deep_line(), line("b")]) + "\n"
+    found, errors = run(text)
+    assert found.ok and errors is None and found.lines == 3
+    bad = parse_envelope(deep_line(), 2)
+    assert not isinstance(bad, BadLine) and bad.problem is not None
+    assert (bad.problem.custom_id, bad.problem.code) == ("deep", "nesting_too_deep")
+    assert "line 2: nested deeper than 128 levels" in bad.problem.message
+    assert parse_line(deep_line(), 2) == bad.problem  # what the run writes to the error file
+    # its custom_id still counts: a repeat of it fails the batch as any repeat does
+    found, errors = run("\n".join([deep_line("same"), line("same")]) + "\n")
+    assert codes(errors) == [("duplicate_custom_id", 2, "custom_id")]
+    # and its url is still the batch's to match
+    found, errors = run(deep_line().replace(CHAT, "/v1/embeddings") + "\n")
+    assert codes(errors) == [("mismatched_endpoint", 1, "url")]
+
+
+def test_a_lone_surrogate_in_a_custom_id_fails_the_batch_and_in_a_body_is_that_lines_error():
+    bad_id = json.dumps({"custom_id": "x", "method": "POST", "url": CHAT, "body": {}})
+    found, errors = run(bad_id.replace('"x"', '"x\\udc80"') + "\n")
+    assert codes(errors) == [("invalid_request", 1, "custom_id")]
+    body = line("b").replace('"hi"', '"hi\\ud800"')
+    found, errors = run(line("a") + "\n" + body + "\n")
+    assert found.ok and errors is None
+    envelope = parse_envelope(body, 2)
+    assert not isinstance(envelope, BadLine) and envelope.problem is not None
+    assert envelope.problem.param == "body.messages[0].content"
+    assert envelope.problem.custom_id == "b"

@@ -245,3 +245,17 @@ def test_the_front_knows_its_host_by_a_protocol_not_the_replica_class():
         }
         assert "relayllm.serving.replica" not in imported, module
         assert "getattr(self.host" not in (source / module).read_text()
+
+
+def test_a_refusal_retrying_cannot_mend_says_so_and_one_time_mends_says_when():
+    """The openai client retries 408, 409, 429 and 5xx unless ``x-should-retry: false``."""
+    from relayllm.http.errors import refusal_headers
+
+    assert refusal_headers(400) == {"x-should-retry": "false"}
+    assert refusal_headers(429) == {"x-should-retry": "false"}  # no Retry-After: permanent
+    assert refusal_headers(429, {"Retry-After": "7"}) == {"Retry-After": "7"}
+    assert refusal_headers(404, {"X-Should-Retry": "true"}) == {"X-Should-Retry": "true"}
+    assert refusal_headers(408) == {} and refusal_headers(409) == {}
+    assert refusal_headers(200) == {} and refusal_headers(500) == {}
+    status, _, headers = call(APP.respond, "POST", "/v1/body", b"[" * 200 + b"]" * 200)
+    assert status == 400 and headers.get("x-should-retry") == "false"

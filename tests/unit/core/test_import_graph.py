@@ -36,6 +36,7 @@ LAYERS: list[tuple[str, ...]] = [
         "relayllm.routing",  # the affinity policy: keys -> replicas, bounded load
         "relayllm.env",  # the list of RELAYLLM_* variables: data, imports nothing
         "relayllm.configbase",  # the strict base of every config model (the replica's too)
+        "relayllm.bounded_json",  # the one JSON reader of every door: stdlib only
     ),
     # the one HTTP layer both servers are route sets on (the front's, the gateway's)
     ("relayllm.http", "relayllm.http."),

@@ -102,6 +102,7 @@ def test_enqueued_tokens_per_deployment_refuse_a_batch_as_openai_does(service):
     with pytest.raises(QuotaError) as over:
         create(store, file_id=big)
     assert (over.value.status, over.value.code) == (429, "token_limit_exceeded")
+    assert over.value.headers == {"x-should-retry": "false"}  # the openai client's retries
     assert over.value.message == (
         "Enqueued token limit reached for echo in project alpha. Limit: 100 enqueued tokens. "
         "Please try again once some in_progress batches have been completed."
@@ -186,3 +187,16 @@ def test_online_requests_per_minute_answer_429_with_retry_after_until_the_next_m
     for _ in range(5):
         one.admit_request(settings.store_path, "beta", minute + 50)  # no quota of its own
     one.admit_request(settings.store_path, "alpha", minute + 60)  # the next minute
+
+
+def test_the_token_estimate_skips_lines_too_deep_or_not_utf8_instead_of_failing():
+    """Python's json raised RecursionError on the deep line, and a lone surrogate failed the
+    UTF-8 count: either was a 500 at the batch's create."""
+    from relayllm.batch.service.quotas import estimate_tokens
+
+    good = {"custom_id": "g", "body": {"model": "echo", "prompt": "x" * (8 * BYTES_PER_TOKEN)}}
+    deep = b'{"custom_id": "d", "body": {"model": "echo", "prompt": ' + b"[" * 50_000
+    deep += b"]" * 50_000 + b"}}"
+    lone = b'{"custom_id": "s", "body": {"model": "echo", "prompt": "\\udc80"}}'
+    data = (json.dumps(good) + "\n").encode() + deep + b"\n" + lone + b"\n"
+    assert estimate_tokens(io.BytesIO(data)) == {"echo": 8}

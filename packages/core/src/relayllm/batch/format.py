@@ -13,12 +13,11 @@ fails sends the whole line to the error file, naming the document).
 
 from __future__ import annotations
 
-import json
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from relayllm import openai_body
+from relayllm import bounded_json, openai_body
 from relayllm.errors import ConfigError
 from relayllm.rows import ERROR, REQUEST_ID, Task, check_messages, check_sampling_params
 
@@ -71,6 +70,15 @@ class Envelope:
     url: str
     body: dict[str, Any]
     model: str | None
+    #: What makes the body unrunnable, found while the envelope was read (nested too deep,
+    #: text that cannot be encoded as UTF-8): the line's entry in the error file, as a body
+    #: the checks refuse.
+    problem: BadLine | None = None
+
+
+#: The error code of a line nested deeper than the reader's limit.
+TOO_DEEP = "nesting_too_deep"
+_ENVELOPE_KEYS = ("custom_id", "method", "url")  # read from a line too deep to parse
 
 
 def duplicate_ids_error(
@@ -97,15 +105,16 @@ def parse_line(text: str, line: int, check: bool = True) -> BatchRequest | BadLi
 def parse_envelope(text: str, line: int) -> Envelope | BadLine:
     """A line's JSON, ``custom_id``, ``method``, ``url`` and ``body`` object checked; the
     body's contents are not (see :func:`parse_body`)."""
+    deep: str | None = None
     try:
-        item = json.loads(text)
-    except json.JSONDecodeError as exc:
-        return BadLine(
-            line,
-            None,
-            "invalid_json",
-            f"line {line}: not valid JSON: {exc.msg} (column {exc.colno})",
-        )
+        item: Any = bounded_json.loads(text, check_strings=False)
+    except bounded_json.TooDeepError as exc:  # who it is, read without parsing it
+        deep = exc.message
+        item = bounded_json.top_level_strings(text, _ENVELOPE_KEYS)
+        if item is not None:
+            item["body"] = {}  # the strings read, and an empty body: what is checked
+    except bounded_json.JsonTextError as exc:
+        return BadLine(line, None, "invalid_json", f"line {line}: {exc.message}")
     if not isinstance(item, dict):
         return BadLine(
             line, None, "invalid_request", f"line {line}: a request line must be a JSON object"
@@ -119,6 +128,11 @@ def parse_envelope(text: str, line: int) -> Envelope | BadLine:
             f"line {line}: 'custom_id' must be a non-empty string",
             "custom_id",
         )
+    unencodable = bounded_json.may_hold_unencodable(text)
+    where = bounded_json.unencodable_path(item) if unencodable else None
+    not_utf8 = f"{where} holds text that cannot be encoded as UTF-8"
+    if where is not None and not where.startswith("body"):  # no id to report it under
+        return BadLine(line, None, "invalid_request", f"line {line}: {not_utf8}", where)
 
     def bad(code: str, message: str, param: str | None = None) -> BadLine:
         return BadLine(line, custom_id, code, f"line {line}: {message}", param)
@@ -148,7 +162,10 @@ def parse_envelope(text: str, line: int) -> Envelope | BadLine:
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         return bad("invalid_request", f"'model' must be a string, got {model!r}", "body.model")
-    return Envelope(custom_id, task, str(url), body, model)
+    problem = bad(TOO_DEEP, deep, "body") if deep is not None else None
+    if where is not None:
+        problem = bad("invalid_request", not_utf8, where)
+    return Envelope(custom_id, task, str(url), body, model, problem)
 
 
 def parse_body(envelope: Envelope, line: int, check: bool = True) -> BatchRequest | BadLine:
@@ -157,6 +174,8 @@ def parse_body(envelope: Envelope, line: int, check: bool = True) -> BatchReques
     ``check=False`` leaves out the checks of ``messages`` and the sampling parameters that the
     stage's ``rows.build_request`` makes again on every row anyway: a row that fails there is
     parsed again with them, for the reason to report (``batch_file``)."""
+    if envelope.problem is not None:
+        return envelope.problem
     custom_id, task, body, model = envelope.custom_id, envelope.task, envelope.body, envelope.model
     url = envelope.url
 
@@ -364,6 +383,7 @@ __all__ = [
     "default_deployment",
     "error_line",
     "model_not_found_line",
+    "TOO_DEEP",
     "parse_line",
     "request_counts",
     "response_line",

@@ -13,17 +13,18 @@ exception becomes an answer (an unexpected one is a 500 whose text stays in the 
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from relayllm import bounded_json
 from relayllm.http.errors import (
     HttpError,
     UnauthorizedError,
     envelope,
     error_response,
     json_response,
+    refusal_headers,
     unauthorized,
 )
 
@@ -74,7 +75,7 @@ class HttpApp:
             status, body = self._errors(exc)
             if status >= 500:
                 logger.exception("%s %s failed", request.method, route_path(request))
-            return json_response(body, status)
+            return json_response(body, status, refusal_headers(status))
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         """The ASGI entry (the direct server's): the same answers as :meth:`respond`."""
@@ -123,14 +124,20 @@ def route_path(request: Request) -> str:
 async def json_body(
     request: Request, *, empty: bool = False, what: str = "a JSON object"
 ) -> dict[str, Any]:
-    """The body as a JSON object (``empty``: no body at all is ``{}``); a 400 otherwise."""
+    """The body as a JSON object (``empty``: no body at all is ``{}``); a 400 otherwise: not
+    UTF-8 JSON, nested too deep, or with a string that cannot be encoded as UTF-8
+    (:mod:`relayllm.bounded_json`, the parser of every door; ``param`` names the field)."""
     raw = await request.body()
     if empty and not raw.strip():
         return {}
     try:
-        body = json.loads(raw)
-    except ValueError:
-        raise HttpError(400, "the body is not JSON") from None
+        body = bounded_json.loads(raw)
+    except bounded_json.UnencodableTextError as exc:
+        raise HttpError(400, exc.message, param=exc.param) from None
+    except bounded_json.NotJsonError as exc:
+        raise HttpError(400, f"the body is not JSON: {exc.reason}") from None
+    except bounded_json.JsonTextError as exc:  # too deep
+        raise HttpError(400, f"the body is {exc.message}") from None
     if not isinstance(body, dict):
         raise HttpError(400, f"the body must be {what}")
     return body

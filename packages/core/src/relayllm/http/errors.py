@@ -4,12 +4,15 @@ the body the ``openai`` client raises its status errors from."""
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from relayllm.errors import RelayLLMError
 
 if TYPE_CHECKING:
     from starlette.responses import Response
+
+logger = logging.getLogger(__name__)
 
 
 class HttpError(Exception):
@@ -52,13 +55,41 @@ def unauthorized(exc: UnauthorizedError) -> HttpError:
 
 
 def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    """``body`` as JSON. A string in it that cannot be encoded as UTF-8 (a lone surrogate:
+    every door refuses one, but a record an older version stored may hold it) is sent as
+    U+FFFD and logged, never a failed answer."""
+    import json
+
     from starlette.responses import JSONResponse
 
-    return JSONResponse(body, status_code=status, headers=headers)
+    try:
+        return JSONResponse(body, status_code=status, headers=headers)
+    except UnicodeEncodeError:
+        logger.warning("an answer held text that is not UTF-8; sent with U+FFFD in its place")
+        text = json.dumps(body, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        mended = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+        return JSONResponse(json.loads(mended), status_code=status, headers=headers)
+
+
+#: The 4xx statuses that may mend by themselves (a timeout, a conflict): left unmarked.
+TRANSIENT = frozenset({408, 409})
+
+
+def refusal_headers(status: int, headers: dict[str, str] | None = None) -> dict[str, str]:
+    """The headers of a refusal: a 4xx that retrying cannot mend says so
+    (``x-should-retry: false``, which the ``openai`` client obeys before it retries a 429),
+    unless it says when to come back (``Retry-After``: a 429 that time mends) or says
+    otherwise itself."""
+    headers = dict(headers or {})
+    named = {name.lower() for name in headers}
+    marked = named & {"retry-after", "x-should-retry"}
+    if 400 <= status < 500 and status not in TRANSIENT and not marked:
+        headers["x-should-retry"] = "false"
+    return headers
 
 
 def error_response(exc: HttpError) -> Response:
-    return json_response(exc.body(), exc.status, exc.headers)
+    return json_response(exc.body(), exc.status, refusal_headers(exc.status, exc.headers))
 
 
 __all__ = [
@@ -66,6 +97,7 @@ __all__ = [
     "UnauthorizedError",
     "envelope",
     "error_response",
+    "refusal_headers",
     "json_response",
     "unauthorized",
 ]

@@ -15,7 +15,7 @@ from typing import Literal
 from relayllm.batch.service.errors import InvalidRequestError, NotFoundError
 from relayllm.batch.service.keys import ADMIN
 from relayllm.batch.service.records import BatchRecord, FileRecord, Page, check_limit
-from relayllm.batch.service.schema import FILE_COLUMNS, LIVE, batch_record, file_record
+from relayllm.batch.service.schema import FILE_COLUMNS, LIVE, batch_record, file_record, readable
 from relayllm.batch.service.store import SQLiteJobStore
 
 
@@ -66,7 +66,7 @@ class AdminStore(SQLiteJobStore):
                 "SELECT * FROM batches WHERE seq < ? ORDER BY seq DESC LIMIT ?",
                 (before, limit + 1),
             ).fetchall()
-        return Page([batch_record(r) for r in rows[:limit]], len(rows) > limit)
+        return Page(readable(rows[:limit], batch_record), len(rows) > limit)
 
     def list_files(
         self,
@@ -101,7 +101,7 @@ class AdminStore(SQLiteJobStore):
                 f"ORDER BY seq {order.upper()} LIMIT ?",
                 (*args, limit + 1),
             ).fetchall()
-        return Page([file_record(r) for r in rows[:limit]], len(rows) > limit)
+        return Page(readable(rows[:limit], file_record), len(rows) > limit)
 
     def _as(self, project: str, table: Literal["batches", "files"], item_id: str) -> str:
         return self.owner(table, item_id) if project == ADMIN else project

@@ -40,6 +40,7 @@ from relayllm.batch.service.schema import (
     file_row,
     insert_file,
     pending_files,
+    readable,
 )
 from relayllm.batch.service.sqlite_file import SQLiteFile
 
@@ -65,7 +66,7 @@ class ClaimedWrites(SQLiteFile):
                 f"SELECT * FROM batches WHERE status NOT IN ({marks}) ORDER BY seq",
                 tuple(sorted(TERMINAL)),
             ).fetchall()
-        return [batch_record(r) for r in rows]
+        return readable(rows, batch_record)
 
     def claim(self, batch_id: str, runner: str, lease_s: float | None = None) -> int:
         """A new claim on the batch for ``runner``: the returned number fences every later

@@ -27,7 +27,7 @@ import os
 from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from relayllm.batch.service import objects, usage_api
+from relayllm.batch.service import objects, params, usage_api
 from relayllm.batch.service.admin import AdminStore
 from relayllm.batch.service.console import Console
 from relayllm.batch.service.errors import InvalidRequestError, NotFoundError, TooLargeError
@@ -37,6 +37,7 @@ from relayllm.batch.service.keys import ADMIN
 from relayllm.batch.service.online import ONLINE, OnlineRoutes
 from relayllm.batch.service.projects import Keys, quotas_now
 from relayllm.batch.service.quotas import Quotas
+from relayllm.batch.service.records import check_text
 from relayllm.batch.service.settings import MAX_EXPIRES_S, ServiceSettings
 from relayllm.batch.service.signins import SignInLimit
 from relayllm.batch.service.usage import UsageLedger
@@ -167,7 +168,7 @@ class Gateway:
                 )
             if received.filename is None:
                 raise InvalidRequestError("no file part in the form", FILE_PART)
-            filename = received.filename or "upload.jsonl"
+            filename = check_text(received.filename or "upload.jsonl", FILE_PART)
             expires_s = self._expires_after(
                 {
                     key: form[f"expires_after[{key}]"]
@@ -197,14 +198,14 @@ class Gateway:
         return json_response(objects.file_object(record))
 
     async def list_files(self, request: Request, project: str) -> Response:
-        query = request.query_params
+        query = params.query_of(request)
         page = await asyncio.to_thread(
             self.store.list_files,
             project,
-            after=query.get("after"),
-            limit=_int(query.get("limit"), 10000),
-            order=query.get("order", "desc"),  # type: ignore[arg-type]
-            purpose=query.get("purpose"),
+            after=params.one(query, "after"),
+            limit=int(params.whole(query, "limit", 1, 10000, 10000) or 0),
+            order=params.choice(query, "order", ("asc", "desc"), "desc"),  # type: ignore[arg-type]
+            purpose=params.choice(query, "purpose", params.FILE_PURPOSES, None),
         )
         render = functools.partial(objects.file_object, project=project == ADMIN)
         return json_response(objects.list_object(page, render))
@@ -264,13 +265,12 @@ class Gateway:
         return json_response(objects.batch_object(record))
 
     async def list_batches(self, request: Request, project: str) -> Response:
-        query = request.query_params
-        after = query.get("after")
+        query = params.query_of(request)
+        after = params.one(query, "after")
         if after is not None:
             _check_batch_id(after)
-        page = await asyncio.to_thread(
-            self.store.list_batches, project, after=after, limit=_int(query.get("limit"), 20)
-        )
+        limit = int(params.whole(query, "limit", 1, 100, 20) or 0)
+        page = await asyncio.to_thread(self.store.list_batches, project, after=after, limit=limit)
         render = functools.partial(objects.batch_object, project=project == ADMIN)
         return json_response(objects.list_object(page, render))
 
@@ -385,15 +385,6 @@ def _creator(project: str) -> None:
 def _check_batch_id(value: str) -> None:
     if not is_batch_id(value):
         raise NotFoundError(f"no batch {value!r}")
-
-
-def _int(value: str | None, default: int) -> int:
-    if value is None:
-        return default
-    try:
-        return int(value)
-    except ValueError:
-        raise InvalidRequestError(f"{value!r} is not a number", "limit") from None
 
 
 __all__ = ["ONLINE", "Gateway", "GatewayReplica"]

@@ -12,7 +12,9 @@ project name, ``"*"`` for every project not named:
   ``Retry-After`` (the seconds to the next minute) and OpenAI's error body;
 - ``enqueued_tokens``: per deployment (as a line's ``model`` names it), the estimated input
   tokens of its unfinished batches' lines, checked at each create: OpenAI's batch queue
-  limit, refused with OpenAI's ``token_limit_exceeded`` code and message.
+  limit, refused with OpenAI's ``token_limit_exceeded`` code and message (429 with
+  ``x-should-retry: false``, as the ``batches`` limit's: a client retrying at once would be
+  refused again).
 
 And ``weight`` (default 1): the project's share of the batch lines the runner's turns
 write while batches of several projects wait (:mod:`~relayllm.batch.service.fair`).
@@ -25,7 +27,6 @@ upload's bytes are deleted), and other projects are not affected.
 
 from __future__ import annotations
 
-import json
 import math
 import sqlite3
 import time
@@ -34,6 +35,7 @@ from typing import IO, Any
 
 from pydantic import ConfigDict, Field
 
+from relayllm import bounded_json
 from relayllm.batch.service.files import FileStorage
 from relayllm.batch.service.store import TERMINAL, BatchRecord, FileRecord, SQLiteJobStore
 from relayllm.batch.service.usage import migrate
@@ -80,6 +82,11 @@ class Quota(ConfigModel):
         description="Share of the batch lines written while several projects' batches wait "
         "(fair.py).",
     )
+
+
+#: A 429 no retry soon mends (the project's batches must finish first): the ``openai`` client
+#: retries a 429 unless told not to.
+PERMANENT = {"x-should-retry": "false"}
 
 
 class QuotaError(HttpError):
@@ -130,7 +137,7 @@ def estimate_tokens(source: IO[bytes]) -> dict[str, int]:
     tokens: dict[str, int] = {}
     for raw in source:
         try:
-            body = json.loads(raw)["body"]
+            body = bounded_json.loads(raw)["body"]  # too deep, not UTF-8: a ValueError
             model = str(body.get("model") or "")
         except (ValueError, KeyError, TypeError, AttributeError):
             continue
@@ -253,6 +260,7 @@ class Quotas:
                     f"limit of {quota.batches}. Please try again once some in_progress "
                     f"batches have been completed.",
                     code="batch_limit_exceeded",
+                    headers=PERMANENT,
                 )
         if not quota.enqueued_tokens:
             return
@@ -276,6 +284,7 @@ class Quotas:
                     f"Limit: {limit:,} enqueued tokens. Please try again once some "
                     f"in_progress batches have been completed.",
                     code="token_limit_exceeded",
+                    headers=PERMANENT,
                 )
 
     def admit_request(self, db_path: str, project: str, now: float | None = None) -> None:

@@ -143,12 +143,36 @@ def check_metadata(metadata: Mapping[str, str] | None) -> dict[str, str] | None:
     for key, value in metadata.items():
         if not isinstance(key, str) or not isinstance(value, str):
             raise InvalidRequestError("metadata keys and values must be strings", "metadata")
+        if not (_encodes(key) and _encodes(value)):
+            raise InvalidRequestError(
+                "metadata keys and values must be text that can be encoded as UTF-8 (no lone "
+                "surrogate)",
+                "metadata",
+            )
         if len(key) > key_len or len(value) > value_len:
             raise InvalidRequestError(
                 f"metadata keys are at most {key_len} characters and values {value_len}",
                 "metadata",
             )
     return dict(metadata)
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def check_text(value: str, param: str) -> str:
+    """A client's text the store keeps (a filename), refused if it cannot be encoded as
+    UTF-8: stored, it would break every answer that shows it."""
+    if not _encodes(value):
+        raise InvalidRequestError(
+            f"{param} must be text that can be encoded as UTF-8 (no lone surrogate)", param
+        )
+    return value
 
 
 __all__ = [
@@ -165,5 +189,6 @@ __all__ = [
     "Status",
     "check_counts",
     "check_limit",
+    "check_text",
     "check_metadata",
 ]

@@ -6,10 +6,14 @@ cycle checked). Each step runs inside the caller's transaction (``SQLiteFile.wri
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import logging
 import sqlite3
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
+from relayllm import bounded_json
 from relayllm.batch.service.errors import (
     IllegalTransitionError,
     NotFoundError,
@@ -23,6 +27,9 @@ from relayllm.batch.service.records import (
     FileRecord,
     RequestCounts,
 )
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 SCHEMA_VERSION = 3
 #: Schema 1; :data:`MIGRATIONS` bring a store to :data:`SCHEMA_VERSION`.
@@ -169,7 +176,48 @@ def apply_changes(
 
 
 def file_record(row: sqlite3.Row) -> FileRecord:
-    return FileRecord(*(row[name] for name in FILE_COLUMNS.split(", ")))
+    record = FileRecord(*(row[name] for name in FILE_COLUMNS.split(", ")))
+    filename = _renderable(record.filename, record.id, "filename")
+    if filename is record.filename:
+        return record
+    return dataclasses.replace(record, filename=filename)
+
+
+def readable(rows: Iterable[sqlite3.Row], record: Callable[[sqlite3.Row], T]) -> list[T]:
+    """The records of ``rows``; a row that cannot be read as one is left out and logged (by
+    id), so one damaged row never breaks a list of many (another project's, the admin's)."""
+    records = []
+    for row in rows:
+        try:
+            records.append(record(row))
+        except Exception:
+            logger.exception("the job store's row %r cannot be read; left out of a list", row["id"])
+    return records
+
+
+def _renderable(value: Any, item_id: str, field: str) -> Any:
+    """``value`` with every string that cannot be encoded as UTF-8 (a lone surrogate, from a
+    store an older relayllm wrote) made encodable (U+FFFD in its place), logged; ``value``
+    itself when it has none."""
+    if bounded_json.unencodable_path(value) is None:
+        return value
+    logger.warning("%s of %r holds text that is not UTF-8; shown with U+FFFD", field, item_id)
+
+    def mend(item: Any) -> Any:
+        if isinstance(item, str):
+            return item.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+        if isinstance(item, dict):
+            return {mend(k): mend(v) for k, v in item.items()}
+        if isinstance(item, list):
+            return [mend(v) for v in item]
+        return item
+
+    return mend(value)
+
+
+def _stored_json(row: sqlite3.Row, column: str) -> Any:
+    text = row[column]
+    return None if text is None else _renderable(json.loads(text), row["id"], column)
 
 
 BATCH_FIELDS = (
@@ -207,8 +255,8 @@ def batch_record(row: sqlite3.Row) -> BatchRecord:
         **{name: row[name] for name in BATCH_FIELDS},
         pending_files=pending_files(row),
         request_counts=RequestCounts(row["total"], row["completed"], row["failed"]),
-        metadata=None if row["metadata"] is None else json.loads(row["metadata"]),
-        errors=None if row["errors"] is None else json.loads(row["errors"]),
+        metadata=_stored_json(row, "metadata"),
+        errors=_stored_json(row, "errors"),
     )
 
 
@@ -227,4 +275,5 @@ __all__ = [
     "insert_file",
     "migrate",
     "pending_files",
+    "readable",
 ]

@@ -5,6 +5,7 @@ each other, in any process."""
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import threading
 import time
@@ -12,6 +13,19 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from relayllm.batch.service.errors import ServiceError
+
+logger = logging.getLogger(__name__)
+
+
+def stored_text(data: bytes) -> str:
+    """A stored text column as a string: text that is not UTF-8 (written by another program,
+    or an older relayllm) is read with U+FFFD where it cannot be decoded, so one such row
+    never stops a read of many."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        logger.warning("the job store holds text that is not UTF-8; read with U+FFFD in it")
+        return data.decode("utf-8", "replace")
 
 
 class SQLiteFile:
@@ -28,6 +42,7 @@ class SQLiteFile:
             self.path, timeout=timeout_s, isolation_level=None, check_same_thread=False
         )
         self._db.row_factory = sqlite3.Row
+        self._db.text_factory = stored_text
         try:
             mode = self._db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             if mode != "wal":
@@ -73,4 +88,4 @@ class SQLiteFile:
                 self._db.execute("COMMIT")
 
 
-__all__ = ["SQLiteFile"]
+__all__ = ["SQLiteFile", "stored_text"]

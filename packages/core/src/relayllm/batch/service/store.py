@@ -40,6 +40,7 @@ from relayllm.batch.service.records import (
     Status,
     check_limit,
     check_metadata,
+    check_text,
 )
 from relayllm.batch.service.schema import (
     FILE_COLUMNS,
@@ -49,6 +50,7 @@ from relayllm.batch.service.schema import (
     file_record,
     insert_file,
     migrate,
+    readable,
 )
 from relayllm.batch.service.store_protocol import JobStore
 
@@ -98,6 +100,7 @@ class SQLiteJobStore(ClaimedWrites):
                 f"purpose {purpose!r} is not supported; use one of {sorted(FILE_PURPOSES)}",
                 "purpose",
             )
+        check_text(filename, "filename")
         if file_id is not None and not is_file_id(file_id):
             raise InvalidRequestError(f"{file_id!r} is not a file id", "file_id")
         now = self.now()
@@ -141,7 +144,7 @@ class SQLiteJobStore(ClaimedWrites):
                 f"LIMIT ?",
                 (*args, limit + 1),
             ).fetchall()
-        return Page([file_record(r) for r in rows[:limit]], len(rows) > limit)
+        return Page(readable(rows[:limit], file_record), len(rows) > limit)
 
     def delete_file(self, project: str, file_id: str) -> FileRecord:
         """The record, deleted; the caller deletes the bytes after (a crash between leaves
@@ -232,7 +235,7 @@ class SQLiteJobStore(ClaimedWrites):
                 "SELECT * FROM batches WHERE project = ? AND seq < ? ORDER BY seq DESC LIMIT ?",
                 (project, before, limit + 1),
             ).fetchall()
-        return Page([batch_record(r) for r in rows[:limit]], len(rows) > limit)
+        return Page(readable(rows[:limit], batch_record), len(rows) > limit)
 
     def cancel_batch(self, project: str, batch_id: str) -> BatchRecord:
         """``cancelling`` (the runner moves it to ``cancelled`` once its lines in flight are

@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from relayllm.batch.service.errors import InvalidRequestError
+from relayllm.batch.service.params import choice, items, one, unix_time, whole
 from relayllm.batch.service.usage import UsageLedger, Use, body_use
 
 if TYPE_CHECKING:
@@ -36,75 +37,44 @@ GROUPS = {"project_id": "project", "model": "model", "batch": "batch_id"}
 UNSUPPORTED = ("user_ids", "api_key_ids")
 
 
-def _list(query: Mapping[str, Sequence[str]], name: str) -> list[str]:
-    """A list parameter, sent repeated (``group_by=a&group_by=b``, the openai client's
-    ``group_by[]=a``) or comma separated."""
-    values = [*query.get(name, ()), *query.get(f"{name}[]", ())]
-    return [part.strip() for value in values for part in value.split(",") if part.strip()]
-
-
-def _one(query: Mapping[str, Sequence[str]], name: str) -> str | None:
-    values = query.get(name, ())
-    return values[-1] if values else None
-
-
-def _int(query: Mapping[str, Sequence[str]], name: str) -> int | None:
-    value = _one(query, name)
-    if value is None:
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        raise InvalidRequestError(f"{name} must be a whole number, got {value!r}", name) from None
-
-
 def completions_page(
     ledger: UsageLedger, query: Mapping[str, Sequence[str]], now: int
 ) -> dict[str, Any]:
     """The Usage API's answer to ``query`` (each parameter's values, in order)."""
     for name in UNSUPPORTED:
-        if _list(query, name):
+        if items(query, name):
             raise InvalidRequestError(f"{name} is not supported here: keys are per project", name)
-    width_name = _one(query, "bucket_width") or "1d"
-    if width_name not in WIDTHS:
-        raise InvalidRequestError(
-            f"bucket_width must be one of {', '.join(WIDTHS)}, got {width_name!r}", "bucket_width"
-        )
+    width_name = str(choice(query, "bucket_width", WIDTHS, "1d"))
     width = WIDTHS[width_name]
-    start = _int(query, "start_time")
+    start = unix_time(query, "start_time")
     if start is None:
         raise InvalidRequestError("start_time (Unix seconds) is required", "start_time")
-    end = _int(query, "end_time")
+    end = unix_time(query, "end_time")
     end = now + 1 if end is None else end  # through the current second: what it recorded too
     if end <= start:
         raise InvalidRequestError("end_time must be after start_time", "end_time")
     default, most = LIMITS[width_name]
-    limit = _int(query, "limit") or default
-    if not 1 <= limit <= most:
-        raise InvalidRequestError(
-            f"limit must be from 1 to {most} for bucket_width={width_name}", "limit"
-        )
-    groups = _list(query, "group_by")
+    limit = int(whole(query, "limit", 1, most, default) or default)
+    groups = items(query, "group_by")
     unknown = [g for g in groups if g not in GROUPS]
     if unknown:
         raise InvalidRequestError(
             f"group_by {unknown} is not supported; group by {', '.join(GROUPS)}", "group_by"
         )
-    batch = _one(query, "batch")
-    if batch not in (None, "true", "false"):
-        raise InvalidRequestError("batch must be true or false", "batch")
+    batch = choice(query, "batch", ("true", "false"), None)
     first = start - start % width
-    page = _one(query, "page")
+    page = one(query, "page")
     if page is not None:
-        if not page.isdigit() or int(page) % width or not first <= int(page) < end:
+        digits = page.isascii() and page.isdigit()
+        if not digits or int(page) % width or not first <= int(page) < end:
             raise InvalidRequestError("page is not a next_page of this query", "page")
         first = int(page)
     last = min(end, first + limit * width)  # this page's buckets end here
     rows = ledger.rows(
         max(start, first),
         last,
-        projects=_list(query, "project_ids") or None,
-        models=_list(query, "models") or None,
+        projects=items(query, "project_ids") or None,
+        models=items(query, "models") or None,
         batch=None if batch is None else batch == "true",
     )
     sums: dict[int, dict[tuple[Any, ...], Use]] = {}
@@ -178,8 +148,9 @@ async def answer(ledger: UsageLedger, request: Request, project: str) -> Respons
 
     if project != ADMIN:
         raise HttpError(403, "usage is read with the admin key (RELAYLLM_ADMIN_KEY)")
-    query = {name: request.query_params.getlist(name) for name in request.query_params}
-    page = await asyncio.to_thread(completions_page, ledger, query, ledger.now())
+    from relayllm.batch.service.params import query_of
+
+    page = await asyncio.to_thread(completions_page, ledger, query_of(request), ledger.now())
     return json_response(page)
 
 

@@ -10,7 +10,8 @@ the batch's endpoint, a repeated ``custom_id``, a file with no request lines, mo
 bytes than the server's :class:`Limits`, and (when the deployments are given) ``model`` values
 that route to none. A body's contents (messages, sampling parameters) are checked where the
 line runs, as ``relayllm batch`` does: a bad body is that line's entry in the error file, not
-the batch's failure.
+the batch's failure; so is a body nested too deep to parse (its envelope read from the line's
+top level) or holding text that cannot be encoded as UTF-8.
 
 The codes are ``relayllm batch``'s error-file codes (``invalid_json``, ``missing_custom_id``,
 ``unsupported_url``, ``invalid_request``) and, for what only a whole file shows,
