@@ -20,6 +20,8 @@ import types
 import typing
 from typing import Any
 
+CHAT = "/chat/completions"
+
 #: (module, class) -> fields OpenAI's schema requires that may be null.
 REQUIRED_NULLABLE: dict[tuple[str, str], frozenset[str]] = {
     ("openai.types.chat.chat_completion_message", "ChatCompletionMessage"): frozenset(
@@ -110,6 +112,101 @@ def _nested(annotation: Any, value: Any, path: str) -> list[tuple[type, Any, str
     return []
 
 
+def answers(model: str) -> list[tuple[str, dict[str, Any] | None, str]]:
+    """(path, body, route) of requests every OpenAI door answers 200 on echo (with the
+    ``logprobs`` and ``n`` features); a streamed one is checked chunk by chunk."""
+    return [
+        (
+            CHAT,
+            {"model": model, "messages": [{"role": "user", "content": "one two three"}]},
+            "chat",
+        ),
+        # The body the fuzz found with no answer: one developer message, empty, no max_tokens.
+        (CHAT, {"model": model, "messages": [{"role": "developer", "content": ""}]}, "chat"),
+        (
+            CHAT,
+            {
+                "model": model,
+                "messages": [{"role": "user", "content": "a b c"}],
+                "logprobs": True,
+                "top_logprobs": 2,
+                "n": 2,
+                "max_tokens": 2,
+            },
+            "chat",
+        ),
+        (
+            CHAT,
+            {
+                "model": model,
+                "messages": [{"role": "user", "content": "a b"}],
+                "stream": True,
+                "stream_options": {"include_usage": True},
+            },
+            "chat",
+        ),
+        (
+            CHAT,
+            {"model": model, "messages": [{"role": "developer", "content": ""}], "stream": True},
+            "chat",
+        ),
+        ("/completions", {"model": model, "prompt": "x y z", "logprobs": 2, "n": 2}, "completion"),
+        ("/completions", {"model": model, "prompt": "x y", "stream": True}, "completion"),
+        (
+            "/embeddings",
+            {"model": model, "input": "aa bbb", "encoding_format": "float"},
+            "embedding",
+        ),
+        # Large inputs, once without an answer: OpenAI's most inputs per request, in both formats.
+        (
+            "/embeddings",
+            {"model": model, "input": ["aa b"] * 2048, "encoding_format": "float"},
+            "embedding",
+        ),
+        (
+            "/embeddings",
+            {"model": model, "input": ["aa b"] * 2048, "encoding_format": "base64"},
+            "embedding",
+        ),
+        ("/models", None, "models"),
+    ]
+
+
+def refusals(model: str) -> list[tuple[str, str, dict[str, Any] | None, int]]:
+    """(method, path, body, status) of requests a door refuses, each with OpenAI's envelope
+    (echo's ``fail_marker`` is ``POISON``)."""
+    return [
+        ("POST", CHAT, {"model": model, "messages": [{"role": "nobody", "content": "x"}]}, 400),
+        ("POST", CHAT, {"model": model, "messages": [{"role": "user", "content": "POISON"}]}, 400),
+        ("POST", "/embeddings", {"model": model, "input": ["a"] * 2049}, 400),
+        ("POST", CHAT, {"model": model, "messages": [], "stream": True}, 400),
+        ("POST", "/nowhere", {}, 404),
+        ("GET", CHAT, None, 405),
+    ]
+
+
+def answer_problems(route: str, body: dict[str, Any] | None, text: str) -> list[str]:
+    """What keeps the 200 answer ``text`` to ``body`` from being OpenAI's for ``route``."""
+    if body is not None and body.get("stream"):
+        events = sse_events(text)
+        if not events or events[-1] != "[DONE]":
+            return [f"the stream does not end with [DONE]: {events!r}"]
+        found = [p for event in events[:-1] for p in chunk_problems(route, event)]
+        finishes = [c.get("finish_reason") for e in events[:-1] for c in e.get("choices", [])]
+        if not finishes or finishes[-1] is None:
+            found.append(f"the last choice has no finish_reason: {events!r}")
+        return found
+    answer = json.loads(text)
+    if route == "embedding" and body is not None and body.get("encoding_format") == "base64":
+        answer = embeddings_as_floats(answer)
+    found = problems(response_type(route), answer)
+    if route == "embedding" and body is not None:
+        inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        if [d.get("index") for d in answer.get("data", [])] != list(range(len(inputs))):
+            found.append("data: not one embedding per input, in order")
+    return found
+
+
 def embeddings_as_floats(body: dict[str, Any]) -> dict[str, Any]:
     """An embeddings body with ``encoding_format: base64`` decoded as the openai client
     decodes it (little-endian float32), for ``CreateEmbeddingResponse``."""
@@ -178,6 +275,10 @@ def error_problems(status: int, raw: Any) -> list[str]:
 
 
 __all__ = [
+    "CHAT",
+    "answer_problems",
+    "answers",
+    "refusals",
     "OPTIONAL_NULLABLE",
     "REQUIRED_NULLABLE",
     "chunk_problems",
