@@ -228,12 +228,12 @@ def test_an_engine_that_never_answers_is_a_504_not_retried_and_its_work_cancelle
         with pytest.raises(openai.APIStatusError) as err:
             _ask(_front(replica, request_timeout_s=0.05), call)
         assert err.value.status_code == 504
-        assert err.value.body["code"] == "timeout" and err.value.body["type"] == "server_error"
-        assert "http.request_timeout_s" in err.value.body["message"]
-        assert err.value.response.headers["x-should-retry"] == "false"
         # One request, not three (max_retries=2): the client did not send it again, and the
         # engine's work on each row was cancelled.
         assert len(replica.rows) == rows
+        assert err.value.response.headers["x-should-retry"] == "false"
+        assert err.value.body["code"] == "timeout" and err.value.body["type"] == "server_error"
+        assert "http.request_timeout_s" in err.value.body["message"]
         assert sorted(replica.cancelled) == sorted(r["request_id"] for r in replica.rows)
 
 
