@@ -179,6 +179,8 @@ def refusals(model: str) -> list[tuple[str, str, dict[str, Any] | None, int]]:
         ("POST", CHAT, {"model": model, "messages": [{"role": "nobody", "content": "x"}]}, 400),
         ("POST", CHAT, {"model": model, "messages": [{"role": "user", "content": "POISON"}]}, 400),
         ("POST", "/embeddings", {"model": model, "input": ["a"] * 2049}, 400),
+        # OpenAI's most choices is 128: more once kept the engine building them
+        ("POST", "/completions", {"model": model, "prompt": "a", "n": 129}, 400),
         ("POST", CHAT, {"model": model, "messages": [], "stream": True}, 400),
         ("POST", "/nowhere", {}, 404),
         ("GET", CHAT, None, 405),

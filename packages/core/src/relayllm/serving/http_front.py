@@ -66,8 +66,9 @@ ROUTES: dict[str, tuple[str, str]] = {
 #: The control routes' path, under the deployment's prefix: ``POST <prefix>/admin/pause``.
 ADMIN_ROUTE = "/admin/{call}"
 ANY_METHOD = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
-#: Inputs one embeddings request may hold: OpenAI's own limit.
+#: Inputs one embeddings request may hold, and choices one answer may have: OpenAI's limits.
 MAX_EMBEDDING_INPUTS = 2048
+MAX_CHOICES = 128
 
 
 class HttpFront:
@@ -197,6 +198,9 @@ class HttpFront:
 
     def _row(self, task: Task, value: Any, body: dict[str, Any]) -> Request:
         params = openai_body.sampling_params(task, body)
+        n = params.get("n")
+        if isinstance(n, int) and n > MAX_CHOICES:
+            raise HttpError(400, f"n is {n}; at most {MAX_CHOICES} choices", param="n")
         default = self._default_max_tokens() if task in TEXT_TASKS else None
         if default is not None and params.get("max_tokens") is None:
             params["max_tokens"] = default  # no request generates without a bound
