@@ -257,9 +257,9 @@ class HttpFront:
 
     async def _within(self, awaitable: Any, deadline: float) -> Any:
         """``awaitable`` until ``deadline``; past it cancelled, and the client gets 504."""
-        remaining = max(deadline - asyncio.get_running_loop().time(), 0.0)
         try:
-            return await asyncio.wait_for(awaitable, remaining)
+            async with asyncio.timeout_at(deadline):
+                return await awaitable
         except TimeoutError:
             raise self._timed_out() from None
 

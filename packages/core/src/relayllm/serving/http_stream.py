@@ -32,10 +32,11 @@ class StreamTimeout(Exception):
 
 async def next_part(parts: AsyncIterator[Result], deadline: float) -> Result | None:
     """The next part of ``parts`` (None at its end), waited for until ``deadline`` (the
-    event loop's clock); past it :class:`StreamTimeout`, the part's await cancelled."""
-    remaining = deadline - asyncio.get_running_loop().time()
+    event loop's clock); past it :class:`StreamTimeout`, the part's await cancelled. In the
+    caller's task (no task per part): the stream's own clean-up runs where it started."""
     try:
-        return await asyncio.wait_for(anext(parts, None), max(remaining, 0.0))
+        async with asyncio.timeout_at(deadline):
+            return await anext(parts, None)
     except TimeoutError:
         raise StreamTimeout from None
 
