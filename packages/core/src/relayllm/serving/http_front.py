@@ -249,7 +249,7 @@ class HttpFront:
         return HttpError(
             504,
             f"{self.model} did not answer within {limit:g}s (http.request_timeout_s); ask for "
-            "fewer tokens (max_tokens) or a shorter input, or retry later",
+            "fewer tokens (max_tokens) or send a shorter input",
             "server_error",
             "timeout",
             headers={"x-should-retry": "false"},
