@@ -179,7 +179,7 @@ def test_response_lines_follow_openai_shapes():
     assert body["choices"] == [
         {
             "index": 0,
-            "message": {"role": "assistant", "content": "hi"},
+            "message": {"role": "assistant", "content": "hi", "refusal": None},  # schema's
             "finish_reason": "length",
             "logprobs": None,
         }

@@ -1,6 +1,13 @@
 """The HTTP front's units, without a cluster: its configuration, the traffic class of rows and
 requests, and the front alone on a stand-in replica (the front through Serve's real proxy:
-tests/core/test_http_front_on_ray.py)."""
+tests/core/test_http_front_on_ray.py): the fields it passes on, and its bounds
+(docs/concepts.md, "The HTTP front"): a body that names no max_tokens gets the deployment's
+default, and an engine that does not answer within ``http.request_timeout_s`` gets the client
+a 504 in OpenAI's envelope (``x-should-retry: false``) and its work cancelled, whole answers
+and streams alike."""
+
+import asyncio
+import importlib
 
 import pytest
 
@@ -122,3 +129,128 @@ def test_logprobs_and_engine_extensions_cross_the_http_front():
         "repetition_penalty": 1.2,
         "chat_template_kwargs": {"enable_thinking": False},
     }
+
+
+class _StuckReplica:
+    """A replica stand-in: it keeps the rows it is sent; its engine answers ``parts`` parts
+    of a stream and then nothing, ever (``parts=0``: not even a whole answer). Every await
+    the front gave up on is counted in ``cancelled``."""
+
+    backend_name = "stuck"
+    deployment = {"name": "stuck"}
+
+    def __init__(self, parts=0, context=None):
+        self.rows, self.cancelled, self.parts, self.context = [], [], parts, context
+
+    def engine_info(self):
+        return {"model": "stuck-model", "max_model_len": self.context}
+
+    async def serve_http_row(self, row):
+        self.rows.append(row)
+        if self.parts:
+            return {"generated_text": "done", "finish_reason": "stop", "num_generated_tokens": 1}
+        await self._never(row)
+
+    async def stream_http_row(self, row):
+        self.rows.append(row)
+        for i in range(self.parts):
+            yield {"generated_text": f"w{i} "}
+        await self._never(row)
+        yield {}
+
+    async def _never(self, row):
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.cancelled.append(row["request_id"])
+            raise
+
+
+def _ask(front, call):
+    """``call(client)`` with the real openai client on the front, in this process."""
+    from starlette.requests import Request
+
+    async def app(scope, receive, send):
+        response = await front(Request(scope, receive))
+        await response(scope, receive, send)
+
+    http_library = importlib.import_module(
+        openai.DefaultAsyncHttpxClient.__mro__[1].__module__.split(".")[0]
+    )
+
+    async def run():
+        transport = http_library.ASGITransport(app=app)
+        async with openai.DefaultAsyncHttpxClient(transport=transport) as http:
+            client = openai.AsyncOpenAI(
+                base_url="http://front/v1", api_key="-", http_client=http, max_retries=2
+            )
+            return await call(client)
+
+    return asyncio.run(run())
+
+
+def _front(replica, **http):
+    from relayllm.serving.http_config import HttpConfig
+    from relayllm.serving.http_front import HttpFront
+
+    return HttpFront(replica, HttpConfig(**http), "stuck")
+
+
+CHAT = {"model": "stuck", "messages": [{"role": "developer", "content": ""}]}
+
+
+def test_a_body_without_max_tokens_gets_the_documented_default_or_the_engines_context():
+    """http.default_max_tokens is 4096 (the number docs/reference/configuration.md shows);
+    an engine whose context is shorter bounds it; a body's own max_tokens is kept."""
+    for context, expected in ((None, 4096), (512, 512), (10_000, 4096)):
+        replica = _StuckReplica(parts=1, context=context)
+        _ask(_front(replica), lambda c: c.chat.completions.create(**CHAT))
+        assert replica.rows[-1]["sampling_params"]["max_tokens"] == expected, context
+    replica = _StuckReplica(parts=1)
+    _ask(_front(replica), lambda c: c.completions.create(model="stuck", prompt="a", max_tokens=3))
+    _ask(
+        _front(replica, default_max_tokens=None),
+        lambda c: c.completions.create(model="s", prompt="a"),
+    )
+    assert replica.rows[0]["sampling_params"]["max_tokens"] == 3
+    assert "max_tokens" not in replica.rows[1]["sampling_params"]  # null: the engine's own
+
+
+def test_an_engine_that_never_answers_is_a_504_not_retried_and_its_work_cancelled():
+    """Regression: a request the engine did not answer held the connection until the
+    client's own timeout, with no status and no error."""
+    for rows, call in (
+        (1, lambda c: c.chat.completions.create(**CHAT)),
+        (2, lambda c: c.embeddings.create(model="stuck", input=["a b", "c"])),
+        (1, lambda c: c.chat.completions.create(**CHAT, stream=True)),  # no first part
+    ):
+        replica = _StuckReplica()
+        with pytest.raises(openai.APIStatusError) as err:
+            _ask(_front(replica, request_timeout_s=0.05), call)
+        assert err.value.status_code == 504
+        # One request, not three (max_retries=2): the client did not send it again, and the
+        # engine's work on each row was cancelled.
+        assert len(replica.rows) == rows
+        assert err.value.response.headers["x-should-retry"] == "false"
+        assert err.value.body["code"] == "timeout" and err.value.body["type"] == "server_error"
+        assert "http.request_timeout_s" in err.value.body["message"]
+        assert sorted(replica.cancelled) == sorted(r["request_id"] for r in replica.rows)
+
+
+def test_a_stream_whose_engine_stops_ends_with_the_timeout_error_event():
+    """The status line of a stream is sent with its first part: a later part that does not
+    come in time ends the stream with OpenAI's error event (the client raises it), and the
+    engine's work is cancelled."""
+    replica = _StuckReplica(parts=2)
+    seen = []
+
+    async def read(client):
+        stream = await client.chat.completions.create(**CHAT, stream=True)
+        async for chunk in stream:
+            seen.extend(c.delta.content for c in chunk.choices)
+
+    with pytest.raises(openai.APIError) as err:
+        _ask(_front(replica, request_timeout_s=0.5), read)
+    assert "http.request_timeout_s" in err.value.message
+    assert seen == ["", "w0 ", "w1 "]  # the parts that came, then the error
+    assert replica.cancelled == [replica.rows[0]["request_id"]]

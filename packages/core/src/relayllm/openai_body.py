@@ -18,8 +18,8 @@ service's usage ledger charges). A body answering several inputs (embeddings, sc
 gives the version they share (null if a weight update fell between them) and their engine
 times summed.
 
-Plain dicts in OpenAI's shapes (the ``openai`` package's types read them; tests check it), so
-neither door needs the ``openai`` package to build them.
+Plain dicts in OpenAI's shapes (every field its schema requires; the ``openai`` package's
+types read them), so neither door needs the ``openai`` package to build them.
 """
 
 from __future__ import annotations
@@ -309,8 +309,10 @@ def usage(result: Row) -> dict[str, int]:
     }
 
 
-def finish_reason(reason: Any) -> str:
-    return reason if reason in FINISH_REASONS else "stop"
+def finish_reason(reason: Any, task: Task = "chat") -> str:
+    """OpenAI's name for ``reason`` (a text completion's choice calls no tools)."""
+    allowed = FINISH_REASONS if task == "chat" else FINISH_REASONS - {"tool_calls", "function_call"}
+    return reason if reason in allowed else "stop"
 
 
 def _pooling_usage(rows: Sequence[Row]) -> dict[str, int]:
@@ -320,14 +322,15 @@ def _pooling_usage(rows: Sequence[Row]) -> dict[str, int]:
 
 def _chat_choice(index: int, sample: Row) -> dict[str, Any]:
     """A chat choice: tool calls in ``message.tool_calls``, vLLM's ``reasoning_content`` on the
-    message, logprobs in ``logprobs.content``."""
-    message: dict[str, Any] = {"role": "assistant", "content": sample.get(GENERATED_TEXT)}
-    if sample.get(TOOL_CALLS):
-        message["tool_calls"] = sample[TOOL_CALLS]
+    message, logprobs in ``logprobs.content``; ``refusal``, which OpenAI's schema requires,
+    null (the model refused nothing)."""
+    text, calls = sample.get(GENERATED_TEXT), sample.get(TOOL_CALLS)
+    text = "" if text is None and not calls else text
+    message: dict[str, Any] = {"role": "assistant", "content": text, "refusal": None}
+    if calls:
+        message["tool_calls"] = calls
     if sample.get(REASONING_CONTENT) is not None:
         message["reasoning_content"] = sample[REASONING_CONTENT]
-    if message["content"] is None and "tool_calls" not in message:
-        message["content"] = ""
     logprobs = sample.get(LOGPROBS)
     return {
         "index": index,
@@ -361,7 +364,7 @@ def _completion_choice(index: int, sample: Row) -> dict[str, Any]:
     return {
         "index": index,
         "text": sample.get(GENERATED_TEXT) or "",
-        "finish_reason": finish_reason(sample.get(FINISH_REASON)),
+        "finish_reason": finish_reason(sample.get(FINISH_REASON), "completion"),
         "logprobs": lists,
     }
 

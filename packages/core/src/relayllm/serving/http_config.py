@@ -59,6 +59,23 @@ class HttpConfig(ConfigModel):
     model_name: str | None = Field(
         default=None, description="Model id served at /v1/models; default: the deployment name."
     )
+    default_max_tokens: int | None = Field(
+        default=4096,
+        gt=0,
+        description="max_tokens of a chat or completion request whose body sets neither "
+        "max_tokens nor max_completion_tokens (the engine's context length where that is "
+        "smaller), so no request generates without a bound; null: the engine's own default "
+        "(vLLM: up to the context length).",
+    )
+    request_timeout_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="Longest time one request may take, a streamed one included: past it the "
+        "engine's work on it is cancelled and the client gets 504 with OpenAI's error body "
+        "(code 'timeout', header x-should-retry: false: the same request would take as long "
+        "again); a stream already started ends with that error as its last event. Keep it "
+        "below the clients' own timeout (the openai client's default is 600 s).",
+    )
     max_concurrent_requests: int = Field(
         default=64,
         gt=0,

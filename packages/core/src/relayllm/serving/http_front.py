@@ -20,11 +20,8 @@ starlette), never by ``import relayllm``.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import time
 import uuid
-from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from relayllm import openai_body
@@ -39,8 +36,7 @@ from relayllm.http.app import Endpoint, HttpApp, json_body
 from relayllm.http.auth import SingleKey, project_of
 from relayllm.http.errors import HttpError, UnauthorizedError, json_response
 from relayllm.rows import (
-    ENGINE_S,
-    WEIGHT_VERSION,
+    TEXT_TASKS,
     Request,
     Result,
     Task,
@@ -49,6 +45,7 @@ from relayllm.rows import (
     unsupported_features,
 )
 from relayllm.serving.http_config import HttpConfig
+from relayllm.serving.http_stream import StreamTimeout, next_part, stream_events
 from relayllm.serving.traffic import INTERACTIVE_PRIORITY
 
 if TYPE_CHECKING:
@@ -69,6 +66,9 @@ ROUTES: dict[str, tuple[str, str]] = {
 #: The control routes' path, under the deployment's prefix: ``POST <prefix>/admin/pause``.
 ADMIN_ROUTE = "/admin/{call}"
 ANY_METHOD = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+#: Inputs one embeddings request may hold, and choices one answer may have: OpenAI's limits.
+MAX_EMBEDDING_INPUTS = 2048
+MAX_CHOICES = 128
 
 
 class HttpFront:
@@ -198,6 +198,12 @@ class HttpFront:
 
     def _row(self, task: Task, value: Any, body: dict[str, Any]) -> Request:
         params = openai_body.sampling_params(task, body)
+        n = params.get("n")
+        if isinstance(n, int) and n > MAX_CHOICES:
+            raise HttpError(400, f"n is {n}; at most {MAX_CHOICES} choices", param="n")
+        default = self._default_max_tokens() if task in TEXT_TASKS else None
+        if default is not None and params.get("max_tokens") is None:
+            params["max_tokens"] = default  # no request generates without a bound
         model = body.get("model")
         adapter = model if model not in (None, self.model, self._engine_model()) else None
         row = build_request(task, value, {}, params, adapter, f"http-{uuid.uuid4().hex}")
@@ -223,6 +229,39 @@ class HttpFront:
     def _engine_model(self) -> str | None:
         model = self.host.engine_info().get("model")
         return model if isinstance(model, str) else None
+
+    def _default_max_tokens(self) -> int | None:
+        """``http.default_max_tokens``, or the engine's context length where that is smaller:
+        a request whose body names no bound still has one."""
+        default = self.config.default_max_tokens
+        context = self.host.engine_info().get("max_model_len")
+        if default is not None and isinstance(context, int) and 0 < context < default:
+            return context
+        return default
+
+    def _deadline(self) -> float:
+        return asyncio.get_running_loop().time() + self.config.request_timeout_s
+
+    def _timed_out(self) -> HttpError:
+        """The answer to a request that took longer than ``http.request_timeout_s``: 504 and
+        no retry (the same request would take as long again)."""
+        limit = self.config.request_timeout_s
+        return HttpError(
+            504,
+            f"{self.model} did not answer within {limit:g}s (http.request_timeout_s); ask for "
+            "fewer tokens (max_tokens) or send a shorter input",
+            "server_error",
+            "timeout",
+            headers={"x-should-retry": "false"},
+        )
+
+    async def _within(self, awaitable: Any, deadline: float) -> Any:
+        """``awaitable`` until ``deadline``; past it cancelled, and the client gets 504."""
+        try:
+            async with asyncio.timeout_at(deadline):
+                return await awaitable
+        except TimeoutError:
+            raise self._timed_out() from None
 
     async def _run(self, row: Request) -> Result:
         result = await self._guard(self.host.serve_http_row(row))
@@ -256,7 +295,7 @@ class HttpFront:
 
         task: Task = "chat" if route == "chat" else "completion"
         row = self._row(task, self._single_input(task, body), body)
-        result = await self._run(row)
+        result = await self._within(self._run(row), self._deadline())
         answer = openai_body.completion_body(task, result, self.model, row["request_id"])
         (ChatCompletion if task == "chat" else Completion).model_validate(answer)  # a guard
         return json_response(answer)
@@ -267,15 +306,23 @@ class HttpFront:
         inputs = body["input"]
         texts = [inputs] if isinstance(inputs, str) else inputs
         if not texts or not all(isinstance(t, str) for t in texts):
-            raise HttpError(400, "input must be a string or a list of strings here")
+            raise HttpError(400, "input must be a string or a list of strings here", param="input")
+        if len(texts) > MAX_EMBEDDING_INPUTS:
+            raise HttpError(
+                400,
+                f"input holds {len(texts)} texts; at most {MAX_EMBEDDING_INPUTS} per request",
+                param="input",
+            )
         rows = [self._row("embedding", text, body) for text in texts]
-        results = await asyncio.gather(*(self._run(row) for row in rows))
+        gathered = asyncio.gather(*(self._run(row) for row in rows))
+        results = await self._within(gathered, self._deadline())
         answer = openai_body.embeddings_body(results, self.model, body.get("encoding_format"))
-        if body.get("encoding_format") != "base64":
-            CreateEmbeddingResponse.model_validate(answer)  # a guard
+        CreateEmbeddingResponse.model_validate(  # a guard; base64 as the client decodes it
+            openai_body.embeddings_body(results, self.model)
+        )
         return json_response(answer)
 
-    # -- streaming -----------------------------------------------------------------------------
+    # -- streaming (the events: relayllm.serving.http_stream) ---------------------------------
 
     async def _stream(self, route: str, body: dict[str, Any]) -> Response:
         from starlette.responses import StreamingResponse
@@ -283,77 +330,25 @@ class HttpFront:
         task: Task = "chat" if route == "chat" else "completion"
         row = self._row(task, self._single_input(task, body), body)
         if (row.get("sampling_params") or {}).get("n", 1) != 1:
-            raise HttpError(400, "streaming serves n=1 only")
+            raise HttpError(400, "streaming serves n=1 only", param="n")
         usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        deadline = self._deadline()
         # The first part is awaited before the status line is sent: a paused, updating or
-        # failed deployment refuses the row there, and the client gets its 503, not a 200.
+        # failed deployment refuses the row there, and the client gets its 503, not a 200;
+        # a first part later than the deadline is a 504.
         parts = self.host.stream_http_row(row)
-        first = await self._guard(anext(parts, None))
-        events = self._events(task, row, usage, _chain(first, parts))
-        return StreamingResponse(events, media_type="text/event-stream")
-
-    async def _events(
-        self, task: Task, row: Request, include_usage: bool, parts: AsyncIterator[Result]
-    ) -> AsyncIterator[str]:
-        from openai.types import Completion
-        from openai.types.chat import ChatCompletionChunk
-
-        ident = f"{'chatcmpl' if task == 'chat' else 'cmpl'}-{uuid.uuid4().hex}"
-        created = int(time.time())
-
-        def event(choices: list[dict[str, Any]], usage: dict[str, Any] | None = None) -> str:
-            fields = {"id": ident, "created": created, "model": self.model, "choices": choices}
-            if last:  # every chunk after the first part: the weights that produced it,
-                fields[WEIGHT_VERSION] = last.get(WEIGHT_VERSION)
-                fields[ENGINE_S] = last.get(ENGINE_S)  # and the engine time up to it
-            if usage is not None:
-                fields["usage"] = usage
-            if task == "chat":
-                chunk: Any = ChatCompletionChunk.model_validate(
-                    {**fields, "object": "chat.completion.chunk"}
-                )
-            else:
-                chunk = Completion.model_validate({**fields, "object": "text_completion"})
-            return f"data: {json.dumps(chunk.model_dump(exclude_none=True))}\n\n"
-
-        last: Result = {}
-        if task == "chat":
-            yield event([{"index": 0, "delta": {"role": "assistant", "content": ""}}])
         try:
-            async for part in parts:
-                if part.get("error"):
-                    raise HttpError(400, str(part["error"]))
-                last = part
-                text = part.get("generated_text") or ""
-                reason = part.get("finish_reason")
-                finish = openai_body.finish_reason(reason) if reason else None
-                if not text and finish is None:
-                    continue
-                if task == "chat":
-                    choice: dict[str, Any] = {"index": 0, "delta": {"content": text}}
-                else:
-                    choice = {"index": 0, "text": text}
-                choice["finish_reason"] = finish
-                yield event([choice])
-        except (HttpError, EngineFailedError) as exc:
-            # The status line is sent already: the error travels as an event, as OpenAI's does.
-            failure = (
-                exc if isinstance(exc, HttpError) else HttpError(503, str(exc), "server_error")
-            )
+            first = await self._guard(next_part(parts, deadline))
+        except StreamTimeout:
+            raise self._timed_out() from None
+
+        def failed() -> None:
             self.requests["failed"] += 1
-            yield f"data: {json.dumps(failure.body())}\n\n"
-            return
-        if include_usage:
-            yield event([], openai_body.usage(last))
-        yield "data: [DONE]\n\n"
 
-
-async def _chain(first: Result | None, rest: AsyncIterator[Result]) -> AsyncIterator[Result]:
-    if first is None:  # the stream ended before its first part
-        return
-    yield first
-    async for part in rest:
-        yield part
+        events = stream_events(
+            task, self.model, usage, first, parts, deadline, self._timed_out, failed
+        )
+        return StreamingResponse(events, media_type="text/event-stream")
 
 
 def _control_call(deployment: str, call: str, arguments: dict[str, Any]) -> Any:
@@ -379,7 +374,9 @@ def _control_call(deployment: str, call: str, arguments: dict[str, Any]) -> Any:
     except (ConfigError, ValueError) as exc:
         raise HttpError(400, str(exc)) from None
     except RelayLLMError as exc:  # refused by the backend, or no such deployment any more
-        raise HttpError(409, str(exc), code="control_refused") from None
+        raise HttpError(  # the same call is refused again: the client must not retry it
+            409, str(exc), code="control_refused", headers={"x-should-retry": "false"}
+        ) from None
 
 
 def _paused(model: str, state: str | None = None) -> HttpError:

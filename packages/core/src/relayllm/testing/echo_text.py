@@ -15,6 +15,8 @@ from relayllm.rows import Result
 #: echo's "model": its most likely next word holds this share of the probability, so a nucleus
 #: (``top_p``) no larger holds that word alone and sampling is greedy.
 ECHO_TOP_WORD_P = 0.5
+#: The longest array echo builds for a JSON schema's ``minItems``.
+ECHO_MAX_ITEMS = 1024
 
 
 def generate(
@@ -138,7 +140,10 @@ def _instance(schema: Mapping[str, Any], words: list[str]) -> Any:
         properties = schema.get("properties") or {}
         return {name: _instance(sub, words) for name, sub in properties.items()}
     if kind == "array":
-        return [_instance(schema.get("items") or {}, words)] * int(schema.get("minItems", 0))
+        count = int(schema.get("minItems", 0))
+        if count > ECHO_MAX_ITEMS:  # a conforming answer would not fit any max_tokens
+            raise ValueError(f"minItems {count}: echo answers arrays of {ECHO_MAX_ITEMS} at most")
+        return [_instance(schema.get("items") or {}, words)] * count
     if kind == "integer":
         return len(words)
     if kind == "number":
