@@ -58,6 +58,7 @@ def ray_cluster(
     runtime_env: dict[str, Any] | None = None,
     own_session: bool = False,
     attempts: int = 3,
+    system_config: dict[str, Any] | None = None,
 ) -> Iterator[Any]:
     """A Ray cluster of the test's own with this process as its driver (2 CPUs by default,
     like the machine; no dashboard); Serve and Ray are shut down when the block ends. (One
@@ -71,7 +72,8 @@ def ray_cluster(
     With ``nodes``: the head of a ``ray.cluster_utils.Cluster``, yielded, so worker nodes join
     with ``cluster.add_node`` and are lost with ``cluster.remove_node``. Ray's temp dir is a
     private one (``RAY_TMPDIR`` while the block runs): Cluster writes its address where any
-    ``ray.init()`` without an address on the machine would find it.
+    ``ray.init()`` without an address on the machine would find it. ``system_config``: Ray's
+    settings for the head's GCS (``_system_config``), such as how often it checks the nodes.
 
     ``resources``: the head's custom resources. ``attempts``: Ray gives a new raylet 30 s to
     register and a loaded machine misses that at times; a start (the local cluster, or the head)
@@ -87,7 +89,12 @@ def ray_cluster(
 
             temp = tempfile.mkdtemp(prefix="rc")  # short: Ray's socket paths live under it
             os.environ["RAY_TMPDIR"] = temp
-            head = {"num_cpus": num_cpus, "resources": resources or {}, "include_dashboard": False}
+            head = {
+                "num_cpus": num_cpus,
+                "resources": resources or {},
+                "include_dashboard": False,
+                "_system_config": system_config or {},
+            }
             cluster = _started(attempts, lambda: Cluster(initialize_head=True, head_node_args=head))
             ray.init(address=cluster.address, **options)
         else:
