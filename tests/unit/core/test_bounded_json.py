@@ -111,3 +111,57 @@ def test_random_strings_of_surrogates_backslashes_and_quotes_are_judged_as_pytho
         else:
             assert bounded_json.loads(text.encode()) == value
             assert bounded_json.loads(json.dumps(value, ensure_ascii=False).encode()) == value
+
+
+class _Replica:
+    """What the HTTP front needs of a replica, for bodies refused before any row is made."""
+
+    backend_name = "still"
+    deployment = {"name": "still"}
+
+    def __init__(self):
+        self.rows = []
+
+    def engine_info(self):
+        return {"model": "still"}
+
+    async def serve_http_row(self, row):
+        self.rows.append(row)
+        raise AssertionError("a refused body reached the replica")
+
+
+@pytest.mark.parametrize("route", ["chat/completions", "completions", "embeddings"])
+@pytest.mark.parametrize(
+    "raw",
+    [b"[" * 100_000 + b"]" * 100_000, b'{"a":' * 50_000 + b"1" + b"}" * 50_000],
+    ids=["arrays", "objects"],
+)
+def test_the_deployments_http_front_reads_bodies_with_this_reader(route, raw):
+    """The front's door (a deployment's own HTTP routes), not only the gateway's."""
+    import asyncio
+
+    pytest.importorskip("starlette")
+    from starlette.requests import Request
+
+    from relayllm.serving.http_config import HttpConfig
+    from relayllm.serving.http_front import HttpFront
+
+    replica = _Replica()
+    front = HttpFront(replica, HttpConfig(), "still")
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": f"/v1/{route}",
+        "root_path": "",
+        "query_string": b"",
+        "headers": [(b"content-type", b"application/json")],
+    }
+    sent = [raw]
+
+    async def receive():
+        return {"type": "http.request", "body": sent.pop() if sent else b"", "more_body": False}
+
+    response = asyncio.run(front(Request(scope, receive)))
+    error = json.loads(response.body)["error"]
+    assert response.status_code == 400 and "nested deeper than 128" in error["message"]
+    assert replica.rows == []
