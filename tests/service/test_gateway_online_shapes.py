@@ -2,7 +2,10 @@
 requests as the HTTP front's check (tests/core/test_http_shapes_on_ray.py), sent to
 ``relayllm serve``'s base URL with a project's key and read raw, each checked against the
 ``openai`` package's type for its route with every field OpenAI's schema requires
-(tests/openai_shapes.py); the refusals are OpenAI's envelope."""
+(tests/openai_shapes.py); the refusals are OpenAI's envelope.
+An embeddings request of OpenAI's most inputs (2048) answers here too: the gateway reaches
+the deployment in one handle call for all of them (``serve_http_rows``), where one call per
+input took longer than this client waits on a loaded host."""
 
 import json
 import urllib.error
