@@ -36,6 +36,9 @@ def url(ray_session, tmp_path_factory):
     base, address, _ = serve_echo(ray_session, root, DEPLOYMENTS)
     yield base
     cli("unserve", "--address", address, check=0)
+    from ray import serve
+
+    serve.shutdown()  # its proxy too: a module after this one starts Serve on its own port
 
 
 def send(url, method, path, body=None):
