@@ -112,9 +112,10 @@ def _nested(annotation: Any, value: Any, path: str) -> list[tuple[type, Any, str
     return []
 
 
-def answers(model: str) -> list[tuple[str, dict[str, Any] | None, str]]:
+def answers(model: str, many: int = 2048) -> list[tuple[str, dict[str, Any] | None, str]]:
     """(path, body, route) of requests every OpenAI door answers 200 on echo (with the
-    ``logprobs`` and ``n`` features); a streamed one is checked chunk by chunk."""
+    ``logprobs`` and ``n`` features); a streamed one is checked chunk by chunk. ``many``:
+    the inputs of the large embeddings requests (OpenAI's most, 2048, by default)."""
     return [
         (
             CHAT,
@@ -160,12 +161,12 @@ def answers(model: str) -> list[tuple[str, dict[str, Any] | None, str]]:
         # Large inputs, once without an answer: OpenAI's most inputs per request, in both formats.
         (
             "/embeddings",
-            {"model": model, "input": ["aa b"] * 2048, "encoding_format": "float"},
+            {"model": model, "input": ["aa b"] * many, "encoding_format": "float"},
             "embedding",
         ),
         (
             "/embeddings",
-            {"model": model, "input": ["aa b"] * 2048, "encoding_format": "base64"},
+            {"model": model, "input": ["aa b"] * many, "encoding_format": "base64"},
             "embedding",
         ),
         ("/models", None, "models"),

@@ -2,7 +2,10 @@
 requests as the HTTP front's check (tests/core/test_http_shapes_on_ray.py), sent to
 ``relayllm serve``'s base URL with a project's key and read raw, each checked against the
 ``openai`` package's type for its route with every field OpenAI's schema requires
-(tests/openai_shapes.py); the refusals are OpenAI's envelope."""
+(tests/openai_shapes.py); the refusals are OpenAI's envelope.
+An embeddings request of OpenAI's most inputs (2048) answers here too: the gateway reaches
+the deployment in one handle call for all of them (``serve_http_rows``), where one call per
+input took longer than this client waits on a loaded host."""
 
 import json
 import urllib.error
@@ -33,6 +36,9 @@ def url(ray_session, tmp_path_factory):
     base, address, _ = serve_echo(ray_session, root, DEPLOYMENTS)
     yield base
     cli("unserve", "--address", address, check=0)
+    from ray import serve
+
+    serve.shutdown()  # its proxy too: a module after this one starts Serve on its own port
 
 
 def send(url, method, path, body=None):

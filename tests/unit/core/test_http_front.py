@@ -149,20 +149,24 @@ class _StuckReplica:
         self.rows.append(row)
         if self.parts:
             return {"generated_text": "done", "finish_reason": "stop", "num_generated_tokens": 1}
-        await self._never(row)
+        await self._never([row])
+
+    async def serve_http_rows(self, rows):  # an embeddings request's inputs, in one call
+        self.rows.extend(rows)
+        await self._never(rows)
 
     async def stream_http_row(self, row):
         self.rows.append(row)
         for i in range(self.parts):
             yield {"generated_text": f"w{i} "}
-        await self._never(row)
+        await self._never([row])
         yield {}
 
-    async def _never(self, row):
+    async def _never(self, rows):
         try:
             await asyncio.Event().wait()
         except asyncio.CancelledError:
-            self.cancelled.append(row["request_id"])
+            self.cancelled.extend(row["request_id"] for row in rows)
             raise
 
 

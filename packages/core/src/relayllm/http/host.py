@@ -34,6 +34,10 @@ class FrontHost(Protocol):
         """One row, answered whole."""
         ...
 
+    async def serve_http_rows(self, requests: list[Request]) -> list[Result]:
+        """The rows of one request (an embeddings request's inputs), in one call."""
+        ...
+
     def stream_http_row(self, request: Request) -> AsyncIterator[Result]:
         """One row, answered in parts (the last carries the token counts)."""
         ...

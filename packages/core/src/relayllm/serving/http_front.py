@@ -314,8 +314,10 @@ class HttpFront:
                 param="input",
             )
         rows = [self._row("embedding", text, body) for text in texts]
-        gathered = asyncio.gather(*(self._run(row) for row in rows))
-        results = await self._within(gathered, self._deadline())
+        served = self._guard(self.host.serve_http_rows(rows))  # one call for every input
+        results = await self._within(served, self._deadline())
+        if failed := next((r["error"] for r in results if r.get("error")), None):
+            raise HttpError(400, str(failed))  # the engine refused an input: the client's to fix
         answer = openai_body.embeddings_body(results, self.model, body.get("encoding_format"))
         CreateEmbeddingResponse.model_validate(  # a guard; base64 as the client decodes it
             openai_body.embeddings_body(results, self.model)

@@ -285,20 +285,27 @@ class Replica:
         return response
 
     async def serve_http_row(self, request: Request) -> Result:
+        (result,) = await self.serve_http_rows([request])
+        return result
+
+    async def serve_http_rows(self, requests: list[Request]) -> list[Result]:
+        """The rows of one HTTP request (an embeddings request's inputs) in one engine call:
+        one call for all, not a call (and through the gateway a handle call) per input."""
         self._check_serving()
-        self.http_rows += 1
+        self.http_rows += len(requests)
         admission = self.admission
         watch = admission.begin(streamed=False) if admission is not None else None
         try:
-            async with self.follower.admitted(1, wait=False) as version:
+            async with self.follower.admitted(len(requests), wait=False) as version:
                 with self.metrics.engine_busy() as share:
-                    result = await self._serve_one(request)
+                    results = await self._serve_many(requests)
         finally:
             if admission is not None and watch is not None:  # the whole answer's time
                 admission.end(watch)
-        result[WEIGHT_VERSION], result[ENGINE_S] = version, share.seconds
-        self.metrics.count("interactive", (result,))
-        return result
+        for result in results:  # the call's engine time, shared by its rows
+            result[WEIGHT_VERSION], result[ENGINE_S] = version, share.seconds / len(results)
+        self.metrics.count("interactive", results)
+        return results
 
     async def stream_http_row(self, request: Request) -> AsyncIterator[Result]:
         self._check_serving()
@@ -332,17 +339,17 @@ class Replica:
             raise DeploymentPausedError(f"deployment {self._name()!r} is updating its weights")
         self.watch.serving_loop = asyncio.get_running_loop()
 
-    async def _serve_one(self, request: Request) -> Result:
-        """One row outside a batch call (the HTTP front)."""
+    async def _serve_many(self, requests: list[Request]) -> list[Result]:
+        """Rows outside a batch call (the HTTP front)."""
         try:
-            (result,) = await self._engine.run_batch([request])
+            results = await self._engine.run_batch(requests)
         except EngineFailedError as exc:
             self.engine_failed(str(exc))
             raise
         except Exception as exc:  # asyncio.CancelledError is not an Exception: it travels on
-            return error_result(describe_exception(exc))
+            return [error_result(describe_exception(exc)) for _ in requests]
         self.watch.answered()
-        return result
+        return results
 
     def _http_info(self) -> dict[str, Any]:
         front = self.http_front

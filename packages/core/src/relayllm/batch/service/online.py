@@ -44,6 +44,10 @@ class DeploymentOverHandle:
         result: Result = await self._handle.serve_http_row.remote(request)
         return result
 
+    async def serve_http_rows(self, requests: list[Row]) -> list[Result]:
+        results: list[Result] = await self._handle.serve_http_rows.remote(requests)
+        return results
+
     async def stream_http_row(self, request: Row) -> AsyncIterator[Result]:
         async for part in self._handle.options(stream=True).stream_http_row.remote(request):
             yield part
