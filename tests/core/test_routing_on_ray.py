@@ -19,7 +19,6 @@ import relayllm
 from relayllm import DeploymentConfig, ProcessorConfig, build_processor, compat
 from relayllm.cli.run import format_summary
 from relayllm.pipelines import parse_pipeline, run_pipeline
-from relayllm.routing import LOAD_BOUND
 from relayllm.testing.prometheus import wait_for_sample
 
 pytestmark = pytest.mark.usefixtures("ray_session")
@@ -221,7 +220,7 @@ def test_a_hot_key_spills_and_no_replica_passes_the_bound():
     # The bound holds on the rows each router has in flight when it places a call; the rows a
     # replica served over the whole job can pass it by a little (each stage task routes its
     # own calls). Without the bound the hot key's replica serves about 1.7x the mean.
-    assert rows[-1] <= 1.1 * LOAD_BOUND * mean, rows
+    assert rows[-1] <= 1.1 * 1.25 * mean, rows  # docs/routing.md: within 1.25x the mean
 
 
 def test_a_replica_killed_mid_job_gives_its_keys_to_the_others_and_loses_no_row():

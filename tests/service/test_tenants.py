@@ -255,11 +255,19 @@ def test_a_second_unfinished_batch_is_refused_and_the_room_comes_back(service):
 def test_an_upload_over_the_stored_bytes_quota_is_refused_and_nothing_is_kept(service):
     alpha, beta = service["alpha"], service["beta"]
     before = sorted(f.id for f in alpha.files.list())
+    stored = os.path.join(service["state"], "files")  # the service's file storage
+
+    def on_disk():
+        return set(os.listdir(stored)) if os.path.isdir(stored) else set()
+
+    kept = on_disk()
     data = b"x" * 250_000
     with pytest.raises(openai.BadRequestError) as refused:
         alpha.files.create(file=("big.jsonl", data), purpose="batch")
     assert refused.value.code == "storage_limit_exceeded"
     assert sorted(f.id for f in alpha.files.list()) == before
+    # The refused upload's bytes are gone from the storage too, not only from the listing.
+    assert on_disk() == kept, "the refused upload's bytes were kept"
     assert beta.files.create(file=("big.jsonl", data), purpose="batch").bytes == len(data)
 
 

@@ -132,19 +132,29 @@ def test_the_example_loop_stamps_each_round_with_its_own_version(policy, tmp_pat
 
 
 def test_after_a_weight_update_no_row_reuses_a_prefix_block_of_the_old_weights(policy):
-    """Each version of the weights has its own prefix-cache namespace (vLLM's ``cache_salt``):
-    the same prompt hits within a version, and after an update it is computed again rather
-    than read from blocks the old weights computed -- without emptying the cache."""
+    """Each version of the weights has its own prefix-cache namespace (vLLM's ``cache_salt``),
+    on the completion and the chat path: the same prompt hits within a version, an update to
+    the same version keeps its blocks (an update that emptied the cache would not), and after
+    an update to another version the prompt is computed again rather than read from blocks
+    the old weights computed."""
     ctl = relayllm.control(policy.name)
     checkpoint = only_replica_info(ctl)["model_path"]
-    prompt = " ".join(f"weight word {i}." for i in range(60))  # about 360 of the 512 tokens
+    prompts = {
+        task: " ".join(f"{task} weight word {i}." for i in range(50))  # ~350 of 512 tokens
+        for task in ("completion", "chat")
+    }
 
-    def ask() -> float:
-        return hits_of_one_prompt(ctl, policy.name, prompt)
+    def ask(task: str) -> float:
+        return hits_of_one_prompt(ctl, policy.name, prompts[task], task)
 
     ctl.update_weights(checkpoint, version="salt-a")
-    ask()  # now cached, under salt-a
-    assert ask() >= 200, "the same prompt on the same weights is served from the prefix cache"
+    for task in prompts:
+        ask(task)  # now cached, under salt-a
+        assert ask(task) >= 200, f"{task}: the same prompt on the same weights is cached"
+    ctl.update_weights(checkpoint, version="salt-a")
+    for task in prompts:
+        assert ask(task) >= 200, f"{task}: an update to the same version emptied the cache"
     ctl.update_weights(checkpoint, version="salt-b")
-    assert ask() < 16, "on new weights nothing of the old version's blocks is reused"
-    assert ask() >= 200, "the new version caches the prompt in its own namespace"
+    for task in prompts:
+        assert ask(task) < 16, f"{task}: on new weights a block of the old version was reused"
+        assert ask(task) >= 200, f"{task}: the new version caches the prompt in its own namespace"

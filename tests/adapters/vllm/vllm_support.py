@@ -117,22 +117,21 @@ def prefix_hits(controller) -> tuple[int, float]:
     return queries, (metrics["prefix_cache_hit_rate"] or 0.0) * queries
 
 
-def hits_of_one_prompt(controller, name: str, prompt: str) -> float:
-    """Send ``prompt`` once (one token back) and return the prefix-cache hits it got (tokens).
-    The CPU build caches whole blocks of 128 tokens: a prompt of a few hundred tokens that no
-    other test sends."""
+def hits_of_one_prompt(controller, name: str, prompt: str, task: str = "completion") -> float:
+    """Send ``prompt`` once (one token back; ``task`` "chat": as one user message) and return
+    the prefix-cache hits it got (tokens). The CPU build caches whole blocks of 128 tokens: a
+    prompt of a few hundred tokens that no other test sends."""
     import ray
     from support import wait_for
 
     from relayllm import ProcessorConfig, build_processor
 
     proc = build_processor(
-        ProcessorConfig(
-            deployment=name, task="completion", sampling_params={"max_tokens": 1}, batch_size=1
-        )
+        ProcessorConfig(deployment=name, task=task, sampling_params={"max_tokens": 1}, batch_size=1)
     )
+    item = {"messages": [{"role": "user", "content": prompt}]} if task == "chat" else None
     queries, hits = prefix_hits(controller)
-    (row,) = proc(ray.data.from_items([{"prompt": prompt}])).take_all()
+    (row,) = proc(ray.data.from_items([item or {"prompt": prompt}])).take_all()
     assert not row["error"], row["error"]
     wait_for(
         lambda: prefix_hits(controller)[0] > queries,

@@ -30,6 +30,19 @@ class Shifted(Correct):
         return [{**r, "generated_text": t} for r, t in zip(results, texts, strict=True)]
 
 
+class Swapped(Correct):
+    """Swaps the first two rows' texts of a call (token counts kept right): one row in four
+    of the kit's eight on the wrong row, the rest right."""
+
+    async def run_batch(self, requests: list[Request]) -> list[Result]:
+        results = await super().run_batch(requests)
+        if len(results) > 1:
+            first, second = (r.get("generated_text") for r in results[:2])
+            results[0] = {**results[0], "generated_text": second}
+            results[1] = {**results[1], "generated_text": first}
+        return results
+
+
 def ignores(*params: str) -> type[Correct]:
     """The correct adapter, except that it drops ``params`` from every row."""
     return type("Ignores", (Correct,), {"ignored": params})
@@ -183,6 +196,13 @@ _CASES: list[tuple[str, type[Correct], type[BaseModel] | None, str | None, str |
     ("correct", Correct, None, None, None),
     # -- behaviours
     ("shifted", Shifted, None, "test_each_row_gets_its_own_answer", "on the wrong row?"),
+    (
+        "swapped",
+        Swapped,
+        None,
+        "test_each_row_gets_its_own_answer",
+        "row 0 got row 1's, row 1 got row 0's",
+    ),
     ("same-embedding", SameEmbedding, None, "test_embedding", "got one embedding"),
     ("embedding-not-really", EmbeddingNotReally, None, "test_embedding", "no pooling head"),
     (

@@ -16,7 +16,7 @@ from openai.types.batch import Errors
 
 from relayllm.batch.service.files import CHUNK, PART, FileStorage
 from relayllm.batch.service.ids import new_file_id
-from relayllm.batch.service.validate import DEFAULT_MAX_LINE_BYTES, Limits, validate_input
+from relayllm.batch.service.validate import Limits, validate_input
 
 CHAT = "/v1/chat/completions"
 HOUR = 3600.0
@@ -155,4 +155,5 @@ def test_a_line_at_the_limit_passes_and_the_file_limit_still_counts_a_long_lines
         Limits(max_line_bytes=len(line), max_bytes=len(line) + 50),
     )
     assert [(p["code"], p["line"]) for p in over.problems] == [("file_too_large", 2)]
-    assert Limits().max_line_bytes == DEFAULT_MAX_LINE_BYTES < Limits().max_bytes
+    # docs/batch-service.md: "a line longer than 64 MiB" fails the batch.
+    assert Limits().max_line_bytes == 64 * 1024 * 1024 < Limits().max_bytes

@@ -100,7 +100,7 @@ def test_check_validates_each_kind_of_file_without_starting_anything(tmp_path, e
     pipeline = REPO / "examples" / "echo.yaml"
     requests = REPO / "examples" / "batch" / "requests.jsonl"
     only = tmp_path / "deployments.yaml"
-    only.write_text("deployments:\n  - {name: llm, backend: echo}\n")
+    only.write_text(DEPLOYMENTS)
     done = runner.invoke(main, ["check", str(pipeline), str(requests), str(only)])
     assert done.exit_code == 0, done.output
     assert done.output.splitlines() == [
@@ -108,21 +108,78 @@ def test_check_validates_each_kind_of_file_without_starting_anything(tmp_path, e
         f"{requests}: ok, a batch file: 4 request line(s)",
         f"{only}: ok, a deployments file; deployments llm",
     ]
-
-    bad = tmp_path / "bad.yaml"  # a step naming a deployment the file does not declare
-    bad.write_text(pipeline.read_text().replace("deployment: llm", "deployment: lm", 1))
-    (tmp_path / "data").mkdir()
-    (tmp_path / "data" / "questions.jsonl").write_text("{}\n")
-    done = runner.invoke(main, ["check", str(bad)])
-    assert done.exit_code == 2 and f"{bad}:" in done.output and "'lm'" in done.output, done.output
-
-    twice = tmp_path / "twice.jsonl"
-    twice.write_text(requests.read_text().splitlines()[0] + "\n" + requests.read_text())
-    done = runner.invoke(main, ["check", str(twice)])
-    assert done.exit_code == 2 and "q1" in done.output, done.output
-
     done = runner.invoke(main, ["check", str(tmp_path / "missing.yaml")])
     assert done.exit_code == 2 and "no such file" in done.output
+
+
+#: A valid pipeline and deployments file; each case of the test below changes one thing.
+PIPELINE = """\
+deployments:
+  - name: llm
+    backend: echo
+    options: {mode: reverse}
+input:
+  path: questions.jsonl
+steps:
+  - name: answer
+    deployment: llm
+    prompt: "Answer: {question}"
+    output_column: answer
+"""
+DEPLOYMENTS = "deployments:\n  - {name: llm, backend: echo, options: {mode: reverse}}\n"
+REQUESTS = (REPO / "examples" / "batch" / "requests.jsonl").read_text()
+FIRST_REQUEST = REQUESTS.splitlines()[0]
+
+#: The checks ``relayllm check`` promises (docs/operations.md, its --help), one bad file each:
+#: (file name, valid text, (old, new) making it bad, what the error must say).
+CHECKS = {
+    "field": ("p.yaml", PIPELINE, ("output_column", "output_colum"), ":11: steps[0].output_colum"),
+    "template": ("p.yaml", PIPELINE, ("{question}", "{question"), ":10: steps[0].prompt: bad"),
+    "step's deployment": (
+        "p.yaml",
+        PIPELINE,
+        ("llm\n    prompt", "lm\n    prompt"),
+        ":9: steps[0].deployment: unknown deployment 'lm'",
+    ),
+    "input file": ("p.yaml", PIPELINE, ("questions.", "answers."), ":6: input.path: 'answers"),
+    "backend option": ("p.yaml", PIPELINE, ("reverse", "sideways"), ":4: deployments[0].options"),
+    "deployments file option": (
+        "d.yaml",
+        DEPLOYMENTS,
+        ("reverse", "sideways"),
+        ":2: deployments[0].options.mode",
+    ),
+    "duplicate custom_id": ("r.jsonl", REQUESTS, (REQUESTS, FIRST_REQUEST + "\n" + REQUESTS), "q1"),
+    "no request": ("r.jsonl", REQUESTS, (REQUESTS, "\n"), "has no request lines"),
+}
+
+
+@pytest.mark.parametrize("check", list(CHECKS))
+def test_check_refuses_a_file_that_fails_each_check_it_promises(tmp_path, echo_backend, check):
+    """Each file is valid but for one change, so the check that refuses it is that one."""
+    name, valid, (old, new), said = CHECKS[check]
+    (tmp_path / "questions.jsonl").write_text('{"question": "Why?"}\n')
+    path = tmp_path / name
+    path.write_text(valid)
+    done = CliRunner().invoke(main, ["check", str(path)])
+    assert done.exit_code == 0, done.output
+    assert old in valid
+    path.write_text(valid.replace(old, new, 1))
+    done = CliRunner().invoke(main, ["check", str(path)])
+    assert done.exit_code == 2, f"relayllm check passed a file failing its {check} check"
+    assert f"{path}:" in done.output and said in done.output, done.output
+
+
+def test_check_counts_the_lines_a_batch_run_would_write_to_the_errors_file(tmp_path, echo_backend):
+    path = tmp_path / "r.jsonl"
+    lines = REQUESTS.splitlines()
+    path.write_text("\n".join([lines[0], "not json", *lines[1:]]) + "\n")
+    done = CliRunner().invoke(main, ["check", str(path)])
+    assert done.exit_code == 0, done.output
+    assert done.output == (
+        f"{path}: ok, a batch file: 5 request line(s); 1 line(s) cannot run and would go to "
+        "the errors file: 2\n"
+    )
 
 
 def test_ray_error_lines_go_to_the_log_file_while_quiet(tmp_path):

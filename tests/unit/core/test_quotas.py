@@ -12,7 +12,6 @@ import threading
 import pytest
 
 from relayllm.batch.service.quotas import (
-    BYTES_PER_TOKEN,
     Quota,
     QuotaError,
     Quotas,
@@ -88,7 +87,7 @@ def test_enqueued_tokens_per_deployment_refuse_a_batch_as_openai_does(service):
     quotas = Quotas.install(store, {"*": Quota(enqueued_tokens={"echo": 100})})
 
     def batch_file(project, tokens, model="echo"):
-        text = "x" * (tokens * BYTES_PER_TOKEN)
+        text = "x" * (tokens * 4)  # docs/batch-service.md: UTF-8 bytes divided by 4
         body = {"model": model, "messages": [{"role": "user", "content": text}]}
         line = {"custom_id": "r", "method": "POST", "url": CHAT, "body": body}
         data = (json.dumps(line) + "\n").encode()
@@ -194,7 +193,7 @@ def test_the_token_estimate_skips_lines_too_deep_or_not_utf8_instead_of_failing(
     UTF-8 count: either was a 500 at the batch's create."""
     from relayllm.batch.service.quotas import estimate_tokens
 
-    good = {"custom_id": "g", "body": {"model": "echo", "prompt": "x" * (8 * BYTES_PER_TOKEN)}}
+    good = {"custom_id": "g", "body": {"model": "echo", "prompt": "x" * (8 * 4)}}
     deep = b'{"custom_id": "d", "body": {"model": "echo", "prompt": ' + b"[" * 50_000
     deep += b"]" * 50_000 + b"}}"
     lone = b'{"custom_id": "s", "body": {"model": "echo", "prompt": "\\udc80"}}'

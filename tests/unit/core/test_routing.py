@@ -4,6 +4,7 @@ spills within the load bound, and a replica added or removed moves only its shar
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +12,9 @@ from relayllm import routing
 from relayllm.deployments import DeploymentConfig
 
 REPLICAS = [f"replica-{i}" for i in range(8)]
+#: The bound and the prefix docs/routing.md states ("within 1.25x the mean", "the row's
+#: first 512 characters"), not the module's constants: a changed one fails here.
+LOAD_BOUND, PREFIX_CHARS = 1.25, 512
 KEYS = [f"row-{i}" for i in range(4000)]
 
 
@@ -70,10 +74,20 @@ def test_a_hot_key_spills_and_no_replica_passes_the_bound():
     calls = [("hot" if i % 4 == 0 else f"row-{i}") for i in range(4000)]
     placed = _place(calls, REPLICAS, concurrency=64)
     mean = len(calls) / len(REPLICAS)
-    assert max(placed.values()) <= routing.LOAD_BOUND * mean * 1.02
+    assert max(placed.values()) <= LOAD_BOUND * mean * 1.02
     # The hot key's calls went to its own replicas in its order, not everywhere.
     hot = Counter(routing.choose("hot", REPLICAS, {})[0] for _ in range(3))
     assert len(hot) == 1
+
+
+def test_the_bound_and_the_prefix_are_the_documented_ones():
+    page = " ".join(
+        (Path(__file__).resolve().parents[3] / "docs" / "routing.md").read_text().split()
+    )
+    assert "within **1.25x the mean**" in page and "the row's first 512 characters" in page
+    # 99 rows in flight and the new one over 4 replicas: a mean of 25, 1.25x that is 31.25.
+    assert routing.capacity(99, 4) == 32
+    assert routing.capacity(0, 4) == 2  # room for two calls of the new one's size, always
 
 
 def test_without_the_bound_the_hot_key_overloads_its_replica():
@@ -106,8 +120,9 @@ def test_no_replicas_no_choice():
 
 
 def test_prefix_keys_are_equal_for_a_shared_prefix():
-    shared = "x" * routing.PREFIX_CHARS
+    shared = "x" * PREFIX_CHARS
     assert routing.prefix_key(shared + "a") == routing.prefix_key(shared + "b")
+    assert routing.prefix_key(shared[1:] + "a") != routing.prefix_key(shared[1:] + "b")
     assert routing.prefix_key("a" + shared) != routing.prefix_key("b" + shared)
 
 

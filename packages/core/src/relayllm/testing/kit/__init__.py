@@ -18,10 +18,11 @@ adapter, not core: rows go through the real stage or straight to the deployment'
 
 - :mod:`~relayllm.testing.kit.tasks`: ``test_health_and_info``;
   ``test_each_row_gets_its_own_answer`` (rows answered in one call get the answer each gets
-  alone, 3 of 4, and per-row ``max_tokens`` that differ from each neighbour's are each
-  respected); ``test_engine_refusal_fails_only_that_row`` (see :meth:`refused_row`, or declare
-  :attr:`refuses_no_rows`); ``test_chat`` / ``test_completion`` / ``test_embedding`` (each
-  task ``tasks_for`` serves works; one it does not serve is refused up front, naming it).
+  alone, 3 of 4, none another row's, and per-row ``max_tokens`` that differ from each
+  neighbour's are each respected); ``test_engine_refusal_fails_only_that_row`` (see
+  :meth:`refused_row`, or declare :attr:`refuses_no_rows`); ``test_chat`` /
+  ``test_completion`` / ``test_embedding`` (each task ``tasks_for`` serves works; one it does
+  not serve is refused up front, naming it).
 - :mod:`~relayllm.testing.kit.sampling`, one check per parameter every backend takes:
   ``test_max_tokens_honoured``, ``test_max_completion_tokens_honoured``,
   ``test_temperature_zero_is_deterministic``, ``test_temperature_one_varies_without_seed``
