@@ -20,10 +20,12 @@ and past their limit every request of the run would be refused (its tests are th
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +41,8 @@ SPEC = REPO / "docs" / "reference" / "openapi.json"
 DEPLOYMENTS = "deployments:\n  - name: echo\n    backend: echo\n"
 #: Requests per operation, generation mode and key.
 EXAMPLES = 12 * int(os.environ.get("RELAYLLM_FUZZ_SCALE", "1"))
+#: The fuzz's time, shared out among the operations (a slow machine sends fewer examples).
+BUDGET_S = 110.0 * int(os.environ.get("RELAYLLM_FUZZ_SCALE", "1"))
 #: How long one request may go unanswered before it counts as a hang.
 TIMEOUT_S = 15.0
 SKIPPED = {"POST /console/login"}
@@ -55,7 +59,7 @@ class Findings:
 
     found: dict[tuple[str, str, int | None], dict[str, Any]] = field(default_factory=dict)
     owned: dict[str, set[str]] = field(default_factory=lambda: {p: set() for p in PROJECT_KEYS})
-    requests: int = 0
+    requests: Counter[str] = field(default_factory=Counter)
 
     def add(self, operation: str, check: str, status: int | None, request: str, said: str):
         key = (operation, check, status)
@@ -85,7 +89,9 @@ def service(ray_session, tmp_path_factory):
     cli("unserve", "--address", address, check=0)
 
 
-def _fuzz(url: str, findings: Findings, deadline: float) -> None:
+def _fuzz(url: str, findings: Findings, budget_s: float) -> None:
+    """Every operation in turn, each with its share of ``budget_s`` (past it, the rest of its
+    examples are not sent)."""
     import requests
     from schemathesis.specs.openapi import checks as openapi_checks
 
@@ -99,20 +105,31 @@ def _fuzz(url: str, findings: Findings, deadline: float) -> None:
     schema = schemathesis.openapi.from_path(SPEC)
     base = url.removesuffix("/v1")
     session = requests.Session()
-    for result in schema.get_all_operations():
-        operation = result.ok()
-        if operation.label in SKIPPED:
-            continue
+    operations = [r.ok() for r in schema.get_all_operations()]
+    operations = [op for op in operations if op.label not in SKIPPED]
+    for operation in operations:
+        deadline = time.monotonic() + budget_s / len(operations)
         for mode in (schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGATIVE):
             for who in WHO:
                 send = _sender(operation, mode, who, base, session, checks, findings, deadline)
                 send()
 
 
+#: How a generated request is bent before it is sent: ``own`` puts ids the key's project
+#: created in the path and in a batch's ``input_file_id`` (so creates and reads get past the
+#: lookup); ``other`` puts another project's (which must not be found); ``surrogate`` puts a
+#: lone surrogate (``"\\udc80"``, which JSON allows as an escape) in one string of the body,
+#: ``deep`` one value nested 50,000 objects or 100,000 arrays deep.
+TWISTS = (None, None, "own", "other", "surrogate", "deep")
+DEEP = ('{"a":' * 50_000 + "1" + "}" * 50_000, "[" * 100_000 + "]" * 100_000)
+MARK = "\u0000twisted"
+
+
 def _sender(operation, mode, who, base, session, checks, findings, deadline):
     """The hypothesis test that sends ``operation``'s requests in ``mode`` with ``who``'s key."""
     import requests
     from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import strategies as st
     from schemathesis.core.failures import Failure, FailureGroup
 
     label, auth = operation.label, {"Authorization": f"Bearer {WHO[who]}"}
@@ -125,32 +142,108 @@ def _sender(operation, mode, who, base, session, checks, findings, deadline):
         deadline=None,
         suppress_health_check=list(HealthCheck),
     )
-    @given(case=operation.as_strategy(generation_mode=mode))
-    def send(case: Any) -> None:
+    @given(
+        case=operation.as_strategy(generation_mode=mode),
+        twist=st.sampled_from(TWISTS),
+        pick=st.integers(0, 1 << 16),
+    )
+    def send(case: Any, twist: str | None, pick: int) -> None:
         if time.monotonic() > deadline:
             return
-        findings.requests += 1
-        request = _curl(case, who)
+        raw = _twisted(case, twist, pick, who, findings)
+        if raw is False:
+            return
+        findings.requests[label] += 1
+        request = _curl(case, who) + (f"  [{twist}: {raw[:200]}]" if raw else "")
         try:
-            response = case.call(base_url=base, session=session, headers=auth, timeout=TIMEOUT_S)
+            if raw:
+                url = base + case.formatted_path
+                headers = {**auth, "Content-Type": "application/json"}
+                response = session.request(
+                    case.method, url, data=raw.encode("utf-8"), headers=headers, timeout=TIMEOUT_S
+                )
+            else:
+                response = case.call(
+                    base_url=base, session=session, headers=auth, timeout=TIMEOUT_S
+                )
         except requests.Timeout:
             findings.add(label, "no answer (timeout)", None, request, "")
             return
         except requests.ConnectionError as exc:
             findings.add(label, "connection failed", None, request, str(exc))
             return
+        failures: list[Any] = []
         try:
             case.validate_response(response, checks=checks, headers=auth)
         except FailureGroup as group:
-            for failure in group.exceptions:
-                said = f"{failure.message} | body: {response.text[:300]}"
-                findings.add(label, failure.title, response.status_code, request, said)
+            failures = list(group.exceptions)
         except Failure as failure:
+            failures = [failure]
+        for failure in failures:
             said = f"{failure.message} | body: {response.text[:300]}"
             findings.add(label, failure.title, response.status_code, request, said)
+        if twist == "other" and 200 <= response.status_code < 300:
+            findings.add(label, "another project's object", response.status_code, request, "")
         _isolation(findings, label, who, response)
 
     return send
+
+
+def _twisted(case: Any, twist: str | None, pick: int, who: str, findings: Findings):
+    """Bend ``case`` as ``twist`` says (see :data:`TWISTS`): the raw JSON text to send in its
+    place, None to send it as it is, or False when the twist does not apply to it."""
+    if twist in ("own", "other"):
+        if who == "admin" and twist == "other":
+            return False
+        pool = sorted(
+            set().union(
+                *(ids for p, ids in findings.owned.items() if (p == who) == (twist == "own"))
+            )
+        )
+        ids = {kind: [i for i in pool if i.startswith(kind)] for kind in ("file-", "batch_")}
+        names = {"file_id": "file-", "batch_id": "batch_"}
+        used = False
+        for name, kind in names.items():
+            if case.path_parameters and name in case.path_parameters and ids[kind]:
+                case.path_parameters[name] = ids[kind][pick % len(ids[kind])]
+                used = True
+        if isinstance(case.body, dict) and "input_file_id" in case.body and ids["file-"]:
+            case.body["input_file_id"] = ids["file-"][pick % len(ids["file-"])]
+            used = True
+        return None if used else False
+    if twist in ("surrogate", "deep"):
+        if case.media_type != "application/json" or not isinstance(case.body, dict):
+            return False
+        if "input_file_id" in case.body and findings.owned.get(who):
+            _twisted(case, "own", pick, who, findings)
+        body = copy.deepcopy(case.body)
+        if twist == "surrogate" and "input_file_id" in body:
+            body["metadata"] = {"note": MARK}  # the batch's metadata, stored if it is accepted
+        else:
+            _plant(body, pick)
+        swap = '"\\udc80"' if twist == "surrogate" else DEEP[pick % 2]
+        return json.dumps(body).replace(json.dumps(MARK), swap)
+    return None
+
+
+def _plant(body: dict[str, Any], pick: int) -> None:
+    """:data:`MARK` in place of one value of ``body`` (a string one when it has any)."""
+    spots: list[tuple[Any, Any]] = []
+
+    def walk(node: Any) -> None:
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        for key, value in items:
+            if isinstance(value, (dict, list)):
+                walk(value)
+            spots.append((node, key))
+
+    walk(body)
+    if not spots:
+        body["value"] = MARK
+        return
+    strings = [(n, k) for n, k in spots if isinstance(n[k], str)]
+    node, key = (strings or spots)[pick % len(strings or spots)]
+    node[key] = MARK
 
 
 def _isolation(findings: Findings, label: str, who: str, response: Any) -> None:
@@ -158,7 +251,8 @@ def _isolation(findings: Findings, label: str, who: str, response: Any) -> None:
     one, is a leak."""
     if who not in findings.owned or not 200 <= response.status_code < 300:
         return
-    if response.headers.get("content-type", "").startswith("application/json"):
+    kind = {k.lower(): v for k, v in response.headers.items()}.get("content-type") or ""
+    if (kind[0] if isinstance(kind, list) else kind).startswith("application/json"):
         text = response.text
         if label in ("POST /v1/files", "POST /v1/batches"):
             findings.owned[who].add(json.loads(text)["id"])
@@ -168,13 +262,18 @@ def _isolation(findings: Findings, label: str, who: str, response: Any) -> None:
             findings.add(label, "another project's object", response.status_code, who, str(leaked))
 
 
+@pytest.mark.timeout(600 + 2 * BUDGET_S)  # a longer run (RELAYLLM_FUZZ_SCALE) takes longer
 def test_every_route_answers_as_described_under_fuzzing(service):
     findings = Findings()
     began = time.monotonic()
-    _fuzz(service, findings, deadline=began + 150 * int(os.environ.get("RELAYLLM_FUZZ_SCALE", "1")))
-    spent = time.monotonic() - began
-    print(f"\nfuzz: {findings.requests} requests in {spent:.0f} s, {len(findings.found)} failures")
+    _fuzz(service, findings, BUDGET_S)
+    spent, sent = time.monotonic() - began, sum(findings.requests.values())
+    print(f"\nfuzz: {sent} requests in {spent:.0f} s, {len(findings.found)} failures")
+    print(dict(findings.requests))
     print(findings.report())
+    spec = json.loads(SPEC.read_text(encoding="utf-8"))
+    labels = {f"{m.upper()} {p}" for p, item in spec["paths"].items() for m in item} - SKIPPED
+    assert {label for label in labels if findings.requests[label] == 0} == set()
     alpha, beta = client(service, PROJECT_KEYS["alpha"]), client(service, PROJECT_KEYS["beta"])
     import openai
 
