@@ -184,7 +184,7 @@ def operations(schemas: Any) -> dict[tuple[str, str], dict[str, Any]]:
         },
         ("/v1/models", "get"): {
             "summary": "Every deployment, by the name a body's `model` routes by.",
-            "responses": {"200": _json(models, "The deployments.")},
+            "responses": {"200": _json(models, "The deployments."), **_errors()},
         },
         ("/v1/organization/usage/completions", "get"): {
             "summary": "Every project's usage, batch and online, in time buckets (admin key).",
