@@ -266,6 +266,28 @@ def _isolation(findings: Findings, label: str, who: str, response: Any) -> None:
             findings.add(label, "another project's object", response.status_code, who, str(leaked))
 
 
+def _after(url: str, findings: Findings) -> None:
+    """Each project's objects, asked for by the other, are not found and in none of its
+    listings; the service is well after the fuzz: every listing answers, a batch completes."""
+    import openai
+
+    alpha, beta = client(url, PROJECT_KEYS["alpha"]), client(url, PROJECT_KEYS["beta"])
+    for own, other in (("alpha", beta), ("beta", alpha)):
+        for item in sorted(findings.owned[own]):
+            read = other.files.retrieve if item.startswith("file-") else other.batches.retrieve
+            with pytest.raises(openai.NotFoundError):
+                read(item)
+        listed = {f.id for f in other.files.list()} | {b.id for b in other.batches.list()}
+        assert not listed & findings.owned[own]
+    assert all(findings.owned.values()), f"a project created nothing: {findings.owned}"
+    admin = client(url, ADMIN_KEY)
+    for api in (alpha, beta, admin):
+        api.batches.list()
+        api.files.list()
+    done = wait(alpha, submit(alpha, chat_lines(3)).id)
+    assert done.status == "completed" and done.request_counts.completed == 3, done
+
+
 @pytest.mark.timeout(600 + 2 * BUDGET_S)  # a longer run (RELAYLLM_FUZZ_SCALE) takes longer
 def test_every_route_answers_as_described_under_fuzzing(service):
     findings = Findings()
@@ -278,24 +300,6 @@ def test_every_route_answers_as_described_under_fuzzing(service):
     spec = json.loads(SPEC.read_text(encoding="utf-8"))
     labels = {f"{m.upper()} {p}" for p, item in spec["paths"].items() for m in item} - SKIPPED
     assert {label for label in labels if findings.requests[label] == 0} == set()
-    alpha, beta = client(service, PROJECT_KEYS["alpha"]), client(service, PROJECT_KEYS["beta"])
-    import openai
-
-    # Each project's objects, asked for by the other: not found; in no listing of the other.
-    for own, other in (("alpha", beta), ("beta", alpha)):
-        for item in sorted(findings.owned[own]):
-            read = other.files.retrieve if item.startswith("file-") else other.batches.retrieve
-            with pytest.raises(openai.NotFoundError):
-                read(item)
-        listed = {f.id for f in other.files.list()} | {b.id for b in other.batches.list()}
-        assert not listed & findings.owned[own]
-    assert any(findings.owned.values()), "the fuzz created nothing: the uploads never succeeded"
-    # The service is well after: every listing answers, a normal batch completes.
-    admin = client(service, ADMIN_KEY)
-    for api in (alpha, beta, admin):
-        api.batches.list()
-        api.files.list()
-    done = wait(alpha, submit(alpha, chat_lines(3)).id)
-    assert done.status == "completed" and done.request_counts.completed == 3, done
+    _after(service, findings)
     unexpected = {k: v for k, v in findings.found.items() if k not in KNOWN}
     assert not unexpected, f"{len(unexpected)} failures:\n{findings.report()}"
