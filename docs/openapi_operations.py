@@ -66,10 +66,14 @@ def operations(schemas: Any) -> dict[tuple[str, str], dict[str, Any]]:
 
     from relayllm.batch.format import URL_TASKS
     from relayllm.batch.service.admin import AdminStore
+    from relayllm.batch.service.params import FILE_PURPOSES, MAX_CHARS, MAX_UNIX_S, MAX_VALUES
     from relayllm.batch.service.settings import MAX_EXPIRES_S, MIN_EXPIRES_S
     from relayllm.batch.service.usage_api import GROUPS, LIMITS, WIDTHS
 
     file, batch = schemas.model(FileObject), schemas.model(Batch)
+    unix = {"type": "integer", "minimum": 0, "maximum": MAX_UNIX_S}
+    text = {"type": "string", "maxLength": MAX_CHARS}
+    names = {"type": "array", "items": text, "maxItems": MAX_VALUES}
     create = schemas.typed(batch_create_params.BatchCreateParams, "BatchCreateParams")
     create_schema = schemas.components["BatchCreateParams"]
     create_schema["properties"]["endpoint"] = {"type": "string", "enum": list(URL_TASKS)}
@@ -122,14 +126,18 @@ def operations(schemas: Any) -> dict[tuple[str, str], dict[str, Any]]:
         ("/v1/files", "get"): {
             "summary": "The project's files, newest first unless `order=asc`.",
             "parameters": [
-                _query("after", {"type": "string"}, "The id the previous page ended with."),
+                _query("after", text, "The id the previous page ended with."),
                 _query(
                     "limit",
                     {"type": "integer", "minimum": 1, "maximum": most_files},
                     "Files per page.",
                 ),
                 _query("order", {"type": "string", "enum": ["asc", "desc"]}, "By creation."),
-                _query("purpose", {"type": "string"}, "Only files of this purpose."),
+                _query(
+                    "purpose",
+                    {"type": "string", "enum": sorted(FILE_PURPOSES)},
+                    "Only files of this purpose.",
+                ),
             ],
             "responses": {"200": _json(_list_of(file), "A page of files."), **_errors(404)},
         },
@@ -165,7 +173,7 @@ def operations(schemas: Any) -> dict[tuple[str, str], dict[str, Any]]:
         ("/v1/batches", "get"): {
             "summary": "The project's batches, newest first.",
             "parameters": [
-                _query("after", {"type": "string"}, "The id the previous page ended with."),
+                _query("after", text, "The id the previous page ended with."),
                 _query(
                     "limit", {"type": "integer", "minimum": 1, "maximum": 100}, "Batches per page."
                 ),
@@ -189,24 +197,20 @@ def operations(schemas: Any) -> dict[tuple[str, str], dict[str, Any]]:
         ("/v1/organization/usage/completions", "get"): {
             "summary": "Every project's usage, batch and online, in time buckets (admin key).",
             "parameters": [
-                _query(
-                    "start_time", {"type": "integer"}, "Unix seconds, inclusive.", required=True
-                ),
-                _query("end_time", {"type": "integer"}, "Unix seconds, exclusive (default: now)."),
+                _query("start_time", unix, "Unix seconds, inclusive.", required=True),
+                _query("end_time", unix, "Unix seconds, exclusive (default: now)."),
                 _query("bucket_width", {"type": "string", "enum": list(WIDTHS)}, "Bucket width."),
                 _query(
                     "group_by",
-                    {"type": "array", "items": {"type": "string", "enum": list(GROUPS)}},
+                    {
+                        "type": "array",
+                        "items": {"type": "string", "enum": list(GROUPS)},
+                        "maxItems": MAX_VALUES,
+                    },
                     "Fields to group the results by.",
                 ),
-                _query(
-                    "project_ids",
-                    {"type": "array", "items": {"type": "string"}},
-                    "Only these projects.",
-                ),
-                _query(
-                    "models", {"type": "array", "items": {"type": "string"}}, "Only these models."
-                ),
+                _query("project_ids", names, "Only these projects."),
+                _query("models", names, "Only these models."),
                 _query("batch", {"type": "boolean"}, "Only batch (true) or online (false) usage."),
                 _query(
                     "limit",
@@ -217,7 +221,7 @@ def operations(schemas: Any) -> dict[tuple[str, str], dict[str, Any]]:
                     },
                     "Buckets per page (the most depends on bucket_width).",
                 ),
-                _query("page", {"type": "string"}, "The previous page's `next_page`."),
+                _query("page", text, "The previous page's `next_page`."),
             ],
             "responses": {"200": _json(usage, "A page of buckets."), **_errors(403)},
         },
