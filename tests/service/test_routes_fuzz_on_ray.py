@@ -42,7 +42,7 @@ DEPLOYMENTS = "deployments:\n  - name: echo\n    backend: echo\n"
 #: Requests per operation, generation mode and key.
 EXAMPLES = 40 * int(os.environ.get("RELAYLLM_FUZZ_SCALE", "1"))
 #: The fuzz's time, shared out among the operations (a slow machine sends fewer examples).
-BUDGET_S = 110.0 * int(os.environ.get("RELAYLLM_FUZZ_SCALE", "1"))
+BUDGET_S = 90.0 * int(os.environ.get("RELAYLLM_FUZZ_SCALE", "1"))
 #: How long one request may go unanswered before it counts as a hang.
 TIMEOUT_S = 15.0
 SKIPPED = {"POST /console/login"}
