@@ -143,7 +143,7 @@ def build() -> dict[str, Any]:
     if missing or gone:
         raise LookupError(
             f"routes the gateway serves with no operation here: {missing}; operations of no "
-            f"route: {gone}; update docs/gen_openapi.py"
+            f"route: {gone}; update docs/openapi_operations.py"
         )
     paths: dict[str, dict[str, Any]] = {}
     for path, method in served:
