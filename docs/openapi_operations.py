@@ -101,6 +101,12 @@ def operations(schemas: Any) -> dict[tuple[str, str], dict[str, Any]]:
             },
         },
     }
+    embedding_answer = schemas.model(CreateEmbeddingResponse)
+    # With encoding_format=base64 the vector is sent as base64 text (the openai client decodes it)
+    vector = schemas.components["Embedding"]["properties"]["embedding"]
+    schemas.components["Embedding"]["properties"]["embedding"] = {
+        "anyOf": [vector, {"type": "string", "contentEncoding": "base64"}]
+    }
     online = {
         "/v1/chat/completions": (
             schemas.typed(chat_params.CompletionCreateParamsBase, "ChatCompletionCreateParams"),
@@ -114,7 +120,7 @@ def operations(schemas: Any) -> dict[tuple[str, str], dict[str, Any]]:
         ),
         "/v1/embeddings": (
             schemas.typed(embedding_create_params.EmbeddingCreateParams, "EmbeddingCreateParams"),
-            schemas.model(CreateEmbeddingResponse),
+            embedding_answer,
         ),
     }
     ops: dict[tuple[str, str], dict[str, Any]] = {
