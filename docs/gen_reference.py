@@ -1,6 +1,7 @@
 """Write the generated reference pages: docs/reference/configuration.md from the pydantic
 models' fields and descriptions, docs/reference/cli.md from the click commands' ``--help``,
-docs/reference/environment.md from ``relayllm.env``.
+docs/reference/environment.md from ``relayllm.env``, docs/reference/openapi.json from the batch
+service's routes (docs/gen_openapi.py).
 
     python docs/gen_reference.py           # write the pages
     python docs/gen_reference.py --check   # exit 1 when a committed page is stale
@@ -361,10 +362,17 @@ def environment_page() -> str:
     return "\n".join(lines) + "\n"
 
 
+def openapi_page(committed: str | None = None) -> str:
+    import gen_openapi  # beside this script (on sys.path when it runs)
+
+    return gen_openapi.text(committed)
+
+
 PAGES = {
     "configuration.md": configuration_page,
     "cli.md": cli_page,
     "environment.md": environment_page,
+    "openapi.json": openapi_page,
 }
 
 
@@ -376,8 +384,9 @@ def main(argv: list[str] | None = None) -> int:
     stale = []
     for filename, build in PAGES.items():
         path = args.out / filename
-        text = build()
         old = path.read_text(encoding="utf-8") if path.exists() else ""
+        # The OpenAPI description is checked against what it was made with (gen_openapi.text)
+        text = openapi_page(old if args.check else None) if build is openapi_page else build()
         if old == text:
             continue
         if args.check:
