@@ -514,6 +514,7 @@ steps: [{name: s, deployment: alpha, prompt: "{q}", output_column: a}]
             assert body["choices"][0]["message"] == {
                 "role": "assistant",
                 "content": " ".join(words[::-1] if reverse else words),
+                "refusal": None,  # OpenAI's schema requires it, null when absent
             }
             assert body["usage"] == {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6}
         elif i < 40:

@@ -25,11 +25,15 @@ FEATURES = ["logprobs", "n", "structured_outputs.json", "structured_outputs.choi
 
 @pytest.fixture(scope="module")
 def url():
-    relayllm.shutdown()  # Serve gets its HTTP proxy only while no application runs
+    from ray import serve
+
+    relayllm.shutdown()
+    serve.shutdown()  # its proxy too: an earlier module's proxy listens on that module's port
     options = {"fail_marker": "POISON", "features": FEATURES}
     http = {"route_prefix": "/shapes", "port": PORT}
     with echo_deployment(NAME, options=options, http=http) as ref:
         yield ref.handle().info.remote().result(timeout_s=60)["http"]["url"]
+    serve.shutdown()  # a module after this one starts Serve on its own port
 
 
 def send(url, method, path, body=None):
