@@ -85,12 +85,12 @@ def unencodable_path(value: Any, path: str = "") -> str | None:
     while stack:
         where, item = stack.pop()
         if isinstance(item, str):
-            if not _encodes(item):
+            if not encodes(item):
                 return where
         elif isinstance(item, dict):
             for key, child in reversed(list(item.items())):
                 name = f"{where}.{key}" if where else str(key)
-                if isinstance(key, str) and not _encodes(key):
+                if isinstance(key, str) and not encodes(key):
                     return where or "(a key)"
                 stack.append((name, child))
         elif isinstance(item, list | tuple):
@@ -98,7 +98,8 @@ def unencodable_path(value: Any, path: str = "") -> str | None:
     return None
 
 
-def _encodes(text: str) -> bool:
+def encodes(text: str) -> bool:
+    """Whether ``text`` can be encoded as UTF-8 (no lone surrogate)."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
@@ -109,7 +110,7 @@ def _encodes(text: str) -> bool:
 def may_hold_unencodable(text: str) -> bool:
     """Whether a value parsed from ``text`` may hold a string that cannot be encoded as UTF-8
     (cheap: only then is it worth a walk)."""
-    return not _encodes(text) or _lone_surrogate_escape(text)
+    return not encodes(text) or _lone_surrogate_escape(text)
 
 
 def top_level_strings(text: str, keys: tuple[str, ...]) -> dict[str, str] | None:
@@ -191,7 +192,7 @@ def loads(data: str | bytes, *, max_depth: int = MAX_DEPTH, check_strings: bool 
         raw_surrogates = False
     else:
         text = data
-        raw_surrogates = not _encodes(text)
+        raw_surrogates = not encodes(text)
     if too_deep(text, max_depth):
         raise TooDeepError(f"nested deeper than {max_depth} levels of arrays and objects")
     try:
@@ -207,6 +208,7 @@ def loads(data: str | bytes, *, max_depth: int = MAX_DEPTH, check_strings: bool 
 
 
 __all__ = [
+    "encodes",
     "MAX_DEPTH",
     "JsonTextError",
     "NotJsonError",

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
 
 from relayllm.batch.service.errors import InvalidRequestError
+from relayllm.bounded_json import encodes
 
 Status = Literal[
     "validating",
@@ -143,7 +144,7 @@ def check_metadata(metadata: Mapping[str, str] | None) -> dict[str, str] | None:
     for key, value in metadata.items():
         if not isinstance(key, str) or not isinstance(value, str):
             raise InvalidRequestError("metadata keys and values must be strings", "metadata")
-        if not (_encodes(key) and _encodes(value)):
+        if not (encodes(key) and encodes(value)):
             raise InvalidRequestError(
                 "metadata keys and values must be text that can be encoded as UTF-8 (no lone "
                 "surrogate)",
@@ -157,18 +158,10 @@ def check_metadata(metadata: Mapping[str, str] | None) -> dict[str, str] | None:
     return dict(metadata)
 
 
-def _encodes(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def check_text(value: str, param: str) -> str:
     """A client's text the store keeps (a filename), refused if it cannot be encoded as
     UTF-8: stored, it would break every answer that shows it."""
-    if not _encodes(value):
+    if not encodes(value):
         raise InvalidRequestError(
             f"{param} must be text that can be encoded as UTF-8 (no lone surrogate)", param
         )
