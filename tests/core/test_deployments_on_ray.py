@@ -100,7 +100,24 @@ def test_engine_that_fails_to_start_is_reported_and_removed():
         )
     assert "'broken' failed to start: " in str(err.value), str(err.value)
     assert "fail_start" in str(err.value) and "did not start within" not in str(err.value)
+    assert "failed to start 3 times in a row" in str(err.value), "Serve's own count"
     assert "broken" not in [r.name for r in relayllm.list_deployments()]
+
+
+def test_start_attempts_bounds_the_starts_serve_tries():
+    with pytest.raises(relayllm.DeploymentStartError) as err:
+        relayllm.deploy(
+            DeploymentConfig(
+                name="broken-once",
+                backend="echo",
+                options={"fail_start": True},
+                startup_timeout_s=120,
+                start_attempts=1,
+            )
+        )
+    assert "failed to start 1 times in a row" in str(err.value), str(err.value)
+    assert "fail_start" in str(err.value)
+    assert "broken-once" not in [r.name for r in relayllm.list_deployments()]
 
 
 def test_another_driver_finds_the_deployment_by_name(ray_session):

@@ -12,6 +12,8 @@ import relayllm
 #: the timeout's (its message says "did not start within"), not the cause's.
 STARTUP_TIMEOUT_S = 1800
 TIMED_OUT = "did not start within"
+#: A start that fails for good is not tried again (Serve's own count: tests/core).
+ONE_ATTEMPT = "failed to start 1 times in a row"
 
 
 def test_bad_model_path_fails_clearly_and_leaves_nothing(tmp_path, monkeypatch):
@@ -24,6 +26,7 @@ def test_bad_model_path_fails_clearly_and_leaves_nothing(tmp_path, monkeypatch):
         backend="vllm",
         options={"model": str(missing)},
         startup_timeout_s=STARTUP_TIMEOUT_S,
+        start_attempts=1,
     )
     # Where the command runs, the deploy-time check refuses the path before Serve starts...
     with pytest.raises(relayllm.ConfigError, match="options.model|model: the path"):
@@ -37,6 +40,7 @@ def test_bad_model_path_fails_clearly_and_leaves_nothing(tmp_path, monkeypatch):
         relayllm.deploy(config)
     elapsed = time.monotonic() - start
     assert "no-such-model" in str(err.value), str(err.value)[:2000]
+    assert ONE_ATTEMPT in str(err.value), str(err.value)[:2000]
     assert TIMED_OUT not in str(err.value) and elapsed < STARTUP_TIMEOUT_S / 3, elapsed
     print(f"\nbad model path: {type(err.value).__name__} after {elapsed:.0f}s")
     assert "relayllm-no-model" not in serve.status().applications
@@ -62,13 +66,14 @@ def test_a_kv_cache_larger_than_the_node_fails_before_the_engine_starts(record_r
         backend="vllm",
         options={"model": "demo", "kv_cache_memory_gb": asked_gb},
         startup_timeout_s=STARTUP_TIMEOUT_S,
+        start_attempts=1,
     )
     start = time.monotonic()
     with pytest.raises(relayllm.DeploymentStartError) as err:
         relayllm.deploy(config)
     elapsed = time.monotonic() - start
     message = str(err.value)
-    assert TIMED_OUT not in message, message[:2000]
+    assert TIMED_OUT not in message and ONE_ATTEMPT in message, message[:2000]
     assert f"KV cache {asked_gb:.1f} GiB" in message, message[:2000]
     assert "GiB available" in message and "kv_cache_memory_gb" in message, message[:2000]
     assert "relayllm-too-big" not in serve.status().applications

@@ -162,3 +162,17 @@ def test_the_replicas_configs_refuse_a_bad_key_as_every_config_does(model, key, 
     field and the closest known name, not pydantic's ValidationError with the input."""
     with pytest.raises(relayllm.ConfigError, match=f"{key}: unknown key \\(did you mean '{hint}'"):
         model(**{key: 1})
+
+
+def test_start_attempts_is_serves_constructor_retry_count_and_unset_leaves_serves_own():
+    from relayllm.deployments import resolve, serve_options
+
+    def options_of(**fields):
+        config = DeploymentConfig(name="once", backend="echo", **fields)
+        backend, options = resolve(config)
+        return serve_options(backend, config, options)
+
+    assert options_of(start_attempts=1)["max_constructor_retry_count"] == 1
+    assert "max_constructor_retry_count" not in options_of()
+    with pytest.raises(ConfigError, match=r"start_attempts: Input should be greater than 0"):
+        DeploymentConfig(name="never", backend="echo", start_attempts=0)

@@ -58,6 +58,13 @@ class DeploymentConfig(ConfigModel):
         description="How long deploy() waits for the replicas to be running (model download "
         "and load included) before it fails.",
     )
+    start_attempts: PositiveInt | None = Field(
+        default=None,
+        description="How many replica starts may fail (the engine does not load) before the "
+        "deployment fails to start, with the last start's error. Unset: Serve's own count (3 "
+        "per replica, at most 20). It counts until a replica of this configuration first "
+        "runs; later replacements are always started again.",
+    )
     health_check_period_s: float = Field(
         default=10.0, gt=0, description="Serve's interval between health checks of a replica."
     )
@@ -162,6 +169,8 @@ def serve_options(
         **routing_options(config.routing, replicas=fit.replica_count(config.model_dump(), "max")),
     }
     serve_options.update(backend.deployment_options(options))
+    if config.start_attempts is not None:
+        serve_options["max_constructor_retry_count"] = config.start_attempts
     if config.autoscaling_config:
         serve_options["autoscaling_config"] = config.autoscaling_config
     else:
