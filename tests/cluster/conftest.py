@@ -23,12 +23,6 @@ HEAD_CPUS = 2
 #: and stage workers ask for fractions) and one ``engine`` slot, so a deployment of
 #: ``{"engine": 1}`` replicas puts one on each node.
 NODE_CPUS = 1
-#: How often the GCS checks each node: more often than Ray's default (every 3 s). A SIGKILLed
-#: raylet refuses each check at once, so a lost node is seen after Ray's count of failed
-#: checks in a row, now close together; a live raylet on a loaded machine still has each
-#: check's whole timeout (Ray's default) to answer. (The job scripts that record how long a
-#: recovery takes keep Ray's defaults: their figures are a user's.)
-NODE_HEALTH_CHECKS = {"health_check_period_ms": 1000}
 
 
 class Nodes:
@@ -129,7 +123,6 @@ def nodes(request):
         resources={"head": 100},
         nodes=True,
         namespace="relayllm",
-        system_config=NODE_HEALTH_CHECKS,
     ) as cluster:
         found = Nodes(cluster, os.environ["RAY_TMPDIR"])
         extra = getattr(request.module, "NODE_RESOURCES", {})

@@ -60,6 +60,20 @@ def service(nodes, tmp_path_factory):
     relayllm.shutdown()
 
 
+def where_is(nodes, settings) -> dict:
+    """Where the service's parts run and which nodes Ray sees alive: what a test that waited
+    in vain reports."""
+    import ray
+
+    from relayllm.batch.service.deploy import GATEWAY_DEPLOYMENT
+
+    return {
+        "gateway": sorted(nodes.replicas(GATEWAY_DEPLOYMENT).values()),
+        "runner": nodes.actor_node(settings.runner_name, "relayllm"),
+        "alive": sorted(nodes.name_of(n["NodeID"]) for n in ray.nodes() if n["Alive"]),
+    }
+
+
 def run_and_lose_the_runners_node(nodes, settings, join: str | None = None) -> dict:
     api = client(settings.url, KEY)
     batch = submit(api, chat_lines(LINES, model="echo"))
@@ -77,14 +91,20 @@ def run_and_lose_the_runners_node(nodes, settings, join: str | None = None) -> d
     if join:
         nodes.add(join, service=1)
     deadline = time.monotonic() + 400
+    last = None  # the last error, if the last try failed
     while True:  # the gateway moves too: the proxy answers 5xx until it is back
         try:
             now = api.batches.retrieve(batch.id)
+            last = None
             if now.status in ("completed", "failed", "expired", "cancelled"):
                 break
-        except Exception:
-            pass
-        assert time.monotonic() < deadline, "the batch did not finish"
+        except Exception as err:
+            last = err
+        if time.monotonic() > deadline:
+            pytest.fail(
+                f"the batch did not finish: {where_is(nodes, settings)}; "
+                f"its last state {now!r}; the last error {last!r}"
+            )
         time.sleep(0.5)
     assert now.status == "completed", now
     out = lines_of(api, now.output_file_id)
