@@ -111,3 +111,43 @@ def test_the_same_bodies_answer_the_same_through_both_doors(deployment, tmp_path
     lp = by_id["c0"]["response"]["body"]["choices"][0]["logprobs"]["content"]
     assert len(lp) == 4 and len(lp[0]["top_logprobs"]) == 2
     assert len(by_id["c2"]["response"]["body"]["choices"]) == 2
+
+
+def _send(url: str, method: str, body: dict | None) -> tuple[int, str]:
+    request = urllib.request.Request(
+        url,
+        data=None if body is None else json.dumps(body).encode(),
+        method=method,
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {http_key()}"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=300) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def test_every_answer_and_refusal_of_the_front_on_the_real_engine_is_openais(deployment):
+    """The shapes the echo suites check (tests/openai_shapes.py), on vLLM: every generating
+    route's answer, streamed or not, with logprobs and n; every refusal in OpenAI's envelope.
+    (Embeddings: a pooling engine's, test_task_embed.py.) Short answers: the shapes, not the
+    default length, are checked here."""
+    from openai_shapes import answer_problems, answers, error_problems, refusals
+
+    url = deployment.handle().info.remote().result(timeout_s=60)["http"]["url"]
+    checked = []
+    for path, body, route in answers(HTTP_NAME):
+        if route not in ("chat", "completion", "models"):
+            continue
+        short = None if body is None else {**body, "max_tokens": 4}
+        status, text = _send(url + path, "GET" if body is None else "POST", short)
+        assert status == 200, (path, short, text)
+        assert answer_problems(route, short, text) == [], (path, short, text)
+        checked.append(route)
+    assert checked.count("chat") == 5 and checked.count("completion") == 2, checked
+    for method, path, body, status in refusals(HTTP_NAME):
+        if body is not None and "POISON" in json.dumps(body):
+            continue  # the echo backend's own refusal
+        got, text = _send(url + path, method, body)
+        assert got == status, (path, body, text)
+        assert error_problems(got, json.loads(text)) == [], (path, body, text)
