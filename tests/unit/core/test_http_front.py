@@ -258,3 +258,38 @@ def test_a_stream_whose_engine_stops_ends_with_the_timeout_error_event():
     assert "http.request_timeout_s" in err.value.message
     assert seen == ["", "w0 ", "w1 "]  # the parts that came, then the error
     assert replica.cancelled == [replica.rows[0]["request_id"]]
+
+
+def test_a_request_that_meets_a_failed_engine_is_a_503_with_retry_after():
+    """A failed engine is a failure time mends (another replica, or this one replaced): the
+    503 says when to come back, as a paused deployment's does, and is not marked final."""
+    from starlette.requests import Request
+
+    from relayllm.serving.http_front import ENGINE_FAILED_RETRY_AFTER_S
+    from relayllm.serving.replica import Replica
+    from relayllm.testing.echo import EchoEngine, EchoOptions
+
+    replica = Replica(
+        EchoEngine, EchoOptions(engine_dies_after_rows=1), {"name": "unit", "http": {}}
+    )
+
+    async def app(scope, receive, send):
+        response = await replica.http_front(Request(scope, receive))
+        await response(scope, receive, send)
+
+    http = importlib.import_module(
+        openai.DefaultAsyncHttpxClient.__mro__[1].__module__.split(".")[0]
+    )
+
+    async def scenario():
+        body = {"model": "unit", "prompt": "hello", "max_tokens": 2}
+        async with http.AsyncClient(transport=http.ASGITransport(app=app)) as client:
+            assert (await client.post("http://front/v1/completions", json=body)).status_code == 200
+            failed = await client.post("http://front/v1/completions", json=body)
+            assert failed.status_code == 503, failed.text
+            assert failed.headers["retry-after"] == str(ENGINE_FAILED_RETRY_AFTER_S) == "5"
+            assert "x-should-retry" not in failed.headers
+            error = failed.json()["error"]
+            assert error["type"] == "server_error" and "engine failed" in error["message"]
+
+    asyncio.run(scenario())

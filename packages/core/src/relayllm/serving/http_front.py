@@ -69,6 +69,10 @@ ANY_METHOD = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 #: Inputs one embeddings request may hold, and choices one answer may have: OpenAI's limits.
 MAX_EMBEDDING_INPUTS = 2048
 MAX_CHOICES = 128
+#: What the front tells a client whose request met a failed engine (seconds, ``Retry-After``):
+#: time mends it, as Serve's router moves the retry to another replica or the health check
+#: replaces this one; OpenAI's clients wait that long before they retry.
+ENGINE_FAILED_RETRY_AFTER_S = 5
 
 
 class HttpFront:
@@ -275,7 +279,12 @@ class HttpFront:
         try:
             return await awaitable
         except EngineFailedError as exc:
-            raise HttpError(503, f"the engine failed: {exc}; retry", "server_error") from None
+            raise HttpError(
+                503,
+                f"the engine failed: {exc}; retry",
+                "server_error",
+                headers={"Retry-After": str(ENGINE_FAILED_RETRY_AFTER_S)},
+            ) from None
         except DeploymentPausedError as exc:
             updating = "updating its weights" in str(exc)
             raise _paused(self.model, "is updating its weights" if updating else None) from None
