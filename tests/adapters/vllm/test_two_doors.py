@@ -46,17 +46,23 @@ def deployment(http_deployment):
     return http_deployment
 
 
-def _post(url: str, body: dict) -> tuple[int, dict]:
+def _send(url: str, method: str, body: dict | None) -> tuple[int, str]:
     request = urllib.request.Request(
         url,
-        data=json.dumps(body).encode(),
+        data=None if body is None else json.dumps(body).encode(),
+        method=method,
         headers={"Content-Type": "application/json", "Authorization": f"Bearer {http_key()}"},
     )
     try:
         with urllib.request.urlopen(request, timeout=300) as answer:
-            return answer.status, json.loads(answer.read())
+            return answer.status, answer.read().decode()
     except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read())
+        return err.code, err.read().decode()
+
+
+def _post(url: str, body: dict) -> tuple[int, dict]:
+    status, text = _send(url, "POST", body)
+    return status, json.loads(text)
 
 
 def _same(a, b, where="body"):
@@ -111,20 +117,6 @@ def test_the_same_bodies_answer_the_same_through_both_doors(deployment, tmp_path
     lp = by_id["c0"]["response"]["body"]["choices"][0]["logprobs"]["content"]
     assert len(lp) == 4 and len(lp[0]["top_logprobs"]) == 2
     assert len(by_id["c2"]["response"]["body"]["choices"]) == 2
-
-
-def _send(url: str, method: str, body: dict | None) -> tuple[int, str]:
-    request = urllib.request.Request(
-        url,
-        data=None if body is None else json.dumps(body).encode(),
-        method=method,
-        headers={"Content-Type": "application/json", "Authorization": f"Bearer {http_key()}"},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=300) as answer:
-            return answer.status, answer.read().decode()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read().decode()
 
 
 def test_every_answer_and_refusal_of_the_front_on_the_real_engine_is_openais(deployment):
