@@ -91,7 +91,7 @@ def batch_file(lines: int, prefix: str) -> bytes:
 
 def one_round(base: str, lines: int) -> list[tuple[float, int, int]]:
     """Both batches created at once; (seconds, heavy's completed, light's) every 0.5 s while
-    both are unfinished."""
+    both still have lines to answer."""
     from openai import OpenAI
 
     clients = {
@@ -110,7 +110,15 @@ def one_round(base: str, lines: int) -> list[tuple[float, int, int]]:
     began, samples = time.monotonic(), []
     while True:
         now = {p: clients[p].batches.retrieve(b.id) for p, b in batches.items()}
-        if any(b.status in ("completed", "failed", "expired", "cancelled") for b in now.values()):
+        # A batch whose every line has an answer no longer competes, though its status may
+        # still be in_progress or finalizing while its output is written.
+        if any(
+            b.status in ("completed", "failed", "expired", "cancelled")
+            or bool(
+                (n := b.request_counts) and n.total and n.completed + n.failed >= n.total
+            )
+            for b in now.values()
+        ):
             break
         counts = [now[p].request_counts.completed for p in ("heavy", "light")]
         samples.append((round(time.monotonic() - began, 2), *counts))
