@@ -114,9 +114,7 @@ def one_round(base: str, lines: int) -> list[tuple[float, int, int]]:
         # still be in_progress or finalizing while its output is written.
         if any(
             b.status in ("completed", "failed", "expired", "cancelled")
-            or bool(
-                (n := b.request_counts) and n.total and n.completed + n.failed >= n.total
-            )
+            or bool((n := b.request_counts) and n.total and n.completed + n.failed >= n.total)
             for b in now.values()
         ):
             break
