@@ -99,11 +99,13 @@ def job(cluster) -> None:
     manager.MANAGER.register(sys.modules[__name__], "placement-job")
     out: dict = {"gpu_nodes": [n.node_id for n in gpu_nodes]}
 
-    ref = deploy("tp2pp2", 1, 2, 2)
-    (info,) = replica_infos(ref, 1).values()
+    # Two tp2 x pp2 replicas (one start): each one's group and engine plan is what a single
+    # replica gets, and together they show how replicas spread over the GPU nodes.
+    ref = deploy("two", 2, 2, 2)
+    infos = replica_infos(ref, 2)
     groups = live_groups()
-    out["single"] = {
-        "info": {
+    out["replicas"] = [
+        {
             k: info[k]
             for k in (
                 "node_id",
@@ -113,27 +115,19 @@ def job(cluster) -> None:
                 "placement_group",
                 "engine_args",
             )
-        },
-        "groups": {
-            k: {
-                "bundles": v["bundles"],
-                "strategy": v["strategy"],
-                "nodes": sorted(set(v["bundles_to_node_id"].values())),
-            }
-            for k, v in groups.items()
-        },
-    }
-    relayllm.shutdown("tp2pp2")
-    out["single"]["after_shutdown"] = wait_released()
-
-    ref = deploy("two", 2, 2, 2)
-    infos = replica_infos(ref, 2)
-    out["two"] = {
-        "replica_nodes": sorted(i["node_id"] for i in infos.values()),
-        "groups": len(live_groups()),
+        }
+        for info in infos.values()
+    ]
+    out["groups"] = {
+        k: {
+            "bundles": v["bundles"],
+            "strategy": v["strategy"],
+            "nodes": sorted(set(v["bundles_to_node_id"].values())),
+        }
+        for k, v in groups.items()
     }
     relayllm.shutdown("two")
-    out["two"]["after_shutdown"] = wait_released()
+    out["after_shutdown"] = wait_released()
 
     started = time.monotonic()
     try:

@@ -16,39 +16,35 @@ def placed() -> dict:
 
 
 def test_tp2_pp2_reserves_one_group_of_four_gpu_bundles_with_the_replica_inside(placed):
-    single = placed["single"]
-    (group,) = single["groups"].values()
-    gpu_bundles = [b for b in group["bundles"].values() if b.get("GPU")]
-    assert len(gpu_bundles) == 4 and all(b["GPU"] == 1 for b in gpu_bundles)
-    # Pipeline stages may span nodes (PACK); tensor parallel alone needs one (STRICT_PACK).
-    assert group["strategy"] == "PACK"
-    info = single["info"]
-    assert info["placement_group"]["id"] in single["groups"], "the replica runs in that group"
-    assert info["node_id"] in group["nodes"]
-    assert group["nodes"] == [info["node_id"]], "PACK keeps the group on one node that fits it"
+    replicas, groups = placed["replicas"], placed["groups"]
+    assert len(replicas) == 2 and len(groups) == 2, "one placement group per replica"
+    for info in replicas:
+        group = groups[info["placement_group"]["id"]]  # the replica runs in a group
+        gpu_bundles = [b for b in group["bundles"].values() if b.get("GPU")]
+        assert len(gpu_bundles) == 4 and all(b["GPU"] == 1 for b in gpu_bundles)
+        # Pipeline stages may span nodes (PACK); tensor parallel alone needs one (STRICT_PACK).
+        assert group["strategy"] == "PACK"
+        assert group["nodes"] == [info["node_id"]], "PACK keeps the group on one node that fits it"
 
 
 def test_the_engine_would_get_the_gpu_device_the_group_and_the_parallel_sizes(placed):
-    info = placed["single"]["info"]
-    assert info["device"] == "cuda"
-    assert (info["tensor_parallel_size"], info["pipeline_parallel_size"]) == (2, 2)
-    args = info["engine_args"]
-    assert args["tensor_parallel_size"] == 2 and args["pipeline_parallel_size"] == 2
-    assert args["distributed_executor_backend"] == "ray"  # workers go into the group's bundles
-    # On GPU vLLM's own memory defaults stand: nothing CPU-specific leaks in.
-    assert "gpu_memory_utilization" not in args and "kv_cache_memory_bytes" not in args
+    for info in placed["replicas"]:
+        assert info["device"] == "cuda"
+        assert (info["tensor_parallel_size"], info["pipeline_parallel_size"]) == (2, 2)
+        args = info["engine_args"]
+        assert args["tensor_parallel_size"] == 2 and args["pipeline_parallel_size"] == 2
+        assert args["distributed_executor_backend"] == "ray"  # workers go into the group's bundles
+        # On GPU vLLM's own memory defaults stand: nothing CPU-specific leaks in.
+        assert "gpu_memory_utilization" not in args and "kv_cache_memory_bytes" not in args
 
 
 def test_two_replicas_on_two_gpu_nodes_get_one_node_each(placed):
-    two = placed["two"]
-    assert two["groups"] == 2
-    assert two["replica_nodes"] == sorted(placed["gpu_nodes"])
+    nodes = sorted(info["node_id"] for info in placed["replicas"])
+    assert nodes == sorted(placed["gpu_nodes"])
 
 
 def test_shutdown_releases_every_bundle(placed):
-    for case in ("single", "two"):
-        after = placed[case]["after_shutdown"]
-        assert after == {"live_groups": 0, "gpus_free": 8.0}, case
+    assert placed["after_shutdown"] == {"live_groups": 0, "gpus_free": 8.0}
 
 
 def test_more_gpus_than_the_cluster_has_fails_before_any_replica_starts(placed):
