@@ -6,9 +6,16 @@ from __future__ import annotations
 
 from typing import Any
 
-import relayllm
-from relayllm.adapters import Engine, check_sampling_support
-from relayllm.rows import Request, Result, request_text
+from relayllm.adapters import (
+    Backend,
+    BackendOptions,
+    Engine,
+    Request,
+    Result,
+    check_sampling_support,
+    hookimpl,
+    request_text,
+)
 
 CONTEXT_WORDS = 64
 #: max_tokens and stop are honoured; temperature, top_p and seed change nothing (one answer
@@ -16,7 +23,7 @@ CONTEXT_WORDS = 64
 SUPPORTED = ("max_tokens", "stop", "temperature", "top_p", "seed")
 
 
-class LowerOptions(relayllm.BackendOptions):
+class LowerOptions(BackendOptions):
     prefix: str = ""
 
 
@@ -60,7 +67,7 @@ class LowerEngine(Engine):
         self.stopped = True
 
 
-class LowerBackend(relayllm.Backend):
+class LowerBackend(Backend):
     name = "lower"
     contract_version = 3
     Options = LowerOptions
@@ -75,6 +82,6 @@ class LowerBackend(relayllm.Backend):
         return {"ray_actor_options": {"num_cpus": 0}}
 
 
-@relayllm.hookimpl
+@hookimpl
 def relayllm_register_backends(registry) -> None:
     registry.add(LowerBackend)

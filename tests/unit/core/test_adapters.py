@@ -151,38 +151,73 @@ def test_one_token_estimate_for_call_splitting_and_rate_budgets():
     assert estimated_tokens({"prompt": ""}) == 1
 
 
-# -- adapters use the CLI's public kit only ----------------------------------------------------
+# -- adapters import the SDK only ---------------------------------------------------------------
+
+#: The core modules an adapter may import: the SDK (with its submodules) and the kit.
+SDK_MODULES = ("relayllm.adapters", "relayllm.testing")
 
 
-def cli_imports(root: Path) -> list[str]:
-    """``file:line module`` for each import of a ``relayllm.cli`` module under ``root``."""
+def core_imports(root: Path) -> list[tuple[str, str, list[str]]]:
+    """(``file:line``, module, names) for each import of a ``relayllm`` module under ``root``
+    (``names``: what a ``from`` import takes, empty for ``import``)."""
     found = []
     for path in sorted(root.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text("utf-8"))):
             if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                names = [node.module]
-                if node.module == "relayllm.cli":
-                    names = [f"relayllm.cli.{a.name}" for a in node.names]
+                modules = [(node.module, [a.name for a in node.names])]
             elif isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
+                modules = [(a.name, []) for a in node.names]
             else:
                 continue
-            for name in names:
-                if name == "relayllm.cli" or name.startswith("relayllm.cli."):
-                    found.append(f"{path.relative_to(REPO)}:{node.lineno} {name}")
+            for module, names in modules:
+                if module == "relayllm" or module.startswith("relayllm."):
+                    found.append((f"{path.relative_to(REPO)}:{node.lineno}", module, names))
     return found
 
 
-def test_adapters_import_only_the_cli_kit():
-    roots = [*REPO.glob("packages/adapter-*/src"), REPO / "examples"]
-    used = [line for root in roots for line in cli_imports(root)]
-    assert any("demo_command.py" in line for line in used), "the walk found no CLI import"
-    others = [line for line in used if not line.endswith(" relayllm.cli.kit")]
-    assert not others, "adapters import CLI internals (use relayllm.cli.kit):\n" + "\n".join(others)
+def adapter_roots() -> list[Path]:
+    return [*REPO.glob("packages/adapter-*/src"), REPO / "examples" / "third-party-adapter"]
 
 
-def test_the_cli_kit_is_what_a_plugin_command_needs():
-    import relayllm.cli.kit as kit
+def test_adapters_import_nothing_of_the_core_but_the_sdk_and_the_kit():
+    used = [found for root in adapter_roots() for found in core_imports(root)]
+    assert any("demo_command.py" in where for where, _, _ in used), "the walk found no import"
+    others = [
+        f"{where} {module}"
+        for where, module, _ in used
+        if not any(module == sdk or module.startswith(sdk + ".") for sdk in SDK_MODULES)
+    ]
+    assert not others, "adapters import core internals (use relayllm.adapters):\n" + "\n".join(
+        others
+    )
+
+
+def test_every_name_an_adapter_takes_from_the_sdk_is_in_its_all():
+    import importlib
+
+    missing = []
+    for root in adapter_roots():
+        for where, module, names in core_imports(root):
+            exported = getattr(importlib.import_module(module), "__all__", None)
+            if exported is None:  # a module imported whole (relayllm.adapters.source)
+                continue
+            missing += [f"{where} {module}.{name}" for name in names if name not in exported]
+    assert not missing, "taken from the SDK but not in its __all__:\n" + "\n".join(missing)
+
+
+def test_the_sdks_names_resolve_and_are_the_cores_own_objects():
+    import relayllm
+    import relayllm.adapters as sdk
+    from relayllm.rows import request_text
+
+    assert all(getattr(sdk, name) is not None for name in sdk.__all__)
+    assert sdk.Backend is relayllm.Backend and sdk.hookimpl is relayllm.hookimpl
+    assert sdk.request_text is request_text
+
+
+def test_the_commands_kit_is_what_a_plugin_command_needs():
+    import relayllm.adapters.commands as kit
+    from relayllm.pipelines import run_pipeline
 
     assert set(kit.__all__) == {
         "Console",
@@ -190,9 +225,25 @@ def test_the_cli_kit_is_what_a_plugin_command_needs():
         "address_option",
         "format_summary",
         "handle_errors",
+        "parse_pipeline",
+        "run_pipeline",
         "verbose_option",
     }
     assert all(getattr(kit, name) is not None for name in kit.__all__)
+    assert kit.run_pipeline is run_pipeline
+
+
+def test_the_cli_kits_old_path_warns_and_gives_the_same_helpers():
+    import importlib
+    import sys
+
+    import relayllm.adapters.commands as kit
+    from relayllm.backend import AdapterContractWarning
+
+    sys.modules.pop("relayllm.cli.kit", None)
+    with pytest.warns(AdapterContractWarning, match="relayllm.adapters.commands"):
+        old = importlib.import_module("relayllm.cli.kit")
+    assert all(getattr(old, name) is getattr(kit, name) for name in old.__all__)
 
 
 # -- the source reader ---------------------------------------------------------------------------

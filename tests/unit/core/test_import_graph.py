@@ -80,7 +80,8 @@ LAYERS: list[tuple[str, ...]] = [
     # the public facade, then what sits on top of it
     ("relayllm",),
     ("relayllm.testing", "relayllm.testing."),
-    ("relayllm.cli", "relayllm.cli."),
+    # the command and what a plugin's command builds on (the SDK's part that needs the CLI)
+    ("relayllm.cli", "relayllm.cli.", "relayllm.adapters.commands"),
 ]
 
 

@@ -4,9 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-import relayllm
-from relayllm.adapters import Engine, check_sampling_support
-from relayllm.rows import Request, Result, request_text
+from relayllm.adapters import (
+    Backend,
+    BackendOptions,
+    Engine,
+    Request,
+    Result,
+    check_sampling_support,
+    hookimpl,
+    request_text,
+)
 
 CONTEXT_WORDS = 100  # shout's "context length": a longer prompt is refused
 #: The sampling params shout takes: it honours max_tokens and stop; temperature, top_p and
@@ -15,7 +22,7 @@ CONTEXT_WORDS = 100  # shout's "context length": a longer prompt is refused
 SUPPORTED = ("max_tokens", "stop", "temperature", "top_p", "seed")
 
 
-class ShoutOptions(relayllm.BackendOptions):
+class ShoutOptions(BackendOptions):
     suffix: str = "!"
 
 
@@ -49,7 +56,7 @@ class ShoutEngine(Engine):  # runs in each Serve replica; the core's replica wra
         return {"model": "shout"}
 
 
-class ShoutBackend(relayllm.Backend):
+class ShoutBackend(Backend):
     name = "shout"
     contract_version = 3
     Options = ShoutOptions  # serves tasks_for(options) = chat and completion (the default)
@@ -64,6 +71,6 @@ class ShoutBackend(relayllm.Backend):
         return {"ray_actor_options": {"num_cpus": 0}}
 
 
-@relayllm.hookimpl
+@hookimpl
 def relayllm_register_backends(registry) -> None:
     registry.add(ShoutBackend)

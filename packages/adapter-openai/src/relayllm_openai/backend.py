@@ -9,16 +9,14 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-import relayllm
-from relayllm.errors import ConfigError
-from relayllm.rows import FEATURES, TASKS
+from relayllm.adapters import FEATURES, TASKS, Backend, ConfigError
 from relayllm_openai.options import OpenAIOptions
 
 if TYPE_CHECKING:
     from relayllm.adapters import Engine
 
 
-class OpenAIBackend(relayllm.Backend):
+class OpenAIBackend(Backend):
     """Any OpenAI-compatible endpoint: chat, completion and embedding."""
 
     name = "openai"

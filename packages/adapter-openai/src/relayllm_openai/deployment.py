@@ -16,14 +16,17 @@ import openai
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from relayllm.adapters import (
+    BATCH_PRIORITY,
+    INTERACTIVE_PRIORITY,
     Engine,
+    Request,
+    Result,
     UnsupportedParameter,
     check_sampling_support,
+    error_result,
     estimated_tokens,
     replica_count,
 )
-from relayllm.rows import Request, Result, error_result
-from relayllm.serving.traffic import BATCH_PRIORITY, INTERACTIVE_PRIORITY
 from relayllm_openai.options import FEATURE_FIELDS, OPENAI_SAMPLING_PARAMS, OpenAIOptions
 from relayllm_openai.rate_gate import RateGate, class_budgets
 from relayllm_openai.retrying import (

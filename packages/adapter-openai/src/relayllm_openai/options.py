@@ -7,8 +7,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, NonNegativeInt, PositiveInt, field_validator
 
-import relayllm
-from relayllm.rows import OPENAI_SAMPLING_PARAMS, Task
+from relayllm.adapters import OPENAI_SAMPLING_PARAMS, BackendOptions, Task
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: Headers that carry credentials: those belong in the variable ``api_key_env`` names.
@@ -19,7 +18,7 @@ _CREDENTIAL_HEADERS = {"authorization", "api-key", "proxy-authorization", "x-api
 OPENAI_TASKS: tuple[Task, ...] = ("chat", "completion", "embedding")
 
 
-class OpenAIOptions(relayllm.BackendOptions):
+class OpenAIOptions(BackendOptions):
     """Options of an ``openai`` deployment. The key is never an option: ``api_key_env`` names
     the environment variable that holds it, read by the Serve replica."""
 
@@ -87,7 +86,7 @@ class OpenAIOptions(relayllm.BackendOptions):
     @field_validator("features")
     @classmethod
     def _known_features(cls, value: list[str]) -> list[str]:
-        from relayllm.rows import FEATURES
+        from relayllm.adapters import FEATURES
 
         unknown = sorted(set(value) - set(FEATURES))
         if unknown:

@@ -5,12 +5,12 @@ Light to import: pydantic and relayllm only (no ``openai`` client).
 
 from __future__ import annotations
 
-import relayllm
+from relayllm.adapters import hookimpl
 from relayllm_openai.backend import OpenAIBackend
 from relayllm_openai.options import OpenAIOptions
 
 
-@relayllm.hookimpl
+@hookimpl
 def relayllm_register_backends(registry) -> None:
     registry.add(OpenAIBackend)
 

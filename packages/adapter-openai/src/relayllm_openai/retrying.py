@@ -14,7 +14,7 @@ from typing import Any
 import openai
 from tenacity import RetryCallState, wait_exponential_jitter
 
-from relayllm.retry import INITIAL_BACKOFF_S, MAX_BACKOFF_S
+from relayllm.adapters import INITIAL_BACKOFF_S, MAX_BACKOFF_S
 
 #: Statuses worth another try besides 5xx: timeout, conflict, rate limit.
 RETRYABLE_STATUS = frozenset({408, 409, 429})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from relayllm.rows import Result
+from relayllm.adapters import Result
 from relayllm_openai.retrying import MalformedResponse
 
 

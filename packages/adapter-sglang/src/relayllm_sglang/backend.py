@@ -6,9 +6,7 @@ import importlib.metadata
 import logging
 from typing import Any, ClassVar
 
-from relayllm import Backend, ConfigError
-from relayllm.adapters import Engine, row_tasks
-from relayllm.rows import FEATURES
+from relayllm.adapters import FEATURES, Backend, ConfigError, Engine, row_tasks
 from relayllm_sglang import INSTALL_HINT, SGLANG_VERSION, source
 from relayllm_sglang.options import SGLangOptions, check_server_arg_names, engine_kwargs
 from relayllm_sglang.reasoning import reasoning_parser_problem

@@ -10,9 +10,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from relayllm.errors import describe_exception
-from relayllm.rows import Request, Result, error_result
-from relayllm.serving.metrics import ReplicaMetrics
+from relayllm.adapters import ReplicaMetrics, Request, Result, describe_exception, error_result
 from relayllm_sglang.results import (
     classify_result,
     embedding_result,

@@ -14,9 +14,7 @@ import logging
 from types import ModuleType
 from typing import Any
 
-from relayllm import ControlRefusedError, MissingDependencyError
-from relayllm.adapters import Engine
-from relayllm.rows import Request, Result
+from relayllm.adapters import ControlRefusedError, Engine, MissingDependencyError, Request, Result
 from relayllm_sglang import INSTALL_HINT
 from relayllm_sglang.calls import serve_batch
 from relayllm_sglang.options import SGLangOptions, engine_kwargs

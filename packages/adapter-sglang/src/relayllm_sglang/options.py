@@ -11,8 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field, PositiveInt, field_validator, model_validator
 
-from relayllm import BackendOptions, ConfigError
-from relayllm.adapters import did_you_mean
+from relayllm.adapters import BackendOptions, ConfigError, did_you_mean
 from relayllm_sglang.reasoning import REASONING_PARSERS, reasoning_parser_problem
 
 #: ``server_args`` the adapter cannot work with, and why.

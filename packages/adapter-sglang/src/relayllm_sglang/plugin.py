@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from relayllm import hookimpl
+from relayllm.adapters import hookimpl
 from relayllm_sglang.backend import SGLangBackend
 
 

@@ -12,9 +12,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from relayllm.errors import describe_exception
-from relayllm.rows import Result, error_result
-from relayllm.serving.metrics import ReplicaMetrics
+from relayllm.adapters import ReplicaMetrics, Result, describe_exception, error_result
 from relayllm_sglang.reasoning import split_reasoning
 from relayllm_sglang.translate import EngineInput, ParserFor
 

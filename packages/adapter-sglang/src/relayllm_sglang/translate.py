@@ -17,8 +17,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from relayllm.adapters import check_sampling_support, parse_response_format
-from relayllm.rows import OPENAI_SAMPLING_PARAMS, Request
+from relayllm.adapters import (
+    OPENAI_SAMPLING_PARAMS,
+    Request,
+    check_sampling_support,
+    parse_response_format,
+)
 from relayllm_sglang.reasoning import ReasoningParserLike
 
 # -- sampling params ---------------------------------------------------------------------------

@@ -9,10 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import relayllm
-from relayllm import ConfigError
-from relayllm.adapters import did_you_mean, row_tasks
-from relayllm.rows import FEATURES
+from relayllm.adapters import FEATURES, Backend, ConfigError, did_you_mean, row_tasks
 from relayllm_vllm.options import VLLMOptions
 from relayllm_vllm.versions import SUPPORTED_VERSIONS
 
@@ -30,7 +27,7 @@ INSTALL_HINT = (
 CPU_BUILD_NUM_CPUS = 0.5
 
 
-class VLLMBackend(relayllm.Backend):
+class VLLMBackend(Backend):
     """One vLLM ``AsyncLLM`` engine per Serve replica, shared by every processor."""
 
     name: ClassVar[str] = "vllm"

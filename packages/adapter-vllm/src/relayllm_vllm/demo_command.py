@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from relayllm.cli.kit import (
+from relayllm.adapters.commands import (
     Console,
     ConsoleHooks,
     address_option,
@@ -35,7 +35,7 @@ def demo(output_path, address, verbose):
     beyond the package index), deploys it with the vllm backend, runs the pipeline of
     examples/questions.yaml, prints the answers and the per-step summary.
     """
-    from relayllm.pipelines import parse_pipeline, run_pipeline
+    from relayllm.adapters.commands import parse_pipeline, run_pipeline
     from relayllm_vllm.demo import ensure_demo_model
     from relayllm_vllm.demo_pipeline import QUESTIONS_YAML
 

@@ -16,8 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from relayllm import EngineFailedError
-from relayllm.adapters import Engine, EngineContext
+from relayllm.adapters import Engine, EngineContext, EngineFailedError
 from relayllm_vllm.compat import (
     hide_broken_torch_extensions,
     reload_weights,

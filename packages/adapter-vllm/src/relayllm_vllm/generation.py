@@ -14,9 +14,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from relayllm import EngineFailedError
-from relayllm.errors import describe_exception
-from relayllm.rows import Request, Result, error_result
+from relayllm.adapters import EngineFailedError, Request, Result, describe_exception, error_result
 from relayllm_vllm.pooling import Pooling
 from relayllm_vllm.translate import (
     ToolPlan,

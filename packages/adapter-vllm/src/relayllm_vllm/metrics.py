@@ -18,7 +18,7 @@ from typing import Any
 from vllm.v1.metrics.loggers import StatLoggerBase
 from vllm.v1.metrics.ray_wrappers import RayPrometheusStatLogger
 
-from relayllm.serving.metrics import ReplicaMetrics
+from relayllm.adapters import ReplicaMetrics
 
 #: Where vLLM's own metrics appear on Ray's metrics endpoint.
 EXPORTED_AS = "ray_vllm_*"

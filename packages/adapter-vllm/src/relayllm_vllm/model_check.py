@@ -15,7 +15,7 @@ import os
 import socket
 from urllib.parse import urlparse
 
-from relayllm import ConfigError
+from relayllm.adapters import ConfigError
 from relayllm_vllm.demo import DEMO_MODEL
 
 SKIP_ENV = "RELAYLLM_SKIP_MODEL_CHECK"

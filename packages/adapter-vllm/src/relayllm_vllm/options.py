@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator, model_validator
 
-from relayllm import BackendOptions
+from relayllm.adapters import BackendOptions
 from relayllm_vllm.demo import DEMO_MODEL
 from relayllm_vllm.memory import (
     GIB,

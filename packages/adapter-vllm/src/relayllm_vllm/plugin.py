@@ -5,16 +5,16 @@ Light to import: the backend module imports no vllm, torch or transformers.
 
 from __future__ import annotations
 
-import relayllm
+from relayllm.adapters import hookimpl
 from relayllm_vllm.backend import VLLMBackend
 
 
-@relayllm.hookimpl
+@hookimpl
 def relayllm_register_backends(registry) -> None:
     registry.add(VLLMBackend)
 
 
-@relayllm.hookimpl
+@hookimpl
 def relayllm_register_commands(cli) -> None:
     """``relayllm demo`` ships with this adapter: it runs on the vLLM engine."""
     from relayllm_vllm.demo_command import demo

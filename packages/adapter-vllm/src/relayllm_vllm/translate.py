@@ -14,8 +14,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from relayllm.adapters import UnsupportedParameter, check_sampling_support, parse_response_format
-from relayllm.rows import OPENAI_SAMPLING_PARAMS
+from relayllm.adapters import (
+    OPENAI_SAMPLING_PARAMS,
+    UnsupportedParameter,
+    check_sampling_support,
+    parse_response_format,
+)
 
 #: OpenAI names (relayllm.rows.OPENAI_SAMPLING_PARAMS) this adapter translates below...
 OPENAI_TRANSLATED = frozenset(

@@ -1,7 +1,7 @@
 """The ``relayllm`` command: one module per subcommand, wired into one click group here.
 
-Public: :func:`main`, and :mod:`relayllm.cli.kit` for plugins' commands; the other modules
-are internal."""
+Public: :func:`main`; plugins' commands build on :mod:`relayllm.adapters.commands`. The
+modules here are internal."""
 
 from __future__ import annotations
 

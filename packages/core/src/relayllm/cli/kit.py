@@ -1,24 +1,19 @@
-"""What a plugin's command uses from the ``relayllm`` command: public, kept stable.
-
-A plugin adds commands through the ``relayllm_register_commands`` hook (relayllm-vllm adds
-``relayllm demo``). Built from these, its command takes the same options, prints progress and
-the per-step summary the same way, and turns relayllm's errors into the same one-line message
-and exit code as relayllm's own commands. Everything else under ``relayllm.cli`` is internal and
-may change in any release; an adapter imports only this module.
-
-- :func:`address_option` / :func:`verbose_option`: the ``--address`` and ``-v`` options.
-- :func:`handle_errors`: relayllm's errors as ``error: ...`` and a non-zero exit, no traceback.
-- :class:`Console`: phases and progress lines on stderr.
-- :class:`ConsoleHooks`: a pipeline run's progress on a :class:`Console`
-  (``run_pipeline(..., hooks=ConsoleHooks(console, verbose))``).
-- :func:`format_summary`: a run's per-step summary as text.
-"""
+"""Deprecated: moved to :mod:`relayllm.adapters.commands` (goes with adapter contract 4); kept so
+plugins' commands that import it keep working."""
 
 from __future__ import annotations
 
-from relayllm.cli.common import address_option, handle_errors, verbose_option
-from relayllm.cli.progress import Console
-from relayllm.cli.run import ConsoleHooks, format_summary
+import warnings
+
+from relayllm.adapters.commands import (
+    Console,
+    ConsoleHooks,
+    address_option,
+    format_summary,
+    handle_errors,
+    verbose_option,
+)
+from relayllm.backend import AdapterContractWarning
 
 __all__ = [
     "Console",
@@ -28,3 +23,10 @@ __all__ = [
     "handle_errors",
     "verbose_option",
 ]
+
+warnings.warn(
+    "relayllm.cli.kit moved to relayllm.adapters.commands; the old path goes with adapter "
+    "contract 4",
+    AdapterContractWarning,
+    stacklevel=2,
+)
