@@ -282,7 +282,6 @@ def _after(url: str, findings: Findings) -> None:
                 read(item)
         listed = {f.id for f in other.files.list()} | {b.id for b in other.batches.list()}
         assert not listed & findings.owned[own]
-    assert all(findings.owned.values()), f"a project created nothing: {findings.owned}"
     admin = client(url, ADMIN_KEY)
     for api in (alpha, beta, admin):
         api.batches.list()
