@@ -60,7 +60,8 @@ ROWS = {
     "driver_killed": (
         "Driver of run_pipeline killed (SIGKILL) and run again with resume, 3,000 rows",
         "{rows} rows; {saved_at_kill} on disk at the kill; {rows_recomputed} computed twice",
-        "every row once, <= 2 blocks + 4 stage batches recomputed (600)",
+        "every row once; the second run computes only the rows the file lacks; "
+        "<= a block per stage task + 2 blocks recomputed (800)",
     ),
     "overload": (
         "4 pipelines, 100,000 rows, one echo deployment with max_ongoing_requests=2",

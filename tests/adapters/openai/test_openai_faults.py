@@ -175,7 +175,9 @@ def test_requests_per_minute_is_global_across_two_processors(deploy, server):
     # Evenly paced at rpm/60 per second for both together: 160 requests take at least 159
     # gaps of 0.1 s. A limiter per processor (or per stage actor) would take half that.
     assert both[-1] - both[0] >= (2 * n - 1) * 60 / rpm - JITTER_S, both[-1] - both[0]
-    for window in (2.0, 5.0, 60.0):  # 60 s: the configured window itself
+    # Windows of 5 s or more: a shorter one measures the server's scheduling on a loaded
+    # machine (arrivals bunched behind a stall) more than the limiter.
+    for window in (5.0, 60.0):  # 60 s: the configured window itself
         assert within_budget(both, rpm, window), (window, most_in_window(both, window))
 
 
@@ -188,8 +190,11 @@ def test_requests_per_minute_is_split_between_replicas(deploy, server):
     assert all(r["error"] is None for r in out)
     times = arrivals(server, "split")
     assert len(times) == 80
-    for window in (2.0, 5.0):
-        assert within_budget(times, rpm, window), (window, most_in_window(times, window))
+    # Each replica paces rpm / 2, so the 80 requests span at least 79 gaps of 0.1 s; a replica
+    # pacing the whole rpm (the limit not split) would take half that.
+    span = max(times) - min(times)
+    assert span >= 79 * 60 / rpm - 3 * JITTER_S, span
+    assert within_budget(times, rpm, 5.0), most_in_window(times, 5.0)
 
 
 def test_tokens_per_minute_bucket(deploy, server):
