@@ -29,8 +29,10 @@ PACKAGES = {
     "relayllm_openai": "packages/adapter-openai",
     "relayllm_vllm": "packages/adapter-vllm",
     "relayllm_sglang": "packages/adapter-sglang",
+    "relayllm_service": "packages/service",
 }
-INSTALLED = ["relayllm", "relayllm_openai"]  # light enough for CI; the others are built only
+#: Light enough for CI; the others are built only.
+INSTALLED = ["relayllm", "relayllm_openai", "relayllm_service"]
 
 
 #: What the README's no-engine lines read, copied to a user's folder as a clone has them.
@@ -108,6 +110,9 @@ def check(dist: Path) -> None:
     backends = run(relayllm, "backends", cwd=user)
     if "openai" not in backends:
         sys.exit(f"relayllm backends does not list the installed openai adapter:\n{backends}")
+    serve = run(relayllm, "serve", "--help", cwd=user)
+    if "--state-dir" not in serve:  # the service's command, not the core's stand-in
+        sys.exit(f"relayllm serve is not the installed service's command:\n{serve}")
     cold_run(relayllm, user)
     print(f"packaging ok: {', '.join(w.name for w in wheels.values())}")
 

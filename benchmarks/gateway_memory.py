@@ -159,9 +159,9 @@ def main() -> None:
     import ray
     from openai import OpenAI
 
-    from relayllm.batch.service.deploy import deploy_gateway
-    from relayllm.batch.service.keys import KeyMap
-    from relayllm.batch.service.settings import ServiceSettings
+    from relayllm_service.deploy import deploy_gateway
+    from relayllm_service.settings import ServiceSettings
+    from relayllm_service.tenancy.keys import KeyMap
 
     host = host_facts()  # the load average before anything starts
     key = secrets.token_hex(24)

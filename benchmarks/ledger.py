@@ -48,9 +48,9 @@ SIDES = ("ledger-on", "ledger-off")
 #: named here), on Serve's one proxy under their own prefixes, each with its own server.
 SERVE = """
 import json, sys
-from relayllm.batch.service.deploy import serve_file
-from relayllm.batch.service.projects import service_keys
-from relayllm.batch.service.settings import ServiceSettings
+from relayllm_service.deploy import serve_file
+from relayllm_service.tenancy.projects import service_keys
+from relayllm_service.settings import ServiceSettings
 
 config, state, port, batch_size, concurrency = sys.argv[1:6]
 urls = {}
@@ -83,8 +83,8 @@ def serve(temp: str, env: dict[str, str], args: argparse.Namespace) -> dict[str,
 
 def charged(temp: str, side: str) -> int:
     """The requests the side's ledger holds, every batch and minute summed."""
-    from relayllm.batch.service.settings import ServiceSettings
-    from relayllm.batch.service.usage import UsageLedger
+    from relayllm_service.settings import ServiceSettings
+    from relayllm_service.tenancy.usage import UsageLedger
 
     ledger = UsageLedger(ServiceSettings(state_dir=f"{temp}/state/{side}").store_path)
     try:
@@ -111,8 +111,8 @@ def charge_alone(temp: str, out: Path, rows: int, block: int) -> dict[str, Any]:
     """The ledger's own work, alone: a run's output lines charged into a fresh ledger block
     by block, as the runner charges them after each block it writes; CPU and wall time per
     line of the charges only (the writes not counted)."""
-    from relayllm.batch.service.store import SQLiteJobStore
-    from relayllm.batch.service.usage import UsageLedger
+    from relayllm_service.store.sqlite import SQLiteJobStore
+    from relayllm_service.tenancy.usage import UsageLedger
 
     state = Path(temp, "charge-alone")
     state.mkdir()

@@ -105,8 +105,8 @@ def _renamed(tree: dict[str, Any], renamed: dict[str, str]) -> dict[str, Any]:
 
 def served_routes() -> list[tuple[str, str]]:
     """(path, method) of every route the gateway serves, from its own table."""
-    from relayllm.batch.service.console import Console
-    from relayllm.batch.service.gateway import Gateway
+    from relayllm_service.console.routes import Console
+    from relayllm_service.gateway.app import Gateway
 
     gateway, console = Gateway.__new__(Gateway), Console.__new__(Console)  # no service started
     routes = gateway._routes() + console.routes()
@@ -116,7 +116,7 @@ def served_routes() -> list[tuple[str, str]]:
 def build() -> dict[str, Any]:
     from importlib.metadata import version
 
-    from relayllm.batch.service.console import COOKIE
+    from relayllm_service.console.routes import COOKIE
 
     schemas = Schemas()
     error = {

@@ -31,7 +31,7 @@ from pydantic import BaseModel
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "docs" / "reference"
-for _adapter in sorted((ROOT / "packages").glob("adapter-*/src")):
+for _adapter in sorted((ROOT / "packages").glob("*/src")):
     if str(_adapter) not in sys.path:
         sys.path.append(str(_adapter))  # an installed adapter (its own env) comes first
 
@@ -82,6 +82,11 @@ BACKENDS: list[tuple[str, str, str]] = [
 CORE_CLI = "relayllm.cli:main"
 PLUGIN_COMMANDS: list[tuple[str, str]] = [
     ("relayllm-vllm", "relayllm_vllm.demo_command:demo"),
+    ("relayllm-service", "relayllm_service.cli.serve:serve"),
+    ("relayllm-service", "relayllm_service.cli.serve:unserve"),
+    ("relayllm-service", "relayllm_service.cli.batches:batches"),
+    ("relayllm-service", "relayllm_service.cli.files:files"),
+    ("relayllm-service", "relayllm_service.cli.usage:usage"),
 ]
 
 
@@ -279,6 +284,23 @@ def help_text(command: Any, parent: Any | None, name: str) -> str:
         return command.get_help(ctx)
 
 
+def command_section(command: Any, root: Any, name: str, origin: str = "") -> list[str]:
+    """A command's ``--help`` under its heading, then each subcommand's (relayllm batches list)."""
+    import click
+
+    lines = [f"## relayllm {name}", ""] + ([origin, ""] if origin else [])
+    lines += ["```text", help_text(command, root, name), "```", ""]
+    subcommands = getattr(command, "commands", {})
+    if subcommands:
+        settings = {**root.command.context_settings, "terminal_width": WIDTH}
+        settings["max_content_width"] = WIDTH
+        parent = click.Context(command, info_name=name, parent=root, **settings)
+        for sub in sorted(subcommands):
+            lines += [f"### relayllm {name} {sub}", "", "```text"]
+            lines += [help_text(subcommands[sub], parent, sub), "```", ""]
+    return lines
+
+
 def cli_page() -> str:
     import click
 
@@ -315,27 +337,16 @@ def cli_page() -> str:
         "",
     ]
     for name in sorted(core):
-        lines += [f"## relayllm {name}", "", "```text"]
-        lines += [help_text(core[name], root, name), "```", ""]
-        subcommands = getattr(core[name], "commands", {})  # a group's (relayllm batches list)
-        if subcommands:
-            parent = click.Context(core[name], info_name=name, parent=root, **settings)
-            for sub in sorted(subcommands):
-                lines += [f"### relayllm {name} {sub}", "", "```text"]
-                lines += [help_text(subcommands[sub], parent, sub), "```", ""]
+        lines += command_section(core[name], root, name)
     for distribution, target in PLUGIN_COMMANDS:
         command = locate(target)
-        lines += [
-            f"## relayllm {command.name}",
-            "",
-            f"From `{distribution}`: the command exists when that adapter is installed "
+        lines += command_section(
+            command,
+            root,
+            command.name,
+            f"From `{distribution}`: the command exists when that package is installed "
             "(it adds it through the `relayllm_register_commands` hook).",
-            "",
-            "```text",
-            help_text(command, root, command.name),
-            "```",
-            "",
-        ]
+        )
     return "\n".join(lines).rstrip() + "\n"
 
 

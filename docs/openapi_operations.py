@@ -65,10 +65,10 @@ def operations(schemas: Any) -> dict[tuple[str, str], dict[str, Any]]:
     from openai.types.chat import completion_create_params as chat_params
 
     from relayllm.batch.format import URL_TASKS
-    from relayllm.batch.service.admin import AdminStore
-    from relayllm.batch.service.params import FILE_PURPOSES, MAX_CHARS, MAX_UNIX_S, MAX_VALUES
-    from relayllm.batch.service.settings import MAX_EXPIRES_S, MIN_EXPIRES_S
-    from relayllm.batch.service.usage_api import GROUPS, LIMITS, WIDTHS
+    from relayllm_service.gateway.params import FILE_PURPOSES, MAX_CHARS, MAX_UNIX_S, MAX_VALUES
+    from relayllm_service.gateway.usage_api import GROUPS, LIMITS, WIDTHS
+    from relayllm_service.settings import MAX_EXPIRES_S, MIN_EXPIRES_S
+    from relayllm_service.store.admin import AdminStore
 
     file, batch = schemas.model(FileObject), schemas.model(Batch)
     unix = {"type": "integer", "minimum": 0, "maximum": MAX_UNIX_S}

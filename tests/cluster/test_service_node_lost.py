@@ -28,9 +28,9 @@ def service(nodes, tmp_path_factory):
     from ray import serve
 
     import relayllm
-    from relayllm.batch.service.deploy import deploy_gateway, shutdown_gateway
-    from relayllm.batch.service.keys import KeyMap
-    from relayllm.batch.service.settings import ServiceSettings
+    from relayllm_service.deploy import deploy_gateway, shutdown_gateway
+    from relayllm_service.settings import ServiceSettings
+    from relayllm_service.tenancy.keys import KeyMap
 
     serve.shutdown()  # Serve takes its HTTP proxy only while nothing runs
     port = free_port()
@@ -65,7 +65,7 @@ def where_is(nodes, settings) -> dict:
     in vain reports."""
     import ray
 
-    from relayllm.batch.service.deploy import GATEWAY_DEPLOYMENT
+    from relayllm_service.deploy import GATEWAY_DEPLOYMENT
 
     return {
         "gateway": sorted(nodes.replicas(GATEWAY_DEPLOYMENT).values()),
@@ -124,8 +124,8 @@ def test_the_gateway_and_the_runner_on_two_nodes_share_the_state_directory(nodes
     offers no more of it. The runner stays there for the tests after this one."""
     import ray
 
-    from relayllm.batch.service.deploy import GATEWAY_DEPLOYMENT
-    from relayllm.batch.service.runner import start_runner, stop_runner
+    from relayllm_service.deploy import GATEWAY_DEPLOYMENT
+    from relayllm_service.runner.loop import start_runner, stop_runner
 
     class Holder:  # defined here: Ray's workers cannot import this module by its name
         """An actor that only holds the resources it was started with."""

@@ -50,9 +50,9 @@ def service(ray_session, tmp_path_factory):
     from ray import serve
 
     import relayllm
-    from relayllm.batch.service.deploy import deploy_gateway, shutdown_gateway
-    from relayllm.batch.service.keys import KeyMap
-    from relayllm.batch.service.settings import ServiceSettings
+    from relayllm_service.deploy import deploy_gateway, shutdown_gateway
+    from relayllm_service.settings import ServiceSettings
+    from relayllm_service.tenancy.keys import KeyMap
 
     # Serve gets its HTTP proxy only while no application runs, and keeps the port it was
     # given: start from no Serve at all, whatever an earlier module left.
@@ -98,7 +98,7 @@ def service(ray_session, tmp_path_factory):
 def runner_gone(name, timeout=30):
     import ray
 
-    from relayllm.batch.service.runner import RUNNER_NAMESPACE
+    from relayllm_service.runner.loop import RUNNER_NAMESPACE
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -406,8 +406,8 @@ def test_runner_killed_mid_batch_resumes_each_line_exactly_once(service):
 
     import ray
 
-    from relayllm.batch.service.runner import RUNNER_NAMESPACE
     from relayllm.blocks import block_rows, stage_batch
+    from relayllm_service.runner.loop import RUNNER_NAMESPACE
 
     settings = service["settings"]
     per_block = block_rows(SLOW_LINES, stage_batch(settings.batch_size))

@@ -50,8 +50,8 @@ KINDS = ("anytime", "in-flight", "lock", "finishing", "finishing-lock", "upload"
 #: The gateway's upload, cut mid-body: the first piece written, the rest never arrives.
 UPLOAD = """
 import sys, time
-from relayllm.batch.service.files import FileStorage
-from relayllm.batch.service.ids import new_file_id
+from relayllm_service.store.files import FileStorage
+from relayllm_service.ids import new_file_id
 writer = FileStorage.from_uri(sys.argv[1]).writer(new_file_id())
 writer.write(b'{"custom_id": "cut", "method": "POST", "url": ')
 print("written", flush=True)
@@ -81,8 +81,8 @@ class Service:
     """The state the gateway and the runner share: the job store and the file storage."""
 
     def __init__(self, settings):
-        from relayllm.batch.service.files import FileStorage
-        from relayllm.batch.service.store import SQLiteJobStore
+        from relayllm_service.store.files import FileStorage
+        from relayllm_service.store.sqlite import SQLiteJobStore
 
         self.settings = settings
         self.store = SQLiteJobStore(settings.store_path)
@@ -164,8 +164,8 @@ def hold_lock(path):
 def cut_upload(service):
     """An upload's writer SIGKILLed mid-body; its ``.part-`` file, dated back as if the
     hour had passed, is left for the next runner's sweep. Returns the file's name."""
-    from relayllm.batch.service.files import PART
-    from relayllm.batch.service.runner import PART_MAX_AGE_S
+    from relayllm_service.runner.loop import PART_MAX_AGE_S
+    from relayllm_service.store.files import PART
 
     location = service.settings.files_location
     before = set(os.listdir(location))
@@ -225,9 +225,9 @@ def kill_once(kind, pid, service, rng, moved):
 
 def test_random_kills_keep_every_line_exactly_once(ray_session, tmp_path, capsys):
     import relayllm
-    from relayllm.batch.service.files import PART
-    from relayllm.batch.service.runner import start_runner, stop_runner
-    from relayllm.batch.service.settings import ServiceSettings
+    from relayllm_service.runner.loop import start_runner, stop_runner
+    from relayllm_service.settings import ServiceSettings
+    from relayllm_service.store.files import PART
 
     seed = int(os.environ.get("RELAYLLM_FAULT_SEED") or random.SystemRandom().randrange(1 << 32))
     kills = int(os.environ.get("RELAYLLM_FAULT_KILLS") or 20)

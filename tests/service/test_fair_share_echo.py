@@ -6,7 +6,7 @@ longer: the lines end the turns). Every snapshot's counts are whole turns (a tur
 its lines, not at a block's end), and over the stretch where both batches run the lines
 completed by the weight-2 project are twice the other's, within the turns the snapshots'
 edges can cut; read with the real ``openai`` client, no clock compared. (The turn logic
-without a cluster: tests/unit/core/test_fair_share.py.)
+without a cluster: tests/unit/service/test_fair_share.py.)
 
 One service for the module."""
 

@@ -186,9 +186,9 @@ def test_a_runner_killed_mid_batch_charges_each_line_once(service):
     the work file over and runs the rest; the batch's usage equals its output file's sums."""
     import ray
 
-    from relayllm.batch.service.runner import RUNNER_NAMESPACE
-    from relayllm.batch.service.settings import ServiceSettings
-    from relayllm.batch.service.usage import UsageLedger
+    from relayllm_service.runner.loop import RUNNER_NAMESPACE
+    from relayllm_service.settings import ServiceSettings
+    from relayllm_service.tenancy.usage import UsageLedger
 
     settings = ServiceSettings(state_dir=service["state"])
     runner = ray.get_actor(settings.runner_name, namespace=RUNNER_NAMESPACE)

@@ -56,8 +56,8 @@ def busy_s():
 
 def online_rows(service):
     """The ledger's rows of online requests, read from its file."""
-    from relayllm.batch.service.settings import ServiceSettings
-    from relayllm.batch.service.usage import UsageLedger
+    from relayllm_service.settings import ServiceSettings
+    from relayllm_service.tenancy.usage import UsageLedger
 
     ledger = UsageLedger(ServiceSettings(state_dir=service["state"]).store_path)
     try:
@@ -67,8 +67,8 @@ def online_rows(service):
 
 
 def test_the_ledgers_engine_time_for_a_batch_is_what_the_replica_counted_for_it(service):
-    from relayllm.batch.service.settings import ServiceSettings
-    from relayllm.batch.service.usage import UsageLedger
+    from relayllm_service.settings import ServiceSettings
+    from relayllm_service.tenancy.usage import UsageLedger
 
     alpha = client(service["url"], PROJECT_KEYS["alpha"])
     before = busy_s()

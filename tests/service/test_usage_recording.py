@@ -44,8 +44,8 @@ def service(ray_session, tmp_path_factory):
 def test_with_recording_off_batches_and_online_requests_are_served_and_nothing_is_recorded(
     service,
 ):
-    from relayllm.batch.service.settings import ServiceSettings
-    from relayllm.batch.service.usage import UsageLedger
+    from relayllm_service.settings import ServiceSettings
+    from relayllm_service.tenancy.usage import UsageLedger
 
     alpha = client(service["url"], PROJECT_KEYS["alpha"])
     batch = wait(alpha, submit(alpha, chat_lines(6)).id)

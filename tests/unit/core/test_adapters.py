@@ -222,6 +222,7 @@ def test_the_commands_kit_is_what_a_plugin_command_needs():
     assert set(kit.__all__) == {
         "Console",
         "ConsoleHooks",
+        "StatusSection",
         "address_option",
         "format_summary",
         "handle_errors",

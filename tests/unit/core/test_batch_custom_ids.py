@@ -14,8 +14,8 @@ import pytest
 
 from relayllm.batch.custom_ids import IdLines, IdSet, digest, ids_on_lines
 from relayllm.batch.scan import scan_batch_file
-from relayllm.batch.service.validate import Limits, validate_input
 from relayllm.errors import ConfigError
+from relayllm_service.runner.validate import Limits, validate_input
 
 CHAT = "/v1/chat/completions"
 

@@ -43,7 +43,13 @@ def test_each_entry_says_its_default_and_meaning_once():
     assert len(names) == len(set(names))
     for variable in env.VARIABLES:
         assert variable.default and variable.meaning.endswith("."), variable
-        assert variable.package in ("core", "relayllm-vllm", "relayllm-sglang", "relayllm-openai")
+        assert variable.package in (
+            "core",
+            "relayllm-vllm",
+            "relayllm-sglang",
+            "relayllm-openai",
+            "relayllm-service",
+        )
 
 
 def test_an_adapters_variable_is_read_in_that_adapters_package():

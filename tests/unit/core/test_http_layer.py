@@ -20,12 +20,12 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 import relayllm
-from relayllm.batch.service.errors import UnauthorizedError as ServiceUnauthorized
-from relayllm.batch.service.keys import KeyMap
 from relayllm.http.app import HttpApp, json_body, route_path
 from relayllm.http.auth import SingleKey, project_of
 from relayllm.http.errors import HttpError, UnauthorizedError, json_response
 from relayllm.serving.http_config import HttpConfig
+from relayllm_service.errors import UnauthorizedError as ServiceUnauthorized
+from relayllm_service.tenancy.keys import KeyMap
 
 pytestmark = pytest.mark.usefixtures("echo_backend")
 
@@ -237,14 +237,20 @@ def test_the_source_policy_admits_what_lies_under_a_root():
 def test_the_front_knows_its_host_by_a_protocol_not_the_replica_class():
     """The import circle serving/http_front.py <-> serving/replica.py is gone, even under
     TYPE_CHECKING: the front is typed by relayllm.http.host.FrontHost."""
+    import relayllm_service.gateway.app as gateway
+
     source = Path(relayllm.__file__).parent
-    for module in ("serving/http_front.py", "batch/service/gateway.py", "http/host.py"):
-        tree = ast.parse((source / module).read_text())
+    for module in (
+        source / "serving/http_front.py",
+        Path(gateway.__file__),
+        source / "http/host.py",
+    ):
+        tree = ast.parse(module.read_text())
         imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)} | {
             a.name for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names
         }
         assert "relayllm.serving.replica" not in imported, module
-        assert "getattr(self.host" not in (source / module).read_text()
+        assert "getattr(self.host" not in module.read_text()
 
 
 def test_a_refusal_retrying_cannot_mend_says_so_and_one_time_mends_says_when():

@@ -1,7 +1,8 @@
 """No behaviour of relayllm rests on two processes' wall clocks agreeing (they may run on nodes
 whose clocks differ): the control-state actor tells how long ago it changed as a duration on
 its own clock, the stage compares that with how long it waited by its own, and the batch
-service's stage workers stop on a signal, not on their clock passing the batch's deadline."""
+service's stage workers stop on a signal, not on their clock passing the batch's deadline
+(that one: tests/unit/service/test_runner.py)."""
 
 from __future__ import annotations
 
@@ -52,19 +53,3 @@ def test_the_state_actor_tells_durations_on_its_own_clock():
 def test_code_that_runs_on_any_node_reads_no_wall_clock():
     found = {p.name: lines for p in ANY_NODE if (lines := _wall_clock_calls(p))}
     assert not found, f"time.time() where another node's time may be compared: {found}"
-
-
-def test_the_batch_service_stops_its_stage_workers_by_signal_not_by_their_clock():
-    job = ast.parse((SRC / "batch" / "service" / "job.py").read_text())
-    checks = [
-        node
-        for node in ast.walk(job)
-        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "StopCheck"
-    ]
-    assert checks, "the runner's batch job builds its StopCheck"
-    for call in checks:
-        deadline = call.args[1] if len(call.args) > 1 else None
-        deadline = deadline or next((k.value for k in call.keywords if k.arg == "deadline"), None)
-        assert deadline is None or (
-            isinstance(deadline, ast.Constant) and deadline.value is None
-        ), "a deadline in StopCheck is compared with each stage worker's clock"

@@ -18,7 +18,7 @@ class Variable:
     #: What it is when unset, as a person reads it.
     default: str
     meaning: str
-    #: Who reads it: ``core``, or the adapter package (``relayllm-vllm``).
+    #: Who reads it: ``core``, or another package (``relayllm-vllm``, ``relayllm-service``).
     package: str = "core"
 
 
@@ -84,21 +84,25 @@ VARIABLES: tuple[Variable, ...] = (
         "`~/.relayllm/batch-service`",
         "Where the Batch API service keeps its job store and files (a path every node that "
         "runs a gateway or the runner reaches, or an object-storage URI).",
+        package="relayllm-service",
     ),
     Variable(
         "RELAYLLM_API_KEYS",
         "none",
         "The Batch API service's keys, `PROJECT=KEY,...` (never logged).",
+        package="relayllm-service",
     ),
     Variable(
         "RELAYLLM_API_KEYS_FILE",
         "none",
         "A file of the service's keys, one `PROJECT=KEY` per line.",
+        package="relayllm-service",
     ),
     Variable(
         "RELAYLLM_QUOTAS_FILE",
         "none",
         "The Batch API service's quotas per project (`relayllm serve --quotas`).",
+        package="relayllm-service",
     ),
     Variable(
         "RELAYLLM_ENGINE_HOUR_COST",
@@ -112,16 +116,19 @@ VARIABLES: tuple[Variable, ...] = (
         "none",
         "The Batch API service's admin key: the operator's, who sees, cancels and deletes "
         "every project's batches and files and creates nothing (never logged).",
+        package="relayllm-service",
     ),
     Variable(
         "RELAYLLM_BASE_URL",
         "`$OPENAI_BASE_URL`",
         "The service URL `relayllm batches` and `relayllm files` talk to.",
+        package="relayllm-service",
     ),
     Variable(
         "RELAYLLM_API_KEY",
         "`$OPENAI_API_KEY`",
         "The key `relayllm batches` and `relayllm files` send (a project's, or the admin key).",
+        package="relayllm-service",
     ),
     Variable(
         "RELAYLLM_TEST_CACHE",

@@ -14,11 +14,14 @@ change in any release.
 - :func:`format_summary`: a run's per-step summary as text.
 - :func:`parse_pipeline` / :func:`run_pipeline`: a pipeline the command builds, and its run
   (loaded on first use: the run machinery is not needed to list the commands).
+- :class:`StatusSection`: what a plugin's ``relayllm_status_sections`` hook adds to
+  ``relayllm status``.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from relayllm.cli.common import address_option, handle_errors, verbose_option
 from relayllm.cli.progress import Console
@@ -26,6 +29,19 @@ from relayllm.cli.run import ConsoleHooks, format_summary
 
 if TYPE_CHECKING:
     from relayllm.pipelines import parse_pipeline, run_pipeline
+
+
+@dataclass(frozen=True)
+class StatusSection:
+    """A table ``relayllm status`` prints after the deployments: ``title`` above it, one row
+    per item (its ``columns``' values; ``right``: the column indices aligned right). With
+    ``--json`` the items are listed after the deployments', each saying its own ``kind``."""
+
+    title: str
+    columns: list[str]
+    items: list[dict[str, Any]] = field(default_factory=list)
+    right: list[int] = field(default_factory=list)
+
 
 _LAZY = {"parse_pipeline": "relayllm.pipelines", "run_pipeline": "relayllm.pipelines"}
 
@@ -41,6 +57,7 @@ def __getattr__(name: str) -> object:
 __all__ = [
     "Console",
     "ConsoleHooks",
+    "StatusSection",
     "address_option",
     "format_summary",
     "handle_errors",

@@ -9,15 +9,11 @@ import click
 
 from relayllm.cli.backends import backends
 from relayllm.cli.batch import batch
-from relayllm.cli.batches import batches
 from relayllm.cli.check import check
 from relayllm.cli.common import warn_unsupported_versions
 from relayllm.cli.control import control_command, pause, resume
-from relayllm.cli.files import files
 from relayllm.cli.lifecycle import deploy, shutdown, status
 from relayllm.cli.run import run
-from relayllm.cli.serve import serve, unserve
-from relayllm.cli.usage import usage
 from relayllm.errors import describe_exception
 from relayllm.plugin.manager import get_manager
 
@@ -43,11 +39,6 @@ for command in (
     run,
     batch,
     deploy,
-    serve,
-    unserve,
-    batches,
-    files,
-    usage,
     status,
     shutdown,
     pause,

@@ -84,9 +84,9 @@ def status(as_json, address, verbose):
 
     A deployment with calls in progress and no answer for $RELAYLLM_STALL_WARNING_S
     seconds (default 300) is shown as STALLED, with how long it has been silent. The batch
-    service's gateways (`relayllm serve`) follow: base URL and batches not finished. With
-    --json, one list whose items say "kind": "deployment" or "gateway". It only reads: it
-    starts nothing on the cluster.
+    service's gateways (`relayllm serve`, when its package is installed) follow: base URL and
+    batches not finished. With --json, one list whose items say "kind": "deployment" or
+    "gateway". It only reads: it starts nothing on the cluster.
 
     \b
     Examples:
@@ -104,7 +104,7 @@ def status(as_json, address, verbose):
     found = []
     for ref in relayllm.list_deployments(address=address):
         item: dict[str, Any] = {
-            "kind": "deployment",  # the gateways' items say "gateway"
+            "kind": "deployment",  # a plugin's items say their own kind ("gateway")
             "name": ref.name,
             "status": ref.status,
             "backend": None,
@@ -136,9 +136,9 @@ def status(as_json, address, verbose):
             except Exception as exc:  # a sick deployment is still listed, with the reason
                 item["status"] = f"{ref.status} (info failed: {type(exc).__name__})"
         found.append(item)
-    gateways = _gateways(address)
+    sections = _plugin_sections(address)
     if as_json:
-        click.echo(json.dumps(found + gateways, indent=2))
+        click.echo(json.dumps(found + [i for s in sections for i in s.items], indent=2))
         return
     if not found:
         click.echo("no relayllm deployments are running")
@@ -162,35 +162,28 @@ def status(as_json, address, verbose):
                     f"deploy again to restart it)",
                     err=True,
                 )
-    if gateways:
-        keys = ["name", "status", "url", "unfinished_batches"]
-        click.echo()
-        click.echo("batch service gateways (relayllm serve):")
-        click.echo(table(keys, [[g.get(k) for k in keys] for g in gateways], right=[3]))
+    for section in sections:
+        if section.items:
+            rows = [[i.get(c) for c in section.columns] for i in section.items]
+            click.echo()
+            click.echo(f"{section.title}:")
+            click.echo(table(section.columns, rows, right=section.right))
 
 
-#: How long ``relayllm status`` waits for a gateway to describe itself (a sick one is listed
-#: with its Serve status, and the next one asked).
-GATEWAY_TIMEOUT_S = 5.0
+#: How long ``relayllm status`` gives each plugin's section (a gateway describing itself,
+#: say): a sick one is listed with its Serve status, and the next one asked.
+SECTION_TIMEOUT_S = 5.0
 
 
-def _gateways(address: str | None) -> list[dict[str, Any]]:
-    """The batch service's gateways (``relayllm serve``), printed after the deployments as a
-    table of their own; in ``--json`` items with ``"kind": "gateway"``."""
-    from relayllm.batch.service.deploy import list_gateways
+def _plugin_sections(address: str | None) -> list[Any]:
+    """What installed packages add to ``relayllm status`` after the deployments (the batch
+    service adds its gateways), through the ``relayllm_status_sections`` hook."""
+    from relayllm.plugin.manager import get_manager
 
-    found = [
-        {
-            "kind": "gateway",
-            "name": ref.name,
-            "status": ref.status,
-            "url": ref.url,
-            "proxy_url": ref.proxy_url,
-            "unfinished_batches": ref.unfinished,
-        }
-        for ref in list_gateways(address=address, timeout_s=GATEWAY_TIMEOUT_S)
-    ]
-    return found
+    found = get_manager().hook.relayllm_status_sections(
+        address=address, timeout_s=SECTION_TIMEOUT_S
+    )
+    return [section for sections in found for section in sections or ()]
 
 
 #: The metrics table of ``relayllm status`` (one word per heading: scripts split the lines).
@@ -285,32 +278,33 @@ def activity(info: dict, stall_s: float) -> str:
 @click.option(
     "--gateways",
     is_flag=True,
-    help="Stop the batch service's gateways and their runner instead (relayllm serve; "
-    "`relayllm unserve` does the same); unfinished batches resume when it is served again "
-    "on the same --state-dir.",
+    help="Deprecated: `relayllm unserve` (the batch service's package) stops the gateways.",
 )
 @attach_address_option
 @verbose_option
 @handle_errors
 def shutdown(name, gateways, address, verbose):
-    """Stop the deployment NAME, or every relayllm deployment when NAME is omitted (with
-    --gateways: the batch service's gateway NAME, or every gateway).
+    """Stop the deployment NAME, or every relayllm deployment when NAME is omitted. The batch
+    service's gateways are stopped by `relayllm unserve`.
 
     \b
     Examples:
       relayllm shutdown smollm
-      relayllm shutdown --gateways   # the batch service (relayllm serve)
+      relayllm shutdown
     """
     import relayllm
 
+    if gateways:  # kept for one release: runs `relayllm unserve`, with a warning
+        ctx = click.get_current_context()
+        unserve = ctx.find_root().command.get_command(ctx, "unserve")  # type: ignore[attr-defined]
+        click.echo(
+            "warning: `relayllm shutdown --gateways` is deprecated: use `relayllm unserve`",
+            err=True,
+        )
+        ctx.invoke(unserve, name=name, keep_runner=False, address=address, verbose=verbose)
+        return
     # Nothing to stop where Serve does not run: it is not started to find that out.
     connect(address, verbose, existing_cluster=True, start_serve=False)
-    if gateways:
-        from relayllm.batch.service.deploy import shutdown_gateway
-
-        stopped = shutdown_gateway(name, address=address)
-        click.echo(f"stopped: {', '.join(stopped)}" if stopped else "no gateways were running")
-        return
     stopped = relayllm.shutdown(name, address=address)
     click.echo(
         f"stopped: {', '.join(stopped)}" if stopped else "no relayllm deployments were running"

@@ -1,6 +1,6 @@
 """Bearer key -> project: who is asking. One header format and two providers: a deployment's
 front has one key (:class:`SingleKey`, from ``http.api_key_env`` / ``http.admin_key_env``), the
-batch service a key per project (:class:`relayllm.batch.service.keys.KeyMap`). A route set
+batch service a key per project (:class:`relayllm_service.tenancy.keys.KeyMap`). A route set
 asks its provider for the project of a request's ``Authorization`` header and never sees a key
 otherwise; a refusal is :class:`~relayllm.http.errors.UnauthorizedError`, a 401."""
 

@@ -1,6 +1,6 @@
 """What a deployment's HTTP front needs of the replica it serves, as a Protocol: the replica
 implements it in its own process, and the batch gateway implements it for a deployment it
-reaches through a Serve handle (:class:`relayllm.batch.service.online.DeploymentOverHandle`).
+reaches through a Serve handle (:class:`relayllm_service.gateway.online.DeploymentOverHandle`).
 The front imports neither: this is the one place the two meet."""
 
 from __future__ import annotations

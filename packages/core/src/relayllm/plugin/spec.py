@@ -10,6 +10,7 @@ from relayllm.plugin import hookspec
 if TYPE_CHECKING:
     import click
 
+    from relayllm.adapters.commands import StatusSection
     from relayllm.backend import BackendRegistry
 
 
@@ -29,4 +30,12 @@ def relayllm_register_commands(cli: click.Group) -> None:
     imports belong inside the command, so ``relayllm --help`` stays fast."""
 
 
-__all__ = ["relayllm_register_backends", "relayllm_register_commands"]
+@hookspec
+def relayllm_status_sections(address: str | None, timeout_s: float) -> list[StatusSection]:
+    """Sections ``relayllm status`` prints after the deployments (the batch service lists its
+    gateways). Called when the command runs, on a connected cluster; each section item's
+    call gets ``timeout_s``. Optional: a plugin that lacks it adds nothing."""
+    return []
+
+
+__all__ = ["relayllm_register_backends", "relayllm_register_commands", "relayllm_status_sections"]

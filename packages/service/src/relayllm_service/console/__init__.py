@@ -1,0 +1,1 @@
+"""The console: the web page the gateway serves at ``/console``."""

@@ -1,0 +1,1 @@
+"""The runner: the detached actor that claims batches and runs them on the shared deployments."""

@@ -1,0 +1,3 @@
+"""The job store (batches, file records, runners' claims) and the files' bytes: used by the
+gateway and the runner alike.
+"""

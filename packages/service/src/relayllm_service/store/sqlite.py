@@ -1,0 +1,266 @@
+"""The durable job store: files' metadata and batches, each owned by a project, and the runners'
+claims on batches.
+
+One small interface (:class:`~relayllm_service.store.protocol.JobStore`) so a server
+database can replace SQLite later; one implementation (:class:`SQLiteJobStore`), a file on the
+head node's local disk in WAL mode (readers never wait for the writer; several processes share
+it). Every row belongs to a project, and every lookup a client's request makes takes the
+project: another project's id answers :class:`NotFoundError`, exactly as an id that does not
+exist.
+
+Statuses follow OpenAI's life cycle (:data:`TRANSITIONS`); a change the cycle does not allow
+raises, and each change stamps its ``*_at`` time. A runner's writes are fenced by its claim
+(:mod:`~relayllm_service.store.claims`). Parts: the records (``records``), the interface
+(``store_protocol``), the tables and their migrations (``schema``), a runner's claimed writes
+(``claims``) and, here, what a client's request asks (files and batches); the names are
+importable from here as before.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Literal
+
+from relayllm_service.errors import InvalidRequestError
+from relayllm_service.ids import is_file_id, new_batch_id, new_file_id
+from relayllm_service.store.claims import ClaimedWrites
+from relayllm_service.store.protocol import JobStore
+from relayllm_service.store.records import (
+    COMPLETION_WINDOWS,
+    FILE_PURPOSES,
+    STAMPS,
+    TERMINAL,
+    TRANSITIONS,
+    BatchRecord,
+    FileRecord,
+    Page,
+    RequestCounts,
+    Status,
+    check_limit,
+    check_metadata,
+    check_text,
+)
+from relayllm_service.store.schema import (
+    FILE_COLUMNS,
+    LIVE,
+    apply_changes,
+    batch_record,
+    file_record,
+    insert_file,
+    migrate,
+    readable,
+)
+
+
+class SQLiteJobStore(ClaimedWrites):
+    """:class:`JobStore` in one SQLite file (WAL mode, synchronous=FULL: a committed write
+    survives a process kill and a power cut). Safe to share between threads (one connection
+    behind a lock) and between processes (SQLite's locks; a writer waits up to ``timeout_s``).
+    """
+
+    #: Asked in the write transaction of an upload's or a new batch's record before it is
+    #: written (quotas.py); what it raises refuses the request, nothing written.
+    admit: Callable[[sqlite3.Connection, FileRecord | BatchRecord], None] | None = None
+
+    def __init__(
+        self, path: str, *, clock: Callable[[], float] = time.time, timeout_s: float = 30.0
+    ) -> None:
+        super().__init__(path, clock=clock, timeout_s=timeout_s)
+        try:
+            with self.write() as db:
+                migrate(db, self.path)
+        except BaseException:
+            self._db.close()
+            raise
+
+    def __repr__(self) -> str:
+        return f"SQLiteJobStore({self.path!r})"
+
+    # -- files -------------------------------------------------------------------------
+
+    def add_file(
+        self,
+        project: str,
+        *,
+        filename: str,
+        purpose: str,
+        bytes: int,
+        file_id: str | None = None,
+        expires_s: int | None = None,
+    ) -> FileRecord:
+        """A file's record; with ``expires_s`` it expires that many seconds after its
+        creation (OpenAI's ``expires_after`` anchored at ``created_at``): from then on it
+        answers 404 like a deleted file, and :meth:`remove_expired_files` hands its id over
+        for its bytes to be deleted."""
+        if purpose not in FILE_PURPOSES:
+            raise InvalidRequestError(
+                f"purpose {purpose!r} is not supported; use one of {sorted(FILE_PURPOSES)}",
+                "purpose",
+            )
+        check_text(filename, "filename")
+        if file_id is not None and not is_file_id(file_id):
+            raise InvalidRequestError(f"{file_id!r} is not a file id", "file_id")
+        now = self.now()
+        expires_at = None if expires_s is None else now + int(expires_s)
+        record = FileRecord(
+            file_id or new_file_id(), project, filename, purpose, int(bytes), now, expires_at
+        )
+        with self.write() as db:
+            if self.admit is not None:
+                self.admit(db, record)
+            insert_file(db, record)
+        return record
+
+    def get_file(self, project: str, file_id: str) -> FileRecord:
+        with self.read() as db:
+            return file_record(self._file_row(db, project, file_id))
+
+    def list_files(
+        self,
+        project: str,
+        *,
+        after: str | None = None,
+        limit: int = 10000,
+        order: Literal["asc", "desc"] = "desc",
+        purpose: str | None = None,
+    ) -> Page[FileRecord]:
+        check_limit(limit, 10000)
+        if order not in ("asc", "desc"):
+            raise InvalidRequestError(f"order must be 'asc' or 'desc', got {order!r}", "order")
+        where, args = ["project = ?", LIVE], [project, self.now()]
+        if purpose is not None:
+            where.append("purpose = ?")
+            args.append(purpose)
+        with self.read() as db:
+            if after is not None:
+                where.append("seq < ?" if order == "desc" else "seq > ?")
+                args.append(self._file_row(db, project, after)["seq"])
+            rows = db.execute(
+                f"SELECT {FILE_COLUMNS} FROM files WHERE {' AND '.join(where)} "
+                f"ORDER BY seq {order.upper()} "
+                f"LIMIT ?",
+                (*args, limit + 1),
+            ).fetchall()
+        return Page(readable(rows[:limit], file_record), len(rows) > limit)
+
+    def delete_file(self, project: str, file_id: str) -> FileRecord:
+        """The record, deleted; the caller deletes the bytes after (a crash between leaves
+        bytes no record names, never a record whose bytes are gone)."""
+        with self.write() as db:
+            record = file_record(self._file_row(db, project, file_id))
+            db.execute("DELETE FROM files WHERE id = ?", (file_id,))
+        return record
+
+    # -- batches, as a client asks -------------------------------------------------------
+
+    def create_batch(
+        self,
+        project: str,
+        *,
+        input_file_id: str,
+        endpoint: str,
+        completion_window: str = "24h",
+        metadata: Mapping[str, str] | None = None,
+        window_s: int | None = None,
+        output_expires_s: int | None = None,
+    ) -> BatchRecord:
+        """A batch in ``validating``, expiring ``window_s`` (default: the completion window)
+        after its creation. The input file must be this project's, uploaded for ``batch``.
+        ``output_expires_s``: its output and error files expire that long after they are
+        written (OpenAI's ``output_expires_after``); None: kept until deleted."""
+        window = COMPLETION_WINDOWS.get(completion_window)
+        if window is None:
+            raise InvalidRequestError(
+                f"completion_window {completion_window!r} is not supported; use "
+                f"{' or '.join(map(repr, COMPLETION_WINDOWS))}",
+                "completion_window",
+            )
+        meta = check_metadata(metadata)
+        now = self.now()
+        with self.write() as db:
+            source = file_record(self._file_row(db, project, input_file_id))
+            if source.purpose != "batch":
+                raise InvalidRequestError(
+                    f"file {input_file_id!r} was uploaded for {source.purpose!r}, not 'batch'",
+                    "input_file_id",
+                )
+            record = BatchRecord(
+                id=new_batch_id(),
+                project=project,
+                endpoint=endpoint,
+                input_file_id=input_file_id,
+                completion_window=completion_window,
+                status="validating",
+                created_at=now,
+                expires_at=now + (window if window_s is None else int(window_s)),
+                metadata=meta,
+                output_expires_s=output_expires_s,
+            )
+            if self.admit is not None:
+                self.admit(db, record)
+            db.execute(
+                "INSERT INTO batches (id, project, endpoint, input_file_id, completion_window, "
+                "status, created_at, expires_at, metadata, output_expires_s) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    record.id,
+                    project,
+                    endpoint,
+                    input_file_id,
+                    completion_window,
+                    record.status,
+                    now,
+                    record.expires_at,
+                    None if meta is None else json.dumps(meta),
+                    output_expires_s,
+                ),
+            )
+        return record
+
+    def get_batch(self, project: str, batch_id: str) -> BatchRecord:
+        with self.read() as db:
+            return batch_record(self._batch_row(db, batch_id, project))
+
+    def list_batches(
+        self, project: str, *, after: str | None = None, limit: int = 20
+    ) -> Page[BatchRecord]:
+        """Newest first, as OpenAI lists; ``after``: the last id of the previous page."""
+        check_limit(limit, 100)
+        with self.read() as db:
+            before = self._batch_row(db, after, project)["seq"] if after is not None else 1 << 62
+            rows = db.execute(
+                "SELECT * FROM batches WHERE project = ? AND seq < ? ORDER BY seq DESC LIMIT ?",
+                (project, before, limit + 1),
+            ).fetchall()
+        return Page(readable(rows[:limit], batch_record), len(rows) > limit)
+
+    def cancel_batch(self, project: str, batch_id: str) -> BatchRecord:
+        """``cancelling`` (the runner moves it to ``cancelled`` once its lines in flight are
+        written); asking again while it cancels, or once cancelled, answers the batch as is."""
+        with self.write() as db:
+            row = self._batch_row(db, batch_id, project)
+            if row["status"] in ("cancelling", "cancelled"):
+                return batch_record(row)
+            apply_changes(db, row, {"status": "cancelling"}, self.now())
+            return batch_record(self._batch_row(db, batch_id, project))
+
+
+if TYPE_CHECKING:  # mypy checks that the implementation has the interface's every method
+    _conforms: JobStore = SQLiteJobStore(":memory:")
+
+__all__ = [
+    "COMPLETION_WINDOWS",
+    "STAMPS",
+    "TERMINAL",
+    "TRANSITIONS",
+    "BatchRecord",
+    "FileRecord",
+    "JobStore",
+    "Page",
+    "RequestCounts",
+    "SQLiteJobStore",
+    "Status",
+]
