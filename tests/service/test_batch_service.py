@@ -88,8 +88,10 @@ def service(ray_session, tmp_path_factory):
         "address": address,
         "served": served.stdout,
     }
-    stopped = cli("shutdown", "--gateways", "--address", address, check=0).stdout
-    assert stopped.split() == ["stopped:", "gateway,", "short"]
+    # The deprecated spelling, kept for one release, still stops them (through `unserve`).
+    done = cli("shutdown", "--gateways", "--address", address, check=0)
+    assert done.stdout.split() == ["stopped:", "gateway,", "short"]
+    assert "deprecated: use `relayllm unserve`" in done.stderr
     assert shutdown_gateway() == []
     runner_gone(settings.runner_name)  # it went with them
     serve.shutdown()  # the next module's Serve starts as it wants it (its own proxy, or none)

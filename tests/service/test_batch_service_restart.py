@@ -154,4 +154,4 @@ def test_a_batch_resumes_each_line_once_after_the_cluster_is_lost_and_served_aga
             number = line["custom_id"][1:]
             content = line["response"]["body"]["choices"][0]["message"]["content"]
             assert content == f"line {number} words", ("a body not its own line's", line)
-        cli("shutdown", "--gateways", env=env, check=0)
+        cli("unserve", env=env, check=0)

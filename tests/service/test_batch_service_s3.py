@@ -96,4 +96,4 @@ def test_files_and_a_batchs_output_live_in_object_storage(s3_endpoint, tmp_path,
 
         api.files.delete(batch.output_file_id)
         assert not fs.get_file_info(f"{BUCKET}/service/{batch.output_file_id}").is_file
-        cli("shutdown", "--gateways", env=env, check=0)
+        cli("unserve", env=env, check=0)

@@ -71,7 +71,7 @@ def gateway(ray_session, tmp_path_factory):
         "served": served,
         "clients": (gamma, delta),
     }
-    cli("shutdown", "--gateways", "--address", address, check=0)
+    cli("unserve", "--address", address, check=0)
     serve.shutdown()
 
 

@@ -34,7 +34,7 @@ def base_url(demo_deployed, address, tmp_path_factory):
         "--batch-size", 4, "--address", address, env=env,
     )  # fmt: skip
     yield served.stdout.split("base URL: ")[1].split()[0]
-    cli("shutdown", "--gateways", "--address", address, env=env)
+    cli("unserve", "--address", address, env=env)
 
 
 def line(i, question, model=DEPLOYMENT_NAME):

@@ -1,4 +1,4 @@
-"""Which runners ``relayllm shutdown --gateways`` stops (no cluster): only those no remaining
+"""Which runners ``relayllm unserve`` stops (no cluster): only those no remaining
 gateway uses, and an unhealthy gateway's found by name."""
 
 from __future__ import annotations

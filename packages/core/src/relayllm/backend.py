@@ -265,9 +265,13 @@ KNOWN_ADAPTERS = {
     "openai": f"./packages/adapter-openai ({FROM_CLONE})",
 }
 
+#: Packages that bring commands rather than backends, by what they bring.
+KNOWN_PACKAGES = {"service": f"./packages/service ({FROM_CLONE})"}
+
 __all__ = [
     "FROM_CLONE",
     "KNOWN_ADAPTERS",
+    "KNOWN_PACKAGES",
     "AdapterContractWarning",
     "Backend",
     "BackendOptions",

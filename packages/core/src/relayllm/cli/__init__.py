@@ -79,9 +79,39 @@ def _demo_needs_the_vllm_adapter() -> None:
     raise SystemExit(2)
 
 
+#: The batch service's commands, added by its package (relayllm-service) when installed.
+SERVICE_COMMANDS = ("serve", "unserve", "batches", "files", "usage")
+
+
+def _needs_the_service(name: str) -> click.Command:
+    """A stand-in for a batch service command that says which package brings it."""
+
+    @click.command(
+        name,
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+        add_help_option=False,
+        help=f"The batch service's `{name}` (needs the service package: relayllm-service).",
+    )
+    def needs_the_service(**_: object) -> None:
+        from relayllm.backend import KNOWN_PACKAGES
+
+        click.echo(
+            f"relayllm: error: `relayllm {name}` comes with the batch service package "
+            f"(relayllm-service), which is not installed. Install it with: "
+            f"pip install {KNOWN_PACKAGES['service']}",
+            err=True,
+        )
+        raise SystemExit(2)
+
+    return needs_the_service
+
+
 _add_plugin_commands()
 if "demo" not in main.commands:  # the main help names it: say where it comes from
     main.add_command(_demo_needs_the_vllm_adapter)
+for _name in SERVICE_COMMANDS:
+    if _name not in main.commands:
+        main.add_command(_needs_the_service(_name))
 # Another Ray or engine release than this one supports: say so now, not deep inside a run.
 warn_unsupported_versions()
 
