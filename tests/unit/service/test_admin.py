@@ -11,6 +11,7 @@ import pytest
 from relayllm.errors import ConfigError
 from relayllm_service.errors import NotFoundError, UnauthorizedError
 from relayllm_service.store.admin import AdminStore
+from relayllm_service.store.sqlite import SQLiteJobStore
 from relayllm_service.tenancy.keys import ADMIN, ENV_ADMIN_KEY, ENV_KEYS, KeyMap, load_keys
 
 ADMIN_KEY = "operator-key-0123456789abcdef"
@@ -61,7 +62,7 @@ def test_the_admin_key_alone_is_no_service():
 
 @pytest.fixture
 def store(tmp_path):
-    opened = AdminStore(str(tmp_path / "jobs.sqlite"))
+    opened = AdminStore(SQLiteJobStore(str(tmp_path / "jobs.sqlite")))
     yield opened
     opened.close()
 

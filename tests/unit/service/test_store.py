@@ -22,6 +22,7 @@ from relayllm_service.errors import (
     StaleClaimError,
 )
 from relayllm_service.ids import is_batch_id, is_file_id
+from relayllm_service.store.claims import ClaimedWrites
 from relayllm_service.store.sqlite import (
     STAMPS,
     TRANSITIONS,
@@ -116,7 +117,7 @@ def test_the_store_runs_in_wal_mode_with_full_sync(store, db_path):
         assert other.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     finally:
         other.close()
-    assert store._db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    assert store.file._db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
 
 
 def test_a_store_written_by_a_newer_schema_is_refused(db_path):
@@ -280,16 +281,22 @@ def test_a_newer_claim_fences_every_write_of_the_older_one(db_path):
     fencing_scenario(lambda: SQLiteJobStore(db_path))
 
 
-class UnfencedStore(SQLiteJobStore):
-    """The store with its claim check removed."""
+class UnfencedWrites(ClaimedWrites):
+    """The runners' writes with their claim check removed."""
 
     def _check_claim(self, row, claim):
         pass
 
 
+def unfenced_store(path):
+    store = SQLiteJobStore(path)
+    store.runner = UnfencedWrites(store.file)  # the store's part for the runners' calls
+    return store
+
+
 def test_the_fencing_scenario_fails_on_a_store_without_the_check(db_path):
     with pytest.raises(pytest.fail.Exception, match="DID NOT RAISE"):
-        fencing_scenario(lambda: UnfencedStore(db_path))
+        fencing_scenario(lambda: unfenced_store(db_path))
 
 
 def test_a_claim_number_from_the_future_is_refused_too(store):

@@ -39,6 +39,7 @@ from relayllm_service.settings import MAX_EXPIRES_S, ServiceSettings
 from relayllm_service.store.admin import AdminStore
 from relayllm_service.store.files import CHUNK, FileStorage
 from relayllm_service.store.records import check_text
+from relayllm_service.store.sqlite import SQLiteJobStore
 from relayllm_service.tenancy.keys import ADMIN
 from relayllm_service.tenancy.projects import Keys, quotas_now
 from relayllm_service.tenancy.quotas import Quotas
@@ -70,10 +71,11 @@ class Gateway:
         self.settings = settings
         self.keys = keys
         os.makedirs(settings.state_dir, exist_ok=True)
-        self.store = AdminStore(settings.store_path)  # the admin key's project is every one
+        self.jobs = SQLiteJobStore(settings.store_path)
+        self.store = AdminStore(self.jobs)  # the admin key's project is every one
         self.ledger = UsageLedger(settings.store_path, recording=settings.record_usage)  # usage.py
         live = quotas_now(settings.quotas_file, settings.quotas)  # the file's as it changes
-        self.quotas = Quotas.install(self.store, settings.quotas, live)  # checked as it writes
+        self.quotas = Quotas.install(self.jobs, settings.quotas, live)  # checked as it writes
         self.storage = FileStorage.from_uri(settings.files_location, settings.max_file_bytes)
         self.online = OnlineRoutes()
         self.fronts = self.online.fronts  # the front code of each deployment, by name
@@ -249,7 +251,7 @@ class Gateway:
         _check_file_id(input_file_id, "input_file_id")
         window = body.get("completion_window", "24h")
         keep = self._expires_after(body.get("output_expires_after"), "output_expires_after")
-        args = (self.store, self.storage, project, str(input_file_id))
+        args = (self.jobs, self.storage, project, str(input_file_id))
         await asyncio.to_thread(self.quotas.estimate, *args)  # its tokens, if a quota asks
         record = await asyncio.to_thread(
             self.store.create_batch,

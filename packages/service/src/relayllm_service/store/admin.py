@@ -10,7 +10,7 @@ to a project, so those are refused at the gateway.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from relayllm_service.errors import InvalidRequestError, NotFoundError
 from relayllm_service.store.records import BatchRecord, FileRecord, Page, check_limit
@@ -19,12 +19,23 @@ from relayllm_service.store.sqlite import SQLiteJobStore
 from relayllm_service.tenancy.keys import ADMIN
 
 
-class AdminStore(SQLiteJobStore):
-    """:class:`SQLiteJobStore` where the project :data:`ADMIN` is every project."""
+class AdminStore:
+    """A job store seen with the project :data:`ADMIN` as every project: a wrapper around the
+    store (:class:`SQLiteJobStore`), answering the project-scoped calls for ADMIN itself and
+    handing every other call, and every other project's, to the store."""
+
+    def __init__(self, store: SQLiteJobStore) -> None:
+        self.store = store
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    def __repr__(self) -> str:
+        return f"AdminStore({self.store!r})"
 
     def owner(self, table: Literal["batches", "files"], item_id: str) -> str:
         """The project that owns a batch or file id (404 for an id no project has)."""
-        with self.read() as db:
+        with self.store.read() as db:
             row = db.execute(f"SELECT project FROM {table} WHERE id = ?", (item_id,)).fetchone()
         if row is None:
             kind = "batch" if table == "batches" else "file"
@@ -33,35 +44,35 @@ class AdminStore(SQLiteJobStore):
 
     def projects(self) -> list[str]:
         """Every project that has a batch or a live file, by name."""
-        with self.read() as db:
+        with self.store.read() as db:
             rows = db.execute(
                 f"SELECT project FROM batches UNION SELECT project FROM files WHERE {LIVE}",
-                (self.now(),),
+                (self.store.now(),),
             ).fetchall()
         return sorted(str(row["project"]) for row in rows)
 
     # -- the project-scoped calls, for ADMIN every project's --------------------------------
 
     def get_batch(self, project: str, batch_id: str) -> BatchRecord:
-        return super().get_batch(self._as(project, "batches", batch_id), batch_id)
+        return self.store.get_batch(self._as(project, "batches", batch_id), batch_id)
 
     def cancel_batch(self, project: str, batch_id: str) -> BatchRecord:
-        return super().cancel_batch(self._as(project, "batches", batch_id), batch_id)
+        return self.store.cancel_batch(self._as(project, "batches", batch_id), batch_id)
 
     def get_file(self, project: str, file_id: str) -> FileRecord:
-        return super().get_file(self._as(project, "files", file_id), file_id)
+        return self.store.get_file(self._as(project, "files", file_id), file_id)
 
     def delete_file(self, project: str, file_id: str) -> FileRecord:
-        return super().delete_file(self._as(project, "files", file_id), file_id)
+        return self.store.delete_file(self._as(project, "files", file_id), file_id)
 
     def list_batches(
         self, project: str, *, after: str | None = None, limit: int = 20
     ) -> Page[BatchRecord]:
         if project != ADMIN:
-            return super().list_batches(project, after=after, limit=limit)
+            return self.store.list_batches(project, after=after, limit=limit)
         check_limit(limit, 100)
-        with self.read() as db:
-            before = self._batch_row(db, after, None)["seq"] if after is not None else 1 << 62
+        with self.store.read() as db:
+            before = self.store._batch_row(db, after, None)["seq"] if after is not None else 1 << 62
             rows = db.execute(
                 "SELECT * FROM batches WHERE seq < ? ORDER BY seq DESC LIMIT ?",
                 (before, limit + 1),
@@ -78,18 +89,18 @@ class AdminStore(SQLiteJobStore):
         purpose: str | None = None,
     ) -> Page[FileRecord]:
         if project != ADMIN:
-            return super().list_files(
+            return self.store.list_files(
                 project, after=after, limit=limit, order=order, purpose=purpose
             )
         check_limit(limit, 10000)
         if order not in ("asc", "desc"):
             raise InvalidRequestError(f"order must be 'asc' or 'desc', got {order!r}", "order")
         where: list[str] = [LIVE]
-        args: list[object] = [self.now()]
+        args: list[object] = [self.store.now()]
         if purpose is not None:
             where.append("purpose = ?")
             args.append(purpose)
-        with self.read() as db:
+        with self.store.read() as db:
             if after is not None:
                 row = db.execute("SELECT seq FROM files WHERE id = ?", (after,)).fetchone()
                 if row is None:

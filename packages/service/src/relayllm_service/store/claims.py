@@ -45,9 +45,12 @@ from relayllm_service.store.schema import (
 from relayllm_service.store.sqlite_file import SQLiteFile
 
 
-class ClaimedWrites(SQLiteFile):
+class ClaimedWrites:
     """The runner calls of :class:`~relayllm_service.store.sqlite.SQLiteJobStore`, each
-    fenced by the claim number (the tables are created by the store's constructor)."""
+    fenced by the claim number, on the store's file (whose tables the store creates)."""
+
+    def __init__(self, file: SQLiteFile) -> None:
+        self.file = file
 
     def _batch_row(self, db: sqlite3.Connection, batch_id: str, project: str | None) -> sqlite3.Row:
         """A batch's row, only if ``project`` owns it (None: any project's, as runners ask)."""
@@ -55,13 +58,13 @@ class ClaimedWrites(SQLiteFile):
 
     def _file_row(self, db: sqlite3.Connection, project: str, file_id: str) -> sqlite3.Row:
         """A live file's row, only if ``project`` owns it."""
-        return file_row(db, project, file_id, self.now())
+        return file_row(db, project, file_id, self.file.now())
 
     def unfinished(self) -> list[BatchRecord]:
         """Every batch not in a final status, oldest first: what runners must (re)claim after
         a restart."""
         marks = ", ".join("?" * len(TERMINAL))
-        with self.read() as db:
+        with self.file.read() as db:
             rows = db.execute(
                 f"SELECT * FROM batches WHERE status NOT IN ({marks}) ORDER BY seq",
                 tuple(sorted(TERMINAL)),
@@ -74,7 +77,7 @@ class ClaimedWrites(SQLiteFile):
         ``lease_s``, refused (:class:`ClaimHeldError`) while another runner holds the batch
         and wrote (``heartbeat_at``) less than ``lease_s`` ago: two live runners never take
         a batch from each other; a dead one's batches are taken once its lease ran out."""
-        with self.write() as db:
+        with self.file.write() as db:
             row = self._batch_row(db, batch_id, None)
             if row["status"] in TERMINAL:
                 raise IllegalTransitionError(
@@ -86,16 +89,16 @@ class ClaimedWrites(SQLiteFile):
                 and row["runner"] is not None
                 and row["runner"] != runner
                 and beat is not None
-                and self.now() - int(beat) < lease_s
+                and self.file.now() - int(beat) < lease_s
             ):
                 raise ClaimHeldError(
                     f"batch {batch_id!r} is held by {row['runner']!r}, alive "
-                    f"{self.now() - int(beat)}s ago"
+                    f"{self.file.now() - int(beat)}s ago"
                 )
             number = int(row["claim"]) + 1
             db.execute(
                 "UPDATE batches SET claim = ?, runner = ?, heartbeat_at = ? WHERE id = ?",
-                (number, runner, self.now(), batch_id),
+                (number, runner, self.file.now(), batch_id),
             )
         return number
 
@@ -128,7 +131,7 @@ class ClaimedWrites(SQLiteFile):
             changes["request_counts"] = check_counts(request_counts)
         if errors is not None:
             changes["errors"] = json.dumps(errors)
-        with self.write() as db:
+        with self.file.write() as db:
             row = self._batch_row(db, batch_id, None)
             self._check_claim(row, claim)
             for column, file_id in (
@@ -138,10 +141,10 @@ class ClaimedWrites(SQLiteFile):
                 if file_id is not None:
                     self._file_row(db, row["project"], file_id)  # the batch's project's file
                     changes[column] = file_id
-            apply_changes(db, row, changes, self.now())
+            apply_changes(db, row, changes, self.file.now())
             db.execute(
                 "UPDATE batches SET heartbeat_at = ? WHERE id = ? AND claim = ?",
-                (self.now(), batch_id, claim),
+                (self.file.now(), batch_id, claim),
             )
             return batch_record(self._batch_row(db, batch_id, None))
 
@@ -163,11 +166,16 @@ class ClaimedWrites(SQLiteFile):
             raise InvalidRequestError(f"purpose {purpose!r} is not supported", "purpose")
         if file_id is not None and not is_file_id(file_id):
             raise InvalidRequestError(f"{file_id!r} is not a file id", "file_id")
-        with self.write() as db:
+        with self.file.write() as db:
             row = self._batch_row(db, batch_id, None)
             self._check_claim(row, claim)
             record = FileRecord(
-                file_id or new_file_id(), row["project"], filename, purpose, int(bytes), self.now()
+                file_id or new_file_id(),
+                row["project"],
+                filename,
+                purpose,
+                int(bytes),
+                self.file.now(),
             )
             insert_file(db, record)
         return record
@@ -180,7 +188,7 @@ class ClaimedWrites(SQLiteFile):
         for file_id in file_ids:
             if not is_file_id(file_id):
                 raise InvalidRequestError(f"{file_id!r} is not a file id", "file_id")
-        with self.write() as db:
+        with self.file.write() as db:
             row = self._batch_row(db, batch_id, None)
             self._check_claim(row, claim)
             if row["status"] in TERMINAL:
@@ -190,7 +198,7 @@ class ClaimedWrites(SQLiteFile):
             earlier = pending_files(row)
             db.execute(
                 "UPDATE batches SET pending_files = ?, heartbeat_at = ? WHERE id = ?",
-                (json.dumps(file_ids), self.now(), batch_id),
+                (json.dumps(file_ids), self.file.now(), batch_id),
             )
         return tuple(f for f in earlier if f not in file_ids)
 
@@ -212,7 +220,7 @@ class ClaimedWrites(SQLiteFile):
         unknown = sorted(set(files) - {"output", "error"})
         if unknown:
             raise ValueError(f"files are 'output' and 'error', got {unknown}")
-        with self.write() as db:
+        with self.file.write() as db:
             row = self._batch_row(db, batch_id, None)
             self._check_claim(row, claim)
             reserved = pending_files(row)
@@ -235,26 +243,28 @@ class ClaimedWrites(SQLiteFile):
                         f"{batch_id}_{kind}.jsonl",
                         "batch_output",
                         int(size),
-                        self.now(),
-                        None if keep is None else self.now() + int(keep),
+                        self.file.now(),
+                        None if keep is None else self.file.now() + int(keep),
                     ),
                 )
                 changes[f"{kind}_file_id"] = file_id
-            apply_changes(db, row, changes, self.now())
-            db.execute("UPDATE batches SET heartbeat_at = ? WHERE id = ?", (self.now(), batch_id))
+            apply_changes(db, row, changes, self.file.now())
+            db.execute(
+                "UPDATE batches SET heartbeat_at = ? WHERE id = ?", (self.file.now(), batch_id)
+            )
             return batch_record(self._batch_row(db, batch_id, None))
 
     def remove_expired_files(self, limit: int = 1000) -> list[str]:
         """The records of up to ``limit`` expired files, deleted; returns their ids, whose
         bytes the caller deletes (the record first, as :meth:`delete_file`). A batch that
         names an expired output file keeps naming it; the file answers 404, as OpenAI's."""
-        with self.write() as db:
+        with self.file.write() as db:
             ids = [
                 r["id"]
                 for r in db.execute(
                     "SELECT id FROM files WHERE expires_at IS NOT NULL AND expires_at <= ? "
                     "ORDER BY expires_at LIMIT ?",
-                    (self.now(), limit),
+                    (self.file.now(), limit),
                 ).fetchall()
             ]
             db.executemany("DELETE FROM files WHERE id = ?", [(i,) for i in ids])

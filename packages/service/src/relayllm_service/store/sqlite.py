@@ -22,7 +22,8 @@ import json
 import sqlite3
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Literal
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Literal
 
 from relayllm_service.errors import InvalidRequestError
 from relayllm_service.ids import is_file_id, new_batch_id, new_file_id
@@ -48,17 +49,22 @@ from relayllm_service.store.schema import (
     LIVE,
     apply_changes,
     batch_record,
+    batch_row,
     file_record,
+    file_row,
     insert_file,
     migrate,
     readable,
 )
+from relayllm_service.store.sqlite_file import SQLiteFile
 
 
-class SQLiteJobStore(ClaimedWrites):
+class SQLiteJobStore:
     """:class:`JobStore` in one SQLite file (WAL mode, synchronous=FULL: a committed write
     survives a process kill and a power cut). Safe to share between threads (one connection
     behind a lock) and between processes (SQLite's locks; a writer waits up to ``timeout_s``).
+    Made of parts: the file (:class:`SQLiteFile`), the runners' fenced writes
+    (:class:`ClaimedWrites`, on the same file) and, here, what a client's request asks.
     """
 
     #: Asked in the write transaction of an upload's or a new batch's record before it is
@@ -68,16 +74,111 @@ class SQLiteJobStore(ClaimedWrites):
     def __init__(
         self, path: str, *, clock: Callable[[], float] = time.time, timeout_s: float = 30.0
     ) -> None:
-        super().__init__(path, clock=clock, timeout_s=timeout_s)
+        self.file = SQLiteFile(path, clock=clock, timeout_s=timeout_s)
         try:
-            with self.write() as db:
-                migrate(db, self.path)
+            with self.file.write() as db:
+                migrate(db, self.file.path)
         except BaseException:
-            self._db.close()
+            self.file.close()
             raise
+        self.runner = ClaimedWrites(self.file)
+
+    @property
+    def path(self) -> str:
+        return self.file.path
+
+    def close(self) -> None:
+        self.file.close()
+
+    def now(self) -> int:
+        return self.file.now()
+
+    def read(self) -> AbstractContextManager[sqlite3.Connection]:
+        """A read transaction on the store's file (:meth:`SQLiteFile.read`)."""
+        return self.file.read()
+
+    def write(self) -> AbstractContextManager[sqlite3.Connection]:
+        """A write transaction on the store's file (:meth:`SQLiteFile.write`)."""
+        return self.file.write()
+
+    def _batch_row(self, db: sqlite3.Connection, batch_id: str, project: str | None) -> sqlite3.Row:
+        """A batch's row, only if ``project`` owns it (None: any project's)."""
+        return batch_row(db, batch_id, project)
+
+    def _file_row(self, db: sqlite3.Connection, project: str, file_id: str) -> sqlite3.Row:
+        """A live file's row, only if ``project`` owns it."""
+        return file_row(db, project, file_id, self.now())
 
     def __repr__(self) -> str:
         return f"SQLiteJobStore({self.path!r})"
+
+    # -- the runners' calls, each fenced by its claim (claims.py) ---------------------------
+
+    def unfinished(self) -> list[BatchRecord]:
+        return self.runner.unfinished()
+
+    def claim(self, batch_id: str, runner: str, lease_s: float | None = None) -> int:
+        return self.runner.claim(batch_id, runner, lease_s)
+
+    def update(
+        self,
+        batch_id: str,
+        claim: int,
+        *,
+        status: Status | None = None,
+        request_counts: RequestCounts | None = None,
+        output_file_id: str | None = None,
+        error_file_id: str | None = None,
+        errors: list[dict[str, Any]] | None = None,
+    ) -> BatchRecord:
+        return self.runner.update(
+            batch_id,
+            claim,
+            status=status,
+            request_counts=request_counts,
+            output_file_id=output_file_id,
+            error_file_id=error_file_id,
+            errors=errors,
+        )
+
+    def add_batch_file(
+        self,
+        batch_id: str,
+        claim: int,
+        *,
+        filename: str,
+        purpose: str,
+        bytes: int,
+        file_id: str | None = None,
+    ) -> FileRecord:
+        return self.runner.add_batch_file(
+            batch_id, claim, filename=filename, purpose=purpose, bytes=bytes, file_id=file_id
+        )
+
+    def reserve_files(self, batch_id: str, claim: int, file_ids: list[str]) -> tuple[str, ...]:
+        return self.runner.reserve_files(batch_id, claim, file_ids)
+
+    def finish_batch(
+        self,
+        batch_id: str,
+        claim: int,
+        *,
+        status: Status,
+        request_counts: RequestCounts,
+        files: Mapping[str, tuple[str, int]],
+        errors: list[dict[str, Any]] | None = None,
+    ) -> BatchRecord:
+        return self.runner.finish_batch(
+            batch_id,
+            claim,
+            status=status,
+            request_counts=request_counts,
+            files=files,
+            errors=errors,
+        )
+
+    def remove_expired_files(self, limit: int = 1000) -> list[str]:
+        return self.runner.remove_expired_files(limit)
 
     # -- files -------------------------------------------------------------------------
 
