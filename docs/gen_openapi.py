@@ -6,8 +6,8 @@ the console).
     python docs/gen_openapi.py --check   # exit 1 when the committed one is stale
 
 ``python docs/gen_reference.py`` writes (and ``--check`` checks) it with the other reference
-pages. The paths and methods are the gateway's own route table (``Gateway._routes`` and the
-console's ``Console.routes``, read without starting a service): a route added or removed in
+pages. The paths and methods are the gateway's own route table (``Gateway._routes``, each
+feature's routes, and the console's ``Console.routes``, read without starting a service): a route added or removed in
 the code fails the check until its operation below is written or removed. The bodies are the
 ``openai`` package's types (``model_json_schema()`` of its pydantic models, a ``TypeAdapter``'s
 schema of its request ``TypedDict``s), so a request or an answer is described as OpenAI's
@@ -107,8 +107,14 @@ def served_routes() -> list[tuple[str, str]]:
     """(path, method) of every route the gateway serves, from its own table."""
     from relayllm_service.console.routes import Console
     from relayllm_service.gateway.app import Gateway
+    from relayllm_service.gateway.batches import BatchRoutes
+    from relayllm_service.gateway.files import FileRoutes
 
     gateway, console = Gateway.__new__(Gateway), Console.__new__(Console)  # no service started
+    gateway.files, gateway.batches = (
+        FileRoutes.__new__(FileRoutes),
+        BatchRoutes.__new__(BatchRoutes),
+    )
     routes = gateway._routes() + console.routes()
     return [(r.path, m.lower()) for r in routes for m in sorted(r.methods or ()) if m != "HEAD"]
 
