@@ -7,8 +7,9 @@ the console).
 
 ``python docs/gen_reference.py`` writes (and ``--check`` checks) it with the other reference
 pages. The paths and methods are the gateway's own route table (``Gateway._routes``, each
-feature's routes, and the console's ``Console.routes``, read without starting a service): a route added or removed in
-the code fails the check until its operation below is written or removed. The bodies are the
+feature's routes, and the console's ``Console.routes``, read without starting a service): a
+route added or removed in the code fails the check until its operation below is written or
+removed. The bodies are the
 ``openai`` package's types (``model_json_schema()`` of its pydantic models, a ``TypeAdapter``'s
 schema of its request ``TypedDict``s), so a request or an answer is described as OpenAI's
 client reads it; what the service narrows (the batch endpoints it runs, the parameters of its
