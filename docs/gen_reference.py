@@ -361,8 +361,12 @@ def environment_page() -> str:
         "",
         "# Environment variables",
         "",
-        "Every `RELAYLLM_*` variable relayllm and its adapters read. A unit test keeps this list "
-        "and the code in step.",
+        "Every `RELAYLLM_*` variable relayllm and its adapters read, all through `relayllm.env` "
+        "(adapters: `relayllm.adapters.env`); a unit test fails on a read anywhere else.",
+        "",
+        "A switch (default *off*) is on when set to anything but blank, `0`, `false`, `no` or "
+        "`off`. A number of seconds that is not a positive number is its default. A list is "
+        "comma-separated.",
         "",
         "| variable | default | meaning | read by |",
         "|---|---|---|---|",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from relayllm.env import ENGINE_HOUR_COST
 from relayllm.errors import ConfigError
 from relayllm.pipelines import engine_figures
 from relayllm.serving import metrics as metrics_module
@@ -67,7 +68,7 @@ def test_engine_time_is_summed_over_replicas_and_priced_only_when_told():
 
 
 def test_the_price_setting_is_one_price_or_one_per_deployment():
-    env = engine_figures.COST_ENV
+    env = ENGINE_HOUR_COST.name
     assert engine_figures.hour_costs({}) == {}
     assert engine_figures.hour_costs({env: "2.5"}) == {"*": 2.5}
     assert engine_figures.hour_costs({env: "qwen=3, echo=0"}) == {"qwen": 3.0, "echo": 0.0}

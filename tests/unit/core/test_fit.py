@@ -5,7 +5,8 @@ pipeline deadlock they guard: tests/core/test_fit_on_ray.py)."""
 import pytest
 
 from relayllm import ResourceFitError
-from relayllm.fit import SKIP_ENV, Demand, check_fit, engine_demand, replica_count
+from relayllm.env import SKIP_FIT_CHECK
+from relayllm.fit import Demand, check_fit, engine_demand, replica_count
 
 # Registered for each test and removed after it (tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("echo_backend")
@@ -61,7 +62,7 @@ def test_strict_pack_needs_one_node_that_holds_the_group():
 
 
 def test_an_autoscaling_cluster_can_skip_the_check(monkeypatch):
-    monkeypatch.setenv(SKIP_ENV, "1")
+    monkeypatch.setenv(SKIP_FIT_CHECK.name, "1")
     check_deployment("big", {**GROUP, "num_replicas": 30})
 
 

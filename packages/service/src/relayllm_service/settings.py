@@ -10,6 +10,7 @@ import re
 
 from pydantic import ConfigDict, Field, PositiveFloat, field_validator
 
+from relayllm import env
 from relayllm.config import ConfigModel
 from relayllm.http.server import base_url  # the one base_url rule, the direct server's too
 from relayllm_service.store.files import DEFAULT_MAX_BYTES
@@ -19,8 +20,7 @@ from relayllm_service.tenancy.quotas import Quota
 MIN_EXPIRES_S = 3600
 MAX_EXPIRES_S = 30 * 24 * 3600
 #: Where the state lives unless told (on the node the gateway and the runner run on).
-DEFAULT_STATE_DIR = "~/.relayllm/batch-service"
-STATE_DIR_ENV = "RELAYLLM_STATE_DIR"
+DEFAULT_STATE_DIR = env.STATE_DIR.value
 #: Serve application names of gateways start with this (never ``relayllm-``: that prefix is
 #: the deployments', and ``list_deployments`` would list a gateway as one).
 GATEWAY_APP_PREFIX = "relayllm_"
@@ -202,7 +202,6 @@ __all__ = [
     "GATEWAY_APP_PREFIX",
     "MAX_EXPIRES_S",
     "MIN_EXPIRES_S",
-    "STATE_DIR_ENV",
     "ServiceSettings",
     "base_url",
 ]

@@ -28,7 +28,8 @@ three adapters and the example to ``relayllm.adapters`` and the kit's ``relayllm
 protocol's names (:data:`TASKS`, :data:`FEATURES`, :data:`OPENAI_SAMPLING_PARAMS`,
 :func:`request_text`); the errors an adapter raises or reports (:class:`ConfigError`,
 :class:`ControlRefusedError`, :class:`MissingDependencyError`, :func:`describe_exception`);
-the traffic classes' engine priorities; the shared retry back-off; :class:`ReplicaMetrics`.
+the traffic classes' engine priorities; the shared retry back-off; :class:`ReplicaMetrics`;
+:mod:`relayllm.env`, the reader of every ``RELAYLLM_*`` variable, as ``env``.
 A plugin's command takes its options and progress from :mod:`.commands`.
 
 Pure Python: no engine import, so adapters' translations are unit-tested without an engine.
@@ -40,6 +41,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from relayllm import env
 from relayllm.adapters.options import OptionsError, options_error, parse_options
 from relayllm.adapters.sampling import (
     StructuredOutput,
@@ -98,6 +100,7 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
+    "env",
     "BATCH_PRIORITY",
     "CHARS_PER_TOKEN",
     "FEATURES",

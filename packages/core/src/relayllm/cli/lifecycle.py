@@ -96,11 +96,12 @@ def status(as_json, address, verbose):
     import json
 
     import relayllm
-    from relayllm.cli.progress import DEFAULT_STALL_S, STALL_ENV, _env_seconds, elapsed
+    from relayllm import env
+    from relayllm.cli.progress import elapsed
 
     warn_unsupported_versions()
     connect(address, verbose, existing_cluster=True, start_serve=False)  # it only reads
-    stall_s = _env_seconds(STALL_ENV, DEFAULT_STALL_S)
+    stall_s = env.STALL_WARNING_S.get()
     found = []
     for ref in relayllm.list_deployments(address=address):
         item: dict[str, Any] = {

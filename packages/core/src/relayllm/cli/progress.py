@@ -11,7 +11,6 @@ they move while the engine works, not only when a block reaches the output.
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
@@ -20,20 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import IO, Any
 
-#: Seconds without progress before a step is reported as stalled.
-STALL_ENV = "RELAYLLM_STALL_WARNING_S"
-DEFAULT_STALL_S = 300.0
-#: Seconds between two plain progress lines when the output is not a terminal.
-INTERVAL_ENV = "RELAYLLM_PROGRESS_INTERVAL_S"
-DEFAULT_INTERVAL_S = 10.0
-
-
-def _env_seconds(name: str, default: float) -> float:
-    try:
-        value = float(os.environ.get(name, default))
-    except ValueError:
-        return default
-    return value if value > 0 else default
+from relayllm import env
 
 
 def elapsed(seconds: float) -> str:
@@ -63,8 +49,8 @@ class Console:
     ) -> None:
         self._stream = stream
         self.tty = self.stream.isatty() if tty is None else tty
-        self.stall_s = stall_s or _env_seconds(STALL_ENV, DEFAULT_STALL_S)
-        self.interval_s = _env_seconds(INTERVAL_ENV, DEFAULT_INTERVAL_S)
+        self.stall_s = stall_s or env.STALL_WARNING_S.get()
+        self.interval_s = env.PROGRESS_INTERVAL_S.get()
         self._lock = threading.Lock()
 
     @property

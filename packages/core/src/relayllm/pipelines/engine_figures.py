@@ -7,21 +7,21 @@ An engine counts per step of its own, not per row, so the figures are per deploy
 that share a deployment share its figure (the summary names them). A backend that reports no
 prefix cache gives no prefix figures; a replica replaced during the run counts from its start.
 
-A cost is estimated only when told what an engine hour costs (:data:`COST_ENV`: one price,
-or one per deployment); there is no default price.
+A cost is estimated only when told what an engine hour costs (``RELAYLLM_ENGINE_HOUR_COST``:
+one price, or one per deployment); there is no default price.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+from relayllm import env
 
 logger = logging.getLogger(__name__)
 
 #: What an engine hour costs: ``PRICE`` for every deployment, or ``NAME=PRICE,...``.
-COST_ENV = "RELAYLLM_ENGINE_HOUR_COST"
 
 #: (prompt tokens looked up, found cached, prefilled, engine busy seconds) of each replica,
 #: by deployment.
@@ -54,11 +54,11 @@ def snapshot(names: Iterable[str]) -> Snapshot:
 
 
 def hour_costs(environ: Mapping[str, str] | None = None) -> dict[str, float]:
-    """The prices of :data:`COST_ENV` by deployment (``"*"``: every deployment not named);
-    empty when it is not set. A malformed value is a ConfigError naming the variable."""
+    """The prices of ``RELAYLLM_ENGINE_HOUR_COST`` by deployment (``"*"``: every deployment
+    not named); empty when it is not set. A malformed value is a ConfigError naming the variable."""
     from relayllm.errors import ConfigError
 
-    text = (os.environ if environ is None else environ).get(COST_ENV, "").strip()
+    text = env.ENGINE_HOUR_COST.get(environ) or ""
     prices: dict[str, float] = {}
     for entry in filter(None, (e.strip() for e in text.split(","))):
         name, _, price = entry.rpartition("=")
@@ -68,8 +68,8 @@ def hour_costs(environ: Mapping[str, str] | None = None) -> dict[str, float]:
             value = -1.0
         if value < 0:
             raise ConfigError(
-                f"{COST_ENV}: {entry!r} is not a price; give PRICE (e.g. 2.5) for every "
-                f"deployment or NAME=PRICE,... per deployment"
+                f"{env.ENGINE_HOUR_COST.name}: {entry!r} is not a price; give PRICE (e.g. 2.5) "
+                f"for every deployment or NAME=PRICE,... per deployment"
             )
         prices[name.strip() or "*"] = value
     return prices
@@ -118,10 +118,12 @@ def summary_lines(figures: dict[str, dict[str, Any]], steps: dict[str, list[str]
             )
         parts.append(f"engine time {f.get('engine_s', 0.0):.1f} s")
         if "cost_estimate" in f:
-            parts.append(f"estimated cost {f['cost_estimate']:.4f} (from {COST_ENV})")
+            parts.append(
+                f"estimated cost {f['cost_estimate']:.4f} (from {env.ENGINE_HOUR_COST.name})"
+            )
         parts.append(f"{f['replicas']} replica(s)")
         lines.append(f"{name}{served}: " + ", ".join(parts))
     return "\n".join(lines)
 
 
-__all__ = ["COST_ENV", "delta", "hour_costs", "snapshot", "summary_lines"]
+__all__ = ["delta", "hour_costs", "snapshot", "summary_lines"]

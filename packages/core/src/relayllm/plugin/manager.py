@@ -17,25 +17,19 @@ registry asks :meth:`PluginManager.origin_of` which plugin's hook is adding a ba
 from __future__ import annotations
 
 import importlib
-import os
 import threading
 from types import FrameType, ModuleType
 from typing import Any
 
 import pluggy
 
+from relayllm import env
 from relayllm.backend import BackendOrigin, BackendRegistry
 from relayllm.errors import ConfigError
 from relayllm.plugin import NAME, spec
 
-DISABLE_AUTOLOAD_ENV = "RELAYLLM_DISABLE_PLUGIN_AUTOLOAD"
-BLOCK_PLUGINS_ENV = "RELAYLLM_BLOCK_PLUGINS"
-EXTRA_PLUGINS_ENV = "RELAYLLM_EXTRA_PLUGINS"
-ECHO_BACKEND_ENV = "RELAYLLM_ECHO_BACKEND"
 #: The plugin ``RELAYLLM_ECHO_BACKEND=1`` adds to the extra plugins.
 ECHO_PLUGIN = "relayllm.testing.echo"
-
-_TRUE = {"1", "true", "yes", "on"}
 
 
 class PluginManager:
@@ -58,9 +52,9 @@ class PluginManager:
         with self._lock:
             if self._loaded:
                 return
-            for name in _listed(BLOCK_PLUGINS_ENV):
+            for name in env.BLOCK_PLUGINS.get():
                 self.manager.set_blocked(name)
-            if os.environ.get(DISABLE_AUTOLOAD_ENV, "").lower() not in _TRUE:
+            if not env.DISABLE_PLUGIN_AUTOLOAD.get():
                 self.manager.load_setuptools_entrypoints(NAME)
             for target in extra_plugins():
                 self._register(_import_plugin(target), target)
@@ -123,8 +117,8 @@ class PluginManager:
 
 def extra_plugins() -> list[str]:
     """The plugins ``RELAYLLM_EXTRA_PLUGINS`` (and ``RELAYLLM_ECHO_BACKEND=1``) name."""
-    extra = _listed(EXTRA_PLUGINS_ENV)
-    if os.environ.get(ECHO_BACKEND_ENV, "").lower() in _TRUE and ECHO_PLUGIN not in extra:
+    extra = env.EXTRA_PLUGINS.get()
+    if env.ECHO_BACKEND.get() and ECHO_PLUGIN not in extra:
         extra.append(ECHO_PLUGIN)
     return extra
 
@@ -137,14 +131,10 @@ def _import_plugin(target: str) -> object:
             plugin = getattr(plugin, part)
     except (ImportError, AttributeError) as exc:
         raise ConfigError(
-            f"{EXTRA_PLUGINS_ENV} names {target!r}, which cannot be loaded ({exc}); give "
+            f"{env.EXTRA_PLUGINS.name} names {target!r}, which cannot be loaded ({exc}); give "
             f"'module' or 'module:attribute' of an importable plugin, or unset it"
         ) from exc
     return plugin
-
-
-def _listed(env: str) -> list[str]:
-    return [n.strip() for n in os.environ.get(env, "").split(",") if n.strip()]
 
 
 MANAGER = PluginManager()
@@ -167,11 +157,7 @@ def reset() -> None:
 
 
 __all__ = [
-    "BLOCK_PLUGINS_ENV",
-    "DISABLE_AUTOLOAD_ENV",
-    "ECHO_BACKEND_ENV",
     "ECHO_PLUGIN",
-    "EXTRA_PLUGINS_ENV",
     "MANAGER",
     "PluginManager",
     "extra_plugins",

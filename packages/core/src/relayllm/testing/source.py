@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from relayllm import env
 from relayllm.adapters.source import (
     Signature,
     SourceLayoutError,
@@ -28,13 +29,10 @@ from relayllm.adapters.source import (
     function_signature,
 )
 
-#: Overrides where test wheels are kept (default: the user's cache dir).
-CACHE_ENV = "RELAYLLM_TEST_CACHE"
-
 
 def wheel_cache() -> Path:
     """Where fetched wheels are kept across runs, so CI downloads each release once."""
-    base = os.environ.get(CACHE_ENV) or os.environ.get("XDG_CACHE_HOME")
+    base = env.TEST_CACHE.get() or os.environ.get("XDG_CACHE_HOME")
     return Path(base or Path.home() / ".cache") / "relayllm" / "wheels"
 
 
@@ -44,7 +42,6 @@ def pinned_wheel(distribution: str, version: str, *, timeout: float = 1800) -> P
 
 
 __all__ = [
-    "CACHE_ENV",
     "Signature",
     "SourceLayoutError",
     "SourceTree",

@@ -18,14 +18,16 @@ from typing import Any, TypeVar
 
 import click
 
+from relayllm import env
 from relayllm.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, fail
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 #: The base URL ``relayllm serve`` prints by default (the gateway's own server).
 DEFAULT_BASE_URL = "http://127.0.0.1:8001/v1"
-BASE_URL_ENVS = ["RELAYLLM_BASE_URL", "OPENAI_BASE_URL"]
-API_KEY_ENVS = ["RELAYLLM_API_KEY", "OPENAI_API_KEY"]
+#: Where the URL and the key come from when not given: relayllm's variable, else OpenAI's.
+BASE_URL_ENVS = [env.BASE_URL.name, "OPENAI_BASE_URL"]
+API_KEY_ENVS = [env.API_KEY.name, "OPENAI_API_KEY"]
 
 
 def service_options(func: F) -> F:

@@ -8,8 +8,8 @@ from typing import Any
 
 import click
 
+from relayllm import env
 from relayllm.cli.common import attach_address_option, connect, handle_errors, verbose_option
-from relayllm_service.settings import STATE_DIR_ENV
 
 
 def _field(name: str, *flag: str, **extra: Any) -> Callable[[Any], Any]:
@@ -82,10 +82,10 @@ class NodeResource(click.ParamType):
 @_field(
     "state_dir",
     metavar="DIR",
-    envvar=STATE_DIR_ENV,
+    envvar=env.STATE_DIR.name,
     help="The job store and the runner's work files, on the disk of the node the gateway "
     "and the runner run on: the head node's, or with --node-resource a path every such node "
-    f"reaches (default also from ${STATE_DIR_ENV}).",
+    f"reaches (default also from ${env.STATE_DIR.name}).",
 )
 @_field(
     "node_resources",
@@ -124,7 +124,7 @@ class NodeResource(click.ParamType):
     "--quotas",
     "quotas_file",
     metavar="PATH",
-    envvar="RELAYLLM_QUOTAS_FILE",
+    envvar=env.QUOTAS_FILE.name,
     type=click.Path(dir_okay=False),
     help="Limits per project, a YAML file of PROJECT: {stored_bytes, files, batches, "
     "enqueued_tokens: {DEPLOYMENT: N}, requests_per_minute, weight} ('*': every other "

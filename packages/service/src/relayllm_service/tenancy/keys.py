@@ -17,18 +17,15 @@ a malformed entry may well be a key written the wrong way round.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 from collections.abc import Iterable, Mapping
 
+from relayllm import env
 from relayllm.errors import ConfigError
 from relayllm.http import errors as http_errors
 from relayllm.http.auth import bearer_key
 from relayllm_service.errors import UnauthorizedError
 
-ENV_KEYS = "RELAYLLM_API_KEYS"
-ENV_KEYS_FILE = "RELAYLLM_API_KEYS_FILE"
-ENV_ADMIN_KEY = "RELAYLLM_ADMIN_KEY"
 #: The project the admin key answers to: no project may be named so (project names are
 #: letters, digits, '_', '.' and '-').
 ADMIN = "*"
@@ -210,14 +207,13 @@ def environment_keys(
 ) -> KeyMap:
     """The keys of ``RELAYLLM_API_KEYS`` and the admin key of ``RELAYLLM_ADMIN_KEY`` (no
     file, no check that any key is given)."""
-    environ = os.environ if environ is None else environ
     keys = KeyMap(anonymous=anonymous)
-    admin = environ.get(ENV_ADMIN_KEY, "").strip()
+    admin = env.ADMIN_KEY.get(environ)
     if admin:
-        keys.set_admin(admin, ENV_ADMIN_KEY)
-    text = environ.get(ENV_KEYS, "")
+        keys.set_admin(admin, env.ADMIN_KEY.name)
+    text = env.API_KEYS.raw(environ)
     if text.strip():
-        keys._read(text, ENV_KEYS)
+        keys._read(text, env.API_KEYS.name)
     return keys
 
 
@@ -230,9 +226,8 @@ def load_keys(
     ``RELAYLLM_API_KEYS_FILE``), merged, and the admin key of ``RELAYLLM_ADMIN_KEY``. No
     project key at all is a ConfigError unless ``anonymous`` names the project of keyless
     requests (a server for one trusted user)."""
-    environ = os.environ if environ is None else environ
     keys = environment_keys(environ, anonymous)
-    path = path or environ.get(ENV_KEYS_FILE) or None
+    path = path or env.API_KEYS_FILE.get(environ)
     if path:
         content, problem = _read_file(path)
         if content is None:
@@ -240,8 +235,8 @@ def load_keys(
         keys._read(content, path)
     if not len(keys) and anonymous is None:
         raise ConfigError(
-            f"no API keys: set {ENV_KEYS} (PROJECT=KEY,...) or {ENV_KEYS_FILE} (a file of "
-            f"PROJECT=KEY lines)"
+            f"no API keys: set {env.API_KEYS.name} (PROJECT=KEY,...) or "
+            f"{env.API_KEYS_FILE.name} (a file of PROJECT=KEY lines)"
         )
     return keys
 
@@ -268,9 +263,6 @@ def _read_file(path: str) -> tuple[str | None, str]:
 
 __all__ = [
     "ADMIN",
-    "ENV_ADMIN_KEY",
-    "ENV_KEYS",
-    "ENV_KEYS_FILE",
     "MIN_KEY_LENGTH",
     "KeyMap",
     "environment_keys",

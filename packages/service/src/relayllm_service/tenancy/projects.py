@@ -22,8 +22,9 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Generic, TypeVar
 
+from relayllm import env
 from relayllm.errors import ConfigError
-from relayllm_service.tenancy.keys import ENV_KEYS_FILE, KeyMap, environment_keys, load_keys
+from relayllm_service.tenancy.keys import KeyMap, environment_keys, load_keys
 from relayllm_service.tenancy.quotas import Quota, read_quotas
 
 logger = logging.getLogger(__name__)
@@ -157,8 +158,7 @@ def service_keys(
 ) -> KeyMap | LiveKeys:
     """The service's keys as :func:`~relayllm_service.tenancy.keys.load_keys` reads them (every
     check made now, before the cluster), kept live when a keys file gives some."""
-    environ = os.environ if environ is None else environ
-    path = path or environ.get(ENV_KEYS_FILE) or None
+    path = path or env.API_KEYS_FILE.get(environ)
     current = load_keys(environ, path, anonymous)
     if path is None:
         return current
