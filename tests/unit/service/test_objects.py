@@ -1,9 +1,11 @@
 """Store rows as OpenAI's JSON bodies, validated with the ``openai`` package's own types (and
 its cursor page's paging), from a real store taken through every status; nothing internal (the
-project, the claim, the runner) reaches a client."""
+project, the claim, the runner) reaches a client; the service's refusals are OpenAI's error
+bodies through the HTTP layer's one refusal path."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -13,6 +15,7 @@ from openai.types.batch import Batch
 from openai.types.file_deleted import FileDeleted
 from openai.types.file_object import FileObject
 
+from relayllm.http.errors import refusal_of
 from relayllm_service.errors import (
     IllegalTransitionError,
     InvalidRequestError,
@@ -26,7 +29,6 @@ from relayllm_service.gateway.objects import (
     error_body,
     file_deleted,
     file_object,
-    http_error,
     list_object,
 )
 from relayllm_service.store.sqlite import RequestCounts, SQLiteJobStore
@@ -150,8 +152,9 @@ def test_a_list_page_pages_as_the_openai_client_pages(store):
     ],
 )
 def test_service_errors_become_openai_error_bodies(error, status, code):
-    got_status, body = http_error(error)
-    assert got_status == status
+    refusal = refusal_of(error)
+    assert refusal is not None and refusal.status == status
+    body = refusal.body()
     assert body["error"]["message"] == str(error) and body["error"]["code"] == code
     assert body["error"]["param"] == getattr(error, "param", None)
     assert body["error"]["type"] == "invalid_request_error"
@@ -166,10 +169,29 @@ def test_service_errors_become_openai_error_bodies(error, status, code):
     ],
 )
 def test_unexpected_errors_are_a_500_that_shows_nothing_of_the_server(error):
-    status, body = http_error(error)
-    assert status == 500 and body["error"]["type"] == "server_error"
-    assert str(error) not in json.dumps(body)
-    assert "/srv" not in json.dumps(body) and "host-7" not in json.dumps(body)
+    from starlette.requests import Request
+    from starlette.routing import Route
+
+    from relayllm.http.app import HttpApp
+
+    async def fail(request):
+        raise error
+
+    app = HttpApp([Route("/v1/batches", fail)], server="the batch service")
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "path": "/v1/batches",
+        "headers": [],
+        "query_string": b"",
+        "root_path": "",
+    }
+    response = asyncio.run(app.respond(Request(scope)))
+    assert refusal_of(error) is None
+    text = response.body.decode()
+    assert response.status_code == 500 and json.loads(text)["error"]["type"] == "server_error"
+    assert "the batch service failed" in text and str(error) not in text
+    assert "/srv" not in text and "host-7" not in text
 
 
 def test_error_body_is_openais_envelope():

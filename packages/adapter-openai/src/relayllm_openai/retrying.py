@@ -14,7 +14,7 @@ from typing import Any
 import openai
 from tenacity import RetryCallState, wait_exponential_jitter
 
-from relayllm.adapters import INITIAL_BACKOFF_S, MAX_BACKOFF_S
+from relayllm.adapters import INITIAL_BACKOFF_S, MAX_BACKOFF_S, RelayLLMError
 
 #: Statuses worth another try besides 5xx: timeout, conflict, rate limit.
 RETRYABLE_STATUS = frozenset({408, 409, 429})
@@ -22,7 +22,7 @@ RETRYABLE_STATUS = frozenset({408, 409, 429})
 MAX_RETRY_AFTER_S = 120.0
 
 
-class MalformedResponse(Exception):
+class MalformedResponse(RelayLLMError):
     """The endpoint answered 2xx with a body that is not the JSON the API promises."""
 
 

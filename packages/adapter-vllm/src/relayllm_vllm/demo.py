@@ -24,7 +24,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from relayllm.adapters import env
+from relayllm.adapters import RelayLLMError, env
 
 #: The value of the vLLM backend's ``model`` option that means "the bundled demo model".
 DEMO_MODEL = "demo"
@@ -36,7 +36,7 @@ MODEL_DIR_NAME = "SmolLM2-135M-Instruct"
 _MARKER = "relayllm-demo.json"
 
 
-class DemoModelError(RuntimeError):
+class DemoModelError(RelayLLMError, RuntimeError):
     """The demo model could not be materialized; the message says what to do."""
 
 

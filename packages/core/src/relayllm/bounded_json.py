@@ -23,6 +23,8 @@ from array import array
 from itertools import accumulate
 from typing import Any
 
+from relayllm.errors import RelayLLMError
+
 #: The deepest nesting of arrays and objects a document may have (a JSON schema in a request
 #: nests a few levels per level of the schema it describes).
 MAX_DEPTH = 128
@@ -35,7 +37,7 @@ _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 _STEPS = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
 
 
-class JsonTextError(ValueError):
+class JsonTextError(RelayLLMError, ValueError):
     """A document this reader refuses; ``param``: where in it (None: the document)."""
 
     def __init__(self, message: str, param: str | None = None) -> None:

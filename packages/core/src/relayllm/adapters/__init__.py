@@ -26,8 +26,9 @@ And the rest of the core an adapter touches, so it imports nothing else (a unit 
 three adapters and the example to ``relayllm.adapters`` and the kit's ``relayllm.testing``):
 :class:`Backend` and :class:`BackendOptions` with :data:`hookimpl` to register them; the row
 protocol's names (:data:`TASKS`, :data:`FEATURES`, :data:`OPENAI_SAMPLING_PARAMS`,
-:func:`request_text`); the errors an adapter raises or reports (:class:`ConfigError`,
-:class:`ControlRefusedError`, :class:`MissingDependencyError`, :func:`describe_exception`);
+:func:`request_text`); the errors an adapter raises or reports (:class:`RelayLLMError`, their
+root, :class:`ConfigError`, :class:`ControlRefusedError`, :class:`MissingDependencyError`,
+:func:`describe_exception`);
 the traffic classes' engine priorities; the shared retry back-off; :class:`ReplicaMetrics`;
 :mod:`relayllm.env`, the reader of every ``RELAYLLM_*`` variable, as ``env``.
 A plugin's command takes its options and progress from :mod:`.commands`.
@@ -57,6 +58,7 @@ from relayllm.errors import (
     ControlRefusedError,
     EngineFailedError,
     MissingDependencyError,
+    RelayLLMError,
     describe_exception,
 )
 from relayllm.fit import replica_count
@@ -109,6 +111,7 @@ __all__ = [
     "MAX_BACKOFF_S",
     "OPENAI_SAMPLING_PARAMS",
     "ROW_TASKS",
+    "RelayLLMError",
     "TASKS",
     "Backend",
     "BackendOptions",

@@ -8,7 +8,8 @@ gateway reads ``model`` before it hands a request to a deployment's front) stays
 
 What every route set shares is here: root-path handling (the path under the route prefix,
 a trailing ``/`` ignored), 404 and 405 in OpenAI's envelope, the JSON-body reader, and how an
-exception becomes an answer (an unexpected one is a 500 whose text stays in the server's log).
+exception becomes an answer: a refusal (:func:`~relayllm.http.errors.refusal_of`) in OpenAI's
+envelope, anything else a 500 whose text stays in the server's log.
 """
 
 from __future__ import annotations
@@ -20,12 +21,11 @@ from typing import TYPE_CHECKING, Any
 from relayllm import bounded_json
 from relayllm.http.errors import (
     HttpError,
-    UnauthorizedError,
     envelope,
     error_response,
     json_response,
     refusal_headers,
-    unauthorized,
+    refusal_of,
 )
 
 if TYPE_CHECKING:
@@ -36,24 +36,18 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 Endpoint = Callable[["Request"], Awaitable["Response"]]
-#: How a route set answers an exception of its own: (HTTP status, OpenAI error envelope).
-ErrorMap = Callable[[BaseException], tuple[int, dict[str, Any]]]
-
-
-def server_failed(exc: BaseException) -> tuple[int, dict[str, Any]]:
-    """The answer to an error nothing expected: its text may hold a server path or a
-    payload, so the client gets a generic message and the log the rest."""
-    return 500, envelope("the server failed; see its log", "server_error")
 
 
 class HttpApp:
-    """One route set, answered request by request."""
+    """One route set, answered request by request. ``server`` names the server in the answer
+    to an error nothing expected (its text may hold a server path or a payload, so the
+    client gets a generic message and the log the rest)."""
 
-    def __init__(self, routes: Sequence[Route], errors: ErrorMap = server_failed) -> None:
+    def __init__(self, routes: Sequence[Route], server: str = "the server") -> None:
         from starlette.routing import Router
 
         self.router = Router(routes=list(routes), redirect_slashes=False)
-        self._errors = errors
+        self.failed = envelope(f"{server} failed; see its log", "server_error")
 
     @property
     def paths(self) -> list[str]:
@@ -67,15 +61,12 @@ class HttpApp:
         try:
             endpoint = self._match(request)
             return await endpoint(request)
-        except HttpError as exc:
-            return error_response(exc)
-        except UnauthorizedError as exc:
-            return error_response(unauthorized(exc))
         except Exception as exc:
-            status, body = self._errors(exc)
-            if status >= 500:
-                logger.exception("%s %s failed", request.method, route_path(request))
-            return json_response(body, status, refusal_headers(status))
+            refusal = refusal_of(exc)
+            if refusal is not None:
+                return error_response(refusal)
+            logger.exception("%s %s failed", request.method, route_path(request))
+            return json_response(self.failed, 500, refusal_headers(500))
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         """The ASGI entry (the direct server's): the same answers as :meth:`respond`."""
@@ -143,4 +134,4 @@ async def json_body(
     return body
 
 
-__all__ = ["Endpoint", "ErrorMap", "HttpApp", "json_body", "route_path", "server_failed"]
+__all__ = ["Endpoint", "HttpApp", "json_body", "route_path"]

@@ -1,11 +1,13 @@
-"""OpenAI's error envelope: every refusal of both servers is an :class:`HttpError` (or an error
-a route set maps to one) and leaves as ``{"error": {"message", "type", "param", "code"}}``,
-the body the ``openai`` client raises its status errors from."""
+"""OpenAI's error envelope: every refusal of both servers is an :class:`HttpError` when it is
+answered -- raised as one, or a :class:`Refusal` (an error of the code below, which says its
+own status) made one by :func:`refusal_of` -- and leaves as ``{"error": {"message", "type",
+"param", "code"}}``, the body the ``openai`` client raises its status errors from. Anything
+else is a 500 whose text stays in the server's log."""
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from relayllm.errors import RelayLLMError
 
@@ -15,7 +17,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-class HttpError(Exception):
+class HttpError(RelayLLMError):
     """An answer other than 200, with OpenAI's error body."""
 
     def __init__(
@@ -37,9 +39,33 @@ class HttpError(Exception):
         return envelope(self.message, self.kind, self.param, self.code)
 
 
-class UnauthorizedError(RelayLLMError):
+class Refusal(RelayLLMError):
+    """An error a server answers as a refusal: its class says the status and OpenAI's code,
+    its message is safe to show a client, and ``param`` (if set) names the field."""
+
+    status: ClassVar[int] = 400
+    code: ClassVar[str | None] = None
+    param: str | None = None
+
+    def http_error(self) -> HttpError:
+        return HttpError(self.status, str(self), code=self.code, param=self.param)
+
+
+class UnauthorizedError(Refusal):
     """No API key, or one no project has (HTTP 401, ``invalid_api_key``). Never carries the
     key."""
+
+    status = 401
+    code = "invalid_api_key"
+
+
+def refusal_of(exc: BaseException) -> HttpError | None:
+    """The answer ``exc`` is as a refusal; None for an error nothing expected (a 500)."""
+    if isinstance(exc, HttpError):
+        return exc
+    if isinstance(exc, Refusal):
+        return exc.http_error()
+    return None
 
 
 def envelope(
@@ -48,10 +74,6 @@ def envelope(
     """OpenAI's error envelope (the ``openai`` client raises its status error with
     ``message``)."""
     return {"error": {"message": message, "type": type, "param": param, "code": code}}
-
-
-def unauthorized(exc: UnauthorizedError) -> HttpError:
-    return HttpError(401, str(exc), code="invalid_api_key")
 
 
 def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
@@ -94,10 +116,11 @@ def error_response(exc: HttpError) -> Response:
 
 __all__ = [
     "HttpError",
+    "Refusal",
     "UnauthorizedError",
     "envelope",
     "error_response",
     "refusal_headers",
     "json_response",
-    "unauthorized",
+    "refusal_of",
 ]

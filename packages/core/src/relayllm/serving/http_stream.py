@@ -21,12 +21,12 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from relayllm import openai_body
-from relayllm.errors import EngineFailedError
+from relayllm.errors import EngineFailedError, RelayLLMError
 from relayllm.http.errors import HttpError
 from relayllm.rows import ENGINE_S, WEIGHT_VERSION, Result, Task
 
 
-class StreamTimeout(Exception):
+class StreamTimeout(RelayLLMError):
     """The next part did not come before the request's deadline."""
 
 

@@ -8,7 +8,7 @@ every project's usage of both is read at ``/v1/organization/usage/completions`` 
 Routing only: each feature owns its routes (:mod:`~relayllm_service.gateway.files`,
 :mod:`~relayllm_service.gateway.batches`, :mod:`~relayllm_service.gateway.online`,
 :mod:`~relayllm_service.gateway.usage_api`, the console's); what a client reads is
-:mod:`~relayllm_service.gateway.objects`' (errors through ``objects.http_error``), the state is
+:mod:`~relayllm_service.gateway.objects`' (errors through ``relayllm.http.errors``), the state is
 the job store's and the file storage's, and the online requests go through the deployments'
 own HTTP front code. Routes, keys, bodies and errors are
 :mod:`relayllm.http`'s, as the front's are.
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from relayllm.http.app import Endpoint, HttpApp
 from relayllm.http.errors import json_response
 from relayllm_service.console.routes import Console
-from relayllm_service.gateway import objects, usage_api
+from relayllm_service.gateway import usage_api
 from relayllm_service.gateway.batches import BatchRoutes
 from relayllm_service.gateway.files import FileRoutes, Handler
 from relayllm_service.gateway.online import ONLINE, OnlineRoutes
@@ -79,7 +79,7 @@ class Gateway:
         self.batches = BatchRoutes(
             settings, self.store, self.jobs, self.storage, self.quotas, self._wake_runner
         )
-        self.app = HttpApp(self._routes() + self.console.routes(), errors=objects.http_error)
+        self.app = HttpApp(self._routes() + self.console.routes(), server="the batch service")
 
     def _routes(self) -> list[Any]:
         from starlette.routing import Route

@@ -3,8 +3,8 @@ file, an error), so the gateway only routes: what a client reads is decided here
 tested against the ``openai`` package's own types.
 
 Nothing a client should not see leaves through these: a batch's claim number and runner stay
-in the store (its project goes only to the admin key), and an unexpected error's text (which
-may hold a server path) is replaced by a generic message.
+in the store (its project goes only to the admin key). Errors become answers in the HTTP
+layer (:func:`relayllm.http.errors.refusal_of`), not here.
 """
 
 from __future__ import annotations
@@ -13,13 +13,6 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from relayllm.http.errors import envelope as error_body  # OpenAI's error envelope, the one
-from relayllm_service.errors import (
-    IllegalTransitionError,
-    InvalidRequestError,
-    NotFoundError,
-    TooLargeError,
-    UnauthorizedError,
-)
 from relayllm_service.store.sqlite import BatchRecord, FileRecord, Page
 
 T = TypeVar("T")
@@ -94,27 +87,10 @@ def list_object(page: Page[T], render: Callable[[T], dict[str, Any]]) -> dict[st
     }
 
 
-def http_error(exc: BaseException) -> tuple[int, dict[str, Any]]:
-    """The HTTP status and body a client gets for ``exc``. Errors the service does not
-    know are a 500 with a generic message: their text is for the server's log, not a client."""
-    if isinstance(exc, UnauthorizedError):
-        return 401, error_body(str(exc), code="invalid_api_key")
-    if isinstance(exc, NotFoundError):
-        return 404, error_body(str(exc), code="not_found")
-    if isinstance(exc, TooLargeError):
-        return 413, error_body(str(exc), param=exc.param, code="file_too_large")
-    if isinstance(exc, InvalidRequestError):
-        return 400, error_body(str(exc), param=exc.param)
-    if isinstance(exc, IllegalTransitionError):  # e.g. cancelling a finished batch
-        return 400, error_body(str(exc), code="invalid_state")
-    return 500, error_body("the batch service failed; see its log", type="server_error")
-
-
 __all__ = [
     "batch_object",
     "error_body",
     "file_deleted",
     "file_object",
-    "http_error",
     "list_object",
 ]
