@@ -51,7 +51,7 @@ def test_a_stop_signal_reaches_a_worker_on_another_node(nodes):
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from relayllm.batch.run import StopCheck, clear_stop, raise_stop
+    from relayllm.batch.stop import StopCheck, clear_stop, raise_stop
 
     @ray.remote(num_cpus=0.1)
     class Worker:
@@ -93,8 +93,9 @@ def test_a_stop_raised_on_the_head_stops_the_real_stage_on_another_node(nodes, t
 
     import relayllm
     from relayllm.batch.ray_job import run_scanned
-    from relayllm.batch.scan import scan_batch_file, stage_batch
+    from relayllm.batch.scan import scan_batch_file
     from relayllm.batch.stop import StopCheck, clear_stop, raise_stop
+    from relayllm.blocks import stage_batch
     from relayllm.deployments import handle_for
 
     @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Every option of the openai backend is described where it is declared (the field list users
 read comes from these descriptions)."""
 
-from relayllm.config import undescribed_fields
+from relayllm.configbase import undescribed_fields
 from relayllm_openai.options import OpenAIOptions
 
 

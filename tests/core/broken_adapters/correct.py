@@ -3,7 +3,7 @@ protocol followed, checkably, with no model.
 
 Each row "costs" ``ROW_SECONDS`` of engine time, spent concurrently, so the kit can tell rows
 served together from rows served in turn. Text answers are the echo backend's
-(:func:`relayllm.testing.echo.generate`, sampling on: the prompt's words reversed, shuffled
+(:func:`relayllm.testing.echo_text.generate`, sampling on: the prompt's words reversed, shuffled
 when sampling). A chat's prompt is "rendered" by a template of words (each message as
 ``<role> ... <end>``, then ``<assistant>``; each chat template kwarg as a word; prefill leaves the
 final message open), so ``num_input_tokens`` and ``prompt_logprobs`` count what an engine would
@@ -20,16 +20,16 @@ import re
 import uuid
 from typing import Any
 
-import relayllm
+from relayllm.plugin.legacy import BatchDeployment
 from relayllm.rows import Request, Result, error_result, request_text
-from relayllm.testing.echo import generate
+from relayllm.testing.echo_text import generate
 
 ROW_SECONDS = 0.2
 CONTEXT_WORDS = 50  # a longer prompt is refused by the "engine"
 TOP_P = math.log(0.5)  # every token's logprob in this "model"
 
 
-class Correct(relayllm.BatchDeployment):
+class Correct(BatchDeployment):
     backend_name = "correct"
     #: Sampling params this adapter drops before its "engine" sees the row (none: correct).
     ignored: tuple[str, ...] = ()

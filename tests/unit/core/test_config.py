@@ -7,7 +7,8 @@ from pydantic import ValidationError
 
 import relayllm
 from relayllm import ConfigError, DeploymentConfig, ProcessorConfig
-from relayllm.config import ProcessorSettings, undescribed_fields
+from relayllm.config import ProcessorSettings
+from relayllm.configbase import undescribed_fields
 from relayllm.pipelines import PipelineError, parse_pipeline
 from relayllm.serving.admission import AdmissionConfig
 from relayllm.serving.http_config import HttpConfig
@@ -94,7 +95,6 @@ def test_the_public_names_are_pinned():
         "Backend",
         "BackendOptions",
         "BackendRegistry",
-        "BatchDeployment",
         "ConfigError",
         "ControlCallError",
         "ControlRefusedError",
@@ -131,6 +131,20 @@ def test_the_public_names_are_pinned():
     ]
     for name in relayllm.__all__:
         assert getattr(relayllm, name) is not None, name
+
+
+def test_contract_2s_replica_is_out_of_the_facade_and_warns_where_it_is_still_found():
+    import warnings
+
+    from relayllm.backend import AdapterContractWarning
+    from relayllm.plugin.legacy import BatchDeployment
+
+    assert "BatchDeployment" not in relayllm.__all__
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert relayllm.BatchDeployment is BatchDeployment
+    said = [str(w.message) for w in caught if issubclass(w.category, AdapterContractWarning)]
+    assert len(said) == 1 and "relayllm.plugin.legacy" in said[0], said
 
 
 def test_every_public_exception_is_a_relayllm_error():

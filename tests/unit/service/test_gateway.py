@@ -70,7 +70,7 @@ def test_models_lists_the_deployment_names_routing_matches(gateway, monkeypatch)
     """A deployment with its own http.model_name is listed (and answers) under its
     deployment name here: the id a client sees in /v1/models is one routing accepts."""
     from relayllm import deployments
-    from relayllm_service.runner import loop as runner
+    from relayllm_service.runner import job as runner
 
     class Method:
         def __init__(self, value):
@@ -102,7 +102,7 @@ def test_models_lists_the_deployment_names_routing_matches(gateway, monkeypatch)
 
 
 def test_an_online_request_to_a_known_deployment_skips_serves_status(gateway, monkeypatch):
-    from relayllm_service.runner import loop as runner
+    from relayllm_service.runner import job as runner
 
     def no_status():
         raise AssertionError("serve.status() asked on the hot path")

@@ -98,7 +98,7 @@ def test_the_runner_sweeps_old_parts_and_ended_batches_work_files_on_start(servi
 
 
 def test_a_claim_removes_an_input_copy_a_killed_claim_left_cut_short(service):
-    from relayllm_service.runner.loop import BatchJob
+    from relayllm_service.runner.job import BatchJob
 
     settings, store, storage = service
     data = request("a")

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from support import REPO
 
-from relayllm_service.runner.loop import BatchJob
+from relayllm_service.runner.job import BatchJob
 from relayllm_service.store.files import CHUNK, PART, FileStorage
 
 CHAT = "/v1/chat/completions"

@@ -15,6 +15,7 @@ from openai.types.batch import Batch
 from openai.types.file_deleted import FileDeleted
 from openai.types.file_object import FileObject
 
+from relayllm.http.errors import envelope as error_body
 from relayllm.http.errors import refusal_of
 from relayllm_service.errors import (
     IllegalTransitionError,
@@ -24,14 +25,9 @@ from relayllm_service.errors import (
     TooLargeError,
     UnauthorizedError,
 )
-from relayllm_service.gateway.objects import (
-    batch_object,
-    error_body,
-    file_deleted,
-    file_object,
-    list_object,
-)
-from relayllm_service.store.sqlite import RequestCounts, SQLiteJobStore
+from relayllm_service.gateway.objects import batch_object, file_deleted, file_object, list_object
+from relayllm_service.store.records import RequestCounts
+from relayllm_service.store.sqlite import SQLiteJobStore
 
 INTERNAL = {"project", "claim", "runner", "heartbeat_at"}
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from relayllm_service.errors import StaleClaimError
-from relayllm_service.runner.loop import EXPIRED_MESSAGE, BatchJob, processor_fields
+from relayllm_service.runner.job import EXPIRED_MESSAGE, BatchJob, processor_fields
 from relayllm_service.settings import GATEWAY_APP_PREFIX, ServiceSettings
 from relayllm_service.tenancy.keys import KeyMap
 
@@ -246,7 +246,7 @@ def test_a_cancel_arriving_after_the_last_block_ends_the_batch_cancelled(service
 def test_the_runners_lines_may_not_read_local_image_files(service, monkeypatch):
     """Lines come from any project key holder: the runner's processors refuse images that
     are files of the workers (``relayllm batch``'s own keep the default, True)."""
-    import relayllm.batch.run
+    import relayllm.batch.ray_job
     from relayllm import ProcessorConfig
 
     settings, store, _ = service
@@ -257,7 +257,7 @@ def test_the_runners_lines_may_not_read_local_image_files(service, monkeypatch):
         passed.append(fields)
         return {}
 
-    monkeypatch.setattr(relayllm.batch.run, "run_scanned", run_scanned)
+    monkeypatch.setattr(relayllm.batch.ray_job, "run_scanned", run_scanned)
     batch = new_batch(service, [line(0)])
     running = job(service, batch.id, store.claim(batch.id, "me"))
     running.run_lines(running.update(status="in_progress"))
@@ -272,7 +272,7 @@ def test_the_runners_scan_leaves_the_duplicate_check_to_validation(service, monk
     """A batch reaches in_progress only through validation, which fails a repeated custom_id
     (test above): the runner's scan of the same file does not check the ids a second time.
     Here the batch is put in_progress by hand, so the scan sees a repeat and must let it by."""
-    import relayllm.batch.run
+    import relayllm.batch.ray_job
 
     _, store, _ = service
     scans = []
@@ -281,7 +281,7 @@ def test_the_runners_scan_leaves_the_duplicate_check_to_validation(service, monk
         scans.append(scan)
         return {}
 
-    monkeypatch.setattr(relayllm.batch.run, "run_scanned", run_scanned)
+    monkeypatch.setattr(relayllm.batch.ray_job, "run_scanned", run_scanned)
     batch = new_batch(service, [line(0), line(0)])
     running = job(service, batch.id, store.claim(batch.id, "me"))
     running.run_lines(running.update(status="in_progress"))

@@ -23,12 +23,8 @@ from relayllm_service.errors import (
 )
 from relayllm_service.ids import is_batch_id, is_file_id
 from relayllm_service.store.claims import ClaimedWrites
-from relayllm_service.store.sqlite import (
-    STAMPS,
-    TRANSITIONS,
-    RequestCounts,
-    SQLiteJobStore,
-)
+from relayllm_service.store.records import STAMPS, TRANSITIONS, RequestCounts
+from relayllm_service.store.sqlite import SQLiteJobStore
 
 STATUSES = list(TRANSITIONS)
 

@@ -14,7 +14,7 @@ import pytest
 
 from relayllm_service.errors import InvalidRequestError, ServiceError, StaleClaimError
 from relayllm_service.gateway.usage_api import completions_page, metered
-from relayllm_service.runner.loop import BatchJob
+from relayllm_service.runner.job import BatchJob
 from relayllm_service.settings import ServiceSettings
 from relayllm_service.tenancy.usage import UsageLedger, Use, line_use, migrate, use_of
 

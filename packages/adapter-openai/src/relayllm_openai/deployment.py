@@ -18,6 +18,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 from relayllm.adapters import (
     BATCH_PRIORITY,
     INTERACTIVE_PRIORITY,
+    OPENAI_SAMPLING_PARAMS,
     Engine,
     Request,
     Result,
@@ -27,7 +28,7 @@ from relayllm.adapters import (
     estimated_tokens,
     replica_count,
 )
-from relayllm_openai.options import FEATURE_FIELDS, OPENAI_SAMPLING_PARAMS, OpenAIOptions
+from relayllm_openai.options import FEATURE_FIELDS, OpenAIOptions
 from relayllm_openai.rate_gate import RateGate, class_budgets
 from relayllm_openai.retrying import (
     BackoffHonouringRetryAfter,

@@ -7,7 +7,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, NonNegativeInt, PositiveInt, field_validator
 
-from relayllm.adapters import OPENAI_SAMPLING_PARAMS, BackendOptions, Task
+from relayllm.adapters import BackendOptions, Task
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: Headers that carry credentials: those belong in the variable ``api_key_env`` names.
@@ -142,4 +142,4 @@ FEATURE_FIELDS = {
 }
 
 
-__all__ = ["FEATURE_FIELDS", "OPENAI_FEATURES", "OPENAI_SAMPLING_PARAMS", "OpenAIOptions"]
+__all__ = ["FEATURE_FIELDS", "OPENAI_FEATURES", "OpenAIOptions"]

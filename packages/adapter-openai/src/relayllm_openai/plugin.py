@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from relayllm.adapters import hookimpl
 from relayllm_openai.backend import OpenAIBackend
-from relayllm_openai.options import OpenAIOptions
 
 
 @hookimpl
@@ -15,4 +14,4 @@ def relayllm_register_backends(registry) -> None:
     registry.add(OpenAIBackend)
 
 
-__all__ = ["OpenAIBackend", "OpenAIOptions", "relayllm_register_backends"]
+__all__ = ["relayllm_register_backends"]

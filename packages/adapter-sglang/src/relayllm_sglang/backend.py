@@ -7,10 +7,10 @@ import logging
 from typing import Any, ClassVar
 
 from relayllm.adapters import FEATURES, Backend, ConfigError, Engine, row_tasks
+from relayllm.adapters.source import SourceLayoutError, SourceTree
 from relayllm_sglang import INSTALL_HINT, SGLANG_VERSION, source
 from relayllm_sglang.options import SGLangOptions, check_server_arg_names, engine_kwargs
 from relayllm_sglang.reasoning import reasoning_parser_problem
-from relayllm_sglang.source import SourceLayoutError, SourceTree
 
 logger = logging.getLogger(__name__)
 

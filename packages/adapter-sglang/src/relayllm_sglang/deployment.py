@@ -15,12 +15,13 @@ from types import ModuleType
 from typing import Any
 
 from relayllm.adapters import ControlRefusedError, Engine, MissingDependencyError, Request, Result
+from relayllm.adapters.source import SourceLayoutError
 from relayllm_sglang import INSTALL_HINT
 from relayllm_sglang.calls import serve_batch
 from relayllm_sglang.options import SGLangOptions, engine_kwargs
 from relayllm_sglang.reasoning import prompt_opens_reasoning
 from relayllm_sglang.results import id2label
-from relayllm_sglang.source import SourceLayoutError, installed, sampling_param_fields
+from relayllm_sglang.source import installed, sampling_param_fields
 from relayllm_sglang.translate import EngineInput, engine_input
 
 logger = logging.getLogger(__name__)

@@ -93,8 +93,6 @@ __all__ = [
     "REASONING_PARSER_MODULE",
     "SAMPLING_PARAMS_MODULE",
     "SERVER_ARGS_MODULE",
-    "SourceLayoutError",
-    "SourceTree",
     "installed",
     "reasoning_parser_names",
     "reasoning_parsers",

@@ -34,7 +34,6 @@ from relayllm.errors import (
 )
 from relayllm.logs import configure_logging
 from relayllm.plugin import NAME, hookimpl
-from relayllm.plugin.legacy import BatchDeployment
 from relayllm.processor import Processor, build_processor
 from relayllm.serving.admission import AdmissionConfig
 from relayllm.serving.controller import Controller
@@ -55,6 +54,20 @@ def __getattr__(name: str) -> object:
         import importlib
 
         return getattr(importlib.import_module(_LAZY[name]), name)
+    if name == "BatchDeployment":  # adapter contract 2's replica, until contract 4
+        import warnings
+
+        from relayllm.backend import AdapterContractWarning
+        from relayllm.plugin.legacy import BatchDeployment
+
+        warnings.warn(
+            "relayllm.BatchDeployment is adapter contract 2's replica: import it from "
+            "relayllm.plugin.legacy until contract 4 removes it, or write a "
+            "relayllm.adapters.Engine (contract 3)",
+            AdapterContractWarning,
+            stacklevel=2,
+        )
+        return BatchDeployment
     raise AttributeError(f"module 'relayllm' has no attribute {name!r}")
 
 
@@ -64,7 +77,6 @@ __all__ = [
     "Backend",
     "BackendOptions",
     "BackendRegistry",
-    "BatchDeployment",
     "ConfigError",
     "ControlCallError",
     "ControlRefusedError",

@@ -22,12 +22,6 @@ from pydantic import (
 from relayllm import env
 from relayllm.configbase import (
     ConfigModel,
-    InvalidConfigError,
-    config_error,
-    error_message,
-    flat_errors,
-    undescribed_fields,
-    unknown_key_hint,
 )
 from relayllm.rows import Task, check_sampling_params
 from relayllm.serving.traffic import BATCH_PRIORITY, INTERACTIVE_PRIORITY
@@ -159,15 +153,8 @@ class ProcessorConfig(ProcessorSettings):
 
 
 __all__ = [
-    "ConfigModel",
-    "InvalidConfigError",
     "ProcessorConfig",
     "ProcessorSettings",
     "RowFn",
-    "config_error",
     "default_transport",
-    "error_message",
-    "flat_errors",
-    "undescribed_fields",
-    "unknown_key_hint",
 ]

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from pydantic import ConfigDict, Field, PositiveFloat, PositiveInt
 
-from relayllm.config import ConfigModel
+from relayllm.configbase import ConfigModel
 from relayllm.errors import ConfigError
 
 #: Serve's own bounds of ``max_replicas_per_node``.

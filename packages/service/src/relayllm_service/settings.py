@@ -11,7 +11,7 @@ import re
 from pydantic import ConfigDict, Field, PositiveFloat, field_validator
 
 from relayllm import env
-from relayllm.config import ConfigModel
+from relayllm.configbase import ConfigModel
 from relayllm.http.server import base_url  # the one base_url rule, the direct server's too
 from relayllm_service.store.files import DEFAULT_MAX_BYTES
 from relayllm_service.tenancy.quotas import Quota
@@ -203,5 +203,4 @@ __all__ = [
     "MAX_EXPIRES_S",
     "MIN_EXPIRES_S",
     "ServiceSettings",
-    "base_url",
 ]

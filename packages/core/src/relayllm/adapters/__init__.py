@@ -48,10 +48,10 @@ from relayllm.adapters.sampling import (
     StructuredOutput,
     UnsupportedParameter,
     check_sampling_support,
-    did_you_mean,
     parse_response_format,
 )
 from relayllm.adapters.tasks import ROW_TASKS, ModelTask, row_tasks
+from relayllm.configbase import did_you_mean
 from relayllm.errors import (
     CallFailedError,
     ConfigError,

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from relayllm.adapters.sampling import did_you_mean
+from relayllm.configbase import did_you_mean
 from relayllm.errors import ConfigError
 
 #: Where in the options a problem is: field names and list positions, outermost first.

@@ -86,6 +86,5 @@ __all__ = [
     "StructuredOutput",
     "UnsupportedParameter",
     "check_sampling_support",
-    "did_you_mean",
     "parse_response_format",
 ]

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from relayllm.batch.format import default_deployment, request_counts
 from relayllm.batch.ray_job import groups_of, run_scanned
-from relayllm.batch.scan import Done, read_done, scan_batch_file, stage_batch
-from relayllm.batch.stop import StopCheck, clear_stop, raise_stop
+from relayllm.batch.scan import Done, read_done, scan_batch_file
+from relayllm.blocks import stage_batch
 from relayllm.errors import ConfigError
 from relayllm.rows import Task
 
@@ -274,11 +274,6 @@ __all__ = [
     "BatchHooks",
     "BatchPlan",
     "StageWarmUp",
-    "StopCheck",
-    "clear_stop",
     "default_errors_path",
-    "groups_of",
-    "raise_stop",
     "run_batch_file",
-    "run_scanned",
 ]

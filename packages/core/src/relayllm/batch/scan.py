@@ -21,7 +21,7 @@ from typing import Any
 
 from relayllm.batch.custom_ids import IdLines, IdSet, digest, ids_on_lines
 from relayllm.batch.format import BadLine, duplicate_ids_error, parse_envelope
-from relayllm.blocks import block_rows, stage_batch
+from relayllm.blocks import block_rows
 from relayllm.errors import ConfigError
 from relayllm.rows import Task
 
@@ -233,5 +233,4 @@ __all__ = [
     "count_lines",
     "read_done",
     "scan_batch_file",
-    "stage_batch",
 ]

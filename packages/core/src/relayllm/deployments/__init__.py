@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from relayllm.deployments.config import (
     DeploymentConfig,
-    HttpConfig,
     build_application,
     engine_demand,
     normalized_config,
@@ -39,6 +38,7 @@ from relayllm.deployments.names import (
     running_names,
     unserved_task_message,
 )
+from relayllm.serving.http_config import HttpConfig
 
 __all__ = [
     "APP_PREFIX",

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator
 
 from relayllm import fit
-from relayllm.config import ConfigModel
+from relayllm.configbase import ConfigModel
 from relayllm.placement import PLACEMENT_FIELD, Placement, apply_placement
 from relayllm.routing import ROUTING_FIELD, Routing, routing_options
 from relayllm.serving.admission import AdmissionConfig
@@ -191,7 +191,6 @@ def engine_demand(config: DeploymentConfig) -> fit.Demand:
 __all__ = [
     "SHUTDOWN_CHECK_PERIOD_S",
     "DeploymentConfig",
-    "HttpConfig",
     "build_application",
     "engine_demand",
     "normalized_config",

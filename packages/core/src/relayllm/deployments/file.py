@@ -12,7 +12,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from relayllm.config import error_message, flat_errors
+from relayllm.configbase import error_message, flat_errors
 from relayllm.deployments.config import DeploymentConfig, resolve
 from relayllm.errors import ConfigError, RelayLLMError
 from relayllm.pipelines.load import data_loc, expand_env

@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from relayllm.config import InvalidConfigError, error_message, flat_errors
+from relayllm.configbase import InvalidConfigError, error_message, flat_errors
 from relayllm.errors import ConfigError
 from relayllm.pipelines.inputs import columns_of_rows
 from relayllm.pipelines.located import Loc, not_utf8, parse_yaml

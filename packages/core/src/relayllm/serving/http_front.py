@@ -347,4 +347,4 @@ def _paused(model: str, state: str | None = None) -> HttpError:
     )
 
 
-__all__ = ["HttpError", "HttpFront"]
+__all__ = ["HttpFront"]

@@ -32,7 +32,7 @@ from relayllm.serving.engine import Engine, EngineContext
 from relayllm.serving.follower import ControlFollower
 from relayllm.serving.health import EngineWatch
 from relayllm.serving.metrics import ReplicaMetrics, split_by_tokens
-from relayllm.serving.rowcache import RESULT_CACHE_SIZE, RowCache
+from relayllm.serving.rowcache import RowCache
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -389,4 +389,4 @@ def _node_ip() -> str | None:
         return None
 
 
-__all__ = ["RESULT_CACHE_SIZE", "Replica"]
+__all__ = ["Replica"]

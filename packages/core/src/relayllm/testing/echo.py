@@ -38,7 +38,7 @@ from relayllm.serving.engine import Engine
 from relayllm.serving.replica import Replica
 from relayllm.stage.images import has_images, image_sizes
 from relayllm.testing.echo_cache import PrefixCache
-from relayllm.testing.echo_text import ECHO_TOP_WORD_P, generate
+from relayllm.testing.echo_text import generate
 
 EMBEDDING_SIZE = 8  # echo "embeds" a text as the lengths of its first 8 words
 #: echo "classifies" a text by its length: ``long`` from this many words on.
@@ -348,12 +348,10 @@ def relayllm_register_backends(registry) -> None:
 
 __all__ = [
     "ECHO_FEATURES",
-    "ECHO_TOP_WORD_P",
     "ECHO_WEIGHTS_FILE",
     "EchoBackend",
     "EchoDeployment",
     "EchoEngine",
     "EchoOptions",
-    "generate",
     "write_echo_checkpoint",
 ]

@@ -18,7 +18,7 @@ import html
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from relayllm_service.store.sqlite import TERMINAL, BatchRecord
+from relayllm_service.store.records import BatchRecord
 
 #: Seconds between two renewals of the page while a batch is not finished.
 REFRESH_S = 2
@@ -220,4 +220,4 @@ def _now() -> int:
     return int(time.time())
 
 
-__all__ = ["CSP", "REFRESH_S", "TERMINAL", "console_page", "esc", "login_page"]
+__all__ = ["CSP", "REFRESH_S", "console_page", "esc", "login_page"]

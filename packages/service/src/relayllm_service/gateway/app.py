@@ -183,4 +183,4 @@ class GatewayReplica(Gateway):
             await direct.stop()
 
 
-__all__ = ["ONLINE", "Gateway", "GatewayReplica"]
+__all__ = ["Gateway", "GatewayReplica"]

@@ -12,8 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from relayllm.http.errors import envelope as error_body  # OpenAI's error envelope, the one
-from relayllm_service.store.sqlite import BatchRecord, FileRecord, Page
+from relayllm_service.store.records import BatchRecord, FileRecord, Page
 
 T = TypeVar("T")
 
@@ -89,7 +88,6 @@ def list_object(page: Page[T], render: Callable[[T], dict[str, Any]]) -> dict[st
 
 __all__ = [
     "batch_object",
-    "error_body",
     "file_deleted",
     "file_object",
     "list_object",

@@ -62,7 +62,7 @@ class OnlineRoutes:
 
     async def models(self) -> dict[str, Any]:
         """``/v1/models``: every deployment, by the name routing matches."""
-        from relayllm_service.runner.loop import deployment_names
+        from relayllm_service.runner.job import deployment_names
 
         data = []
         for name in await asyncio.to_thread(deployment_names):
@@ -75,7 +75,7 @@ class OnlineRoutes:
         deployment its ``model`` names (the key was checked here: the front asks no other)."""
         from relayllm.batch.format import default_deployment, route_models
         from relayllm.errors import ConfigError
-        from relayllm_service.runner.loop import deployment_names
+        from relayllm_service.runner.job import deployment_names
 
         body = await json_body(request)  # the Request keeps it: the front reads it again
         model = body.get("model")

@@ -3,7 +3,7 @@
 
 A batch, once claimed: ``validating`` -> its input copied to the work directory and checked
 (:mod:`relayllm_service.runner.validate`; a problem fails it with OpenAI's ``errors``) ->
-``in_progress``: its lines through :func:`relayllm.batch.run.run_scanned` (the path
+``in_progress``: its lines through :func:`relayllm.batch.ray_job.run_scanned` (the path
 ``relayllm batch`` takes: processors at batch priority on the deployments named by ``model``,
 but with no image read from the workers' files: :func:`processor_fields`), each finished block
 appended to the claim's own work files and the counts written after it -> ``finalizing`` ->
@@ -36,7 +36,8 @@ from relayllm_service.ids import new_file_id
 from relayllm_service.runner.validate import Limits, validate_input
 from relayllm_service.settings import ServiceSettings
 from relayllm_service.store.files import PART, FileStorage
-from relayllm_service.store.sqlite import BatchRecord, RequestCounts, SQLiteJobStore, Status
+from relayllm_service.store.records import BatchRecord, RequestCounts, Status
+from relayllm_service.store.sqlite import SQLiteJobStore
 from relayllm_service.tenancy.fair import hold_back
 from relayllm_service.tenancy.usage import UsageLedger
 
@@ -110,7 +111,7 @@ class BatchJob:
     def request_stop(self) -> None:
         """Stop sending lines now (a cancel): the calls in flight finish, the block's other
         lines are not sent, and ``on_block`` ends the run as cancelled."""
-        from relayllm.batch.run import raise_stop
+        from relayllm.batch.stop import raise_stop
 
         if os.path.isdir(self.dir):
             with open(self.stop_flag, "w"):
@@ -178,8 +179,10 @@ class BatchJob:
     def run_lines(self, record: BatchRecord) -> None:
         """The lines not in the work files yet, through the batch-file run; raises
         :class:`_Stop` between blocks for a cancel or the window's end."""
-        from relayllm.batch.run import StopCheck, run_scanned
-        from relayllm.batch.scan import read_done, scan_batch_file, stage_batch
+        from relayllm.batch.ray_job import run_scanned
+        from relayllm.batch.scan import read_done, scan_batch_file
+        from relayllm.batch.stop import StopCheck
+        from relayllm.blocks import stage_batch
 
         self._fetch_input(record)
         done = read_done(self.output, self.errors, False)
@@ -344,7 +347,7 @@ class BatchJob:
                 err.write(json.dumps(line, ensure_ascii=False) + "\n")
 
     def _cleanup(self) -> None:
-        from relayllm.batch.run import clear_stop
+        from relayllm.batch.stop import clear_stop
 
         shutil.rmtree(self.dir, ignore_errors=True)
         try:

@@ -30,11 +30,8 @@ from relayllm_service.errors import (
     StaleClaimError,
 )
 from relayllm_service.runner.job import (
-    EXPIRED_MESSAGE,
     BatchJob,
     delete_quietly,
-    deployment_names,
-    processor_fields,
 )
 from relayllm_service.settings import ServiceSettings
 from relayllm_service.store.files import FileStorage
@@ -350,12 +347,8 @@ def start_runner(settings: ServiceSettings, *, replace: bool = False) -> Any:
 
 
 __all__ = [
-    "EXPIRED_MESSAGE",
-    "BatchJob",
     "BatchRunner",
-    "deployment_names",
     "find_runner",
-    "processor_fields",
     "runner_fields",
     "start_runner",
     "stop_runner",

@@ -32,9 +32,6 @@ from relayllm_service.store.protocol import JobStore
 from relayllm_service.store.records import (
     COMPLETION_WINDOWS,
     FILE_PURPOSES,
-    STAMPS,
-    TERMINAL,
-    TRANSITIONS,
     BatchRecord,
     FileRecord,
     Page,
@@ -353,15 +350,5 @@ if TYPE_CHECKING:  # mypy checks that the implementation has the interface's eve
     _conforms: JobStore = SQLiteJobStore(":memory:")
 
 __all__ = [
-    "COMPLETION_WINDOWS",
-    "STAMPS",
-    "TERMINAL",
-    "TRANSITIONS",
-    "BatchRecord",
-    "FileRecord",
-    "JobStore",
-    "Page",
-    "RequestCounts",
     "SQLiteJobStore",
-    "Status",
 ]

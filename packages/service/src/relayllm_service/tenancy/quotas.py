@@ -36,10 +36,11 @@ from typing import IO, Any
 from pydantic import ConfigDict, Field
 
 from relayllm import bounded_json
-from relayllm.config import ConfigModel
+from relayllm.configbase import ConfigModel
 from relayllm.http.errors import HttpError
 from relayllm_service.store.files import FileStorage
-from relayllm_service.store.sqlite import TERMINAL, BatchRecord, FileRecord, SQLiteJobStore
+from relayllm_service.store.records import TERMINAL, BatchRecord, FileRecord
+from relayllm_service.store.sqlite import SQLiteJobStore
 from relayllm_service.tenancy.usage import migrate
 
 #: The quota of every project not named.
