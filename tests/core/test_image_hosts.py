@@ -11,8 +11,7 @@ import io
 import pytest
 from PIL import Image
 
-from relayllm.stage.images import ImageError, ImageLimits, read_image_bytes
-from relayllm.stage.udf import _prepare_images
+from relayllm.stage.images import ImageError, ImageLimits, prepare_pending, read_image_bytes
 
 
 def png(width: int, height: int) -> bytes:
@@ -93,7 +92,7 @@ def test_the_stage_fails_only_the_rows_whose_image_host_is_not_allowed(loopback)
         (1, {"task": "chat", "messages": chat(data)}),
     ]
     results: list = [{}, {}]
-    kept = asyncio.run(_prepare_images(pending, results, False, []))
+    kept = asyncio.run(prepare_pending(pending, results, False, []))
     assert [i for i, _ in kept] == [1]
     assert "remote images are not allowed here" in results[0]["error"]
     assert asked == []

@@ -17,9 +17,9 @@ from relayllm.stage.images import (
     checked_data_url,
     has_images,
     prepare_images,
+    prepare_pending,
     read_image_bytes,
 )
-from relayllm.stage.udf import _prepare_images
 
 # Registered for each test and removed after it (tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("echo_backend")
@@ -73,12 +73,12 @@ def test_the_stage_fails_only_the_rows_with_a_local_file_when_off(tmp_path):
     urls = [str(here), str(tmp_path / "gone.png"), data]
     pending = [(i, {"messages": chat(u)}) for i, u in enumerate(urls)]
     results: list[dict] = [{}] * 3
-    sent = asyncio.run(_prepare_images(list(pending), results, local_files=False))
+    sent = asyncio.run(prepare_pending(list(pending), results, local_files=False))
     assert [i for i, _ in sent] == [2]
     assert results[0] == results[1] and "not allowed" in results[0]["error"]
     assert results[2] == {}
     results = [{}] * 3
-    sent = asyncio.run(_prepare_images(list(pending), results))  # on: the stage's default
+    sent = asyncio.run(prepare_pending(list(pending), results))  # on: the stage's default
     assert [i for i, _ in sent] == [0, 2] and "cannot read" in results[1]["error"]
 
 

@@ -63,6 +63,7 @@ LAYERS: list[tuple[str, ...]] = [
     # what runs in Ray Data's workers: the stage
     (
         "relayllm.stage.udf",
+        "relayllm.stage.columns",
         "relayllm.stage.affinity",
         "relayllm.stage.transport",
         "relayllm.stage.tasks",

@@ -11,7 +11,7 @@ from samples import POOLING_PIPELINE
 from relayllm.batch.format import parse_line, response_line
 from relayllm.pipelines import PipelineError, parse_pipeline
 from relayllm.rows import ANSWER_COLUMN, build_request, output_fields
-from relayllm.stage.udf import _with_outputs
+from relayllm.stage.columns import with_outputs
 
 # Registered for each test and removed after it (tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("echo_backend")
@@ -34,7 +34,7 @@ def test_pooling_output_columns_and_answers():
     ]
     assert "score" in [f.name for f in output_fields("score")]
     assert ANSWER_COLUMN["classify"] == "label" and ANSWER_COLUMN["score"] == "score"
-    table = _with_outputs(
+    table = with_outputs(
         pa.table({"text": ["a"]}), [{"label": "pos", "probs": [0.25, 0.75]}], ["id0"], "classify"
     )
     assert table.schema.field("probs").type == pa.list_(pa.float32())

@@ -17,7 +17,7 @@ from relayllm.rows import (
     output_fields,
     unsupported_features,
 )
-from relayllm.stage.udf import _with_outputs
+from relayllm.stage.columns import with_outputs
 
 # Registered for each test and removed after it (tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("echo_backend")
@@ -152,7 +152,7 @@ def test_new_output_columns_take_openai_shapes_in_arrow():
         "reasoning_content": "think",
         "samples": [{"generated_text": "a", "finish_reason": "stop", "tool_calls": CALLS}],
     }
-    table = _with_outputs(pa.table({"id": [1, 2]}), [result, {"error": "x"}], ["r1", "r2"], "chat")
+    table = with_outputs(pa.table({"id": [1, 2]}), [result, {"error": "x"}], ["r1", "r2"], "chat")
     first, second = table.to_pylist()
     assert first["logprobs"] == LOGPROBS and first["tool_calls"] == CALLS
     assert first["prompt_logprobs"][0]["logprob"] is None

@@ -18,6 +18,7 @@ never quotes its bytes (Pillow's messages can: a header token), only its path.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import io
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from relayllm.errors import RelayLLMError
+from relayllm.rows import Request, Result, error_result
 
 #: Formats an engine can be given (Pillow's names).
 FORMATS = {"PNG": "image/png", "JPEG": "image/jpeg", "WEBP": "image/webp", "GIF": "image/gif"}
@@ -246,6 +248,37 @@ def image_sizes(messages: Any) -> list[tuple[int, int]]:
     return sizes
 
 
+async def prepare_pending(
+    pending: list[tuple[int, Request]],
+    results: list[Result],
+    local_files: bool = True,
+    remote_hosts: list[str] | None = None,
+) -> list[tuple[int, Request]]:
+    """Chats with ``image_url`` parts get their images fetched, decoded and inlined here, on
+    the CPU worker, in threads; a row whose image cannot be used (or
+    names a local file, unless ``local_files``, or a host not in ``remote_hosts``) gets the
+    reason as its error and is not sent."""
+    with_images = [k for k, (_, r) in enumerate(pending) if has_images(r.get("messages"))]
+    if not with_images:
+        return pending
+    limits = ImageLimits(
+        local_files=local_files,
+        remote_hosts=None if remote_hosts is None else tuple(remote_hosts),
+    )
+    prepared = await asyncio.gather(
+        *(asyncio.to_thread(prepare_images, pending[k][1]["messages"], limits) for k in with_images)
+    )
+    dropped = set()
+    for k, messages in zip(with_images, prepared, strict=True):
+        i, request = pending[k]
+        if isinstance(messages, str):
+            results[i] = error_result(messages)
+            dropped.add(k)
+        else:
+            pending[k] = (i, {**request, "messages": messages})
+    return [item for k, item in enumerate(pending) if k not in dropped]
+
+
 __all__ = [
     "FORMATS",
     "ImageError",
@@ -256,5 +289,6 @@ __all__ = [
     "image_sizes",
     "is_local",
     "prepare_images",
+    "prepare_pending",
     "read_image_bytes",
 ]

@@ -32,20 +32,17 @@ from relayllm.rows import (
     ERROR,
     EXTRA_INPUT_COLUMNS,
     INPUT_COLUMN,
-    MODEL_COLUMN,
-    REQUEST_ID,
-    SAMPLING_PARAMS_COLUMN,
     Request,
     Result,
-    Task,
     build_request,
     error_result,
     features_of,
-    output_fields,
     request_text,
     unsupported_features,
 )
 from relayllm.stage import affinity
+from relayllm.stage.columns import Inputs, column, postprocessed, read_inputs, with_outputs
+from relayllm.stage.images import prepare_pending
 from relayllm.stage.transport import HandlesKey, Transport
 
 
@@ -117,37 +114,52 @@ class ServeStage:
         if self._check_pending and not self._gone:
             # In a thread: the check waits on the replica, this event loop runs the calls.
             self._features = await asyncio.to_thread(self._check_served)
-        n = batch.num_rows
-        rows: list[dict[str, Any]] | None = None
-        if self._preprocess is not None:
-            rows = [self._preprocess(row) for row in batch.to_pylist()]
-            values = [row.get(self._input_column) for row in rows]
-            extras = {c: [row.get(c) for row in rows] for c in self._extra_columns}
-            row_params = [row.get(SAMPLING_PARAMS_COLUMN) for row in rows]
-            models = [row.get(MODEL_COLUMN) for row in rows]
-        else:
-            values = _column(batch, self._input_column, n)
-            extras = {c: _column(batch, c, n) for c in self._extra_columns}
-            row_params = _column(batch, SAMPLING_PARAMS_COLUMN, n)
-            models = _column(batch, MODEL_COLUMN, n)
-        ids = [f"{self._id_prefix}{next(self._ids)}" for _ in range(n)]
-        results: list[Result] = [{}] * n
+        inputs = read_inputs(batch, self._preprocess, self._input_column, self._extra_columns)
+        ids = [f"{self._id_prefix}{next(self._ids)}" for _ in range(batch.num_rows)]
+        results: list[Result] = [{}] * batch.num_rows
+        pending = await prepare_pending(
+            self._requests(inputs, ids, results),
+            results,
+            self.config.local_image_files,
+            self.config.remote_image_hosts,
+        )
+        await self._answer(pending, results, inputs.rows, batch)
+        if self.config.on_error == "raise":
+            row_ids = None
+            if self.config.id_column and inputs.rows is not None:
+                row_ids = [row.get(self.config.id_column) for row in inputs.rows]
+            elif self.config.id_column:
+                row_ids = column(batch, self.config.id_column, batch.num_rows)
+            self._raise_first_error(results, ids, inputs.values, row_ids)
+        if self._postprocess is not None:
+            rows = inputs.rows if inputs.rows is not None else batch.to_pylist()
+            return postprocessed(rows, results, ids, self.config.task, self._postprocess)
+        if inputs.rows is not None:
+            batch = pa.Table.from_pylist(inputs.rows)
+        return with_outputs(batch, results, ids, self.config.task)
+
+    def _requests(
+        self, inputs: Inputs, ids: list[str], results: list[Result]
+    ) -> list[tuple[int, Request]]:
+        """The rows' requests to send, by row index; a row that cannot be sent gets its error
+        in ``results`` instead."""
         pending: list[tuple[int, Request]] = []
-        for i in range(n):
+        for i, request_id in enumerate(ids):
+            row_params = inputs.sampling_params[i]
             request = build_request(
                 self.config.task,
-                values[i],
+                inputs.values[i],
                 self.config.sampling_params,
-                row_params[i],
-                models[i],
-                ids[i],
-                {c: column[i] for c, column in extras.items()},
+                row_params,
+                inputs.models[i],
+                request_id,
+                {c: extra[i] for c, extra in inputs.extras.items()},
             )
             if isinstance(request, str):
                 results[i] = error_result(request)
             elif (
                 self._features is not None
-                and row_params[i] is not None
+                and row_params is not None
                 and (
                     problem := unsupported_features(
                         self._features[0],
@@ -160,13 +172,17 @@ class ServeStage:
             else:
                 request.setdefault("priority", self.config.priority)  # batch, unless said
                 pending.append((i, request))
-        pending = await _prepare_images(
-            pending,
-            results,
-            self.config.local_image_files,
-            self.config.remote_image_hosts,
-        )
+        return pending
 
+    async def _answer(
+        self,
+        pending: list[tuple[int, Request]],
+        results: list[Result],
+        rows: list[dict[str, Any]] | None,
+        batch: pa.Table,
+    ) -> None:
+        """Send the requests in calls (grouped by prefix affinity) and put each answer in
+        ``results`` at its row's index."""
         if self.config.order_by_prefix:
             # Lexicographic order puts rows that share a prefix next to each other, however
             # long the prefix; results go back by row index, so the output order is unchanged.
@@ -181,25 +197,6 @@ class ServeStage:
         for call, answer in zip(calls, answers, strict=True):
             for (i, _), result in zip(call, answer, strict=True):
                 results[i] = result
-
-        if self.config.on_error == "raise":
-            row_ids = None
-            if self.config.id_column and rows is not None:
-                row_ids = [row.get(self.config.id_column) for row in rows]
-            elif self.config.id_column:
-                row_ids = _column(batch, self.config.id_column, n)
-            self._raise_first_error(results, ids, values, row_ids)
-        if self._postprocess is not None:
-            return _postprocessed(
-                rows if rows is not None else batch.to_pylist(),
-                results,
-                ids,
-                self.config.task,
-                self._postprocess,
-            )
-        if rows is not None:
-            batch = pa.Table.from_pylist(rows)
-        return _with_outputs(batch, results, ids, self.config.task)
 
     async def _send(self, requests: list[Request], key: str | None = None) -> list[Result]:
         async with self._slots:
@@ -289,71 +286,6 @@ class ServeStage:
 
 class _Gone(Exception):
     """The deployment was shut down while this stage used it."""
-
-
-async def _prepare_images(
-    pending: list[tuple[int, Request]],
-    results: list[Result],
-    local_files: bool = True,
-    remote_hosts: list[str] | None = None,
-) -> list[tuple[int, Request]]:
-    """Chats with ``image_url`` parts get their images fetched, decoded and inlined here, on
-    the CPU worker (relayllm.stage.images), in threads; a row whose image cannot be used (or
-    names a local file, unless ``local_files``, or a host not in ``remote_hosts``) gets the
-    reason as its error and is not sent."""
-    from relayllm.stage.images import ImageLimits, has_images, prepare_images
-
-    with_images = [k for k, (_, r) in enumerate(pending) if has_images(r.get("messages"))]
-    if not with_images:
-        return pending
-    limits = ImageLimits(
-        local_files=local_files,
-        remote_hosts=None if remote_hosts is None else tuple(remote_hosts),
-    )
-    prepared = await asyncio.gather(
-        *(asyncio.to_thread(prepare_images, pending[k][1]["messages"], limits) for k in with_images)
-    )
-    dropped = set()
-    for k, messages in zip(with_images, prepared, strict=True):
-        i, request = pending[k]
-        if isinstance(messages, str):
-            results[i] = error_result(messages)
-            dropped.add(k)
-        else:
-            pending[k] = (i, {**request, "messages": messages})
-    return [item for k, item in enumerate(pending) if k not in dropped]
-
-
-def _column(batch: pa.Table, name: str, n: int) -> list[Any]:
-    if name not in batch.column_names:
-        return [None] * n
-    return batch.column(name).to_pylist()
-
-
-def _postprocessed(
-    rows: list[dict[str, Any]], results: list[Result], ids: list[str], task: Task, fn: RowFn
-) -> pa.Table:
-    """Each row with the task's output fields set, through the user's ``postprocess``."""
-    fields = [field.name for field in output_fields(task)]
-    out = []
-    for row, result, request_id in zip(rows, results, ids, strict=True):
-        for name in fields:
-            row[name] = request_id if name == REQUEST_ID else result.get(name)
-        out.append(fn(row))
-    return pa.Table.from_pylist(out)
-
-
-def _with_outputs(batch: pa.Table, results: list[Result], ids: list[str], task: Task) -> pa.Table:
-    """The batch with the task's output columns (rows.OUTPUT_SCHEMA) set or replaced."""
-    for field in output_fields(task):
-        values = ids if field.name == REQUEST_ID else [r.get(field.name) for r in results]
-        array = pa.array(values, field.arrow_type())
-        index = batch.schema.get_field_index(field.name)
-        if index >= 0:
-            batch = batch.set_column(index, field.name, array)
-        else:
-            batch = batch.append_column(field.name, array)
-    return batch
 
 
 #: Ray Data operator names of the stage, as an actor class and as a task function.
