@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from relayllm.batch.format import BadLine, BatchRequest, parse_line, response_line, route_models
+from relayllm.batch.format import BadLine, BatchRequest, parse_line, route_models
+from relayllm.batch.output import response_line
 from relayllm.batch.scan import scan_batch_file
 from relayllm.errors import ConfigError
 

@@ -8,7 +8,8 @@ import pyarrow as pa
 import pytest
 from samples import POOLING_PIPELINE
 
-from relayllm.batch.format import parse_line, response_line
+from relayllm.batch.format import parse_line
+from relayllm.batch.output import response_line
 from relayllm.pipelines import PipelineError, parse_pipeline
 from relayllm.rows import ANSWER_COLUMN, build_request, output_fields
 from relayllm.stage.columns import with_outputs

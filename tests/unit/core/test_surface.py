@@ -5,7 +5,7 @@ and the Arrow shapes of the new output columns. No cluster."""
 import pyarrow as pa
 import pytest
 
-from relayllm.batch.format import response_line
+from relayllm.batch.output import response_line
 from relayllm.pipelines import PipelineError, load_pipeline
 from relayllm.rows import (
     BASIC_FEATURES,

@@ -7,14 +7,8 @@ from __future__ import annotations
 import json
 from typing import IO, TYPE_CHECKING, Any
 
-from relayllm.batch.format import (
-    BadLine,
-    BatchRequest,
-    error_line,
-    gathered,
-    parse_line,
-    response_line,
-)
+from relayllm.batch.format import BadLine, BatchRequest, parse_line
+from relayllm.batch.output import error_line, gathered, response_line
 from relayllm.rows import ERROR
 
 if TYPE_CHECKING:

@@ -16,16 +16,12 @@ import re
 from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any
 
-from relayllm.batch.format import (
-    BadLine,
-    BatchRequest,
+from relayllm.batch.format import BadLine, BatchRequest, parse_envelope, parse_line, route_models
+from relayllm.batch.output import (
     error_line,
     model_not_found_line,
-    parse_envelope,
-    parse_line,
     request_counts,
     response_line,
-    route_models,
     served_model,
 )
 from relayllm.batch.pairs import ScoreWriter, StopPairs, pair_rows, score_schema

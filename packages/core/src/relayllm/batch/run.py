@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from relayllm.batch.format import default_deployment, request_counts
+from relayllm.batch.format import default_deployment
+from relayllm.batch.output import request_counts
 from relayllm.batch.ray_job import groups_of, run_scanned
 from relayllm.batch.scan import Done, read_done, scan_batch_file
 from relayllm.blocks import stage_batch

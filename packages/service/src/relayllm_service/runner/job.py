@@ -30,7 +30,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from relayllm.batch.format import default_deployment, error_line, parse_envelope
+from relayllm.batch.format import default_deployment, parse_envelope
+from relayllm.batch.output import error_line
 from relayllm_service.errors import IllegalTransitionError, NotFoundError
 from relayllm_service.ids import new_file_id
 from relayllm_service.runner.validate import Limits, validate_input
