@@ -33,6 +33,7 @@ LAYERS: list[tuple[str, ...]] = [
         "relayllm.logs",
         "relayllm.compat",
         "relayllm.openai_body",  # OpenAI bodies <-> rows: both front doors, on rows alone
+        "relayllm.openai_responses",  # the Responses API as a chat, on openai_body
         "relayllm.routing",  # the affinity policy: keys -> replicas, bounded load
         "relayllm.env",  # the list of RELAYLLM_* variables: data, imports nothing
         "relayllm.configbase",  # the strict base of every config model (the replica's too)

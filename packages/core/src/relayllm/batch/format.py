@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from relayllm import bounded_json, openai_body
+from relayllm import bounded_json, openai_body, openai_responses
 from relayllm.errors import ConfigError
 from relayllm.rows import Task, check_messages, check_sampling_params
 
@@ -185,7 +185,7 @@ def parse_body(envelope: Envelope, line: int, check: bool = True) -> BatchReques
         return _score_line(line, custom_id, str(url), body, model, bad)
     responses = url == "/v1/responses"
     if responses:
-        body, problem = openai_body.responses_as_chat(body)
+        body, problem = openai_responses.responses_as_chat(body)
         if problem:
             return bad("invalid_request", problem)
     value, problem = openai_body.single_input(task, body)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from relayllm import openai_body
+from relayllm import openai_body, openai_responses
 from relayllm.batch.format import BatchRequest
 from relayllm.rows import ERROR, REQUEST_ID
 
@@ -28,7 +28,7 @@ def response_line(request: BatchRequest, result: dict[str, Any], model: str) -> 
     elif request.task == "embedding":
         body = openai_body.embeddings_body([result], model)
     elif getattr(request, "responses", False):  # (a stand-in without the field: a chat)
-        body = openai_body.responses_body(result, model, rid)
+        body = openai_responses.responses_body(result, model, rid)
     else:
         body = openai_body.completion_body(request.task, result, model, rid)
     return {
