@@ -1,6 +1,7 @@
 """The row protocol: the one place that knows the column names. Its inputs -- which columns a
-task reads, what a request looks like, the optional features, the checks that make a bad row
-its error -- are :mod:`relayllm.rows.inputs`; its outputs -- the columns the stage writes and
+task reads, what a request looks like, the optional features -- are :mod:`relayllm.rows.inputs`;
+a row's request checked and built, each problem that row's error, is
+:mod:`relayllm.rows.requests`; its outputs -- the columns the stage writes and
 what a deployment returns for a row -- are :mod:`relayllm.rows.outputs`. Import the names from
 here (``from relayllm.rows import Request, Result``)."""
 
@@ -27,10 +28,6 @@ from relayllm.rows.inputs import (
     TOOLS_FEATURE,
     Request,
     Task,
-    build_request,
-    check_messages,
-    check_sampling_params,
-    check_text,
     features_of,
     request_text,
     unsupported_features,
@@ -63,6 +60,7 @@ from relayllm.rows.outputs import (
     error_result,
     output_fields,
 )
+from relayllm.rows.requests import build_request, check_messages, check_sampling_params, check_text
 
 __all__ = [
     "ANSWER_COLUMN",
