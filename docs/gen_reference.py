@@ -53,7 +53,7 @@ CONFIG_SECTIONS: list[tuple[str, str, list[str]]] = [
             "relayllm.processor:ProcessorConfig",
             "relayllm.deployments:DeploymentConfig",
             "relayllm.serving.http_config:HttpConfig",
-            "relayllm.serving.admission:AdmissionConfig",
+            "relayllm.serving.admission_config:AdmissionConfig",
         ],
     ),
     (
@@ -98,6 +98,8 @@ def locate(name: str) -> Any:
     except (ImportError, AttributeError):
         package = importlib.import_module(module_name.split(".")[0])
         for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+            if info.name.endswith(".__main__"):  # importing it runs the command
+                continue
             try:
                 module = importlib.import_module(info.name)
             except Exception:

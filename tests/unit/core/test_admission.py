@@ -21,7 +21,8 @@ from types import SimpleNamespace
 import pytest
 
 from relayllm.serving import admission as admission_module
-from relayllm.serving.admission import Admission, AdmissionConfig
+from relayllm.serving.admission import Admission
+from relayllm.serving.admission_config import AdmissionConfig
 
 
 class VirtualTime:

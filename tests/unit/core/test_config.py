@@ -10,7 +10,7 @@ from relayllm import ConfigError, DeploymentConfig, ProcessorConfig
 from relayllm.config import ProcessorSettings
 from relayllm.configbase import undescribed_fields
 from relayllm.pipelines import PipelineError, parse_pipeline
-from relayllm.serving.admission import AdmissionConfig
+from relayllm.serving.admission_config import AdmissionConfig
 from relayllm.serving.http_config import HttpConfig
 from relayllm.testing.echo import EchoOptions
 

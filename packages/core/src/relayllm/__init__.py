@@ -35,7 +35,7 @@ from relayllm.errors import (
 from relayllm.logs import configure_logging
 from relayllm.plugin import NAME, hookimpl
 from relayllm.processor import Processor, build_processor
-from relayllm.serving.admission import AdmissionConfig
+from relayllm.serving.admission_config import AdmissionConfig
 from relayllm.serving.controller import Controller
 from relayllm.serving.http_config import HttpConfig
 

@@ -15,7 +15,7 @@ from relayllm import fit
 from relayllm.configbase import ConfigModel
 from relayllm.placement import PLACEMENT_FIELD, Placement, apply_placement
 from relayllm.routing import ROUTING_FIELD, Routing, routing_options
-from relayllm.serving.admission import AdmissionConfig
+from relayllm.serving.admission_config import AdmissionConfig
 from relayllm.serving.http_config import HttpConfig
 
 if TYPE_CHECKING:

@@ -27,7 +27,8 @@ from relayllm.errors import (
     describe_exception,
 )
 from relayllm.rows import ENGINE_S, WEIGHT_VERSION, Request, Result, error_result
-from relayllm.serving.admission import Admission, AdmissionConfig
+from relayllm.serving.admission import Admission
+from relayllm.serving.admission_config import AdmissionConfig
 from relayllm.serving.engine import Engine, EngineContext
 from relayllm.serving.follower import ControlFollower
 from relayllm.serving.health import EngineWatch
