@@ -11,8 +11,10 @@ import pytest
 from support import echo_deployment
 
 import relayllm
-from relayllm.batch import run as batch_run
+from relayllm.batch import ray_job
 from relayllm.batch import scan as batch_file
+from relayllm.batch.stop import StopCheck, clear_stop, raise_stop
+from relayllm.blocks import stage_batch
 from relayllm.errors import ConfigError
 
 pytestmark = pytest.mark.usefixtures("ray_session")
@@ -28,10 +30,10 @@ def chat(i: int, **body) -> str:
 
 
 def run(path, concurrency=2, done=None, batch_size=16, deployment=NAME, compute="tasks"):
-    scan = batch_file.scan_batch_file(str(path), batch_file.stage_batch(batch_size), done)
+    scan = batch_file.scan_batch_file(str(path), stage_batch(batch_size), done)
     out, err = io.StringIO(), io.StringIO()
     fields = {"batch_size": batch_size, "concurrency": concurrency, "compute": compute}
-    counts = batch_run.run_scanned(scan, [deployment], deployment, out, err, fields, done)
+    counts = ray_job.run_scanned(scan, [deployment], deployment, out, err, fields, done)
     return (
         scan,
         counts,
@@ -129,7 +131,7 @@ def test_a_stopped_scoring_group_sends_and_writes_nothing(echo, tmp_path):
     path = tmp_path / "score.jsonl"
     path.write_text("\n".join(lines) + "\n")
     (tmp_path / "stop").touch()
-    scan = batch_file.scan_batch_file(str(path), batch_file.stage_batch(8))
+    scan = batch_file.scan_batch_file(str(path), stage_batch(8))
     out, err, blocks = io.StringIO(), io.StringIO(), []
 
     class Stopped(Exception):
@@ -140,10 +142,10 @@ def test_a_stopped_scoring_group_sends_and_writes_nothing(echo, tmp_path):
         raise Stopped
 
     fields = {"batch_size": 8, "concurrency": 1}
-    stop = batch_run.StopCheck(str(tmp_path / "stop"))
+    stop = StopCheck(str(tmp_path / "stop"))
     before = rows_computed(NAME)
     with pytest.raises(Stopped):
-        batch_run.run_scanned(scan, [NAME], NAME, out, err, fields, None, on_block, stop)
+        ray_job.run_scanned(scan, [NAME], NAME, out, err, fields, None, on_block, stop)
     assert blocks == [(0, 0)] and out.getvalue() == err.getvalue() == ""
     assert rows_computed(NAME) == before  # not a pair was sent
     (tmp_path / "stop").unlink()  # the same file, not stopped: every line answered
@@ -158,10 +160,10 @@ def test_a_stop_raised_in_the_cluster_reaches_the_stage_workers(echo, tmp_path):
     path = tmp_path / "in.jsonl"
     path.write_text("\n".join(chat(i) for i in range(40)) + "\n")
     key = f"test-{tmp_path.name}"
-    stop = batch_run.StopCheck(key=key)
+    stop = StopCheck(key=key)
     assert not stop()  # not raised yet
-    batch_run.raise_stop(key)
-    scan = batch_file.scan_batch_file(str(path), batch_file.stage_batch(8))
+    raise_stop(key)
+    scan = batch_file.scan_batch_file(str(path), stage_batch(8))
     out, err, blocks = io.StringIO(), io.StringIO(), []
 
     def on_block(completed, failed):
@@ -171,13 +173,13 @@ def test_a_stop_raised_in_the_cluster_reaches_the_stage_workers(echo, tmp_path):
     fields = {"batch_size": 8, "concurrency": 2}
     before = rows_computed(NAME)
     with pytest.raises(KeyboardInterrupt):
-        batch_run.run_scanned(scan, [NAME], NAME, out, err, fields, None, on_block, stop)
+        ray_job.run_scanned(scan, [NAME], NAME, out, err, fields, None, on_block, stop)
     assert blocks == [(0, 0)] and out.getvalue() == err.getvalue() == ""
     assert rows_computed(NAME) == before
-    batch_run.clear_stop(key)
+    clear_stop(key)
     out = io.StringIO()
-    fresh = batch_run.StopCheck(key=key + "-unraised")
-    counts = batch_run.run_scanned(scan, [NAME], NAME, out, err, fields, None, None, fresh)
+    fresh = StopCheck(key=key + "-unraised")
+    counts = ray_job.run_scanned(scan, [NAME], NAME, out, err, fields, None, None, fresh)
     assert counts["completed"] == 40 and rows_computed(NAME) == before + 40
 
 
