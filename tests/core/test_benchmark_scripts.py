@@ -1,11 +1,10 @@
 """The benchmark scripts that start their own processes and clusters, run as a user runs them
 at toy size on the echo backend, their results file read back: ``relayllm batch`` against the
-processor path, the Batch API service against ``relayllm batch``, the gateway's memory by door,
-and two projects' fair share. Each script checks its own output as it runs (every ``custom_id``
+processor path, the Batch API service against ``relayllm batch``, and two projects' fair
+share. Each script checks its own output as it runs (every ``custom_id``
 once, each a success); here the results it writes must hold what docs/benchmarks.md reads from
-them. No warm-up
-runs (``--warmup-lines 0``): no figure is read at this size, and each warm-up is two more
-driver processes.
+them. No warm-up runs (``--warmup-lines 0``): no figure is read at this size, and each
+warm-up is two more driver processes.
 Results go to a temporary folder (``BENCHMARK_RESULTS_DIR``), never to the committed ones."""
 
 import json
@@ -58,19 +57,6 @@ def test_batch_service_at_toy_size(tmp_path):
     assert size["summary"]["ratios by round"] == [
         service["lines_per_s"] / size["samples"]["relayllm batch"][0]["lines_per_s"]
     ]
-
-
-def test_gateway_memory_at_toy_size(tmp_path):
-    results = run(tmp_path, "gateway_memory", "--mb", "1", "--through", "direct")
-    rows = results["rows"]
-    # One MB up and down through the gateway's own server, each phase measured in both of
-    # the processes the page shows (the gateway's replica and Serve's proxy).
-    assert {(r["door"], r["phase"], r["role"]) for r in rows} == {
-        ("direct", phase, role)
-        for phase in ("upload", "download")
-        for role in ("gateway replica", "proxy")
-    }
-    assert all(r["mb"] >= 1 and r["peak VmHWM"] > 0 for r in rows), rows
 
 
 def test_fair_share_at_toy_size(tmp_path):

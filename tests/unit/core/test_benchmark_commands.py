@@ -31,19 +31,15 @@ RESULTS = {p.stem: json.loads(p.read_text()) for p in sorted(BENCHMARKS.glob("re
 #: Each script kept, and the test file that runs it at toy size (by name: an import or a run).
 TOY_RUNS = {
     "overhead": "tests/core/test_benchmark_smoke.py",
-    "pass_cost": "tests/core/test_benchmark_smoke.py",
     "routing": "tests/core/test_benchmark_smoke.py",
     "scaleout": "tests/core/test_benchmark_smoke.py",
     "userpath": "tests/core/test_benchmark_smoke.py",
     "batch_file": "tests/core/test_benchmark_scripts.py",
     "batch_service": "tests/core/test_benchmark_scripts.py",
     "fair_share": "tests/core/test_benchmark_scripts.py",
-    "gateway_memory": "tests/core/test_benchmark_scripts.py",
     "engine": "tests/unit/core/test_benchmark_measures.py",
     "vs_ray_data_llm": "tests/unit/core/test_benchmark_measures.py",
-    "batch_vs_vllm": "tests/unit/core/test_benchmark_measures.py",
     "online_batch": "tests/unit/core/test_benchmark_measures.py",
-    "ledger": "tests/unit/core/test_benchmark_measures.py",
     "nodes": "tests/adapters/vllm/test_node_lost_vllm.py",
 }
 
