@@ -1,10 +1,9 @@
 """The benchmark scripts that start their own processes and clusters, run as a user runs them
 at toy size on the echo backend, their results file read back: ``relayllm batch`` against the
-processor path, the Batch API service against ``relayllm batch``, and two projects' fair
-share. Each script checks its own output as it runs (every ``custom_id``
-once, each a success); here the results it writes must hold what docs/benchmarks.md reads from
-them. No warm-up runs (``--warmup-lines 0``): no figure is read at this size, and each
-warm-up is two more driver processes.
+processor path and the Batch API service against ``relayllm batch``. Each script checks its own
+output as it runs (every ``custom_id`` once, each a success); here the results it writes must
+hold what docs/benchmarks.md reads from them. No warm-up runs (``--warmup-lines 0``): no
+figure is read at this size, and each warm-up is two more driver processes.
 Results go to a temporary folder (``BENCHMARK_RESULTS_DIR``), never to the committed ones."""
 
 import json
@@ -57,17 +56,3 @@ def test_batch_service_at_toy_size(tmp_path):
     assert size["summary"]["ratios by round"] == [
         service["lines_per_s"] / size["samples"]["relayllm batch"][0]["lines_per_s"]
     ]
-
-
-def test_fair_share_at_toy_size(tmp_path):
-    lines = 300
-    args = ("--lines", str(lines), "--repeats", "1", "--turn-lines", "50", "--window-s", "1")
-    results = run(tmp_path, "fair_share", *args)
-    assert results["weights"] == {"heavy": 2, "light": 1} and results["turn_lines"] == 50
-    [round_] = results["rounds"]
-    samples = round_["samples"]
-    assert samples, round_
-    # (seconds, heavy's completed lines, light's), read while both batches were unfinished.
-    for earlier, later in zip(samples, samples[1:], strict=False):
-        assert earlier[0] < later[0] and earlier[1] <= later[1] and earlier[2] <= later[2]
-    assert all(0 <= heavy < lines and 0 <= light < lines for _, heavy, light in samples)

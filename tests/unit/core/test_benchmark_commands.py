@@ -36,7 +36,6 @@ TOY_RUNS = {
     "userpath": "tests/core/test_benchmark_smoke.py",
     "batch_file": "tests/core/test_benchmark_scripts.py",
     "batch_service": "tests/core/test_benchmark_scripts.py",
-    "fair_share": "tests/core/test_benchmark_scripts.py",
     "engine": "tests/unit/core/test_benchmark_measures.py",
     "vs_ray_data_llm": "tests/unit/core/test_benchmark_measures.py",
     "online_batch": "tests/unit/core/test_benchmark_measures.py",

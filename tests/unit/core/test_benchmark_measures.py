@@ -112,19 +112,6 @@ def test_cpu_by_kind_counts_only_what_was_spent_between_snapshots():
     assert engine.cpu_by_kind(before, after) == {"driver": 0.5, "engine": 4.0, "replica": 0.75}
 
 
-def test_fair_shares_windows_count_lines_once_both_run_and_judge_every_window():
-    from fair_share import windows
-
-    # (seconds, heavy's completed lines, light's): light starts at 10 s; 2:1 after that,
-    # except one window where heavy got three times light's lines.
-    samples = [(0, 0, 0), (5, 40, 0), (10, 80, 8), (20, 100, 18), (30, 120, 28), (40, 180, 48)]
-    found = windows(samples, 10)
-    assert found["both_running_s"] == 30 and found["windows"] == 3
-    assert (found["ratio_min"], found["ratio_max"]) == (2.0, 3.0)
-    assert found["ratio_stretch"] == 2.5 and not found["within_target"]
-    assert windows(samples[:5], 10)["within_target"]
-
-
 @pytest.mark.parametrize("path", committed("engine*.json"), ids=lambda p: p.stem)
 def test_engines_summary_of_each_committed_run_is_what_the_run_recorded(path):
     run = json.loads(path.read_text())
