@@ -37,7 +37,6 @@ TOY_RUNS = {
     "batch_file": "tests/core/test_benchmark_scripts.py",
     "batch_service": "tests/core/test_benchmark_scripts.py",
     "engine": "tests/unit/core/test_benchmark_measures.py",
-    "vs_ray_data_llm": "tests/unit/core/test_benchmark_measures.py",
     "online_batch": "tests/unit/core/test_benchmark_measures.py",
     "nodes": "tests/adapters/vllm/test_node_lost_vllm.py",
 }

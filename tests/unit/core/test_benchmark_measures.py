@@ -7,8 +7,7 @@ its work). Its timelines are the benchmark's rows: [seconds, rows answered, limi
 engine, tokens generated, tokens prefilled, preemptions]. benchmarks/engine.py pairs the two
 sides of each run before it takes a median, so a slow minute that slows both sides cancels.
 
-The scripts that need the vLLM engine (engine, vs_ray_data_llm, online_batch) cannot run
-here; their toy run is
+The scripts that need the vLLM engine (engine, online_batch) cannot run here; their toy run is
 every part that needs no engine (or no cluster): the workload each builds, and
 each committed run's recorded samples summarised again by the script's own code, which must
 give the figures the run recorded (what docs/benchmarks.md reads). A refactor that changes a
@@ -24,7 +23,6 @@ from support import REPO
 sys.path.insert(0, str(REPO / "benchmarks"))
 import engine  # the benchmarks folder is not a package: its scripts import as modules
 import online_batch
-import vs_ray_data_llm
 
 RESULTS = REPO / "benchmarks" / "results"
 
@@ -118,14 +116,6 @@ def test_engines_summary_of_each_committed_run_is_what_the_run_recorded(path):
     assert engine.summarize(run["raw_runs"], run["rows"]) == run["summary"]
 
 
-def test_vs_ray_data_llms_summary_and_ratios_are_what_the_run_recorded():
-    [path] = committed("vs_ray_data_llm.json")
-    run = json.loads(path.read_text())
-    summary, ratios = vs_ray_data_llm.summarise(run["samples"])
-    assert (summary, ratios) == (run["summary"], run["ratios_relayllm_vs_raydata"])
-    assert set(ratios) == {"1_step", "2_step"}  # the page's two comparisons
-
-
 @pytest.mark.parametrize("path", committed("online_batch-*.json"), ids=lambda p: p.stem)
 def test_online_batchs_summary_of_each_committed_run_is_what_the_run_recorded(path):
     run = json.loads(path.read_text())
@@ -138,9 +128,3 @@ def test_online_batchs_summary_of_each_committed_run_is_what_the_run_recorded(pa
 def test_the_engine_scripts_workloads_are_what_their_engines_are_sent():
     chats = engine.prompts(5)
     assert len(chats) == 5 and all(c[-1]["role"] == "user" for c in chats)
-    rows = vs_ray_data_llm.questions(12)
-    assert len({r["question"] for r in rows}) == 12
-    asked = vs_ray_data_llm.ask(rows[3])
-    assert asked == {"id": 3, "messages": [{"role": "user", "content": rows[3]["question"]}]}
-    shorter = vs_ray_data_llm.shorten({"id": 3, "generated_text": "a long answer"})
-    assert shorter["messages"][0]["content"].endswith("a long answer")
