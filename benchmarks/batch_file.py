@@ -38,8 +38,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from _common import write_results
-from overhead import RunMonitor, host_facts
+from _common import RunMonitor, host_facts, write_results
 
 DEPLOYMENT = "bench-echo"
 BIN = Path(sys.executable).parent

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from _common import write_results
+from _common import RunMonitor, host_facts, write_results
 from batch_file import (
     DEPLOY_YAML,
     DEPLOYMENT,
@@ -51,7 +51,6 @@ from batch_file import (
     stop_cluster,
     write_inputs,
 )
-from overhead import RunMonitor, host_facts
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 #: The project key the service is started with and its driver sends (made per run).

@@ -19,8 +19,8 @@ processes). The rest, per row, is what the path costs outside the engine.
     python benchmarks/engine.py                  # the bundled demo model, 64/128/512 rows, 3 runs
     python benchmarks/engine.py --rows 64 --runs 1 --model /path/to/model
 
-Writes benchmarks/results/engine.json and prints a table; ``python benchmarks/report.py``
-turns it into docs/benchmarks.md's section 3a.
+Writes benchmarks/results/engine.json and prints a table; docs/benchmarks.md's section 3a
+shows its figures.
 """
 
 from __future__ import annotations

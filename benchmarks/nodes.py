@@ -37,8 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import write_results  # the script's folder is on sys.path
-from overhead import host_facts  # the script's folder is on sys.path
+from _common import host_facts, write_results  # the script's folder is on sys.path
 
 NODES = 4  # the head and three worker nodes
 DEPLOYMENT = "bench-nodes"

@@ -26,8 +26,8 @@ import time
 from typing import Any
 
 import ray
-from _common import Sampler  # the script's folder is on sys.path
-from overhead import dataset, host_facts, measure  # the script's folder is on sys.path
+from _common import Sampler, host_facts  # the script's folder is on sys.path
+from overhead import dataset, measure  # the script's folder is on sys.path
 
 import relayllm
 from relayllm import DeploymentConfig, ProcessorConfig, build_processor

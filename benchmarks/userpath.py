@@ -34,12 +34,10 @@ import ray
 from relayllm import ProcessorConfig, build_processor
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from _common import write_results
+from _common import RunMonitor, host_facts, write_results
 from overhead import (
     BATCH_SIZE,
     DEPLOYMENT,
-    RunMonitor,
-    host_facts,
     measure,
     print_sample,
     start_cluster,

@@ -1,22 +1,17 @@
 """The benchmark scripts that start their own processes and clusters, run as a user runs them
 at toy size on the echo backend, their results file read back: ``relayllm batch`` against the
-processor path, the Batch API service against ``relayllm batch``, the gateway's memory by door,
-and two projects' fair share. Each script checks its own output as it runs (every ``custom_id``
-once, each a success); here the results it writes must hold what docs/benchmarks.md reads from
-them, and the page's own section (benchmarks/reporting) must render from them. No warm-up
-runs (``--warmup-lines 0``): no figure is read at this size, and each warm-up is two more
-driver processes.
+processor path and the Batch API service against ``relayllm batch``. Each script checks its own
+output as it runs (every ``custom_id`` once, each a success); here the results it writes must
+hold what docs/benchmarks.md reads from them. No warm-up runs (``--warmup-lines 0``): no
+figure is read at this size, and each warm-up is two more driver processes.
 Results go to a temporary folder (``BENCHMARK_RESULTS_DIR``), never to the committed ones."""
 
-import importlib
 import json
 import os
 import subprocess
 import sys
 
 from support import REPO
-
-sys.path.insert(0, str(REPO / "benchmarks"))  # the page's reporting package, as a script has it
 
 
 def run(tmp_path, script: str, *args: str) -> dict:
@@ -37,16 +32,7 @@ def run(tmp_path, script: str, *args: str) -> dict:
     return results
 
 
-def page_section(module: str, name: str, results: dict, monkeypatch) -> str:
-    """The section of docs/benchmarks.md that ``reporting.<module>`` makes of these results."""
-    from reporting import common
-
-    monkeypatch.setitem(common.CHARTS, "draw", False)
-    section = importlib.import_module(f"reporting.{module}").section
-    return "\n".join(section({name: results}))
-
-
-def test_batch_file_at_toy_size(tmp_path, monkeypatch):
+def test_batch_file_at_toy_size(tmp_path):
     results = run(tmp_path, "batch_file", "--sizes", "100", "--warmup-lines", "0")
     [size] = results["sizes"]
     assert size["rows"] == 100
@@ -56,11 +42,9 @@ def test_batch_file_at_toy_size(tmp_path, monkeypatch):
         assert summary[name]["driver_peak_rss_mib"] > 0, summary
     ratio = summary["relayllm batch"]["rows_per_s"] / summary["processor path"]["rows_per_s"]
     assert summary["ratio relayllm batch / processor path"] == ratio
-    text = page_section("batch_file", "batch_file", results, monkeypatch)
-    assert "| 100 | relayllm batch |" in text and "| 100 | processor path |" in text
 
 
-def test_batch_service_at_toy_size(tmp_path, monkeypatch):
+def test_batch_service_at_toy_size(tmp_path):
     args = ("--sizes", "100", "--repeats", "1", "--warmup-lines", "0")
     results = run(tmp_path, "batch_service", *args)
     [size] = results["sizes"]
@@ -72,36 +56,3 @@ def test_batch_service_at_toy_size(tmp_path, monkeypatch):
     assert size["summary"]["ratios by round"] == [
         service["lines_per_s"] / size["samples"]["relayllm batch"][0]["lines_per_s"]
     ]
-    text = page_section("batch_service", "batch_service", results, monkeypatch)
-    assert "gateway replica peak RSS (MiB)" in text and "Where the service's time went" in text
-
-
-def test_gateway_memory_at_toy_size(tmp_path, monkeypatch):
-    results = run(tmp_path, "gateway_memory", "--mb", "1", "--through", "direct")
-    rows = results["rows"]
-    # One MB up and down through the gateway's own server, each phase measured in both of
-    # the processes the page shows (the gateway's replica and Serve's proxy).
-    assert {(r["door"], r["phase"], r["role"]) for r in rows} == {
-        ("direct", phase, role)
-        for phase in ("upload", "download")
-        for role in ("gateway replica", "proxy")
-    }
-    assert all(r["mb"] >= 1 and r["peak VmHWM"] > 0 for r in rows), rows
-    text = page_section("gateway_memory", "gateway_memory", results, monkeypatch)
-    assert "| the gateway's own server | 1 | upload |" in text, text
-
-
-def test_fair_share_at_toy_size(tmp_path, monkeypatch):
-    lines = 300
-    args = ("--lines", str(lines), "--repeats", "1", "--turn-lines", "50", "--window-s", "1")
-    results = run(tmp_path, "fair_share", *args)
-    assert results["weights"] == {"heavy": 2, "light": 1} and results["turn_lines"] == 50
-    [round_] = results["rounds"]
-    samples = round_["samples"]
-    assert samples, round_
-    # (seconds, heavy's completed lines, light's), read while both batches were unfinished.
-    for earlier, later in zip(samples, samples[1:], strict=False):
-        assert earlier[0] < later[0] and earlier[1] <= later[1] and earlier[2] <= later[2]
-    assert all(0 <= heavy < lines and 0 <= light < lines for _, heavy, light in samples)
-    text = page_section("fair_share", "fair_share", results, monkeypatch)
-    assert text.startswith("## 13. Weighted fair share between projects"), text

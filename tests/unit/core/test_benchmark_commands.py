@@ -22,8 +22,8 @@ from support import REPO
 BENCHMARKS = REPO / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 
-#: Not measuring scripts: the shared helpers, and the page's generator (tests/bench).
-NOT_MEASURING = {"_common", "report"}
+#: Not measuring scripts: the shared helpers.
+NOT_MEASURING = {"_common"}
 SCRIPTS = sorted(p.stem for p in BENCHMARKS.glob("*.py") if p.stem not in NOT_MEASURING)
 RESULTS = {p.stem: json.loads(p.read_text()) for p in sorted(BENCHMARKS.glob("results/*.json"))}
 
@@ -31,19 +31,13 @@ RESULTS = {p.stem: json.loads(p.read_text()) for p in sorted(BENCHMARKS.glob("re
 #: Each script kept, and the test file that runs it at toy size (by name: an import or a run).
 TOY_RUNS = {
     "overhead": "tests/core/test_benchmark_smoke.py",
-    "pass_cost": "tests/core/test_benchmark_smoke.py",
     "routing": "tests/core/test_benchmark_smoke.py",
     "scaleout": "tests/core/test_benchmark_smoke.py",
     "userpath": "tests/core/test_benchmark_smoke.py",
     "batch_file": "tests/core/test_benchmark_scripts.py",
     "batch_service": "tests/core/test_benchmark_scripts.py",
-    "fair_share": "tests/core/test_benchmark_scripts.py",
-    "gateway_memory": "tests/core/test_benchmark_scripts.py",
     "engine": "tests/unit/core/test_benchmark_measures.py",
-    "vs_ray_data_llm": "tests/unit/core/test_benchmark_measures.py",
-    "batch_vs_vllm": "tests/unit/core/test_benchmark_measures.py",
     "online_batch": "tests/unit/core/test_benchmark_measures.py",
-    "ledger": "tests/unit/core/test_benchmark_measures.py",
     "nodes": "tests/adapters/vllm/test_node_lost_vllm.py",
 }
 
@@ -103,3 +97,17 @@ def test_an_option_a_script_does_not_have_is_refused(monkeypatch, capsys):
     with pytest.raises(SystemExit):
         parse("python benchmarks/overhead.py --no-such-option 1", monkeypatch)
     assert "--no-such-option" in capsys.readouterr().err
+
+
+def test_every_results_file_kept_is_one_a_docs_page_cites():
+    # benchmarks/results/ keeps the latest run of each question a page shows; a run no page
+    # cites (a history, a probe) stays in git history instead.
+    pages = "\n".join(p.read_text() for p in sorted((REPO / "docs").glob("*.md")))
+    uncited = [name for name in RESULTS if f"results/{name}.json" not in pages]
+    assert not uncited, f"no docs page cites these results files: {uncited}"
+
+
+def test_every_command_the_benchmarks_page_reproduces_has_its_results_file():
+    text = (REPO / "docs" / "benchmarks.md").read_text()
+    named = re.findall(r"# -> results/([\w.-]+)\.json", text)
+    assert named and sorted(named) == sorted(RESULTS), "docs/benchmarks.md's Reproduce list"

@@ -106,7 +106,8 @@ class VLLMEngine(Generation, Engine):
         self.kv_cache_blocks, self.kv_cache_block_size = cache.num_gpu_blocks, cache.block_size
         self.priority_scheduling = engine.vllm_config.scheduler_config.policy == "priority"
         # What vLLM resolved from the arguments (its defaults depend on the device and the
-        # usage context): for a like-for-like run elsewhere (benchmarks/batch_vs_vllm.py).
+        # usage context): for a like-for-like run elsewhere
+        # (docs/experiments/batch-vs-vllm-run-batch.md).
         scheduler = engine.vllm_config.scheduler_config
         self.resolved = {
             "dtype": str(self.model_config.dtype).removeprefix("torch."),

@@ -91,7 +91,7 @@ def _workers_at_normal_priority() -> Iterator[None]:
     are background work; the workers of a cluster relayllm starts are the job -- the engine's
     replica and the engine's own processes (children of the replica) among them -- and at
     nice 15 they yield the CPU to every other process on the machine, where vLLM's own
-    runner, say, competes as an equal (docs/benchmarks.md, section 10b). Only a raylet
+    runner, say, competes as an equal (docs/experiments/batch-vs-vllm-run-batch.md). Only a raylet
     started by this call reads the setting (it inherits the environment); connecting to a
     running cluster leaves its workers as they are."""
     if NICENESS_ENV in os.environ:

@@ -195,7 +195,8 @@ class StageWarmUp:
     job whose tasks import what the batch's read and stage tasks import, on a thread of the
     driver. The batch's own tasks then run in worker processes that have those modules
     already, Ray Data's helper actors are up, and the driver has imported Ray Data: the rows
-    start moving seconds sooner once the engine is ready (docs/benchmarks.md, section 10b).
+    start moving seconds sooner once the engine is ready
+    (docs/experiments/batch-vs-vllm-run-batch.md).
     Best effort: a failure is logged and the batch runs as it would have."""
 
     def __init__(self, workers: int) -> None:
