@@ -75,7 +75,7 @@ BACKENDS: list[tuple[str, str, str]] = [
     ("vllm", "relayllm-vllm", "relayllm_vllm.options:VLLMOptions"),
     ("sglang", "relayllm-sglang", "relayllm_sglang.options:SGLangOptions"),
     ("openai", "relayllm-openai", "relayllm_openai.options:OpenAIOptions"),
-    ("echo", "relayllm (built in)", "relayllm.testing.echo:EchoOptions"),
+    ("echo", "relayllm (built in)", "relayllm.testing.echo_options:EchoOptions"),
 ]
 
 #: Modules whose click commands are relayllm's own; plugin commands come from PLUGIN_COMMANDS.

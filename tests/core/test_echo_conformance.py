@@ -3,7 +3,7 @@
 import pytest
 
 from relayllm.testing import BackendConformanceTests
-from relayllm.testing.echo import ECHO_FEATURES
+from relayllm.testing.echo_options import ECHO_FEATURES
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 

@@ -12,7 +12,7 @@ from relayllm.configbase import undescribed_fields
 from relayllm.pipelines import PipelineError, parse_pipeline
 from relayllm.serving.admission_config import AdmissionConfig
 from relayllm.serving.http_config import HttpConfig
-from relayllm.testing.echo import EchoOptions
+from relayllm.testing.echo_options import EchoOptions
 
 # Registered for each test and removed after it (tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("echo_backend")

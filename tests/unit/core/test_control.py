@@ -14,7 +14,8 @@ import pytest
 from relayllm.errors import ControlRefusedError
 from relayllm.serving.control_state import CONTROL_CALLS
 from relayllm.serving.replica import Replica
-from relayllm.testing.echo import EchoEngine, EchoOptions
+from relayllm.testing.echo import EchoEngine
+from relayllm.testing.echo_options import EchoOptions
 
 pytestmark = pytest.mark.usefixtures("echo_backend")
 

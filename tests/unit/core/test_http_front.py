@@ -267,7 +267,8 @@ def test_a_request_that_meets_a_failed_engine_is_a_503_with_retry_after():
 
     from relayllm.serving.http_front import ENGINE_FAILED_RETRY_AFTER_S
     from relayllm.serving.replica import Replica
-    from relayllm.testing.echo import EchoEngine, EchoOptions
+    from relayllm.testing.echo import EchoEngine
+    from relayllm.testing.echo_options import EchoOptions
 
     replica = Replica(
         EchoEngine, EchoOptions(engine_dies_after_rows=1), {"name": "unit", "http": {}}

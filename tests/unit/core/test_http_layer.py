@@ -141,7 +141,8 @@ def test_an_unauthorized_error_is_a_401_invalid_api_key():
 
 
 def replica(monkeypatch, **http):
-    from relayllm.testing.echo import EchoDeployment, EchoOptions
+    from relayllm.testing.echo import EchoDeployment
+    from relayllm.testing.echo_options import EchoOptions
 
     monkeypatch.setenv("RELAYLLM_UNIT_KEY", KEY)
     monkeypatch.setenv("RELAYLLM_UNIT_ADMIN", ADMIN)

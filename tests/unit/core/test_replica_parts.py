@@ -13,7 +13,8 @@ from relayllm.errors import CallFailedError, EngineFailedError
 from relayllm.serving.health import EngineWatch
 from relayllm.serving.replica import Replica
 from relayllm.serving.rowcache import RowCache
-from relayllm.testing.echo import EchoEngine, EchoOptions
+from relayllm.testing.echo import EchoEngine
+from relayllm.testing.echo_options import EchoOptions
 
 pytestmark = pytest.mark.usefixtures("echo_backend")
 

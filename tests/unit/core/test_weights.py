@@ -14,7 +14,8 @@ import pytest
 from relayllm.openai_body import completion_body, embeddings_body
 from relayllm.serving.replica import Replica
 from relayllm.serving.weights import fetch_checkpoint
-from relayllm.testing.echo import EchoEngine, EchoOptions, write_echo_checkpoint
+from relayllm.testing.echo import EchoEngine, write_echo_checkpoint
+from relayllm.testing.echo_options import EchoOptions
 
 pytestmark = pytest.mark.usefixtures("echo_backend")
 

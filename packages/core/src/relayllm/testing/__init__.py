@@ -7,7 +7,8 @@ checks that need a running engine.
 
 from __future__ import annotations
 
-from relayllm.testing.echo import EchoBackend, EchoEngine, EchoOptions
+from relayllm.testing.echo import EchoBackend, EchoEngine
+from relayllm.testing.echo_options import EchoOptions
 
 
 def enable_echo_backend() -> None:
