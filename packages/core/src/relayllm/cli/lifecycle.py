@@ -97,46 +97,11 @@ def status(as_json, address, verbose):
 
     import relayllm
     from relayllm import env
-    from relayllm.cli.progress import elapsed
 
     warn_unsupported_versions()
     connect(address, verbose, existing_cluster=True, start_serve=False)  # it only reads
     stall_s = env.STALL_WARNING_S.get()
-    found = []
-    for ref in relayllm.list_deployments(address=address):
-        item: dict[str, Any] = {
-            "kind": "deployment",  # a plugin's items say their own kind ("gateway")
-            "name": ref.name,
-            "status": ref.status,
-            "backend": None,
-            "model": None,
-            "activity": None,
-            "replica": None,
-            "rows": None,
-            "url": None,
-        }
-        if ref.status == "RUNNING":
-            try:
-                # Asked of a replica directly: a handle's call would wait in Serve's queue
-                # behind the batch calls a paused deployment holds.
-                infos = list(relayllm.control(ref.name).replicas(timeout_s=30).values())
-                info = infos[0]
-                item.update(
-                    backend=info.get("backend"),
-                    model=info.get("model"),
-                    activity=activity(info, stall_s),
-                    replica=info.get("replica_id"),
-                    rows=info.get("rows"),
-                    url=(info.get("http") or {}).get("url"),
-                    ongoing=info.get("ongoing"),
-                    seconds_without_answer=info.get("seconds_without_answer"),
-                    metrics=info.get("metrics"),
-                    replicas=[replica_item(i, stall_s) for i in infos],
-                )
-                item["rows"] = sum(i.get("rows") or 0 for i in infos)
-            except Exception as exc:  # a sick deployment is still listed, with the reason
-                item["status"] = f"{ref.status} (info failed: {type(exc).__name__})"
-        found.append(item)
+    found = [_deployment_item(ref, stall_s) for ref in relayllm.list_deployments(address=address)]
     sections = _plugin_sections(address)
     if as_json:
         click.echo(json.dumps(found + [i for s in sections for i in s.items], indent=2))
@@ -144,31 +109,78 @@ def status(as_json, address, verbose):
     if not found:
         click.echo("no relayllm deployments are running")
     else:
-        keys = ["name", "status", "backend", "model", "activity", "replica", "rows", "url"]
-        click.echo(table(keys, [[f.get(k) for k in keys] for f in found], right=[6]))
-        measured = [[f["name"], *metrics_cells(f["metrics"])] for f in found if f.get("metrics")]
-        if measured:
-            click.echo()
-            click.echo(table(METRICS_COLUMNS, measured, right=range(1, len(METRICS_COLUMNS))))
-        replicas = [[f["name"], *replica_cells(r)] for f in found for r in f.get("replicas", [])]
-        if replicas:
-            click.echo()
-            click.echo(table(REPLICA_COLUMNS, replicas, right=range(3, len(REPLICA_COLUMNS))))
-        for f in found:
-            if f["activity"] == "STALLED":
-                click.echo(
-                    f"warning: {f['name']}: {f['ongoing']} call(s) in progress and no answer "
-                    f"for {elapsed(f['seconds_without_answer'])}; its engine may be hung or "
-                    f"overloaded (see the replica's log; `relayllm shutdown {f['name']}` and "
-                    f"deploy again to restart it)",
-                    err=True,
-                )
+        _print_deployments(found)
     for section in sections:
         if section.items:
             rows = [[i.get(c) for c in section.columns] for i in section.items]
             click.echo()
             click.echo(f"{section.title}:")
             click.echo(table(section.columns, rows, right=section.right))
+
+
+def _deployment_item(ref: Any, stall_s: float) -> dict[str, Any]:
+    """What ``relayllm status`` says of one deployment: its replicas' facts, read from each
+    replica, or why they could not be read."""
+    import relayllm
+
+    item: dict[str, Any] = {
+        "kind": "deployment",  # a plugin's items say their own kind ("gateway")
+        "name": ref.name,
+        "status": ref.status,
+        "backend": None,
+        "model": None,
+        "activity": None,
+        "replica": None,
+        "rows": None,
+        "url": None,
+    }
+    if ref.status != "RUNNING":
+        return item
+    try:
+        # Asked of a replica directly: a handle's call would wait in Serve's queue behind the
+        # batch calls a paused deployment holds.
+        infos = list(relayllm.control(ref.name).replicas(timeout_s=30).values())
+        info = infos[0]
+        item.update(
+            backend=info.get("backend"),
+            model=info.get("model"),
+            activity=activity(info, stall_s),
+            replica=info.get("replica_id"),
+            rows=sum(i.get("rows") or 0 for i in infos),
+            url=(info.get("http") or {}).get("url"),
+            ongoing=info.get("ongoing"),
+            seconds_without_answer=info.get("seconds_without_answer"),
+            metrics=info.get("metrics"),
+            replicas=[replica_item(i, stall_s) for i in infos],
+        )
+    except Exception as exc:  # a sick deployment is still listed, with the reason
+        item["status"] = f"{ref.status} (info failed: {type(exc).__name__})"
+    return item
+
+
+def _print_deployments(found: list[dict[str, Any]]) -> None:
+    """The deployments' tables (each, its metrics, its replicas) and a warning per stall."""
+    from relayllm.cli.progress import elapsed
+
+    keys = ["name", "status", "backend", "model", "activity", "replica", "rows", "url"]
+    click.echo(table(keys, [[f.get(k) for k in keys] for f in found], right=[6]))
+    measured = [[f["name"], *metrics_cells(f["metrics"])] for f in found if f.get("metrics")]
+    if measured:
+        click.echo()
+        click.echo(table(METRICS_COLUMNS, measured, right=range(1, len(METRICS_COLUMNS))))
+    replicas = [[f["name"], *replica_cells(r)] for f in found for r in f.get("replicas", [])]
+    if replicas:
+        click.echo()
+        click.echo(table(REPLICA_COLUMNS, replicas, right=range(3, len(REPLICA_COLUMNS))))
+    for f in found:
+        if f["activity"] == "STALLED":
+            click.echo(
+                f"warning: {f['name']}: {f['ongoing']} call(s) in progress and no answer "
+                f"for {elapsed(f['seconds_without_answer'])}; its engine may be hung or "
+                f"overloaded (see the replica's log; `relayllm shutdown {f['name']}` and "
+                f"deploy again to restart it)",
+                err=True,
+            )
 
 
 #: How long ``relayllm status`` gives each plugin's section (a gateway describing itself,

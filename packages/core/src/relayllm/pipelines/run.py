@@ -167,9 +167,7 @@ def run_pipeline(
     local one). ``hooks``: a progress display (:class:`RunHooks`).
     """
     from relayllm.errors import ConfigError
-    from relayllm.pipelines import engine_figures
     from relayllm.pipelines import resume as resuming
-    from relayllm.pipelines.deploy import deployed
     from relayllm.pipelines.inputs import check_input, count_rows, open_dataset
     from relayllm.pipelines.load import load_pipeline
     from relayllm.pipelines.outputs import open_writer, output_target, stdout_sink
@@ -204,22 +202,42 @@ def run_pipeline(
         total = count_rows(pipeline, plan, limit)
         if total is not None and done:
             total = max(total - len(done), 0)
-        with deployed(
-            pipeline, address=address, keep=keep_deployments, on_deploy=hooks.deploying
-        ) as started:
-            startup_s = time.monotonic() - startup
-            names = [d.name for d in pipeline.spec.deployments]
-            costs = engine_figures.hour_costs()  # a bad price fails before the run, not after
-            before = engine_figures.snapshot(names)
-            with hooks.running(pipeline, total, len(done)) as progress:
-                summary = execute(pipeline, dataset, write, progress=progress)
-            after = engine_figures.snapshot(names)
-            summary.engines = engine_figures.delta(before, after, costs)
+        summary = _run_deployed(
+            pipeline, dataset, write, hooks, address, keep_deployments, total, len(done), startup
+        )
     finally:
         if writer is not None:
             writer.close()
     summary.output = target.path if target else None
     summary.already_done = len(done)
+    return summary
+
+
+def _run_deployed(
+    pipeline: Pipeline,
+    dataset: Any,
+    write: Callable[[list[dict[str, Any]]], None],
+    hooks: RunHooks,
+    address: str | None,
+    keep: bool,
+    total: int | None,
+    already_done: int,
+    startup: float,
+) -> RunSummary:
+    """The steps run on the pipeline's deployments (started here when not running already),
+    with the engines' figures read before and after."""
+    from relayllm.pipelines import engine_figures
+    from relayllm.pipelines.deploy import deployed
+
+    with deployed(pipeline, address=address, keep=keep, on_deploy=hooks.deploying) as started:
+        startup_s = time.monotonic() - startup
+        names = [d.name for d in pipeline.spec.deployments]
+        costs = engine_figures.hour_costs()  # a bad price fails before the run, not after
+        before = engine_figures.snapshot(names)
+        with hooks.running(pipeline, total, already_done) as progress:
+            summary = execute(pipeline, dataset, write, progress=progress)
+        after = engine_figures.snapshot(names)
+        summary.engines = engine_figures.delta(before, after, costs)
     summary.started = started
     summary.startup_s = startup_s
     return summary
