@@ -9,7 +9,7 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
 from relayllm.deployments.session import OnDeploy, deployed_configs
-from relayllm.pipelines.transforms import task_operators
+from relayllm.pipelines.transforms import MAX_TASK_OPERATORS
 
 if TYPE_CHECKING:
     from relayllm.pipelines.pipeline import Pipeline
@@ -29,7 +29,7 @@ def check_fit(pipeline: Pipeline, running: set[str] | None = None) -> None:
         config = step.processor_config()
         workers, _, cpus = stage_workers(config)
         demands.append(fit.stage_demand(step.name, cpus, workers, config.compute))
-    demands.append(fit.task_demand(task_operators(pipeline)))
+    demands.append(fit.task_demand(MAX_TASK_OPERATORS))
     fit.check_fit_on_cluster(demands)
 
 

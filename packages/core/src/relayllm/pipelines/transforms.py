@@ -215,11 +215,10 @@ def _named(
     return call
 
 
-def task_operators(pipeline: Pipeline) -> int:
-    """Ray Data task operators the pipeline runs at once: the read, and (when the input's size
-    is not known in advance) the repartition that cuts it into blocks (:func:`in_blocks`).
-    The steps' template fills and parses run inside their stage actors."""
-    return 2
+#: Ray Data task operators a pipeline runs at once, at most, whatever its steps: the read, and
+#: (when the input's size is not known in advance) the repartition that cuts it into blocks
+#: (:func:`in_blocks`). The steps' template fills and parses run inside their stage actors.
+MAX_TASK_OPERATORS = 2
 
 
 def input_block_rows(pipeline: Pipeline, total: int | None = None) -> int:
