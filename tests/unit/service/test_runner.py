@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from relayllm_service.errors import StaleClaimError
-from relayllm_service.runner.job import EXPIRED_MESSAGE, BatchJob, processor_fields
+from relayllm_service.runner.job import BatchJob, processor_fields
+from relayllm_service.runner.workfiles import EXPIRED_MESSAGE
 from relayllm_service.settings import GATEWAY_APP_PREFIX, ServiceSettings
 from relayllm_service.tenancy.keys import KeyMap
 

@@ -29,10 +29,8 @@ from relayllm_service.errors import (
     NotFoundError,
     StaleClaimError,
 )
-from relayllm_service.runner.job import (
-    BatchJob,
-    delete_quietly,
-)
+from relayllm_service.runner.job import BatchJob
+from relayllm_service.runner.workfiles import delete_quietly
 from relayllm_service.settings import ServiceSettings
 from relayllm_service.store.files import FileStorage
 from relayllm_service.store.sqlite import SQLiteJobStore
