@@ -125,7 +125,7 @@ def test_the_gateway_and_the_runner_on_two_nodes_share_the_state_directory(nodes
     import ray
 
     from relayllm_service.deploy import GATEWAY_DEPLOYMENT
-    from relayllm_service.runner.loop import start_runner, stop_runner
+    from relayllm_service.runner.actor import start_runner, stop_runner
 
     class Holder:  # defined here: Ray's workers cannot import this module by its name
         """An actor that only holds the resources it was started with."""

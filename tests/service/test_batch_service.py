@@ -100,7 +100,7 @@ def service(ray_session, tmp_path_factory):
 def runner_gone(name, timeout=30):
     import ray
 
-    from relayllm_service.runner.loop import RUNNER_NAMESPACE
+    from relayllm_service.runner.actor import RUNNER_NAMESPACE
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -409,7 +409,7 @@ def test_runner_killed_mid_batch_resumes_each_line_exactly_once(service):
     import ray
 
     from relayllm.blocks import block_rows, stage_batch
-    from relayllm_service.runner.loop import RUNNER_NAMESPACE
+    from relayllm_service.runner.actor import RUNNER_NAMESPACE
 
     settings = service["settings"]
     per_block = block_rows(SLOW_LINES, stage_batch(settings.batch_size))

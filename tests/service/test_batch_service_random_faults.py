@@ -225,7 +225,7 @@ def kill_once(kind, pid, service, rng, moved):
 
 def test_random_kills_keep_every_line_exactly_once(ray_session, tmp_path, capsys):
     import relayllm
-    from relayllm_service.runner.loop import start_runner, stop_runner
+    from relayllm_service.runner.actor import start_runner, stop_runner
     from relayllm_service.settings import ServiceSettings
     from relayllm_service.store.files import PART
 

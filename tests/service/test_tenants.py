@@ -186,7 +186,7 @@ def test_a_runner_killed_mid_batch_charges_each_line_once(service):
     the work file over and runs the rest; the batch's usage equals its output file's sums."""
     import ray
 
-    from relayllm_service.runner.loop import RUNNER_NAMESPACE
+    from relayllm_service.runner.actor import RUNNER_NAMESPACE
     from relayllm_service.settings import ServiceSettings
     from relayllm_service.tenancy.usage import UsageLedger
 

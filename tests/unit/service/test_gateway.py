@@ -14,7 +14,7 @@ pytest.importorskip("multipart")
 from starlette.requests import Request
 
 from relayllm_service.gateway.app import Gateway
-from relayllm_service.runner import loop as runner_module
+from relayllm_service.runner import actor as runner_module
 from relayllm_service.settings import ServiceSettings
 from relayllm_service.tenancy.keys import KeyMap
 

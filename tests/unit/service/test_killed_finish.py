@@ -34,7 +34,7 @@ LINES = 40_000
 KILLED_FINISH = """
 import sys
 from relayllm_service.store.files import FileStorage
-from relayllm_service.runner.loop import BatchJob
+from relayllm_service.runner.job import BatchJob
 from relayllm_service.settings import ServiceSettings
 from relayllm_service.store.sqlite import SQLiteJobStore
 

@@ -17,9 +17,9 @@ from relayllm_service.tenancy.quotas import (
     Quota,
     QuotaError,
     Quotas,
-    estimate_tokens,
     read_quotas,
 )
+from relayllm_service.tenancy.tokens import estimate_tokens
 
 CHAT = "/v1/chat/completions"
 
@@ -191,7 +191,7 @@ def test_online_requests_per_minute_answer_429_with_retry_after_until_the_next_m
 def test_the_token_estimate_skips_lines_too_deep_or_not_utf8_instead_of_failing():
     """Python's json raised RecursionError on the deep line, and a lone surrogate failed the
     UTF-8 count: either was a 500 at the batch's create."""
-    from relayllm_service.tenancy.quotas import estimate_tokens
+    from relayllm_service.tenancy.tokens import estimate_tokens
 
     good = {"custom_id": "g", "body": {"model": "echo", "prompt": "x" * (8 * 4)}}
     deep = b'{"custom_id": "d", "body": {"model": "echo", "prompt": ' + b"[" * 50_000

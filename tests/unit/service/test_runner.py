@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from relayllm_service.errors import StaleClaimError
-from relayllm_service.runner.job import EXPIRED_MESSAGE, BatchJob, processor_fields
+from relayllm_service.runner.job import BatchJob, processor_fields
+from relayllm_service.runner.workfiles import EXPIRED_MESSAGE
 from relayllm_service.settings import GATEWAY_APP_PREFIX, ServiceSettings
 from relayllm_service.tenancy.keys import KeyMap
 
@@ -152,7 +153,8 @@ def test_start_runner_replaces_a_runner_with_other_settings(tmp_path, monkeypatc
     import sys
     import types
 
-    from relayllm_service.runner import loop as module
+    from relayllm_service.runner import actor as module
+    from relayllm_service.runner.loop import runner_fields
 
     old = ServiceSettings(state_dir=str(tmp_path))
     new = old.model_copy(update={"batch_size": 3})
@@ -161,9 +163,7 @@ def test_start_runner_replaces_a_runner_with_other_settings(tmp_path, monkeypatc
 
     class Actor:
         def __init__(self, settings):
-            self.settings_json = types.SimpleNamespace(
-                remote=lambda: module.runner_fields(settings)
-            )
+            self.settings_json = types.SimpleNamespace(remote=lambda: runner_fields(settings))
 
     class Remote:
         def options(self, **options):

@@ -49,7 +49,7 @@ def deploy_gateway(
     from relayllm.compat import HEAD_RESOURCE
     from relayllm.deployments import DeploymentRef, wait_running
     from relayllm_service.gateway.app import GatewayReplica
-    from relayllm_service.runner.loop import stop_runner
+    from relayllm_service.runner.actor import stop_runner
 
     connect(address)
     ensure_http_proxy(settings.host, settings.port)
@@ -130,7 +130,7 @@ def shutdown_gateway(
     state starts again)."""
     from ray import serve
 
-    from relayllm_service.runner import loop as runners
+    from relayllm_service.runner import actor as runners
 
     gateways = list_gateways(address=address)
     stopped = [g for g in gateways if name is None or g.name == name]
@@ -172,7 +172,7 @@ def _running_runners() -> list[str]:
     """The runners' actor names running on the cluster (named in their own namespace)."""
     import ray
 
-    from relayllm_service.runner.loop import RUNNER_NAMESPACE
+    from relayllm_service.runner.actor import RUNNER_NAMESPACE
 
     prefix = ServiceSettings().runner_name.rsplit("-", 1)[0] + "-"
     return sorted(

@@ -59,7 +59,7 @@ class Gateway:
     (:mod:`~relayllm_service.console.routes`), which signs in with a cookie."""
 
     def __init__(self, settings: ServiceSettings, keys: Keys) -> None:
-        from relayllm_service.runner.loop import start_runner
+        from relayllm_service.runner.actor import start_runner
 
         self.settings = settings
         self.keys = keys
@@ -127,7 +127,7 @@ class Gateway:
         return await self.app.respond(request)
 
     def _wake_runner(self) -> None:
-        from relayllm_service.runner.loop import find_runner
+        from relayllm_service.runner.actor import find_runner
 
         try:  # by name: a gateway with other settings on the same state may have replaced it
             self.runner = find_runner(self.settings.runner_name) or self.runner

@@ -20,8 +20,6 @@ again, and its store writes are refused. Recomputed after a crash: the blocks in
 
 from __future__ import annotations
 
-import glob
-import json
 import logging
 import os
 import shutil
@@ -30,22 +28,25 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from relayllm.batch.format import default_deployment, parse_envelope
-from relayllm.batch.output import error_line
-from relayllm_service.errors import IllegalTransitionError, NotFoundError
+from relayllm.batch.format import default_deployment
+from relayllm_service.errors import IllegalTransitionError
 from relayllm_service.ids import new_file_id
 from relayllm_service.runner.validate import Limits, validate_input
+from relayllm_service.runner.workfiles import (
+    carry_over,
+    delete_quietly,
+    expire_rest,
+    fetch_input,
+    written_lines,
+)
 from relayllm_service.settings import ServiceSettings
-from relayllm_service.store.files import PART, FileStorage
+from relayllm_service.store.files import FileStorage
 from relayllm_service.store.records import BatchRecord, RequestCounts, Status
 from relayllm_service.store.sqlite import SQLiteJobStore
 from relayllm_service.tenancy.fair import hold_back
 from relayllm_service.tenancy.usage import UsageLedger
 
 logger = logging.getLogger(__name__)
-
-#: OpenAI's message for a line the completion window ran out on.
-EXPIRED_MESSAGE = "This request could not be executed before the completion window expired."
 
 
 class _TurnOver(Exception):
@@ -259,10 +260,10 @@ class BatchJob:
         ends) and ends the batch once."""
         if status == "expired":
             self._fetch_input(record)
-            self._expire_rest()
+            expire_rest(self.input, self.output, self.errors)
         self.charge()  # before the files are published: a kill after it charges no line twice
         work = {"output": self.output, "error": self.errors}
-        lines = {kind: _lines(path) for kind, path in work.items()}
+        lines = {kind: written_lines(path) for kind, path in work.items()}
         ids = {kind: new_file_id() for kind, count in lines.items() if count}
         for leftover in self.store.reserve_files(self.batch_id, self.claim, list(ids.values())):
             delete_quietly(self.storage, leftover)  # a killed finish's unpublished bytes,
@@ -297,55 +298,10 @@ class BatchJob:
     # -- files -----------------------------------------------------------------------------
 
     def _carry_over(self) -> None:
-        """This claim's work files start as copies of the newest earlier claim's (copies, not
-        renames: a runner still writing to the old files must not reach these)."""
-        if os.path.exists(self.output) or os.path.exists(self.errors):
-            return
-        earlier = sorted(
-            (
-                int(path.rsplit(".", 2)[-2])
-                for path in glob.glob(os.path.join(self.dir, "out.*.jsonl"))
-                if path.rsplit(".", 2)[-2].isdigit()
-            ),
-            reverse=True,
-        )
-        for claim in earlier:
-            if claim < self.claim:
-                for kind, mine in (("out", self.output), ("err", self.errors)):
-                    theirs = os.path.join(self.dir, f"{kind}.{claim}.jsonl")
-                    if os.path.exists(theirs):
-                        shutil.copyfile(theirs, mine)
-                break
-        for path in glob.glob(os.path.join(self.dir, "*.*.jsonl")):
-            if path not in (self.output, self.errors):
-                os.unlink(path)  # an older claim's: never read again
-        for path in glob.glob(os.path.join(self.dir, f"*{PART}*")):
-            os.unlink(path)  # an input copy a killed claim left cut short
+        carry_over(self.dir, self.claim, self.output, self.errors)
 
     def _fetch_input(self, record: BatchRecord) -> None:
-        """The input file's bytes in the work directory (the read tasks read byte ranges)."""
-        if os.path.exists(self.input):
-            return
-        os.makedirs(self.dir, exist_ok=True)
-        partial = f"{self.input}.part-{self.claim}"
-        with self.storage.open(record.input_file_id) as source, open(partial, "wb") as copy:
-            shutil.copyfileobj(source, copy, 1 << 20)
-        os.replace(partial, self.input)
-
-    def _expire_rest(self) -> None:
-        """Every line in neither work file to the error file as ``batch_expired``."""
-        from relayllm.batch.scan import read_done
-
-        done = read_done(self.output, self.errors, False)
-        with open(self.input, "rb") as source, open(self.errors, "a", encoding="utf-8") as err:
-            for number, raw in enumerate(source, start=1):
-                if not raw.strip():
-                    continue
-                custom_id = parse_envelope(raw.decode("utf-8", "replace"), number).custom_id
-                if custom_id in done.ids or (custom_id is None and number in done.bad_lines):
-                    continue
-                line = error_line(number, custom_id, "batch_expired", EXPIRED_MESSAGE)
-                err.write(json.dumps(line, ensure_ascii=False) + "\n")
+        fetch_input(self.storage, record.input_file_id, self.input, self.claim)
 
     def _cleanup(self) -> None:
         from relayllm.batch.stop import clear_stop
@@ -355,22 +311,6 @@ class BatchJob:
             clear_stop(self.stop_key)
         except Exception:  # a signal left behind is a few bytes in the GCS, no more
             logger.debug("batch %s: the stop signal stays", self.batch_id, exc_info=True)
-
-
-def delete_quietly(storage: FileStorage, file_id: str) -> None:
-    try:
-        storage.delete(file_id)
-    except NotFoundError:
-        pass  # never written, or already deleted
-    except Exception:
-        logger.exception("could not delete the unpublished file %s", file_id)
-
-
-def _lines(path: str) -> int:
-    if not os.path.exists(path):
-        return 0
-    with open(path, "rb") as lines:
-        return sum(1 for text in lines if text.strip())
 
 
 def processor_fields(settings: ServiceSettings) -> dict[str, Any]:
@@ -388,9 +328,7 @@ def processor_fields(settings: ServiceSettings) -> dict[str, Any]:
 
 
 __all__ = [
-    "EXPIRED_MESSAGE",
     "BatchJob",
-    "delete_quietly",
     "deployment_names",
     "processor_fields",
 ]

@@ -1,10 +1,11 @@
 """The runner: claims the store's unfinished batches and runs them on the shared deployments.
 
 One runner per state directory, in a detached Ray actor on the head node, or on the nodes
-``ServiceSettings.node_resources`` names (:func:`start_runner`; the gateway starts it, or finds
-it running). Ray restarts the actor when its process dies or its node is lost
-(``max_restarts=-1``), on any node it may run on: the new one claims every unfinished batch
-again, and the claim numbers fence off anything the old one might still try to write.
+``ServiceSettings.node_resources`` names (:func:`~relayllm_service.runner.actor.start_runner`;
+the gateway starts it, or finds it running). Ray restarts the actor when its process dies or
+its node is lost (``max_restarts=-1``), on any node it may run on: the new one claims every
+unfinished batch again, and the claim numbers fence off anything the old one might still try
+to write.
 
 Each claimed batch runs in its own thread as a :class:`~relayllm_service.runner.job.BatchJob`
 (the life cycle, the work files, exactly once across a kill). A claim has a lease
@@ -22,17 +23,14 @@ import threading
 import time
 from typing import Any
 
-from relayllm.compat import HEAD_RESOURCE
 from relayllm_service.errors import (
     ClaimHeldError,
     IllegalTransitionError,
     NotFoundError,
     StaleClaimError,
 )
-from relayllm_service.runner.job import (
-    BatchJob,
-    delete_quietly,
-)
+from relayllm_service.runner.job import BatchJob
+from relayllm_service.runner.workfiles import delete_quietly
 from relayllm_service.settings import ServiceSettings
 from relayllm_service.store.files import FileStorage
 from relayllm_service.store.sqlite import SQLiteJobStore
@@ -51,8 +49,6 @@ RUNNER_ERROR: dict[str, Any] = {
     "param": None,
     "line": None,
 }
-#: The runner's actor is named in this namespace, whatever namespace its starter has.
-RUNNER_NAMESPACE = "relayllm"
 #: A temporary ``.part-`` file in the storage not written to for this long is a killed
 #: writer's (an upload's body arrives far faster): the runner deletes it.
 PART_MAX_AGE_S = 3600.0
@@ -101,7 +97,8 @@ class BatchRunner:
         return os.getpid()
 
     def settings_json(self) -> dict[str, Any]:
-        """The settings this runner started with (:func:`start_runner` compares them)."""
+        """The settings this runner started with
+        (:func:`~relayllm_service.runner.actor.start_runner` compares them)."""
         return runner_fields(self.settings)
 
     def _loop(self) -> None:
@@ -290,66 +287,7 @@ def runner_fields(settings: ServiceSettings) -> dict[str, Any]:
     return settings.model_dump(mode="json", exclude=set(GATEWAY_ONLY))
 
 
-def find_runner(name: str) -> Any | None:
-    """The runner actor named ``name`` if it runs, else None."""
-    import ray
-
-    try:
-        return ray.get_actor(name, namespace=RUNNER_NAMESPACE)
-    except ValueError:
-        return None
-
-
-def stop_runner(name: str, *, timeout_s: float = 30.0) -> bool:
-    """Kill the runner ``name`` for good (no restart) and wait until its name is free; False
-    when none ran. Its batches stay claimed until their lease runs out, then the next runner
-    on the state takes them over."""
-    import ray
-
-    actor = find_runner(name)
-    if actor is None:
-        return False
-    ray.kill(actor, no_restart=True)
-    deadline = time.monotonic() + timeout_s
-    while find_runner(name) is not None and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return True
-
-
-def start_runner(settings: ServiceSettings, *, replace: bool = False) -> Any:
-    """The runner of ``settings.state_dir``: found by name if it runs with the same settings,
-    else started (a detached actor, on the head node unless ``settings.node_resources`` says
-    otherwise, that Ray restarts whenever its process dies). A running one with other
-    settings, or any with ``replace``, is stopped first."""
-    import ray
-
-    running = find_runner(settings.runner_name)
-    if running is not None:
-        try:
-            same = ray.get(running.settings_json.remote(), timeout=30) == runner_fields(settings)
-        except Exception:  # restarting, or an older runner without settings_json
-            logger.warning("the batch runner did not tell its settings", exc_info=True)
-            same = False
-        if replace or not same:
-            logger.info("replacing the batch runner %s", settings.runner_name)
-            stop_runner(settings.runner_name)
-    actor: Any = ray.remote(BatchRunner)
-    return actor.options(
-        name=settings.runner_name,
-        namespace=RUNNER_NAMESPACE,
-        lifetime="detached",
-        get_if_exists=True,
-        max_restarts=-1,
-        max_concurrency=4,  # wake() and pid() answer while nothing else blocks
-        num_cpus=0,
-        resources=settings.node_resources or HEAD_RESOURCE,
-    ).remote(settings)
-
-
 __all__ = [
     "BatchRunner",
-    "find_runner",
     "runner_fields",
-    "start_runner",
-    "stop_runner",
 ]

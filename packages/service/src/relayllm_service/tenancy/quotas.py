@@ -27,27 +27,22 @@ upload's bytes are deleted), and other projects are not affected.
 
 from __future__ import annotations
 
-import math
 import sqlite3
 import time
-from collections.abc import Callable, Iterable
-from typing import IO, Any
+from collections.abc import Callable
 
 from pydantic import ConfigDict, Field
 
-from relayllm import bounded_json
 from relayllm.configbase import ConfigModel
 from relayllm.http.errors import HttpError
 from relayllm_service.store.files import FileStorage
 from relayllm_service.store.records import TERMINAL, BatchRecord, FileRecord
 from relayllm_service.store.sqlite import SQLiteJobStore
+from relayllm_service.tenancy.tokens import estimate_tokens
 from relayllm_service.tenancy.usage import migrate
 
 #: The quota of every project not named.
 EVERY = "*"
-#: A token is about this many bytes of text (OpenAI's rule of thumb for English): the gateway
-#: estimates a batch's tokens without the deployment's tokenizer.
-BYTES_PER_TOKEN = 4
 
 _SCHEMA_VERSION = 2
 _MIGRATIONS = {
@@ -129,37 +124,6 @@ def weight_of(quotas: dict[str, Quota], project: str) -> float:
 
 def quota_for(quotas: dict[str, Quota], project: str) -> Quota | None:
     return quotas.get(project) or quotas.get(EVERY)
-
-
-def estimate_tokens(source: IO[bytes]) -> dict[str, int]:
-    """A batch input file's estimated input tokens per ``model``: each line's prompt text
-    (message contents, ``prompt``, ``input``) in UTF-8 bytes / :data:`BYTES_PER_TOKEN`,
-    rounded up. Lines that do not parse count nothing (validation fails them)."""
-    tokens: dict[str, int] = {}
-    for raw in source:
-        try:
-            body = bounded_json.loads(raw)["body"]  # too deep, not UTF-8: a ValueError
-            model = str(body.get("model") or "")
-        except (ValueError, KeyError, TypeError, AttributeError):
-            continue
-        text = sum(len(part.encode("utf-8")) for part in _texts(body))
-        tokens[model] = tokens.get(model, 0) + math.ceil(text / BYTES_PER_TOKEN)
-    return tokens
-
-
-def _texts(body: dict[str, Any]) -> Iterable[str]:
-    for message in body.get("messages") or ():
-        content = message.get("content") if isinstance(message, dict) else None
-        if isinstance(content, str):
-            yield content
-        elif isinstance(content, list):
-            yield from (p["text"] for p in content if isinstance(p, dict) and "text" in p)
-    for name in ("prompt", "input"):
-        value = body.get(name)
-        if isinstance(value, str):
-            yield value
-        elif isinstance(value, list):
-            yield from (v for v in value if isinstance(v, str))
 
 
 class Quotas:
@@ -353,7 +317,6 @@ __all__ = [
     "Quota",
     "QuotaError",
     "Quotas",
-    "estimate_tokens",
     "quota_for",
     "read_quotas",
     "weight_of",
