@@ -19,8 +19,18 @@ from typing import Literal
 _OFF = frozenset({"0", "false", "no", "off"})
 
 
+class _Read:
+    """What every variable shares: the one read of the environment."""
+
+    name: str
+
+    def raw(self, environ: Mapping[str, str] | None = None) -> str:
+        """The value as set, "" when unset (``environ``: another mapping than the process's)."""
+        return (os.environ if environ is None else environ).get(self.name, "")
+
+
 @dataclass(frozen=True)
-class Variable:
+class Variable(_Read):
     """A variable read as text: ``get`` is its stripped value, None when unset or blank (the
     code then says what unset means)."""
 
@@ -31,16 +41,12 @@ class Variable:
     #: What it is when unset, as a person reads it (the reference page's column).
     default: str = "none"
 
-    def raw(self, environ: Mapping[str, str] | None = None) -> str:
-        """The value as set, "" when unset (``environ``: another mapping than the process's)."""
-        return (os.environ if environ is None else environ).get(self.name, "")
-
     def get(self, environ: Mapping[str, str] | None = None) -> str | None:
         return self.raw(environ).strip() or None
 
 
 @dataclass(frozen=True)
-class Text:
+class Text(_Read):
     """A variable read as text with a plain default value."""
 
     name: str
@@ -53,11 +59,11 @@ class Text:
         object.__setattr__(self, "default", f"`{self.value}`")
 
     def get(self, environ: Mapping[str, str] | None = None) -> str:
-        return (os.environ if environ is None else environ).get(self.name, "").strip() or self.value
+        return self.raw(environ).strip() or self.value
 
 
 @dataclass(frozen=True)
-class Flag:
+class Flag(_Read):
     """A variable that is on or off: on when set to anything but blank, ``0``, ``false``,
     ``no`` or ``off``."""
 
@@ -67,12 +73,12 @@ class Flag:
     default: str = "off"
 
     def get(self, environ: Mapping[str, str] | None = None) -> bool:
-        value = (os.environ if environ is None else environ).get(self.name, "")
+        value = self.raw(environ)
         return value.strip().lower() not in _OFF | {""}
 
 
 @dataclass(frozen=True)
-class Names:
+class Names(_Read):
     """A comma-separated list of names (blank entries dropped)."""
 
     name: str
@@ -81,12 +87,12 @@ class Names:
     default: str = "none"
 
     def get(self, environ: Mapping[str, str] | None = None) -> list[str]:
-        value = (os.environ if environ is None else environ).get(self.name, "")
+        value = self.raw(environ)
         return [n.strip() for n in value.split(",") if n.strip()]
 
 
 @dataclass(frozen=True)
-class Seconds:
+class Seconds(_Read):
     """A positive number of seconds; unset, malformed or not positive is the default."""
 
     name: str
@@ -100,14 +106,14 @@ class Seconds:
 
     def get(self, environ: Mapping[str, str] | None = None) -> float:
         try:
-            seconds = float((os.environ if environ is None else environ).get(self.name, ""))
+            seconds = float(self.raw(environ))
         except ValueError:
             return self.value
         return seconds if seconds > 0 else self.value
 
 
 @dataclass(frozen=True)
-class Transport:
+class Transport(_Read):
     """``grpc`` or ``actor``: anything else (unset included) is ``grpc``."""
 
     name: str
@@ -116,7 +122,7 @@ class Transport:
     default: str = "`grpc`"
 
     def get(self, environ: Mapping[str, str] | None = None) -> Literal["grpc", "actor"]:
-        value = (os.environ if environ is None else environ).get(self.name, "")
+        value = self.raw(environ)
         return "actor" if value.strip().lower() == "actor" else "grpc"
 
 
