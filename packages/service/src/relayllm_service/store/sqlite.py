@@ -12,8 +12,8 @@ Statuses follow OpenAI's life cycle (:data:`TRANSITIONS`); a change the cycle do
 raises, and each change stamps its ``*_at`` time. A runner's writes are fenced by its claim
 (:mod:`~relayllm_service.store.claims`). Parts: the records (``records``), the interface
 (``store_protocol``), the tables and their migrations (``schema``), a runner's claimed writes
-(``claims``) and, here, what a client's request asks (files and batches); the names are
-importable from here as before.
+(``claims``), files' metadata (``file_records``) and, here, batches as a client's request
+asks.
 """
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Literal
 
 from relayllm_service.errors import InvalidRequestError
-from relayllm_service.ids import is_file_id, new_batch_id, new_file_id
+from relayllm_service.ids import new_batch_id
 from relayllm_service.store.claims import ClaimedWrites
+from relayllm_service.store.file_records import Admit, FileRecords
 from relayllm_service.store.protocol import JobStore
 from relayllm_service.store.records import (
     COMPLETION_WINDOWS,
-    FILE_PURPOSES,
     BatchRecord,
     FileRecord,
     Page,
@@ -39,17 +39,13 @@ from relayllm_service.store.records import (
     Status,
     check_limit,
     check_metadata,
-    check_text,
 )
 from relayllm_service.store.schema import (
-    FILE_COLUMNS,
-    LIVE,
     apply_changes,
     batch_record,
     batch_row,
     file_record,
     file_row,
-    insert_file,
     migrate,
     readable,
 )
@@ -61,12 +57,13 @@ class SQLiteJobStore:
     survives a process kill and a power cut). Safe to share between threads (one connection
     behind a lock) and between processes (SQLite's locks; a writer waits up to ``timeout_s``).
     Made of parts: the file (:class:`SQLiteFile`), the runners' fenced writes
-    (:class:`ClaimedWrites`, on the same file) and, here, what a client's request asks.
+    (:class:`ClaimedWrites`, on the same file), files' metadata (:class:`FileRecords`) and,
+    here, batches as a client's request asks.
     """
 
     #: Asked in the write transaction of an upload's or a new batch's record before it is
     #: written (quotas.py); what it raises refuses the request, nothing written.
-    admit: Callable[[sqlite3.Connection, FileRecord | BatchRecord], None] | None = None
+    admit: Admit | None = None
 
     def __init__(
         self, path: str, *, clock: Callable[[], float] = time.time, timeout_s: float = 30.0
@@ -79,6 +76,7 @@ class SQLiteJobStore:
             self.file.close()
             raise
         self.runner = ClaimedWrites(self.file)
+        self.files = FileRecords(self.file, self._file_row, lambda: self.admit)
 
     @property
     def path(self) -> str:
@@ -177,7 +175,7 @@ class SQLiteJobStore:
     def remove_expired_files(self, limit: int = 1000) -> list[str]:
         return self.runner.remove_expired_files(limit)
 
-    # -- files -------------------------------------------------------------------------
+    # -- files' metadata, as a client asks (file_records.py) -------------------------------
 
     def add_file(
         self,
@@ -189,32 +187,17 @@ class SQLiteJobStore:
         file_id: str | None = None,
         expires_s: int | None = None,
     ) -> FileRecord:
-        """A file's record; with ``expires_s`` it expires that many seconds after its
-        creation (OpenAI's ``expires_after`` anchored at ``created_at``): from then on it
-        answers 404 like a deleted file, and :meth:`remove_expired_files` hands its id over
-        for its bytes to be deleted."""
-        if purpose not in FILE_PURPOSES:
-            raise InvalidRequestError(
-                f"purpose {purpose!r} is not supported; use one of {sorted(FILE_PURPOSES)}",
-                "purpose",
-            )
-        check_text(filename, "filename")
-        if file_id is not None and not is_file_id(file_id):
-            raise InvalidRequestError(f"{file_id!r} is not a file id", "file_id")
-        now = self.now()
-        expires_at = None if expires_s is None else now + int(expires_s)
-        record = FileRecord(
-            file_id or new_file_id(), project, filename, purpose, int(bytes), now, expires_at
+        return self.files.add(
+            project,
+            filename=filename,
+            purpose=purpose,
+            bytes=bytes,
+            file_id=file_id,
+            expires_s=expires_s,
         )
-        with self.write() as db:
-            if self.admit is not None:
-                self.admit(db, record)
-            insert_file(db, record)
-        return record
 
     def get_file(self, project: str, file_id: str) -> FileRecord:
-        with self.read() as db:
-            return file_record(self._file_row(db, project, file_id))
+        return self.files.get(project, file_id)
 
     def list_files(
         self,
@@ -225,32 +208,10 @@ class SQLiteJobStore:
         order: Literal["asc", "desc"] = "desc",
         purpose: str | None = None,
     ) -> Page[FileRecord]:
-        check_limit(limit, 10000)
-        if order not in ("asc", "desc"):
-            raise InvalidRequestError(f"order must be 'asc' or 'desc', got {order!r}", "order")
-        where, args = ["project = ?", LIVE], [project, self.now()]
-        if purpose is not None:
-            where.append("purpose = ?")
-            args.append(purpose)
-        with self.read() as db:
-            if after is not None:
-                where.append("seq < ?" if order == "desc" else "seq > ?")
-                args.append(self._file_row(db, project, after)["seq"])
-            rows = db.execute(
-                f"SELECT {FILE_COLUMNS} FROM files WHERE {' AND '.join(where)} "
-                f"ORDER BY seq {order.upper()} "
-                f"LIMIT ?",
-                (*args, limit + 1),
-            ).fetchall()
-        return Page(readable(rows[:limit], file_record), len(rows) > limit)
+        return self.files.list(project, after=after, limit=limit, order=order, purpose=purpose)
 
     def delete_file(self, project: str, file_id: str) -> FileRecord:
-        """The record, deleted; the caller deletes the bytes after (a crash between leaves
-        bytes no record names, never a record whose bytes are gone)."""
-        with self.write() as db:
-            record = file_record(self._file_row(db, project, file_id))
-            db.execute("DELETE FROM files WHERE id = ?", (file_id,))
-        return record
+        return self.files.delete(project, file_id)
 
     # -- batches, as a client asks -------------------------------------------------------
 
