@@ -4,12 +4,16 @@ cluster's Serve HTTP proxy, on the deployments the file declares."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from relayllm import env
 from relayllm.cli.common import attach_address_option, connect, handle_errors, verbose_option
+
+if TYPE_CHECKING:
+    from relayllm_service.deploy import GatewayRef
+    from relayllm_service.settings import ServiceSettings
 
 
 def _field(name: str, *flag: str, **extra: Any) -> Callable[[Any], Any]:
@@ -168,27 +172,13 @@ class NodeResource(click.ParamType):
 @handle_errors
 def serve(
     config_file,
-    host,
-    port,
-    direct_port,
-    state_dir,
-    node_resources,
-    files,
     keys_file,
     no_keys_project,
     quotas_file,
-    window_s,
-    output_expires_s,
-    batch_size,
-    concurrency,
-    max_batches,
-    image_hosts,
-    turn_s,
-    turn_lines,
-    record_usage,
     as_json,
     address,
     verbose,
+    **fields,
 ):
     """Serve OpenAI's Batch API (/v1/files, /v1/batches) and the online endpoints
     (/v1/chat/completions, /v1/completions, /v1/embeddings, /v1/models, routed by the body's
@@ -216,25 +206,12 @@ def serve(
     from relayllm_service.tenancy.quotas import read_quotas
 
     keys = service_keys(path=keys_file, anonymous=no_keys_project)  # before the cluster
-    settings = ServiceSettings(
-        state_dir=state_dir,
-        node_resources=dict(node_resources) or None,
-        files=files,
-        host=host,
-        port=port,
-        direct_port=direct_port,
-        window_s=window_s,
-        output_expires_s=output_expires_s,
-        batch_size=batch_size,
-        concurrency=concurrency,
-        max_batches=max_batches,
-        image_hosts=list(image_hosts),
-        turn_s=turn_s,
-        turn_lines=turn_lines,
-        record_usage=record_usage,
-        quotas=read_quotas(quotas_file),
-        quotas_file=quotas_file,
+    # Every other option is a ServiceSettings field of the same name (see _field).
+    fields.update(
+        node_resources=dict(fields["node_resources"]) or None,
+        image_hosts=list(fields["image_hosts"]),
     )
+    settings = ServiceSettings(**fields, quotas=read_quotas(quotas_file), quotas_file=quotas_file)
     connect(address, verbose, existing_cluster=True)
 
     deployments: dict[str, str] = {}
@@ -245,19 +222,30 @@ def serve(
             click.echo(f"{name}: {status}")
 
     gateway = serve_file(config_file, settings, keys, address=address, on_deploy=deployed)
+    _print_started(gateway, deployments, settings, len(keys), as_json)
+
+
+def _print_started(
+    gateway: GatewayRef,
+    deployments: dict[str, str],
+    settings: ServiceSettings,
+    key_count: int,
+    as_json: bool,
+) -> None:
+    """What ``relayllm serve`` started: one JSON object, or the lines a person reads."""
     if as_json:
         import json
 
         found = {
             "deployments": deployments,
-            "gateway": {"name": gateway.name, "status": gateway.status, "api_keys": len(keys)},
+            "gateway": {"name": gateway.name, "status": gateway.status, "api_keys": key_count},
             "state_dir": str(settings.state_dir),
             "base_url": gateway.url,
             "proxy_url": gateway.proxy_url,
         }
         click.echo(json.dumps(found, indent=2))
         return
-    click.echo(f"gateway: {gateway.status} ({len(keys)} API keys, state in {state_dir})")
+    click.echo(f"gateway: {gateway.status} ({key_count} API keys, state in {settings.state_dir})")
     click.echo(f"base URL: {gateway.url}")
     if gateway.proxy_url and gateway.proxy_url != gateway.url:
         click.echo(f"also through Serve's proxy: {gateway.proxy_url}")
