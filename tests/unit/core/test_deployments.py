@@ -35,3 +35,17 @@ def test_not_found_lists_the_deployments_of_the_cluster_asked_about(monkeypatch)
     with pytest.raises(relayllm.DeploymentNotFoundError) as err:
         relayllm.get_deployment("nope", address="ray://a:10001")
     assert "running deployments: on-a." in str(err.value), str(err.value)
+
+
+def test_one_prefix_for_every_application_and_no_kind_passes_for_another():
+    from relayllm.deployments.names import app_name, name_of, running_names
+
+    assert app_name("q") == "relayllm-q"
+    gateway = app_name("q", kind="gateway")
+    assert gateway == "relayllm-gateway:q"
+    assert name_of(gateway) is None and name_of(gateway, kind="gateway") == "q"
+    assert name_of("relayllm-gateway", kind="gateway") is None  # a deployment named so
+    assert name_of("other-app") is None
+    assert running_names(["relayllm-b", gateway, "relayllm-a", "other"]) == ["a", "b"]
+    with pytest.raises(relayllm.ConfigError):  # the rule the kinds rely on
+        DeploymentConfig(name="gateway:q", backend="echo")

@@ -8,9 +8,9 @@ from relayllm_service.settings import ServiceSettings
 
 
 def gateway(name: str, state_dir: str | None) -> GatewayRef:
-    return GatewayRef(
-        name, f"relayllm_{name}", "RUNNING" if state_dir else "UNHEALTHY", None, None, state_dir
-    )
+    status = "RUNNING" if state_dir else "UNHEALTHY"
+    app = ServiceSettings(name=name).app_name
+    return GatewayRef(name, app, status, None, None, state_dir)
 
 
 def runner(state_dir: str) -> str:

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from relayllm.deployments.names import app_name, name_of
 from relayllm_service.errors import StaleClaimError
 from relayllm_service.runner.job import BatchJob, processor_fields
 from relayllm_service.runner.workfiles import EXPIRED_MESSAGE
-from relayllm_service.settings import GATEWAY_APP_PREFIX, ServiceSettings
+from relayllm_service.settings import ServiceSettings, gateway_name_of
 from relayllm_service.tenancy.keys import KeyMap
 
 CHAT = "/v1/chat/completions"
@@ -119,8 +120,11 @@ def test_settings_name_the_gateway_apart_from_deployments_and_the_runner_by_stat
     assert settings.url == "http://127.0.0.1:8123/api/v1"
     assert ServiceSettings(host="0.0.0.0").url == "http://127.0.0.1:8000/v1"
     assert ServiceSettings(host="::1", port=9).url == "http://[::1]:9/v1"
-    assert settings.app_name.startswith(GATEWAY_APP_PREFIX)
-    assert not settings.app_name.startswith("relayllm-")  # list_deployments' prefix
+    assert settings.app_name == "relayllm-gateway:gateway"  # one prefix, the gateway's kind
+    assert name_of(settings.app_name) is None  # never listed as a deployment
+    assert gateway_name_of(settings.app_name) == "gateway"
+    assert gateway_name_of("relayllm_old") == "old"  # a gateway started before 0.2
+    assert gateway_name_of(app_name("gateway")) is None  # a deployment named gateway
     same = ServiceSettings(state_dir="/srv/a", name="other")
     assert same.runner_name == settings.runner_name  # one runner per state
     assert ServiceSettings(state_dir="/srv/b").runner_name != settings.runner_name

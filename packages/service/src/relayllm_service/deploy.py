@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from relayllm_service.errors import ServiceError
-from relayllm_service.settings import GATEWAY_APP_PREFIX, ServiceSettings
+from relayllm_service.settings import ServiceSettings, gateway_name_of
 from relayllm_service.tenancy.projects import Keys
 
 logger = logging.getLogger(__name__)
@@ -113,7 +113,7 @@ def list_gateways(*, address: str | None = None, timeout_s: float = 30.0) -> lis
     connect(address, start_serve=False)
     found = []
     for app in sorted(serve.status().applications):
-        if app.startswith(GATEWAY_APP_PREFIX):
+        if gateway_name_of(app) is not None:
             found.append(_ref(app, timeout_s))
     return found
 
@@ -203,7 +203,7 @@ def _ref(app: str, timeout_s: float = 30.0) -> GatewayRef:
 
     status = serve.status().applications.get(app)
     text = str(status.status).rsplit(".", 1)[-1] if status else "MISSING"
-    name = app[len(GATEWAY_APP_PREFIX) :]
+    name = gateway_name_of(app) or app
     described = _describe(app, timeout_s) if text == "RUNNING" else None
     if not described:
         return GatewayRef(name, app, text)

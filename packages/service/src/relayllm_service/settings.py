@@ -12,6 +12,7 @@ from pydantic import ConfigDict, Field, PositiveFloat, field_validator
 
 from relayllm import env
 from relayllm.configbase import ConfigModel
+from relayllm.deployments import names
 from relayllm.http.server import base_url  # the one base_url rule, the direct server's too
 from relayllm_service.store.files import DEFAULT_MAX_BYTES
 from relayllm_service.tenancy.quotas import Quota
@@ -21,9 +22,10 @@ MIN_EXPIRES_S = 3600
 MAX_EXPIRES_S = 30 * 24 * 3600
 #: Where the state lives unless told (on the node the gateway and the runner run on).
 DEFAULT_STATE_DIR = env.STATE_DIR.value
-#: Serve application names of gateways start with this (never ``relayllm-``: that prefix is
-#: the deployments', and ``list_deployments`` would list a gateway as one).
-GATEWAY_APP_PREFIX = "relayllm_"
+#: A gateway's kind of Serve application: ``relayllm-gateway:NAME`` (deployments.names).
+GATEWAY_KIND = "gateway"
+#: The gateways' application prefix before 0.2, still found (listed, stopped) for a release.
+LEGACY_GATEWAY_PREFIX = "relayllm_"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _PREFIX = re.compile(r"^/([A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*)?$")
 
@@ -163,7 +165,7 @@ class ServiceSettings(ConfigModel):
 
     @property
     def app_name(self) -> str:
-        return GATEWAY_APP_PREFIX + self.name
+        return names.app_name(self.name, kind=GATEWAY_KIND)
 
     @property
     def store_path(self) -> str:
@@ -197,10 +199,19 @@ class ServiceSettings(ConfigModel):
         return base_url(self.host, self.port, self.route_prefix)
 
 
+def gateway_name_of(app: str) -> str | None:
+    """The gateway a Serve application is, None for any other application."""
+    if app.startswith(LEGACY_GATEWAY_PREFIX):
+        return app[len(LEGACY_GATEWAY_PREFIX) :]
+    return names.name_of(app, kind=GATEWAY_KIND)
+
+
 __all__ = [
     "DEFAULT_STATE_DIR",
-    "GATEWAY_APP_PREFIX",
+    "GATEWAY_KIND",
+    "LEGACY_GATEWAY_PREFIX",
     "MAX_EXPIRES_S",
     "MIN_EXPIRES_S",
     "ServiceSettings",
+    "gateway_name_of",
 ]

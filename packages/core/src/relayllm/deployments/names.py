@@ -2,7 +2,9 @@
 which relayllm deployments run, and how a driver or a worker finds one.
 
 A relayllm deployment named ``NAME`` is the Serve application ``relayllm-NAME`` holding one
-Serve deployment called ``NAME``. Any driver connected to the cluster finds it by name.
+Serve deployment called ``NAME``. Any driver connected to the cluster finds it by name. An
+application of another kind that a plugin starts beside them (the batch service's gateways)
+is ``relayllm-KIND:NAME``: one prefix for everything relayllm runs in Serve.
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ if TYPE_CHECKING:
     from relayllm.serving.controller import Controller
 
 APP_PREFIX = "relayllm-"
+#: Between an application's kind and its name (``relayllm-gateway:NAME``). A deployment's name
+#: holds no ``:`` (DeploymentConfig's rule), so no application passes for the other kind.
+KIND_MARK = ":"
 
 
 @dataclass(frozen=True)
@@ -37,13 +42,22 @@ class DeploymentRef:
         return serve.get_deployment_handle(self.deployment_name, self.app_name)
 
 
-def app_name(name: str) -> str:
-    return f"{APP_PREFIX}{name}"
+def app_name(name: str, *, kind: str | None = None) -> str:
+    """The Serve application of the deployment ``name``, or of a ``kind`` of application a
+    plugin starts."""
+    return f"{APP_PREFIX}{name}" if kind is None else f"{APP_PREFIX}{kind}{KIND_MARK}{name}"
 
 
-def name_of(app: str) -> str | None:
-    """The relayllm deployment a Serve application holds, None for another application."""
-    return app[len(APP_PREFIX) :] if app.startswith(APP_PREFIX) else None
+def name_of(app: str, *, kind: str | None = None) -> str | None:
+    """The name of the deployment (or of the ``kind`` of application) a Serve application
+    holds, None for any other application."""
+    if not app.startswith(APP_PREFIX):
+        return None
+    rest = app[len(APP_PREFIX) :]
+    if kind is None:
+        return None if KIND_MARK in rest else rest
+    head = f"{kind}{KIND_MARK}"
+    return rest[len(head) :] if rest.startswith(head) else None
 
 
 def running_names(applications: Iterable[str] | None = None) -> list[str]:
@@ -141,6 +155,7 @@ def check_task_served(
 
 __all__ = [
     "APP_PREFIX",
+    "KIND_MARK",
     "DeploymentRef",
     "app_name",
     "check_task_served",
