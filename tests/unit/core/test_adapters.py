@@ -221,7 +221,7 @@ def test_the_commands_kit_is_what_a_plugin_command_needs():
 
     assert set(kit.__all__) == {
         "Console",
-        "ConsoleHooks",
+        "ConsoleProgress",
         "StatusSection",
         "address_option",
         "format_summary",
@@ -244,7 +244,23 @@ def test_the_cli_kits_old_path_warns_and_gives_the_same_helpers():
     sys.modules.pop("relayllm.cli.kit", None)
     with pytest.warns(AdapterContractWarning, match="relayllm.adapters.commands"):
         old = importlib.import_module("relayllm.cli.kit")
-    assert all(getattr(old, name) is getattr(kit, name) for name in old.__all__)
+    assert all(
+        getattr(old, name) is getattr(kit, name) for name in old.__all__ if name != "ConsoleHooks"
+    )
+    assert old.ConsoleHooks is kit.ConsoleProgress
+
+
+def test_the_progress_displays_old_names_are_found_with_a_warning():
+    import relayllm.adapters.commands as kit
+    import relayllm.pipelines as pipelines
+    from relayllm.backend import AdapterContractWarning
+
+    with pytest.warns(AdapterContractWarning, match="ConsoleHooks is renamed ConsoleProgress"):
+        assert kit.ConsoleHooks is kit.ConsoleProgress
+    with pytest.warns(DeprecationWarning, match="RunHooks is renamed RunProgress"):
+        assert pipelines.RunHooks is pipelines.RunProgress
+    with pytest.raises(AttributeError):
+        _ = pipelines.NoSuchHooks
 
 
 # -- the source reader ---------------------------------------------------------------------------

@@ -129,7 +129,7 @@ def test_a_timeout_is_not_reported_as_a_write_failure(tmp_path, monkeypatch):
     path.write_text(chat(0) + "\n")
     out = tmp_path / "out.jsonl"
 
-    class Hooks(batch_run.BatchHooks):
+    class Progress(batch_run.BatchProgress):
         def __init__(self, exc: OSError) -> None:
             self.exc = exc
 
@@ -142,8 +142,40 @@ def test_a_timeout_is_not_reported_as_a_write_failure(tmp_path, monkeypatch):
     waited = TimeoutError("no replica of deployment 'd' answered within 60 s")
     for exc in (waited, ConnectionError("the cluster went away")):
         with pytest.raises(type(exc)) as raised:
-            batch_run.run_batch_file(path, deployment="d", output=out, hooks=Hooks(exc))
+            batch_run.run_batch_file(path, deployment="d", output=out, progress=Progress(exc))
         assert raised.value is exc
     full = OSError(errno.ENOSPC, "No space left on device")
     with pytest.raises(ConfigError, match=r"cannot write .*out\.jsonl or .*: No space left"):
-        batch_run.run_batch_file(path, deployment="d", output=out, hooks=Hooks(full))
+        batch_run.run_batch_file(path, deployment="d", output=out, progress=Progress(full))
+
+
+def test_the_progress_displays_old_names_still_work_for_a_release(tmp_path, monkeypatch):
+    """``BatchHooks`` and ``hooks=`` are ``BatchProgress`` and ``progress=``'s old names: found,
+    with a warning, and the display given as ``hooks=`` is the one the run calls."""
+    import contextlib
+
+    from relayllm.batch import run as batch_run
+
+    with pytest.warns(DeprecationWarning, match="BatchHooks is renamed BatchProgress"):
+        assert batch_run.BatchHooks is batch_run.BatchProgress
+
+    @contextlib.contextmanager
+    def running_deployment(*args):
+        yield ["d"], "d"
+
+    monkeypatch.setattr(batch_run, "_deployments", running_deployment)
+    path = tmp_path / "in.jsonl"
+    path.write_text(chat(0) + "\n")
+    calls = []
+
+    class Progress(batch_run.BatchProgress):
+        def connect(self, address):
+            calls.append("connect")
+            raise ConnectionError("stop here")
+
+    renamed = r"run_batch_file\(hooks=\) is renamed progress="
+    with pytest.warns(DeprecationWarning, match=renamed), pytest.raises(ConnectionError):
+        batch_run.run_batch_file(
+            path, deployment="d", output=tmp_path / "o.jsonl", hooks=Progress()
+        )
+    assert calls == ["connect"]

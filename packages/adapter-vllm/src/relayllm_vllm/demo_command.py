@@ -12,7 +12,7 @@ import click
 
 from relayllm.adapters.commands import (
     Console,
-    ConsoleHooks,
+    ConsoleProgress,
     address_option,
     format_summary,
     handle_errors,
@@ -51,7 +51,7 @@ def demo(output_path, address, verbose):
         output=output_path,  # None: the rows only go to `rows`, printed below
         address=address,
         sink=rows.extend,
-        hooks=ConsoleHooks(console, verbose),
+        progress=ConsoleProgress(console, verbose),
     )
     for row in rows:
         click.echo(f"\nQ: {row['question']}")

@@ -9,8 +9,9 @@ change in any release.
 - :func:`address_option` / :func:`verbose_option`: the ``--address`` and ``-v`` options.
 - :func:`handle_errors`: relayllm's errors as ``error: ...`` and a non-zero exit, no traceback.
 - :class:`Console`: phases and progress lines on stderr.
-- :class:`ConsoleHooks`: a pipeline run's progress on a :class:`Console`
-  (``run_pipeline(..., hooks=ConsoleHooks(console, verbose))``).
+- :class:`ConsoleProgress`: a pipeline run's progress on a :class:`Console`
+  (``run_pipeline(..., progress=ConsoleProgress(console, verbose))``; ``ConsoleHooks``, its
+  old name, until the next release).
 - :func:`format_summary`: a run's per-step summary as text.
 - :func:`parse_pipeline` / :func:`run_pipeline`: a pipeline the command builds, and its run
   (loaded on first use: the run machinery is not needed to list the commands).
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from relayllm.cli.common import address_option, handle_errors, verbose_option
 from relayllm.cli.progress import Console
-from relayllm.cli.run import ConsoleHooks, format_summary
+from relayllm.cli.run import ConsoleProgress, format_summary
 
 if TYPE_CHECKING:
     from relayllm.pipelines import parse_pipeline, run_pipeline
@@ -51,12 +52,22 @@ def __getattr__(name: str) -> object:
         import importlib
 
         return getattr(importlib.import_module(_LAZY[name]), name)
+    if name == "ConsoleHooks":
+        from relayllm.backend import AdapterContractWarning
+        from relayllm.pipelines.progress import renamed
+
+        return renamed(
+            f"{__name__}.ConsoleHooks",
+            "ConsoleProgress",
+            ConsoleProgress,
+            category=AdapterContractWarning,
+        )
     raise AttributeError(f"module 'relayllm.adapters.commands' has no attribute {name!r}")
 
 
 __all__ = [
     "Console",
-    "ConsoleHooks",
+    "ConsoleProgress",
     "StatusSection",
     "address_option",
     "format_summary",

@@ -27,6 +27,7 @@ from relayllm.batch.ray_job import groups_of, run_scanned
 from relayllm.batch.scan import Done, read_done, scan_batch_file
 from relayllm.blocks import stage_batch
 from relayllm.errors import ConfigError
+from relayllm.pipelines.progress import Progress, renamed
 from relayllm.rows import Task
 
 logger = logging.getLogger(__name__)
@@ -65,19 +66,8 @@ class BatchPlan:
         return sum(lines for _, _, lines in self.groups)
 
 
-class BatchHooks:
-    """What a batch run shows as it goes. The default shows nothing and connects with
-    :func:`relayllm.cluster.connect`; the command line's display overrides these."""
-
-    def connect(self, address: str | None) -> None:
-        """Called once the file, the deployments file and the output are checked."""
-        from relayllm.cluster import connect
-
-        connect(address)
-
-    def deploying(self, config: DeploymentConfig, running: bool) -> AbstractContextManager[Any]:
-        """Held while ``config`` is deployed (``running``: reused, already up)."""
-        return contextlib.nullcontext()
+class BatchProgress(Progress):
+    """What a batch run shows as it goes (connecting and deploying: :class:`Progress`)."""
 
     def running(self, plan: BatchPlan) -> AbstractContextManager[Any]:
         """Held while the groups run, one after another."""
@@ -96,7 +86,8 @@ def run_batch_file(
     batch_size: int = 64,
     concurrency: int = 1,
     address: str | None = None,
-    hooks: BatchHooks | None = None,
+    progress: BatchProgress | None = None,
+    hooks: BatchProgress | None = None,
 ) -> BatchCounts:
     """Run an OpenAI Batch API file; every line ends up in ``output`` or ``errors`` (default:
     ``OUTPUT.errors.jsonl``), each failure with its reason.
@@ -107,13 +98,16 @@ def run_batch_file(
     ``model`` naming one of them routes its line there. ``resume`` keeps the lines already in
     both files and runs only the others (by ``custom_id``); ``retry_errors`` with it runs the
     errors file's lines again. Everything that can be wrong with the files is found before the
-    cluster is touched.
+    cluster is touched. ``progress``: a display of the run as it goes (:class:`BatchProgress`;
+    ``hooks=``, its old name, until the next release).
     """
     if (deployment is None) == (pipeline is None):
         raise ConfigError("give exactly one of deployment= (a running one) or pipeline= (a file)")
     if retry_errors and not resume:
         raise ConfigError("retry_errors goes with resume: it runs the errors file's lines again")
-    hooks = hooks or BatchHooks()
+    if hooks is not None:  # progress='s old name, until the next release
+        progress = progress or renamed("run_batch_file(hooks=)", "progress=", hooks)
+    progress = progress or BatchProgress()
     output, errors = str(output), str(errors or default_errors_path(str(output)))
     # Read (and a line cut short by a kill trimmed) before the input scan: it skips those.
     done = read_done(output, errors, retry_errors) if resume else Done()
@@ -128,8 +122,8 @@ def run_batch_file(
         names = declared.names
         default = default_deployment(names)
         groups_of(scan, names, default)  # routing errors before the cluster
-    hooks.connect(address)
-    with _deployments(declared, deployment, fields, address, hooks) as (names, default):
+    progress.connect(address)
+    with _deployments(declared, deployment, fields, address, progress) as (names, default):
         groups = groups_of(scan, names, default)
         plan = BatchPlan(
             [(d, t, sum(scan.key_lines[k] for k in keys)) for (d, t), keys in groups.items()],
@@ -140,7 +134,7 @@ def run_batch_file(
             with (
                 open(output, mode, encoding="utf-8") as out,
                 open(errors, mode, encoding="utf-8") as err,
-                hooks.running(plan),
+                progress.running(plan),
             ):
                 tokens: dict[str, dict[str, int]] = {}
                 counts = run_scanned(scan, names, default, out, err, fields, done, tokens=tokens)
@@ -156,7 +150,11 @@ def run_batch_file(
 
 @contextlib.contextmanager
 def _deployments(
-    declared: Any, deployment: str | None, fields: dict[str, Any], address: str | None, hooks: Any
+    declared: Any,
+    deployment: str | None,
+    fields: dict[str, Any],
+    address: str | None,
+    progress: Progress,
 ) -> Iterator[tuple[list[str], str | None]]:
     """The deployments to route to and the default one, up for the run."""
     from relayllm import deployments
@@ -183,7 +181,7 @@ def _deployments(
 
     names = declared.names
     with deployed_configs(
-        declared.deployments, fits=fits_then_warm, address=address, on_deploy=hooks.deploying
+        declared.deployments, fits=fits_then_warm, address=address, on_deploy=progress.deploying
     ):
         for warm_up in warm_ups:
             warm_up.join()
@@ -271,9 +269,15 @@ def default_errors_path(output: str) -> str:
     return str(path.with_name(path.name.removesuffix(".jsonl") + ".errors.jsonl"))
 
 
+def __getattr__(name: str) -> object:
+    if name == "BatchHooks":
+        return renamed(f"{__name__}.BatchHooks", "BatchProgress", BatchProgress)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "BatchCounts",
-    "BatchHooks",
+    "BatchProgress",
     "BatchPlan",
     "StageWarmUp",
     "default_errors_path",

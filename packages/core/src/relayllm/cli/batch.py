@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from relayllm.batch.run import BatchHooks, BatchPlan, default_errors_path
+from relayllm.batch.run import BatchPlan, BatchProgress, default_errors_path
 from relayllm.cli.common import (
     address_option,
     check_writable,
@@ -123,7 +123,7 @@ def batch(
     errors_file = errors_file or default_errors_path(output_file)
     check_writable(output_file)
     check_writable(errors_file)
-    hooks = _ConsoleBatchHooks(Console(), verbose)
+    progress = _ConsoleBatchProgress(Console(), verbose)
     try:
         counts = run_batch_file(
             input_file,
@@ -136,7 +136,7 @@ def batch(
             batch_size=batch_size,
             concurrency=concurrency,
             address=address,
-            hooks=hooks,
+            progress=progress,
         )
     except DeploymentNotFoundError:
         if deployment is None:
@@ -154,8 +154,8 @@ def batch(
     for name, used in sorted(counts.tokens.items()):
         prompt, completion = used.get("prompt_tokens", 0), used.get("completion_tokens", 0)
         click.echo(f"{name}: {prompt:,} prompt + {completion:,} completion tokens", err=True)
-    if hooks.engines:
-        click.echo(hooks.engines, err=True)
+    if progress.engines:
+        click.echo(progress.engines, err=True)
     click.echo(json.dumps({"request_counts": counts.request_counts()}))
 
 
@@ -163,21 +163,21 @@ def _empty(path: str) -> bool:
     return os.path.isfile(path) and os.path.getsize(path) == 0
 
 
-class _ConsoleBatchHooks(BatchHooks):
+class _ConsoleBatchProgress(BatchProgress):
     """The batch's progress on the console: connecting, each engine starting, a bar per group."""
 
     def __init__(self, console: Console, verbose: bool) -> None:
-        from relayllm.cli.run import ConsoleHooks
+        from relayllm.cli.run import ConsoleProgress
 
         self.console, self.verbose = console, verbose
-        self.pipeline_hooks = ConsoleHooks(console, verbose)  # engines start as a run's do
+        self.engine_starts = ConsoleProgress(console, verbose)  # engines start as a run's do
         self.engines = ""  # the run's prefix-cache figures, by deployment (when reported)
 
     def connect(self, address: str | None) -> None:
         connect(address, self.verbose, console=self.console)
 
     def deploying(self, config: DeploymentConfig, running: bool) -> AbstractContextManager[Any]:
-        return self.pipeline_hooks.deploying(config, running)
+        return self.engine_starts.deploying(config, running)
 
     @contextlib.contextmanager
     def running(self, plan: BatchPlan) -> Iterator[None]:

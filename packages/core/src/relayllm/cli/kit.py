@@ -7,13 +7,15 @@ import warnings
 
 from relayllm.adapters.commands import (
     Console,
-    ConsoleHooks,
+    ConsoleProgress,
     address_option,
     format_summary,
     handle_errors,
     verbose_option,
 )
 from relayllm.backend import AdapterContractWarning
+
+ConsoleHooks = ConsoleProgress  # its old name
 
 __all__ = [
     "Console",

@@ -15,7 +15,7 @@ from relayllm.cli.common import (
     verbose_option,
 )
 from relayllm.cli.progress import Console
-from relayllm.pipelines.run import RunHooks, run_pipeline
+from relayllm.pipelines.run import RunProgress, run_pipeline
 
 
 @click.command()
@@ -101,7 +101,7 @@ def run(
         retry_errors=retry_errors,
         keep_deployments=keep_deployments,
         address=address,
-        hooks=ConsoleHooks(Console(), verbose),
+        progress=ConsoleProgress(Console(), verbose),
     )
     if as_json:
         click.echo(json.dumps(summary_json(summary)))
@@ -140,7 +140,7 @@ def summary_json(summary) -> dict:
     }
 
 
-class ConsoleHooks(RunHooks):
+class ConsoleProgress(RunProgress):
     """A run's progress on the console: connecting, each engine starting, the steps' bars."""
 
     def __init__(self, console: Console, verbose: bool = False) -> None:

@@ -21,8 +21,16 @@ from relayllm.pipelines.deploy import deployed
 from relayllm.pipelines.load import load_pipeline, parse_pipeline
 from relayllm.pipelines.located import PipelineError
 from relayllm.pipelines.pipeline import Pipeline
-from relayllm.pipelines.run import RunHooks, RunSummary, StepStats, run_pipeline
+from relayllm.pipelines.progress import Progress, renamed
+from relayllm.pipelines.run import RunProgress, RunSummary, StepStats, run_pipeline
 from relayllm.pipelines.spec import InputSpec, OutputSpec, PipelineSpec, StepSpec
+
+
+def __getattr__(name: str) -> object:
+    if name == "RunHooks":
+        return renamed(f"{__name__}.RunHooks", "RunProgress", RunProgress)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "InputSpec",
@@ -30,7 +38,8 @@ __all__ = [
     "Pipeline",
     "PipelineError",
     "PipelineSpec",
-    "RunHooks",
+    "Progress",
+    "RunProgress",
     "RunSummary",
     "StepSpec",
     "StepStats",

@@ -13,10 +13,10 @@ import contextlib
 import os
 import time
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from relayllm.pipelines.progress import Progress, renamed
 from relayllm.pipelines.transforms import (
     FIRST_ERROR,
     build_steps,
@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from ray.data import Dataset
 
-    from relayllm.deployments import DeploymentConfig
     from relayllm.pipelines.pipeline import Pipeline
 
 
@@ -118,19 +117,8 @@ def count(batch: pa.Table, summary: RunSummary) -> None:
     summary.errors += batch.num_rows - batch.column(FIRST_ERROR).null_count
 
 
-class RunHooks:
-    """What a run shows as it goes. The default shows nothing and connects with
-    :func:`relayllm.cluster.connect`; the command line's progress display overrides these."""
-
-    def connect(self, address: str | None) -> None:
-        """Called once the file, the backends, the input and the output are checked."""
-        from relayllm.cluster import connect
-
-        connect(address)
-
-    def deploying(self, config: DeploymentConfig, running: bool) -> AbstractContextManager[Any]:
-        """Held while ``config`` is deployed (``running``: reused, already up)."""
-        return contextlib.nullcontext()
+class RunProgress(Progress):
+    """What a pipeline run shows as it goes (connecting and deploying: :class:`Progress`)."""
 
     @contextlib.contextmanager
     def running(
@@ -151,7 +139,8 @@ def run_pipeline(
     keep_deployments: bool = False,
     address: str | None = None,
     sink: Sink | None = None,
-    hooks: RunHooks | None = None,
+    progress: RunProgress | None = None,
+    hooks: RunProgress | None = None,
 ) -> RunSummary:
     """Run a pipeline: its steps, in order, on its deployments; returns the per-step summary.
 
@@ -164,7 +153,8 @@ def run_pipeline(
     with it runs the rows recorded with an error again. Deployments already running under the
     same name and config are reused; the ones this run starts are shut down at the end unless
     ``keep_deployments``. ``address``: the Ray cluster (default ``RAY_ADDRESS``, else a
-    local one). ``hooks``: a progress display (:class:`RunHooks`).
+    local one). ``progress``: a display of the run as it goes (:class:`RunProgress`;
+    ``hooks=``, its old name, until the next release).
     """
     from relayllm.errors import ConfigError
     from relayllm.pipelines import resume as resuming
@@ -174,7 +164,9 @@ def run_pipeline(
     from relayllm.pipelines.pipeline import Pipeline
 
     startup = time.monotonic()
-    hooks = hooks or RunHooks()
+    if hooks is not None:  # progress='s old name, until the next release
+        progress = progress or renamed("run_pipeline(hooks=)", "progress=", hooks)
+    progress = progress or RunProgress()
     if retry_errors and not resume:
         raise ConfigError(
             "--retry-errors goes with --resume: it re-runs the error rows of an output"
@@ -195,7 +187,7 @@ def run_pipeline(
             each(rows)
 
     try:
-        hooks.connect(address)
+        progress.connect(address)
         dataset = open_dataset(pipeline, input, limit, plan=plan)
         if done:
             dataset = resuming.skip_done(dataset, ids, done)
@@ -203,7 +195,7 @@ def run_pipeline(
         if total is not None and done:
             total = max(total - len(done), 0)
         summary = _run_deployed(
-            pipeline, dataset, write, hooks, address, keep_deployments, total, len(done), startup
+            pipeline, dataset, write, progress, address, keep_deployments, total, len(done), startup
         )
     finally:
         if writer is not None:
@@ -217,7 +209,7 @@ def _run_deployed(
     pipeline: Pipeline,
     dataset: Any,
     write: Callable[[list[dict[str, Any]]], None],
-    hooks: RunHooks,
+    progress: RunProgress,
     address: str | None,
     keep: bool,
     total: int | None,
@@ -229,15 +221,21 @@ def _run_deployed(
     from relayllm.pipelines import engine_figures
     from relayllm.pipelines.deploy import deployed
 
-    with deployed(pipeline, address=address, keep=keep, on_deploy=hooks.deploying) as started:
+    with deployed(pipeline, address=address, keep=keep, on_deploy=progress.deploying) as started:
         startup_s = time.monotonic() - startup
         names = [d.name for d in pipeline.spec.deployments]
         costs = engine_figures.hour_costs()  # a bad price fails before the run, not after
         before = engine_figures.snapshot(names)
-        with hooks.running(pipeline, total, already_done) as progress:
-            summary = execute(pipeline, dataset, write, progress=progress)
+        with progress.running(pipeline, total, already_done) as on_block:
+            summary = execute(pipeline, dataset, write, progress=on_block)
         after = engine_figures.snapshot(names)
         summary.engines = engine_figures.delta(before, after, costs)
     summary.started = started
     summary.startup_s = startup_s
     return summary
+
+
+def __getattr__(name: str) -> object:
+    if name == "RunHooks":
+        return renamed(f"{__name__}.RunHooks", "RunProgress", RunProgress)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
