@@ -46,6 +46,16 @@ def free_port() -> int:
 
 # -- Ray clusters and the echo deployment -------------------------------------------------------
 
+#: The GCS's health checks of each node's raylet, for a cluster whose tests lose nodes
+#: (``ray_cluster(system_config=...)``): Ray's defaults wait five missed checks three seconds
+#: apart before a lost node is dead; three missed checks a second apart is seconds sooner and
+#: still more than a raylet on a busy two-core machine is late.
+NODE_HEALTH_CHECKS: dict[str, Any] = {
+    "health_check_period_ms": 1000,
+    "health_check_timeout_ms": 1500,
+    "health_check_failure_threshold": 3,
+}
+
 
 @contextlib.contextmanager
 def ray_cluster(

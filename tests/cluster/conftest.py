@@ -15,7 +15,7 @@ import os
 from typing import Any
 
 import pytest
-from support import kill_tree, ray_cluster, wait_for
+from support import NODE_HEALTH_CHECKS, kill_tree, ray_cluster, wait_for
 
 #: What the head offers: the driver, the stage workers, Serve's controller (fractions of it).
 HEAD_CPUS = 2
@@ -123,6 +123,7 @@ def nodes(request):
         resources={"head": 100},
         nodes=True,
         namespace="relayllm",
+        system_config=NODE_HEALTH_CHECKS,  # a lost node is seen in seconds
     ) as cluster:
         found = Nodes(cluster, os.environ["RAY_TMPDIR"])
         extra = getattr(request.module, "NODE_RESOURCES", {})

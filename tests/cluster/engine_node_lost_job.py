@@ -21,7 +21,7 @@ from relayllm.testing import enable_echo_backend
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # support
 
-from support import ray_cluster
+from support import NODE_HEALTH_CHECKS, ray_cluster
 
 N = 2000
 
@@ -66,7 +66,7 @@ def count_attempts() -> None:
 
 def main() -> None:
     hook = {"worker_process_setup_hook": count_attempts}
-    with ray_cluster(2, nodes=True, runtime_env=hook) as cluster:
+    with ray_cluster(2, nodes=True, runtime_env=hook, system_config=NODE_HEALTH_CHECKS) as cluster:
         job(cluster)
 
 
