@@ -146,26 +146,30 @@ class FeatureChecks(KitBase):
             except (TypeError, ValueError) as exc:
                 pytest.fail(f"row {row['id']}'s call has arguments that are not JSON: {exc}")
 
-    def test_chat_template_kwargs(self, deployment):
+    def test_chat_template_kwargs(self, request):
         # The kwargs this model's template reads (chat_template_kwargs_probe) change the
-        # prompt it renders: a different num_input_tokens for the same messages.
-        self._feature("chat_template_kwargs")
-        task = self.chat_task("chat_template_kwargs")
+        # prompt it renders: a different num_input_tokens for the same messages. The
+        # declarations are checked before the deployment starts (a refused one starts nothing).
         probe = self.chat_template_kwargs_probe
         declared = _declared(self, "chat_template_kwargs_untestable")
-        if probe is None:
-            if declared:
-                pytest.skip(f"chat_template_kwargs_untestable: {declared}")
-            pytest.fail(
-                f"{type(self).__name__}: the backend declares chat_template_kwargs; declare "
-                f"chat_template_kwargs_probe = {{...}} (keyword arguments this model's chat "
-                f"template reads, which change the prompt), or chat_template_kwargs_untestable "
-                f"= '<why no keyword argument changes its template>'"
+        if "chat_template_kwargs" in self.served_features() and "chat" in self.served_tasks():
+            if probe is None:
+                if declared:
+                    pytest.skip(f"chat_template_kwargs_untestable: {declared}")
+                pytest.fail(
+                    f"{type(self).__name__}: the backend declares chat_template_kwargs; declare "
+                    f"chat_template_kwargs_probe = {{...}} (keyword arguments this model's chat "
+                    f"template reads, which change the prompt), or "
+                    f"chat_template_kwargs_untestable = '<why no keyword argument changes its "
+                    f"template>'"
+                )
+            assert not declared, (
+                f"{type(self).__name__} declares chat_template_kwargs_probe and "
+                f"chat_template_kwargs_untestable: keep one"
             )
-        assert not declared, (
-            f"{type(self).__name__} declares chat_template_kwargs_probe and "
-            f"chat_template_kwargs_untestable: keep one"
-        )
+        request.getfixturevalue("deployment")
+        self._feature("chat_template_kwargs")
+        task = self.chat_task("chat_template_kwargs")
         texts = list(DISTINCT_PROMPTS[:4])
         plain = self.call(self.requests(task, texts, {"max_tokens": 2}))
         params = {"chat_template_kwargs": probe, "max_tokens": 2}
