@@ -13,7 +13,6 @@ lock across processes.
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,6 +23,7 @@ from relayllm_service.errors import (
     StaleClaimError,
 )
 from relayllm_service.ids import is_file_id, new_file_id
+from relayllm_service.store.database import Connection, Database
 from relayllm_service.store.records import (
     FILE_PURPOSES,
     TERMINAL,
@@ -42,21 +42,20 @@ from relayllm_service.store.schema import (
     pending_files,
     readable,
 )
-from relayllm_service.store.sqlite_file import SQLiteFile
 
 
 class ClaimedWrites:
     """The runner calls of :class:`~relayllm_service.store.sqlite.SQLiteJobStore`, each
     fenced by the claim number, on the store's file (whose tables the store creates)."""
 
-    def __init__(self, file: SQLiteFile) -> None:
+    def __init__(self, file: Database) -> None:
         self.file = file
 
-    def _batch_row(self, db: sqlite3.Connection, batch_id: str, project: str | None) -> sqlite3.Row:
+    def _batch_row(self, db: Connection, batch_id: str, project: str | None) -> Any:
         """A batch's row, only if ``project`` owns it (None: any project's, as runners ask)."""
         return batch_row(db, batch_id, project)
 
-    def _file_row(self, db: sqlite3.Connection, project: str, file_id: str) -> sqlite3.Row:
+    def _file_row(self, db: Connection, project: str, file_id: str) -> Any:
         """A live file's row, only if ``project`` owns it."""
         return file_row(db, project, file_id, self.file.now())
 
@@ -102,7 +101,7 @@ class ClaimedWrites:
             )
         return number
 
-    def _check_claim(self, row: sqlite3.Row, claim: int) -> None:
+    def _check_claim(self, row: Any, claim: int) -> None:
         if int(row["claim"]) != claim:
             raise StaleClaimError(
                 f"claim {claim} on batch {row['id']!r} is not the current one "

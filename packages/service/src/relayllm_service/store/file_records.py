@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable
-from typing import Literal
+from typing import Any, Literal
 
 from relayllm_service.errors import InvalidRequestError
 from relayllm_service.ids import is_file_id, new_file_id
+from relayllm_service.store.database import Connection, Database
 from relayllm_service.store.records import (
     FILE_PURPOSES,
     BatchRecord,
@@ -17,10 +17,9 @@ from relayllm_service.store.records import (
     check_text,
 )
 from relayllm_service.store.schema import FILE_COLUMNS, LIVE, file_record, insert_file, readable
-from relayllm_service.store.sqlite_file import SQLiteFile
 
 #: The quotas' check of a record in the write transaction that writes it (quotas.py).
-Admit = Callable[[sqlite3.Connection, FileRecord | BatchRecord], None]
+Admit = Callable[[Connection, FileRecord | BatchRecord], None]
 
 
 class FileRecords:
@@ -30,8 +29,8 @@ class FileRecords:
 
     def __init__(
         self,
-        file: SQLiteFile,
-        row: Callable[[sqlite3.Connection, str, str], sqlite3.Row],
+        file: Database,
+        row: Callable[[Connection, str, str], Any],
         admit: Callable[[], Admit | None],
     ) -> None:
         self.file, self._row, self._admit = file, row, admit

@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import sqlite3
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
@@ -19,6 +18,7 @@ from relayllm_service.errors import (
     NotFoundError,
     ServiceError,
 )
+from relayllm_service.store.database import Connection, Database
 from relayllm_service.store.records import (
     STAMPS,
     TERMINAL,
@@ -88,10 +88,12 @@ LIVE = "(expires_at IS NULL OR expires_at > ?)"
 FILE_COLUMNS = "id, project, filename, purpose, bytes, created_at, expires_at"
 
 
-def migrate(db: sqlite3.Connection, path: str) -> None:
+def migrate(db: Connection, database: Database) -> None:
     """The tables created, or brought to :data:`SCHEMA_VERSION` (in the caller's write
-    transaction: a store opened by two processes at once is migrated once)."""
-    version = db.execute("PRAGMA user_version").fetchone()[0]
+    transaction: a store opened by two processes at once is migrated once); ``database``
+    says where the version is kept and how each statement reads in its dialect."""
+    path = database.path
+    version = database.schema_version(db)
     if version > SCHEMA_VERSION:
         raise ServiceError(
             f"the job store {path!r} was written by a newer relayllm (schema "
@@ -100,15 +102,15 @@ def migrate(db: sqlite3.Connection, path: str) -> None:
     if version == 0:
         for statement in SCHEMA.split(";"):
             if statement.strip():
-                db.execute(statement)
+                db.execute(database.ddl(statement))
         version = 1
     for step in range(version + 1, SCHEMA_VERSION + 1):
         for statement in MIGRATIONS[step].split(";"):
-            db.execute(statement)
-    db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            db.execute(database.ddl(statement))
+    database.set_schema_version(db, SCHEMA_VERSION)
 
 
-def file_row(db: sqlite3.Connection, project: str, file_id: str, now: int) -> sqlite3.Row:
+def file_row(db: Connection, project: str, file_id: str, now: int) -> Any:
     """A live file's row, only if ``project`` owns it (else :class:`NotFoundError`)."""
     row = db.execute(
         f"SELECT seq, {FILE_COLUMNS} FROM files WHERE id = ? AND project = ? AND {LIVE}",
@@ -119,7 +121,7 @@ def file_row(db: sqlite3.Connection, project: str, file_id: str, now: int) -> sq
     return row
 
 
-def insert_file(db: sqlite3.Connection, record: FileRecord) -> None:
+def insert_file(db: Connection, record: FileRecord) -> None:
     db.execute(
         f"INSERT INTO files ({FILE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
         (
@@ -134,7 +136,7 @@ def insert_file(db: sqlite3.Connection, record: FileRecord) -> None:
     )
 
 
-def batch_row(db: sqlite3.Connection, batch_id: str, project: str | None) -> sqlite3.Row:
+def batch_row(db: Connection, batch_id: str, project: str | None) -> Any:
     """A batch's row; with ``project``, only if that project owns it (runners, which
     serve every project, pass None)."""
     if project is None:
@@ -148,9 +150,7 @@ def batch_row(db: sqlite3.Connection, batch_id: str, project: str | None) -> sql
     return row
 
 
-def apply_changes(
-    db: sqlite3.Connection, row: sqlite3.Row, changes: dict[str, Any], now: int
-) -> None:
+def apply_changes(db: Connection, row: Any, changes: dict[str, Any], now: int) -> None:
     """Write ``changes`` to the batch in ``row`` (inside the caller's transaction),
     checking the status change and stamping its time."""
     current = row["status"]
@@ -175,7 +175,7 @@ def apply_changes(
         db.execute(f"UPDATE batches SET {assignments} WHERE id = ?", (*columns.values(), row["id"]))
 
 
-def file_record(row: sqlite3.Row) -> FileRecord:
+def file_record(row: Any) -> FileRecord:
     record = FileRecord(*(row[name] for name in FILE_COLUMNS.split(", ")))
     filename = _renderable(record.filename, record.id, "filename")
     if filename is record.filename:
@@ -183,7 +183,7 @@ def file_record(row: sqlite3.Row) -> FileRecord:
     return dataclasses.replace(record, filename=filename)
 
 
-def readable(rows: Iterable[sqlite3.Row], record: Callable[[sqlite3.Row], T]) -> list[T]:
+def readable(rows: Iterable[Any], record: Callable[[Any], T]) -> list[T]:
     """The records of ``rows``; a row that cannot be read as one is left out and logged (by
     id), so one damaged row never breaks a list of many (another project's, the admin's)."""
     records = []
@@ -215,7 +215,7 @@ def _renderable(value: Any, item_id: str, field: str) -> Any:
     return mend(value)
 
 
-def _stored_json(row: sqlite3.Row, column: str) -> Any:
+def _stored_json(row: Any, column: str) -> Any:
     text = row[column]
     return None if text is None else _renderable(json.loads(text), row["id"], column)
 
@@ -245,12 +245,12 @@ BATCH_FIELDS = (
 )
 
 
-def pending_files(row: sqlite3.Row) -> tuple[str, ...]:
+def pending_files(row: Any) -> tuple[str, ...]:
     text = row["pending_files"]
     return tuple(json.loads(text)) if text else ()
 
 
-def batch_record(row: sqlite3.Row) -> BatchRecord:
+def batch_record(row: Any) -> BatchRecord:
     return BatchRecord(
         **{name: row[name] for name in BATCH_FIELDS},
         pending_files=pending_files(row),

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from relayllm_service.errors import ServiceError
+from relayllm_service.store.database import Connection
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +77,16 @@ class SQLiteFile:
                 if self._db.in_transaction:
                     self._db.execute("ROLLBACK")
                 raise
+
+    def schema_version(self, db: Connection) -> int:
+        return int(db.execute("PRAGMA user_version").fetchone()[0])
+
+    def set_schema_version(self, db: Connection, version: int) -> None:
+        db.execute(f"PRAGMA user_version={int(version)}")
+
+    def ddl(self, statement: str) -> str:
+        """The schema's statements are SQLite's own."""
+        return statement
 
     @contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:

@@ -35,6 +35,7 @@ from pydantic import ConfigDict, Field
 
 from relayllm.configbase import ConfigModel
 from relayllm.http.errors import HttpError
+from relayllm_service.store.database import Connection
 from relayllm_service.store.files import FileStorage
 from relayllm_service.store.records import TERMINAL, BatchRecord, FileRecord
 from relayllm_service.store.sqlite import SQLiteJobStore
@@ -180,7 +181,7 @@ class Quotas:
         quota = quota_for(self.quotas, project)
         return quota is not None and bool(quota.enqueued_tokens)
 
-    def __call__(self, db: sqlite3.Connection, record: FileRecord | BatchRecord) -> None:
+    def __call__(self, db: Connection, record: FileRecord | BatchRecord) -> None:
         quota = quota_for(self.quotas, record.project)
         if quota is None:
             return
@@ -189,7 +190,7 @@ class Quotas:
         else:
             self._batch(db, record, quota)
 
-    def _file(self, db: sqlite3.Connection, record: FileRecord, quota: Quota) -> None:
+    def _file(self, db: Connection, record: FileRecord, quota: Quota) -> None:
         files, stored = db.execute(
             "SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM files WHERE project = ? "
             "AND (expires_at IS NULL OR expires_at > ?)",
@@ -212,7 +213,7 @@ class Quotas:
                 param="file",
             )
 
-    def _batch(self, db: sqlite3.Connection, record: BatchRecord, quota: Quota) -> None:
+    def _batch(self, db: Connection, record: BatchRecord, quota: Quota) -> None:
         marks = ", ".join("?" * len(TERMINAL))
         unfinished = f"b.project = ? AND b.status NOT IN ({marks})"
         args = (record.project, *sorted(TERMINAL))
