@@ -32,15 +32,16 @@ FAULT_MODULES = (
 
 
 def _order(item: pytest.Item) -> tuple[int, int]:
-    """(group, place in group): the shared demo engine's users first, the kit (which kills that
-    engine) at their end; then the HTTP deployment's users, those that load adapters into it
+    """(group, place in group): the shared demo engine's users first (``demo_deployment`` or
+    only ``demo_deployed``, as the docs page's terminal), the kit (which kills that engine) at
+    their end; then the HTTP deployment's users, those that load adapters into it
     (``lora_deployment``) after the others, the test that kills its engine last; then the
     modules with engines of their own, in file order; the faults last."""
     module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
     if module in FAULT_MODULES:
         return (4, FAULT_MODULES.index(module))
     names = set(getattr(item, "fixturenames", ()))
-    if "demo_deployment" in names or module == "test_kit":
+    if names & {"demo_deployment", "demo_deployed"} or module == "test_kit":
         return (1, int(module == "test_kit"))
     if item.get_closest_marker("kills_engine") is not None and "http_deployment" in names:
         return (2, 2)

@@ -13,7 +13,6 @@ import json
 import re
 import shlex
 import threading
-import time
 import tokenize
 from pathlib import Path
 
@@ -25,6 +24,11 @@ from vllm_support import HTTP_NAME, hits_of_one_prompt, only_replica_info
 import relayllm
 from relayllm import ProcessorConfig, build_processor
 from relayllm.errors import ControlRefusedError
+
+
+def stalled(info: dict, seconds: float) -> bool:
+    """A call waits at the replica and no row was answered for ``seconds``."""
+    return info["ongoing"] > 0 and info["seconds_without_answer"] >= seconds
 
 
 def test_a_paused_job_waits_and_finishes_after_resume_with_every_row_once(demo_deployment):
@@ -66,7 +70,12 @@ def test_a_paused_job_waits_and_finishes_after_resume_with_every_row_once(demo_d
         assert ctl.is_paused(), "AsyncLLM.is_paused() says so"
         at_pause = only_replica_info(ctl)["rows"]
         assert at_pause < before + n, "paused mid-job"
-        time.sleep(8)
+        # The replica's own stall clock: a call of the job waits there with no row answered.
+        wait_for(
+            lambda: stalled(only_replica_info(ctl), 3),
+            "a call waited 3 s at the paused replica with no row answered",
+            timeout_s=120,
+        )
         info = only_replica_info(ctl)
         assert info["rows"] == at_pause, "no row was computed while paused"
         assert info["paused"] == "wait"
