@@ -1,5 +1,7 @@
-"""The batch service's job store on real SQLite files: OpenAI's status cycle, runner claims that
-fence every write, projects that never see each other's rows, and OpenAI's list cursors.
+"""The batch service's job store, the same tests on both stores (a real SQLite file and a
+real PostgreSQL server's database, ``db_path``'s two params): OpenAI's status cycle, runner
+claims that fence every write, projects that never see each other's rows, and OpenAI's list
+cursors.
 
 The fencing and isolation scenarios are functions run against the real store and, to show they
 can fail, against a store with the one check removed."""
@@ -23,7 +25,9 @@ from relayllm_service.errors import (
 )
 from relayllm_service.ids import is_batch_id, is_file_id
 from relayllm_service.store.claims import ClaimedWrites
+from relayllm_service.store.location import open_database, open_store
 from relayllm_service.store.records import STAMPS, TRANSITIONS, RequestCounts
+from relayllm_service.store.sql import SQLJobStore
 from relayllm_service.store.sqlite import SQLiteJobStore
 
 STATUSES = list(TRANSITIONS)
@@ -45,13 +49,37 @@ def clock():
 
 
 @pytest.fixture
-def db_path(tmp_path):
+def sqlite_path(tmp_path):
     return str(tmp_path / "jobs.sqlite")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_path(request, sqlite_path):
+    """Where the store is: an SQLite file, or a fresh database on the session's PostgreSQL."""
+    if request.param == "sqlite":
+        return sqlite_path
+    return request.getfixturevalue("postgres_url")
+
+
+def raw(location, sql, parameters=()):
+    """``sql`` run on the store's database beside the store (its own connection, committed);
+    the rows it returns."""
+    if location.startswith("postgresql:"):
+        import psycopg
+
+        with psycopg.connect(location, autocommit=True) as db:
+            cursor = db.execute(sql.replace("?", "%s"), parameters)
+            return cursor.fetchall() if cursor.description else []
+    db = sqlite3.connect(location, isolation_level=None)
+    try:
+        return db.execute(sql, parameters).fetchall()
+    finally:
+        db.close()
 
 
 @pytest.fixture
 def store(db_path, clock):
-    s = SQLiteJobStore(db_path, clock=clock)
+    s = open_store(db_path, clock=clock)
     yield s
     s.close()
 
@@ -88,10 +116,10 @@ def reach(store, status):
 
 
 def test_a_batch_and_its_file_survive_reopening_the_store(db_path, clock):
-    first = SQLiteJobStore(db_path, clock=clock)
+    first = open_store(db_path, clock=clock)
     batch = new_batch(first, metadata={"team": "search"})
     first.close()
-    again = SQLiteJobStore(db_path, clock=clock)
+    again = open_store(db_path, clock=clock)
     try:
         found = again.get_batch("alpha", batch.id)
         assert found == batch
@@ -107,23 +135,28 @@ def test_a_batch_and_its_file_survive_reopening_the_store(db_path, clock):
     assert is_batch_id(batch.id) and is_file_id(batch.input_file_id)
 
 
-def test_the_store_runs_in_wal_mode_with_full_sync(store, db_path):
-    other = sqlite3.connect(db_path)
+def test_the_sqlite_store_runs_in_wal_mode_with_full_sync(sqlite_path):
+    store = SQLiteJobStore(sqlite_path)
     try:
-        assert other.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert raw(sqlite_path, "PRAGMA journal_mode") == [("wal",)]
+        assert store.file._db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
     finally:
-        other.close()
-    assert store.file._db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+        store.close()
+
+
+def set_schema_version(location, version):
+    """The job store's schema version, written as each database keeps it."""
+    if location.startswith("postgresql:"):
+        raw(location, "UPDATE schema_parts SET version = ? WHERE part = 'jobs'", (version,))
+    else:
+        raw(location, f"PRAGMA user_version={version}")
 
 
 def test_a_store_written_by_a_newer_schema_is_refused(db_path):
-    SQLiteJobStore(db_path).close()
-    raw = sqlite3.connect(db_path)
-    raw.execute("PRAGMA user_version=99")
-    raw.commit()
-    raw.close()
+    open_store(db_path).close()
+    set_schema_version(db_path, 99)
     with pytest.raises(ServiceError, match="newer relayllm"):
-        SQLiteJobStore(db_path)
+        open_store(db_path)
 
 
 def test_the_happy_path_stamps_each_status(store, clock):
@@ -150,7 +183,7 @@ def test_every_status_change_is_checked_against_the_cycle(db_path, clock, curren
     for target in STATUSES:
         if target == current:
             continue
-        store = SQLiteJobStore(db_path, clock=clock)
+        store = open_store(db_path, clock=clock)
         try:
             batch, claim = reach(store, current)
             before = store.get_batch("alpha", batch.id)
@@ -274,7 +307,7 @@ def fencing_scenario(make_store):
 
 
 def test_a_newer_claim_fences_every_write_of_the_older_one(db_path):
-    fencing_scenario(lambda: SQLiteJobStore(db_path))
+    fencing_scenario(lambda: open_store(db_path))
 
 
 class UnfencedWrites(ClaimedWrites):
@@ -285,7 +318,7 @@ class UnfencedWrites(ClaimedWrites):
 
 
 def unfenced_store(path):
-    store = SQLiteJobStore(path)
+    store = open_store(path)
     store.runner = UnfencedWrites(store.file)  # the store's part for the runners' calls
     return store
 
@@ -310,7 +343,7 @@ def test_concurrent_claims_from_many_connections_get_distinct_numbers(db_path, s
     lock = threading.Lock()
 
     def claim(i: int) -> None:
-        own = SQLiteJobStore(db_path)
+        own = open_store(db_path)
         try:
             for _ in range(5):
                 number = own.claim(batch.id, f"runner-{i}")
@@ -329,13 +362,13 @@ def test_concurrent_claims_from_many_connections_get_distinct_numbers(db_path, s
 
 
 def test_a_claim_taken_by_another_process_fences_this_one(db_path, store):
-    """The claim check holds across processes (SQLite's lock, not this process's)."""
+    """The claim check holds across processes (the database's lock, not this process's)."""
     batch = new_batch(store)
     mine = store.claim(batch.id, "runner-here")
     code = (
         "import sys\n"
-        "from relayllm_service.store.sqlite import SQLiteJobStore\n"
-        "s = SQLiteJobStore(sys.argv[1]); print(s.claim(sys.argv[2], 'runner-there')); s.close()\n"
+        "from relayllm_service.store.location import open_store\n"
+        "s = open_store(sys.argv[1]); print(s.claim(sys.argv[2], 'runner-there')); s.close()\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", code, db_path, batch.id],
@@ -403,7 +436,7 @@ def test_a_project_never_sees_another_projects_files_or_batches(store):
     isolation_scenario(store)
 
 
-class LeakyStore(SQLiteJobStore):
+class LeakyStore(SQLJobStore):
     """The store with the project left out of its batch and file lookups."""
 
     def _batch_row(self, db, batch_id, project):
@@ -421,7 +454,7 @@ class LeakyStore(SQLiteJobStore):
 
 
 def test_the_isolation_scenario_fails_on_a_store_that_ignores_projects(db_path):
-    leaky = LeakyStore(db_path)
+    leaky = LeakyStore(open_database(db_path))
     try:
         with pytest.raises(pytest.fail.Exception, match="DID NOT RAISE"):
             isolation_scenario(leaky)
@@ -481,11 +514,7 @@ def test_deleting_a_file_removes_only_that_projects_record(store):
 
 def test_metadata_and_errors_are_stored_as_json(store, db_path):
     batch = new_batch(store, metadata={"a": "1"})
-    raw = sqlite3.connect(db_path)
-    try:
-        stored = raw.execute("SELECT metadata FROM batches WHERE id = ?", (batch.id,)).fetchone()
-    finally:
-        raw.close()
+    (stored,) = raw(db_path, "SELECT metadata FROM batches WHERE id = ?", (batch.id,))
     assert json.loads(stored[0]) == {"a": "1"}
 
 
@@ -581,12 +610,16 @@ def test_finish_batch_records_only_reserved_files_and_is_fenced(store):
 
 
 def test_a_schema_1_store_is_migrated_when_opened(db_path):
-    raw = sqlite3.connect(db_path)
     from relayllm_service.store import schema
 
-    raw.executescript(schema.SCHEMA + "; PRAGMA user_version=1;")
-    raw.close()
-    opened = SQLiteJobStore(db_path)
+    database = open_database(db_path)
+    with database.write() as db:  # schema 1 as an older relayllm wrote it, no more
+        for statement in schema.SCHEMA.split(";"):
+            if statement.strip():
+                db.execute(database.ddl(statement))
+        database.set_schema_version(db, 1)
+    database.close()
+    opened = open_store(db_path)
     source = opened.add_file("alpha", filename="in.jsonl", purpose="batch", bytes=1)
     batch = opened.create_batch(
         "alpha", input_file_id=source.id, endpoint="/v1/chat/completions", output_expires_s=7
