@@ -26,7 +26,10 @@ def service(tmp_path):
 # the unit tier's sockets stay off); a fresh database per test. PostgreSQL refuses to run as
 # root, so as root the server runs as the `postgres` user Debian's package makes.
 
-PG_HOW = "apt-get install -y --no-install-recommends postgresql (or: python .ci/postgresql.py)"
+PG_HOW = (
+    "sudo apt-get install -y --no-install-recommends postgresql (as root: python .ci/postgresql.py)"
+)
+PSYCOPG_HOW = "pip install 'relayllm-service[postgresql]'"
 
 
 def _pg_bin(name: str) -> str | None:
@@ -37,10 +40,11 @@ def _pg_bin(name: str) -> str | None:
     return found[-1] if found else shutil.which(name)
 
 
-def _pg_missing(why: str):
+def _pg_missing(why: str, how: str = PG_HOW):
+    """Skip the PostgreSQL half of a test, saying what to install; in CI, fail it."""
     import os
 
-    message = f"PostgreSQL is not usable here ({why}): {PG_HOW}"
+    message = f"PostgreSQL is not usable here ({why}): {how}"
     if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
         pytest.fail(message)
     pytest.skip(message)
@@ -97,7 +101,10 @@ def postgres_url(postgres_server, request):
     """A fresh database on the session's server, as a ``postgresql://`` URL."""
     import uuid
 
-    psycopg = pytest.importorskip("psycopg", reason="pip install 'relayllm-service[postgresql]'")
+    try:
+        import psycopg
+    except ImportError:
+        _pg_missing("psycopg is not installed", PSYCOPG_HOW)
     name = f"test_{uuid.uuid4().hex}"
     admin = f"postgresql://postgres@/postgres?host={postgres_server}"
     with psycopg.connect(admin, autocommit=True) as db:
