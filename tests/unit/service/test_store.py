@@ -626,3 +626,150 @@ def test_a_schema_1_store_is_migrated_when_opened(db_path):
     )
     assert batch.output_expires_s == 7 and batch.pending_files == ()
     opened.close()
+
+
+# -- the quotas and the usage ledger, on the store's database ------------------------------
+
+
+def test_the_quotas_refuse_past_each_limit_and_count_online_requests_across_gateways(
+    db_path, store, clock
+):
+    """Files, batches, enqueued tokens and online requests per minute, checked in the
+    store's write transactions; a second gateway's store on the same database sees the same
+    counts, and a refused request counts nothing."""
+    from relayllm_service.tenancy.quotas import Quota, QuotaError, Quotas
+
+    limits = {"alpha": Quota(files=3, batches=1, requests_per_minute=2)}
+    limits["beta"] = Quota(enqueued_tokens={"echo": 100})
+    quotas = Quotas.install(store, limits)
+    first = new_batch(store)  # two files: its input and this one
+    store.add_file("alpha", filename="b.jsonl", purpose="batch", bytes=1)
+    with pytest.raises(QuotaError) as refused:
+        new_batch(store)  # its input is the third file; the batch, the second unfinished
+    assert refused.value.code == "batch_limit_exceeded"
+    with pytest.raises(QuotaError) as refused:
+        store.add_file("alpha", filename="d.jsonl", purpose="batch", bytes=1)
+    assert refused.value.code == "file_limit_exceeded"
+    assert store.get_batch("alpha", first.id).status == "validating"
+
+    for tokens in (60, 50):
+        source = store.add_file("beta", filename="t.jsonl", purpose="batch", bytes=1)
+        assert not quotas.has_tokens(store.file, source.id)
+        quotas.record_tokens(store.file, source.id, {"echo": tokens})
+        quotas.record_tokens(store.file, source.id, {"echo": tokens})  # again: the same
+        assert quotas.has_tokens(store.file, source.id)
+        if tokens == 60:
+            store.create_batch("beta", input_file_id=source.id, endpoint="/v1/chat/completions")
+    with pytest.raises(QuotaError) as refused:  # 60 queued + 50 > 100
+        store.create_batch("beta", input_file_id=source.id, endpoint="/v1/chat/completions")
+    assert refused.value.code == "token_limit_exceeded"
+
+    other = open_store(db_path, clock=clock)  # a second gateway on the same database
+    try:
+        again = Quotas.install(other, limits)
+        minute = 1_700_000_040
+        quotas.admit_request(store.file, "alpha", minute + 1)
+        again.admit_request(other.file, "alpha", minute + 2)
+        for moment in (minute + 30, minute + 59):
+            with pytest.raises(QuotaError) as refused:
+                (quotas if moment % 2 else again).admit_request(other.file, "alpha", moment)
+            assert refused.value.headers == {"Retry-After": str(minute + 60 - moment)}
+        counted = raw(db_path, "SELECT count FROM online_requests WHERE project = 'alpha'")
+        assert [int(c) for (c,) in counted] == [2]  # the refused ones counted nothing
+        again.admit_request(other.file, "alpha", minute + 60)  # the next minute
+    finally:
+        other.close()
+
+
+def test_two_gateways_racing_for_the_last_batch_get_one(db_path, clock):
+    """Each gateway counts and writes in one write transaction, holding it while it checks
+    (slowed here), so of two creates on two connections at once exactly one is admitted."""
+    import time
+
+    from relayllm_service.tenancy.quotas import Quota, QuotaError, Quotas
+
+    stores = [open_store(db_path, clock=clock) for _ in range(2)]
+    sources = [s.add_file("alpha", filename="in.jsonl", purpose="batch", bytes=1) for s in stores]
+    outcomes: list[str] = []
+    start = threading.Barrier(2, timeout=30)
+    for store in stores:
+        checks = Quotas.install(store, {"alpha": Quota(batches=1)})
+
+        def slow(db, record, checks=checks):
+            checks(db, record)
+            time.sleep(0.3)  # what the other gateway would count, if it could, is read
+
+        store.admit = slow
+
+    def create(store, source):
+        start.wait()
+        try:
+            store.create_batch("alpha", input_file_id=source.id, endpoint="/v1/chat/completions")
+            outcomes.append("created")
+        except QuotaError as refused:
+            outcomes.append(str(refused.code))
+
+    pairs = zip(stores, sources, strict=True)
+    threads = [threading.Thread(target=create, args=pair, daemon=True) for pair in pairs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    for s in stores:
+        s.close()
+    assert sorted(outcomes) == ["batch_limit_exceeded", "created"]
+    assert raw(db_path, "SELECT COUNT(*) FROM batches")[0][0] == 1
+
+
+def output_line(i, model="echo", created=1_700_000_040):
+    body = {
+        "model": model,
+        "created": created,
+        "usage": {"prompt_tokens": 10 + i, "completion_tokens": i},
+        "engine_s": 0.5,
+    }
+    return json.dumps({"custom_id": f"r{i}", "response": {"status_code": 200, "body": body}})
+
+
+def test_the_usage_ledger_charges_each_line_once_fenced_by_the_claim(db_path, store, tmp_path):
+    from relayllm_service.tenancy.usage import UsageLedger, Use
+
+    ledger = UsageLedger(db_path)
+    try:
+        batch = new_batch(store)
+        claim = store.claim(batch.id, "runner-a")
+        work = tmp_path / "out.jsonl"
+        work.write_text(output_line(1) + "\n" + output_line(2, model="big") + "\n" + "{cut")
+        assert ledger.charge_lines(batch.id, claim, str(work)) == 2
+        assert ledger.charge_lines(batch.id, claim, str(work)) == 0  # charged once
+        newer = store.claim(batch.id, "runner-b")
+        with pytest.raises(StaleClaimError):
+            ledger.charge_lines(batch.id, claim, str(work))
+        work.write_text(work.read_text()[: -len("{cut")] + output_line(3) + "\n")
+        assert ledger.charge_lines(batch.id, newer, str(work)) == 1
+        assert ledger.charge_lines(batch.id, newer, str(work)) == 0  # the mark moved again
+        assert ledger.batch_totals(batch.id) == {
+            "big": Use(1, 12, 0, 2, 0.5),
+            "echo": Use(2, 11 + 13, 0, 1 + 3, 1.0),
+        }
+        ledger.record("alpha", "echo", Use(1, 7, 2, 3), at=1_700_000_041)
+        (online,) = ledger.rows(1_700_000_040, 1_700_000_100, batch=False)
+        assert (online["batch_id"], online["requests"], online["cached_tokens"]) == ("", 1, 2)
+        assert len(ledger.rows(1_700_000_040, 1_700_000_100, batch=True)) == 2
+    finally:
+        ledger.close()
+
+
+def test_the_ledgers_and_quotas_tables_migrate_once_and_refuse_a_newer_schema(db_path, store):
+    from relayllm_service.tenancy.quotas import Quotas
+    from relayllm_service.tenancy.usage import UsageLedger
+
+    Quotas.install(store, {})
+    Quotas.install(store, {})  # twice: migrated once
+    for _ in range(2):
+        UsageLedger(db_path).close()
+    parts = raw(db_path, "SELECT part, version FROM schema_parts WHERE part != 'jobs'")
+    assert sorted((p, int(v)) for p, v in parts) == [("quotas", 2), ("usage", 2)]
+    raw(db_path, "UPDATE schema_parts SET version = 99 WHERE part = 'usage'")
+    with pytest.raises(ServiceError, match="newer relayllm"):
+        UsageLedger(db_path)

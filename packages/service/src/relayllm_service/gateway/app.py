@@ -141,7 +141,7 @@ class Gateway:
         return json_response(await self.online.models())
 
     async def _online(self, route: str, request: Request, project: str) -> Response:
-        await asyncio.to_thread(self.quotas.admit_request, self.settings.store_path, project)
+        await asyncio.to_thread(self.quotas.admit_request, self.jobs.file, project)
         answer = await self.online.answer(route, request)
         return await usage_api.metered(answer, project, self.ledger)
 
