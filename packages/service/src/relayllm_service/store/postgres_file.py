@@ -40,6 +40,22 @@ def redact(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
+def check_url(url: str) -> None:
+    """A ValueError (its text without the password) unless ``url`` is a connection URL libpq
+    reads, with psycopg installed to read it: checked before anything starts."""
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+    except ImportError:
+        raise ValueError(f"a PostgreSQL store needs psycopg: {INSTALL}") from None
+    try:
+        conninfo_to_dict(url)
+    except Exception as error:
+        raise ValueError(
+            f"not a PostgreSQL connection URL ({_scrub(str(error), url).strip()}); e.g. "
+            f"postgresql://user:password@host:5432/database"
+        ) from None
+
+
 def _scrub(text: str, url: str) -> str:
     password = urlsplit(url).password
     return text.replace(password, "***") if password else text
@@ -185,4 +201,4 @@ class PostgresFile:
         return f"PostgresFile({self.path!r})"
 
 
-__all__ = ["PostgresFile", "is_postgres_url", "redact"]
+__all__ = ["PostgresFile", "check_url", "is_postgres_url", "redact"]
