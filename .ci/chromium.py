@@ -15,6 +15,9 @@ import sys
 
 CHROMIUM = "/usr/bin/chromium"
 HOW = "sudo apt-get install -y --no-install-recommends chromium"
+#: Another tox environment may be installing a package at the same moment (PostgreSQL's
+#: server, .ci/postgresql.py): wait for apt's lock rather than fail.
+APT = ["apt-get", "-o", "DPkg::Lock::Timeout=300"]
 
 
 def main() -> int:
@@ -24,9 +27,9 @@ def main() -> int:
     if os.geteuid() == 0 and shutil.which("apt-get"):
         print("chromium: not installed; installing Debian's package", flush=True)
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        subprocess.run(["apt-get", "update"], check=True, env=env)
+        subprocess.run([*APT, "update"], check=True, env=env)
         subprocess.run(
-            ["apt-get", "install", "-y", "--no-install-recommends", "chromium"], check=True, env=env
+            [*APT, "install", "-y", "--no-install-recommends", "chromium"], check=True, env=env
         )
         if os.path.exists(CHROMIUM):
             return 0

@@ -106,13 +106,13 @@ def test_a_quota_changed_in_the_file_applies_to_the_next_request(tmp_path):
     store = SQLiteJobStore(str(tmp_path / "jobs.sqlite"))
     try:
         quotas = Quotas.install(store, {}, quotas_now(str(path), {}))
-        quotas.admit_request(store.path, "gamma", now=600)
+        quotas.admit_request(store.file, "gamma", now=600)
         replace(path, "gamma: {requests_per_minute: 1, weight: 3}\n")
         with pytest.raises(Exception, match="Limit 1, Used 1"):
-            quotas.admit_request(store.path, "gamma", now=601)
+            quotas.admit_request(store.file, "gamma", now=601)
         replace(path, "gamma: {requests_per_minute: [not a number]}\n")
         with pytest.raises(Exception, match="Limit 1"):  # the last good file's
-            quotas.admit_request(store.path, "gamma", now=602)
+            quotas.admit_request(store.file, "gamma", now=602)
     finally:
         store.close()
 

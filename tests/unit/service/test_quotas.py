@@ -168,12 +168,13 @@ def test_the_quotas_file_is_read_and_its_errors_name_it(tmp_path):
 def test_online_requests_per_minute_answer_429_with_retry_after_until_the_next_minute(service):
     settings, store, _ = service
     limits = {"alpha": Quota(requests_per_minute=2)}
-    one, two = Quotas.install(store, limits), Quotas(limits)  # two gateways, one count
+    other = SQLiteJobStore(settings.store_path)  # two gateways, one count
+    one, two = Quotas.install(store, limits), Quotas.install(other, limits)
     minute = 1_700_000_040
-    one.admit_request(settings.store_path, "alpha", minute + 1)
-    two.admit_request(settings.store_path, "alpha", minute + 2)
+    one.admit_request(store.file, "alpha", minute + 1)
+    two.admit_request(other.file, "alpha", minute + 2)
     with pytest.raises(QuotaError) as over:
-        one.admit_request(settings.store_path, "alpha", minute + 45)
+        one.admit_request(store.file, "alpha", minute + 45)
     assert (over.value.status, over.value.kind, over.value.code) == (
         429,
         "requests",
@@ -182,10 +183,11 @@ def test_online_requests_per_minute_answer_429_with_retry_after_until_the_next_m
     assert over.value.headers == {"Retry-After": "15"}
     assert "Limit 2, Used 2" in over.value.message
     with pytest.raises(QuotaError):  # the other gateway refuses it too
-        two.admit_request(settings.store_path, "alpha", minute + 59)
+        two.admit_request(other.file, "alpha", minute + 59)
     for _ in range(5):
-        one.admit_request(settings.store_path, "beta", minute + 50)  # no quota of its own
-    one.admit_request(settings.store_path, "alpha", minute + 60)  # the next minute
+        one.admit_request(store.file, "beta", minute + 50)  # no quota of its own
+    one.admit_request(store.file, "alpha", minute + 60)  # the next minute
+    other.close()
 
 
 def test_the_token_estimate_skips_lines_too_deep_or_not_utf8_instead_of_failing():

@@ -1,5 +1,7 @@
-"""The batch service's job store on real SQLite files: OpenAI's status cycle, runner claims that
-fence every write, projects that never see each other's rows, and OpenAI's list cursors.
+"""The batch service's job store, the same tests on both stores (a real SQLite file and a
+real PostgreSQL server's database, ``db_path``'s two params): OpenAI's status cycle, runner
+claims that fence every write, projects that never see each other's rows, and OpenAI's list
+cursors.
 
 The fencing and isolation scenarios are functions run against the real store and, to show they
 can fail, against a store with the one check removed."""
@@ -23,7 +25,9 @@ from relayllm_service.errors import (
 )
 from relayllm_service.ids import is_batch_id, is_file_id
 from relayllm_service.store.claims import ClaimedWrites
+from relayllm_service.store.location import open_database, open_store
 from relayllm_service.store.records import STAMPS, TRANSITIONS, RequestCounts
+from relayllm_service.store.sql import SQLJobStore
 from relayllm_service.store.sqlite import SQLiteJobStore
 
 STATUSES = list(TRANSITIONS)
@@ -45,13 +49,37 @@ def clock():
 
 
 @pytest.fixture
-def db_path(tmp_path):
+def sqlite_path(tmp_path):
     return str(tmp_path / "jobs.sqlite")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_path(request, sqlite_path):
+    """Where the store is: an SQLite file, or a fresh database on the session's PostgreSQL."""
+    if request.param == "sqlite":
+        return sqlite_path
+    return request.getfixturevalue("postgres_url")
+
+
+def raw(location, sql, parameters=()):
+    """``sql`` run on the store's database beside the store (its own connection, committed);
+    the rows it returns."""
+    if location.startswith("postgresql:"):
+        import psycopg
+
+        with psycopg.connect(location, autocommit=True) as db:
+            cursor = db.execute(sql.replace("?", "%s"), parameters)
+            return cursor.fetchall() if cursor.description else []
+    db = sqlite3.connect(location, isolation_level=None)
+    try:
+        return db.execute(sql, parameters).fetchall()
+    finally:
+        db.close()
 
 
 @pytest.fixture
 def store(db_path, clock):
-    s = SQLiteJobStore(db_path, clock=clock)
+    s = open_store(db_path, clock=clock)
     yield s
     s.close()
 
@@ -88,10 +116,10 @@ def reach(store, status):
 
 
 def test_a_batch_and_its_file_survive_reopening_the_store(db_path, clock):
-    first = SQLiteJobStore(db_path, clock=clock)
+    first = open_store(db_path, clock=clock)
     batch = new_batch(first, metadata={"team": "search"})
     first.close()
-    again = SQLiteJobStore(db_path, clock=clock)
+    again = open_store(db_path, clock=clock)
     try:
         found = again.get_batch("alpha", batch.id)
         assert found == batch
@@ -107,23 +135,28 @@ def test_a_batch_and_its_file_survive_reopening_the_store(db_path, clock):
     assert is_batch_id(batch.id) and is_file_id(batch.input_file_id)
 
 
-def test_the_store_runs_in_wal_mode_with_full_sync(store, db_path):
-    other = sqlite3.connect(db_path)
+def test_the_sqlite_store_runs_in_wal_mode_with_full_sync(sqlite_path):
+    store = SQLiteJobStore(sqlite_path)
     try:
-        assert other.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert raw(sqlite_path, "PRAGMA journal_mode") == [("wal",)]
+        assert store.file._db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
     finally:
-        other.close()
-    assert store.file._db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+        store.close()
+
+
+def set_schema_version(location, version):
+    """The job store's schema version, written as each database keeps it."""
+    if location.startswith("postgresql:"):
+        raw(location, "UPDATE schema_parts SET version = ? WHERE part = 'jobs'", (version,))
+    else:
+        raw(location, f"PRAGMA user_version={version}")
 
 
 def test_a_store_written_by_a_newer_schema_is_refused(db_path):
-    SQLiteJobStore(db_path).close()
-    raw = sqlite3.connect(db_path)
-    raw.execute("PRAGMA user_version=99")
-    raw.commit()
-    raw.close()
+    open_store(db_path).close()
+    set_schema_version(db_path, 99)
     with pytest.raises(ServiceError, match="newer relayllm"):
-        SQLiteJobStore(db_path)
+        open_store(db_path)
 
 
 def test_the_happy_path_stamps_each_status(store, clock):
@@ -150,7 +183,7 @@ def test_every_status_change_is_checked_against_the_cycle(db_path, clock, curren
     for target in STATUSES:
         if target == current:
             continue
-        store = SQLiteJobStore(db_path, clock=clock)
+        store = open_store(db_path, clock=clock)
         try:
             batch, claim = reach(store, current)
             before = store.get_batch("alpha", batch.id)
@@ -274,7 +307,7 @@ def fencing_scenario(make_store):
 
 
 def test_a_newer_claim_fences_every_write_of_the_older_one(db_path):
-    fencing_scenario(lambda: SQLiteJobStore(db_path))
+    fencing_scenario(lambda: open_store(db_path))
 
 
 class UnfencedWrites(ClaimedWrites):
@@ -285,7 +318,7 @@ class UnfencedWrites(ClaimedWrites):
 
 
 def unfenced_store(path):
-    store = SQLiteJobStore(path)
+    store = open_store(path)
     store.runner = UnfencedWrites(store.file)  # the store's part for the runners' calls
     return store
 
@@ -310,7 +343,7 @@ def test_concurrent_claims_from_many_connections_get_distinct_numbers(db_path, s
     lock = threading.Lock()
 
     def claim(i: int) -> None:
-        own = SQLiteJobStore(db_path)
+        own = open_store(db_path)
         try:
             for _ in range(5):
                 number = own.claim(batch.id, f"runner-{i}")
@@ -329,13 +362,13 @@ def test_concurrent_claims_from_many_connections_get_distinct_numbers(db_path, s
 
 
 def test_a_claim_taken_by_another_process_fences_this_one(db_path, store):
-    """The claim check holds across processes (SQLite's lock, not this process's)."""
+    """The claim check holds across processes (the database's lock, not this process's)."""
     batch = new_batch(store)
     mine = store.claim(batch.id, "runner-here")
     code = (
         "import sys\n"
-        "from relayllm_service.store.sqlite import SQLiteJobStore\n"
-        "s = SQLiteJobStore(sys.argv[1]); print(s.claim(sys.argv[2], 'runner-there')); s.close()\n"
+        "from relayllm_service.store.location import open_store\n"
+        "s = open_store(sys.argv[1]); print(s.claim(sys.argv[2], 'runner-there')); s.close()\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", code, db_path, batch.id],
@@ -403,7 +436,7 @@ def test_a_project_never_sees_another_projects_files_or_batches(store):
     isolation_scenario(store)
 
 
-class LeakyStore(SQLiteJobStore):
+class LeakyStore(SQLJobStore):
     """The store with the project left out of its batch and file lookups."""
 
     def _batch_row(self, db, batch_id, project):
@@ -421,7 +454,7 @@ class LeakyStore(SQLiteJobStore):
 
 
 def test_the_isolation_scenario_fails_on_a_store_that_ignores_projects(db_path):
-    leaky = LeakyStore(db_path)
+    leaky = LeakyStore(open_database(db_path))
     try:
         with pytest.raises(pytest.fail.Exception, match="DID NOT RAISE"):
             isolation_scenario(leaky)
@@ -481,11 +514,7 @@ def test_deleting_a_file_removes_only_that_projects_record(store):
 
 def test_metadata_and_errors_are_stored_as_json(store, db_path):
     batch = new_batch(store, metadata={"a": "1"})
-    raw = sqlite3.connect(db_path)
-    try:
-        stored = raw.execute("SELECT metadata FROM batches WHERE id = ?", (batch.id,)).fetchone()
-    finally:
-        raw.close()
+    (stored,) = raw(db_path, "SELECT metadata FROM batches WHERE id = ?", (batch.id,))
     assert json.loads(stored[0]) == {"a": "1"}
 
 
@@ -581,15 +610,166 @@ def test_finish_batch_records_only_reserved_files_and_is_fenced(store):
 
 
 def test_a_schema_1_store_is_migrated_when_opened(db_path):
-    raw = sqlite3.connect(db_path)
     from relayllm_service.store import schema
 
-    raw.executescript(schema.SCHEMA + "; PRAGMA user_version=1;")
-    raw.close()
-    opened = SQLiteJobStore(db_path)
+    database = open_database(db_path)
+    with database.write() as db:  # schema 1 as an older relayllm wrote it, no more
+        for statement in schema.SCHEMA.split(";"):
+            if statement.strip():
+                db.execute(database.ddl(statement))
+        database.set_schema_version(db, 1)
+    database.close()
+    opened = open_store(db_path)
     source = opened.add_file("alpha", filename="in.jsonl", purpose="batch", bytes=1)
     batch = opened.create_batch(
         "alpha", input_file_id=source.id, endpoint="/v1/chat/completions", output_expires_s=7
     )
     assert batch.output_expires_s == 7 and batch.pending_files == ()
     opened.close()
+
+
+# -- the quotas and the usage ledger, on the store's database ------------------------------
+
+
+def test_the_quotas_refuse_past_each_limit_and_count_online_requests_across_gateways(
+    db_path, store, clock
+):
+    """Files, batches, enqueued tokens and online requests per minute, checked in the
+    store's write transactions; a second gateway's store on the same database sees the same
+    counts, and a refused request counts nothing."""
+    from relayllm_service.tenancy.quotas import Quota, QuotaError, Quotas
+
+    limits = {"alpha": Quota(files=3, batches=1, requests_per_minute=2)}
+    limits["beta"] = Quota(enqueued_tokens={"echo": 100})
+    quotas = Quotas.install(store, limits)
+    first = new_batch(store)  # two files: its input and this one
+    store.add_file("alpha", filename="b.jsonl", purpose="batch", bytes=1)
+    with pytest.raises(QuotaError) as refused:
+        new_batch(store)  # its input is the third file; the batch, the second unfinished
+    assert refused.value.code == "batch_limit_exceeded"
+    with pytest.raises(QuotaError) as refused:
+        store.add_file("alpha", filename="d.jsonl", purpose="batch", bytes=1)
+    assert refused.value.code == "file_limit_exceeded"
+    assert store.get_batch("alpha", first.id).status == "validating"
+
+    for tokens in (60, 50):
+        source = store.add_file("beta", filename="t.jsonl", purpose="batch", bytes=1)
+        assert not quotas.has_tokens(store.file, source.id)
+        quotas.record_tokens(store.file, source.id, {"echo": tokens})
+        quotas.record_tokens(store.file, source.id, {"echo": tokens})  # again: the same
+        assert quotas.has_tokens(store.file, source.id)
+        if tokens == 60:
+            store.create_batch("beta", input_file_id=source.id, endpoint="/v1/chat/completions")
+    with pytest.raises(QuotaError) as refused:  # 60 queued + 50 > 100
+        store.create_batch("beta", input_file_id=source.id, endpoint="/v1/chat/completions")
+    assert refused.value.code == "token_limit_exceeded"
+
+    other = open_store(db_path, clock=clock)  # a second gateway on the same database
+    try:
+        again = Quotas.install(other, limits)
+        minute = 1_700_000_040
+        quotas.admit_request(store.file, "alpha", minute + 1)
+        again.admit_request(other.file, "alpha", minute + 2)
+        for moment in (minute + 30, minute + 59):
+            with pytest.raises(QuotaError) as refused:
+                (quotas if moment % 2 else again).admit_request(other.file, "alpha", moment)
+            assert refused.value.headers == {"Retry-After": str(minute + 60 - moment)}
+        counted = raw(db_path, "SELECT count FROM online_requests WHERE project = 'alpha'")
+        assert [int(c) for (c,) in counted] == [2]  # the refused ones counted nothing
+        again.admit_request(other.file, "alpha", minute + 60)  # the next minute
+    finally:
+        other.close()
+
+
+def test_two_gateways_racing_for_the_last_batch_get_one(db_path, clock):
+    """Each gateway counts and writes in one write transaction, holding it while it checks
+    (slowed here), so of two creates on two connections at once exactly one is admitted."""
+    import time
+
+    from relayllm_service.tenancy.quotas import Quota, QuotaError, Quotas
+
+    stores = [open_store(db_path, clock=clock) for _ in range(2)]
+    sources = [s.add_file("alpha", filename="in.jsonl", purpose="batch", bytes=1) for s in stores]
+    outcomes: list[str] = []
+    start = threading.Barrier(2, timeout=30)
+    for store in stores:
+        checks = Quotas.install(store, {"alpha": Quota(batches=1)})
+
+        def slow(db, record, checks=checks):
+            checks(db, record)
+            time.sleep(0.3)  # what the other gateway would count, if it could, is read
+
+        store.admit = slow
+
+    def create(store, source):
+        start.wait()
+        try:
+            store.create_batch("alpha", input_file_id=source.id, endpoint="/v1/chat/completions")
+            outcomes.append("created")
+        except QuotaError as refused:
+            outcomes.append(str(refused.code))
+
+    pairs = zip(stores, sources, strict=True)
+    threads = [threading.Thread(target=create, args=pair, daemon=True) for pair in pairs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    for s in stores:
+        s.close()
+    assert sorted(outcomes) == ["batch_limit_exceeded", "created"]
+    assert raw(db_path, "SELECT COUNT(*) FROM batches")[0][0] == 1
+
+
+def output_line(i, model="echo", created=1_700_000_040):
+    body = {
+        "model": model,
+        "created": created,
+        "usage": {"prompt_tokens": 10 + i, "completion_tokens": i},
+        "engine_s": 0.5,
+    }
+    return json.dumps({"custom_id": f"r{i}", "response": {"status_code": 200, "body": body}})
+
+
+def test_the_usage_ledger_charges_each_line_once_fenced_by_the_claim(db_path, store, tmp_path):
+    from relayllm_service.tenancy.usage import UsageLedger, Use
+
+    ledger = UsageLedger(db_path)
+    try:
+        batch = new_batch(store)
+        claim = store.claim(batch.id, "runner-a")
+        work = tmp_path / "out.jsonl"
+        work.write_text(output_line(1) + "\n" + output_line(2, model="big") + "\n" + "{cut")
+        assert ledger.charge_lines(batch.id, claim, str(work)) == 2
+        assert ledger.charge_lines(batch.id, claim, str(work)) == 0  # charged once
+        newer = store.claim(batch.id, "runner-b")
+        with pytest.raises(StaleClaimError):
+            ledger.charge_lines(batch.id, claim, str(work))
+        work.write_text(work.read_text()[: -len("{cut")] + output_line(3) + "\n")
+        assert ledger.charge_lines(batch.id, newer, str(work)) == 1
+        assert ledger.charge_lines(batch.id, newer, str(work)) == 0  # the mark moved again
+        assert ledger.batch_totals(batch.id) == {
+            "big": Use(1, 12, 0, 2, 0.5),
+            "echo": Use(2, 11 + 13, 0, 1 + 3, 1.0),
+        }
+        ledger.record("alpha", "echo", Use(1, 7, 2, 3), at=1_700_000_041)
+        (online,) = ledger.rows(1_700_000_040, 1_700_000_100, batch=False)
+        assert (online["batch_id"], online["requests"], online["cached_tokens"]) == ("", 1, 2)
+        assert len(ledger.rows(1_700_000_040, 1_700_000_100, batch=True)) == 2
+    finally:
+        ledger.close()
+
+
+def test_the_ledgers_and_quotas_tables_migrate_once_and_refuse_a_newer_schema(db_path, store):
+    from relayllm_service.tenancy.quotas import Quotas
+    from relayllm_service.tenancy.usage import UsageLedger
+
+    Quotas.install(store, {})
+    Quotas.install(store, {})  # twice: migrated once
+    for _ in range(2):
+        UsageLedger(db_path).close()
+    parts = raw(db_path, "SELECT part, version FROM schema_parts WHERE part != 'jobs'")
+    assert sorted((p, int(v)) for p, v in parts) == [("quotas", 2), ("usage", 2)]
+    raw(db_path, "UPDATE schema_parts SET version = 99 WHERE part = 'usage'")
+    with pytest.raises(ServiceError, match="newer relayllm"):
+        UsageLedger(db_path)

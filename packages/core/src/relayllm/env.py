@@ -208,6 +208,13 @@ QUOTAS_FILE = Variable(
     "The Batch API service's quotas per project (`relayllm serve --quotas`).",
     "relayllm-service",
 )
+STORE = Variable(
+    "RELAYLLM_STORE",
+    "The Batch API service's job store (`relayllm serve --store`): an SQLite file or a "
+    "`postgresql://` URL (its password kept off the command line).",
+    "relayllm-service",
+    "`STATE_DIR/jobs.sqlite`",
+)
 ADMIN_KEY = Variable(
     "RELAYLLM_ADMIN_KEY",
     "The Batch API service's admin key: the operator's, who sees, cancels and deletes "
@@ -262,6 +269,7 @@ VARIABLES: tuple[Variable | Text | Flag | Names | Seconds | Transport, ...] = (
     API_KEYS,
     API_KEYS_FILE,
     QUOTAS_FILE,
+    STORE,
     ENGINE_HOUR_COST,
     ADMIN_KEY,
     BASE_URL,
@@ -296,6 +304,7 @@ __all__ = [
     "SKIP_MODEL_CHECK",
     "STALL_WARNING_S",
     "STATE_DIR",
+    "STORE",
     "TEST_CACHE",
     "VARIABLES",
     "VERBOSE",

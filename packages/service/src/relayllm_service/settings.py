@@ -7,14 +7,17 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from collections.abc import Iterator
+from typing import Any
 
-from pydantic import ConfigDict, Field, PositiveFloat, field_validator
+from pydantic import ConfigDict, Field, PositiveFloat, field_serializer, field_validator
 
 from relayllm import env
 from relayllm.configbase import ConfigModel
 from relayllm.deployments import names
 from relayllm.http.server import base_url  # the one base_url rule, the direct server's too
 from relayllm_service.store.files import DEFAULT_MAX_BYTES
+from relayllm_service.store.postgres_file import check_url, is_postgres_url, redact
 from relayllm_service.tenancy.quotas import Quota
 
 #: OpenAI's bounds of a file's ``expires_after`` seconds (an hour to 30 days).
@@ -51,6 +54,14 @@ class ServiceSettings(ConfigModel):
         "nodes that offer them (`ray start --resources '{\"service\": 1}'`) instead of the "
         "head node: when their node is lost, Ray and Serve start them again on another such "
         "node (one that joins later included), and the runner resumes its batches there.",
+    )
+    store: str | None = Field(
+        default=None,
+        description="Where the job store is (batches, files' records, runners' claims, quota "
+        "counts and the usage ledger): an SQLite file's path, default STATE_DIR/jobs.sqlite; "
+        "or a postgresql://user:password@host:port/database URL, a PostgreSQL database that "
+        "gateways and runners on hosts with no shared disk all reach (the service's "
+        "postgresql extra). Its password is never shown: ***.",
     )
     files: str | None = Field(
         default=None,
@@ -158,6 +169,28 @@ class ServiceSettings(ConfigModel):
             raise ValueError("must start with '/' and have no trailing '/', e.g. '/' or '/api'")
         return value
 
+    @field_validator("store")
+    @classmethod
+    def _store_location(cls, value: str | None) -> str | None:
+        if value is None or is_postgres_url(value):
+            if value is not None:
+                check_url(value)
+            return value
+        if "://" in value:
+            raise ValueError(
+                "a postgresql://user:password@host:port/database URL or an SQLite file's path"
+            )
+        return os.path.abspath(os.path.expanduser(value))
+
+    @field_serializer("store")
+    def _store_shown(self, value: str | None) -> str | None:
+        """What dumps (``relayllm status``, the reuse check) say: no password."""
+        return None if value is None else redact(value)
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        for name, value in super().__repr_args__():
+            yield name, redact(value) if name == "store" and value is not None else value
+
     @field_validator("state_dir", "quotas_file")
     @classmethod
     def _absolute(cls, value: str | None) -> str | None:
@@ -169,7 +202,9 @@ class ServiceSettings(ConfigModel):
 
     @property
     def store_path(self) -> str:
-        return os.path.join(self.state_dir, "jobs.sqlite")
+        """Where the job store is (``store``'s path or URL, default in the state
+        directory); ``open_store`` opens it."""
+        return self.store or os.path.join(self.state_dir, "jobs.sqlite")
 
     @property
     def work_dir(self) -> str:

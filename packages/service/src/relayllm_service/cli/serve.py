@@ -105,6 +105,15 @@ class NodeResource(click.ParamType):
     "(placement.node_resources).",
 )
 @_field(
+    "store",
+    metavar="PATH|URL",
+    envvar=env.STORE.name,
+    help="The job store: an SQLite file (default: STATE_DIR/jobs.sqlite) or a "
+    "postgresql://user:password@host:port/database URL, which gateways and runners on hosts "
+    "with no shared disk all reach (pip install 'relayllm-service[postgresql]'); also "
+    f"${env.STORE.name}, which keeps the password out of the command line.",
+)
+@_field(
     "files",
     metavar="DIR|URI",
     help="Where file bytes live: a directory or a pyarrow.fs URI such as s3://bucket/prefix "

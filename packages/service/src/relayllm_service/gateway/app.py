@@ -38,7 +38,7 @@ from relayllm_service.gateway.online import ONLINE, OnlineRoutes
 from relayllm_service.settings import ServiceSettings
 from relayllm_service.store.admin import AdminStore
 from relayllm_service.store.files import FileStorage
-from relayllm_service.store.sqlite import SQLiteJobStore
+from relayllm_service.store.location import open_store
 from relayllm_service.tenancy.projects import Keys, quotas_now
 from relayllm_service.tenancy.quotas import Quotas
 from relayllm_service.tenancy.signins import SignInLimit
@@ -64,7 +64,7 @@ class Gateway:
         self.settings = settings
         self.keys = keys
         os.makedirs(settings.state_dir, exist_ok=True)
-        self.jobs = SQLiteJobStore(settings.store_path)
+        self.jobs = open_store(settings.store_path)  # SQLite's file or PostgreSQL
         self.store = AdminStore(self.jobs)  # the admin key's project is every one
         self.ledger = UsageLedger(settings.store_path, recording=settings.record_usage)  # usage.py
         live = quotas_now(settings.quotas_file, settings.quotas)  # the file's as it changes
@@ -141,7 +141,7 @@ class Gateway:
         return json_response(await self.online.models())
 
     async def _online(self, route: str, request: Request, project: str) -> Response:
-        await asyncio.to_thread(self.quotas.admit_request, self.settings.store_path, project)
+        await asyncio.to_thread(self.quotas.admit_request, self.jobs.file, project)
         answer = await self.online.answer(route, request)
         return await usage_api.metered(answer, project, self.ledger)
 

@@ -21,7 +21,7 @@ from relayllm_service.runner.validate import check_endpoint
 from relayllm_service.settings import ServiceSettings
 from relayllm_service.store.admin import AdminStore
 from relayllm_service.store.files import FileStorage
-from relayllm_service.store.sqlite import SQLiteJobStore
+from relayllm_service.store.sql import SQLJobStore
 from relayllm_service.tenancy.keys import ADMIN
 from relayllm_service.tenancy.quotas import Quotas
 
@@ -38,7 +38,7 @@ class BatchRoutes:
         self,
         settings: ServiceSettings,
         store: AdminStore,
-        jobs: SQLiteJobStore,
+        jobs: SQLJobStore,
         storage: FileStorage,
         quotas: Quotas,
         wake: Callable[[], None],

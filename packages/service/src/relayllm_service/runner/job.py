@@ -42,7 +42,7 @@ from relayllm_service.runner.workfiles import (
 from relayllm_service.settings import ServiceSettings
 from relayllm_service.store.files import FileStorage
 from relayllm_service.store.records import BatchRecord, RequestCounts, Status
-from relayllm_service.store.sqlite import SQLiteJobStore
+from relayllm_service.store.sql import SQLJobStore
 from relayllm_service.tenancy.fair import hold_back
 from relayllm_service.tenancy.usage import UsageLedger
 
@@ -74,7 +74,7 @@ class BatchJob:
     def __init__(
         self,
         settings: ServiceSettings,
-        store: SQLiteJobStore,
+        store: SQLJobStore,
         storage: FileStorage,
         batch_id: str,
         claim: int,
@@ -254,7 +254,7 @@ class BatchJob:
 
         Idempotent across a kill at any point: the file ids are reserved in the store before
         their bytes are written, and the files' records, the ids in the batch and its status
-        are written in one transaction (:meth:`SQLiteJobStore.finish_batch`). A runner killed
+        are written in one transaction (:meth:`SQLJobStore.finish_batch`). A runner killed
         before that transaction published nothing; the next claim deletes the reserved
         bytes, publishes its own (the same lines: the work files are kept until the batch
         ends) and ends the batch once."""

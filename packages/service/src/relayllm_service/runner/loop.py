@@ -33,7 +33,7 @@ from relayllm_service.runner.job import BatchJob
 from relayllm_service.runner.workfiles import delete_quietly
 from relayllm_service.settings import ServiceSettings
 from relayllm_service.store.files import FileStorage
-from relayllm_service.store.sqlite import SQLiteJobStore
+from relayllm_service.store.location import open_store
 from relayllm_service.tenancy.fair import FairShare
 from relayllm_service.tenancy.projects import quotas_now
 from relayllm_service.tenancy.quotas import weight_of
@@ -63,7 +63,7 @@ class BatchRunner:
     def __init__(self, settings: ServiceSettings) -> None:
         self.settings = settings
         os.makedirs(settings.work_dir, exist_ok=True)
-        self.store = SQLiteJobStore(settings.store_path)
+        self.store = open_store(settings.store_path)
         self.ledger = UsageLedger(settings.store_path, recording=settings.record_usage)
         self.storage = FileStorage.from_uri(settings.files_location, settings.max_file_bytes)
         self.name = _runner_identity()

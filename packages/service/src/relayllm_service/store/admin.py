@@ -15,16 +15,16 @@ from typing import Any, Literal
 from relayllm_service.errors import InvalidRequestError, NotFoundError
 from relayllm_service.store.records import BatchRecord, FileRecord, Page, check_limit
 from relayllm_service.store.schema import FILE_COLUMNS, LIVE, batch_record, file_record, readable
-from relayllm_service.store.sqlite import SQLiteJobStore
+from relayllm_service.store.sql import SQLJobStore
 from relayllm_service.tenancy.keys import ADMIN
 
 
 class AdminStore:
     """A job store seen with the project :data:`ADMIN` as every project: a wrapper around the
-    store (:class:`SQLiteJobStore`), answering the project-scoped calls for ADMIN itself and
+    store (:class:`SQLJobStore`), answering the project-scoped calls for ADMIN itself and
     handing every other call, and every other project's, to the store."""
 
-    def __init__(self, store: SQLiteJobStore) -> None:
+    def __init__(self, store: SQLJobStore) -> None:
         self.store = store
 
     def __getattr__(self, name: str) -> Any:

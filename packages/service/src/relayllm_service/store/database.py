@@ -1,8 +1,8 @@
 """What the store's parts need of a database: a transaction's connection (:class:`Connection`)
-and the two kinds of transaction (:class:`Database`). SQLite's file (``sqlite_file``) gives
-both today, and a server database can give them too; the tables, the claims, the files' records
-and the batches are written once, in plain SQL (``?`` placeholders; rows read by column name or
-position), so a second database shares them instead of copying them."""
+and the two kinds of transaction (:class:`Database`). SQLite's file (``sqlite_file``) and a
+PostgreSQL database (``postgres_file``) each give both; the tables, the claims, the files'
+records and the batches are written once, in plain SQL both accept (``?`` placeholders; rows
+read by column name or position)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
-"""The durable job store, in plain SQL a server database can run as SQLite does: files' metadata and
+"""The durable job store, in plain SQL that SQLite and PostgreSQL both run: files' metadata and
 batches, each owned by a project, and the runners' claims on batches.
 
 One small interface (:class:`~relayllm_service.store.protocol.JobStore`); one implementation
 (:class:`SQLJobStore`) on a :class:`~relayllm_service.store.database.Database`: SQLite's file
-(``sqlite``, the embedded default; a server database would differ only in its connection,
-transactions and locks). Every row belongs to a project, and every lookup a
+(``sqlite``, the embedded default) or a PostgreSQL server (``postgres``), which differ only in
+their connection, transactions and locks. Every row belongs to a project, and every lookup a
 client's request makes takes the project: another project's id answers
 :class:`NotFoundError`, exactly as an id that does not exist.
 

@@ -20,14 +20,14 @@ And ``weight`` (default 1): the project's share of the batch lines the runner's 
 write while batches of several projects wait (:mod:`~relayllm_service.tenancy.fair`).
 
 Each check runs inside the store's write transaction that records the upload or the batch
-(:attr:`SQLiteJobStore.admit`), so gateways and runners sharing the state see one count: two
-creates racing for the last room cannot both get it. A refused request writes nothing (an
-upload's bytes are deleted), and other projects are not affected.
+(:attr:`SQLJobStore.admit`), and the online requests' count in a write transaction of its own,
+on the store's database (SQLite's file or PostgreSQL), so gateways and runners sharing the
+state see one count: two creates racing for the last room cannot both get it. A refused
+request writes nothing (an upload's bytes are deleted), and other projects are not affected.
 """
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from collections.abc import Callable
 
@@ -35,10 +35,10 @@ from pydantic import ConfigDict, Field
 
 from relayllm.configbase import ConfigModel
 from relayllm.http.errors import HttpError
-from relayllm_service.store.database import Connection
+from relayllm_service.store.database import Connection, Database
 from relayllm_service.store.files import FileStorage
 from relayllm_service.store.records import TERMINAL, BatchRecord, FileRecord
-from relayllm_service.store.sqlite import SQLiteJobStore
+from relayllm_service.store.sql import SQLJobStore
 from relayllm_service.tenancy.tokens import estimate_tokens
 from relayllm_service.tenancy.usage import migrate
 
@@ -128,7 +128,8 @@ def quota_for(quotas: dict[str, Quota], project: str) -> Quota | None:
 
 
 class Quotas:
-    """The checks :attr:`SQLiteJobStore.admit` runs, for ``quotas`` (project -> limits)."""
+    """The checks :attr:`SQLJobStore.admit` runs, for ``quotas`` (project -> limits); the
+    calls outside the store's own take its database (``store.file``)."""
 
     def __init__(
         self, quotas: dict[str, Quota], live: Callable[[], dict[str, Quota]] | None = None
@@ -143,39 +144,35 @@ class Quotas:
     @classmethod
     def install(
         cls,
-        store: SQLiteJobStore,
+        store: SQLJobStore,
         quotas: dict[str, Quota],
         live: Callable[[], dict[str, Quota]] | None = None,
     ) -> Quotas:
         """The checks of ``quotas``, run by ``store`` from now on; with ``live``, of the quotas
         it returns at each check (the quotas file's as it changes: projects.quotas_now)."""
         checks = cls(quotas, live)
-        checks.prepare(store.path)
+        checks.prepare(store.file)
         store.admit = checks
         return checks
 
     def estimate(
-        self, store: SQLiteJobStore, storage: FileStorage, project: str, file_id: str
+        self, store: SQLJobStore, storage: FileStorage, project: str, file_id: str
     ) -> None:
         """The token estimate of ``project``'s input file, made once (before a create, when
         the project has an ``enqueued_tokens`` quota; another project's file is not found)."""
         if not self.needs_tokens(project):
             return
         store.get_file(project, file_id)
-        if self.has_tokens(store.path, file_id):
+        if self.has_tokens(store.file, file_id):
             return
         with storage.open(file_id) as source:
-            self.record_tokens(store.path, file_id, estimate_tokens(source))
+            self.record_tokens(store.file, file_id, estimate_tokens(source))
 
-    def prepare(self, db_path: str) -> None:
-        """The token estimates' table in the store's file (once per process)."""
-        db = sqlite3.connect(db_path, timeout=30.0, isolation_level=None)
-        try:
-            db.execute("BEGIN IMMEDIATE")
-            migrate(db, "quotas", _SCHEMA_VERSION, _MIGRATIONS)
-            db.execute("COMMIT")
-        finally:
-            db.close()
+    def prepare(self, database: Database) -> None:
+        """The quotas' tables (token estimates, online requests' counts) in the store's
+        database, created or migrated (once per process)."""
+        with database.write() as db:
+            migrate(db, "quotas", _SCHEMA_VERSION, _MIGRATIONS, database.ddl)
 
     def needs_tokens(self, project: str) -> bool:
         quota = quota_for(self.quotas, project)
@@ -253,7 +250,7 @@ class Quotas:
                     headers=PERMANENT,
                 )
 
-    def admit_request(self, db_path: str, project: str, now: float | None = None) -> None:
+    def admit_request(self, database: Database, project: str, now: float | None = None) -> None:
         """Count an online request of ``project`` in this minute, or refuse it (429, nothing
         counted) when its ``requests_per_minute`` are used up."""
         quota = quota_for(self.quotas, project)
@@ -261,16 +258,13 @@ class Quotas:
             return
         moment = int(time.time() if now is None else now)
         minute, limit = moment - moment % 60, quota.requests_per_minute
-        db = sqlite3.connect(db_path, timeout=30.0, isolation_level=None)
-        try:
-            db.execute("BEGIN IMMEDIATE")
+        with database.write() as db:  # a refusal raises: rolled back, nothing counted
             row = db.execute(
                 "SELECT count FROM online_requests WHERE project = ? AND minute = ?",
                 (project, minute),
             ).fetchone()
             used = 0 if row is None else int(row[0])
             if used >= limit:
-                db.execute("ROLLBACK")
                 wait = minute + 60 - moment
                 raise QuotaError(
                     429,
@@ -281,35 +275,26 @@ class Quotas:
                     headers={"Retry-After": str(wait)},
                 )
             db.execute(
-                "INSERT OR REPLACE INTO online_requests (project, minute, count) VALUES (?, ?, ?)",
+                "INSERT INTO online_requests (project, minute, count) VALUES (?, ?, ?) "
+                "ON CONFLICT (project, minute) DO UPDATE SET count = excluded.count",
                 (project, minute, used + 1),
             )
             db.execute("DELETE FROM online_requests WHERE minute < ?", (minute - 60,))
-            db.execute("COMMIT")
-        finally:
-            db.close()
 
-    def record_tokens(self, db_path: str, file_id: str, tokens: dict[str, int]) -> None:
+    def record_tokens(self, database: Database, file_id: str, tokens: dict[str, int]) -> None:
         """A file's estimate, kept for the quota checks of every batch made of it."""
-        db = sqlite3.connect(db_path, timeout=30.0, isolation_level=None)
-        try:
-            db.execute("BEGIN IMMEDIATE")
+        with database.write() as db:
             db.executemany(
-                "INSERT OR REPLACE INTO file_tokens (file_id, model, tokens) VALUES (?, ?, ?)",
+                "INSERT INTO file_tokens (file_id, model, tokens) VALUES (?, ?, ?) "
+                "ON CONFLICT (file_id, model) DO UPDATE SET tokens = excluded.tokens",
                 [(file_id, model, n) for model, n in (tokens or {"": 0}).items()],
             )
-            db.execute("COMMIT")
-        finally:
-            db.close()
 
-    def has_tokens(self, db_path: str, file_id: str) -> bool:
-        db = sqlite3.connect(db_path, timeout=30.0, isolation_level=None)
-        try:
+    def has_tokens(self, database: Database, file_id: str) -> bool:
+        with database.read() as db:
             row = db.execute(
                 "SELECT 1 FROM file_tokens WHERE file_id = ? LIMIT 1", (file_id,)
             ).fetchone()
-        finally:
-            db.close()
         return row is not None
 
 

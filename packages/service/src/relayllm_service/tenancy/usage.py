@@ -6,9 +6,10 @@ traffic, model, the minute it was answered): requests, input tokens, cached inpu
 (where the engine reports ``prompt_tokens_details.cached_tokens``), output tokens and engine
 seconds (the body's ``engine_s``: the row's share of its replica's busy time,
 :data:`relayllm.rows.outputs.ENGINE_S`). The
-table lives in the job store's SQLite file, beside the store's own, with its own schema
-version (:func:`migrate`), so the ledger survives a restart and is shared by every gateway and
-runner of the state.
+table lives in the job store's database (SQLite's file or a PostgreSQL server: the store's
+``--store``), beside the store's own tables, with its own schema version (:func:`migrate`), so
+the ledger survives a restart and is shared by every gateway and runner of the state; each
+charge is one write transaction of that database, the same as the store's.
 
 **Charged once.** A batch's lines are charged from the runner's output work file, which only
 grows by whole lines and is carried byte for byte to the next claim after a kill: the ledger
@@ -25,14 +26,14 @@ from __future__ import annotations
 import json
 import logging
 import os
-import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
 from relayllm_service.errors import ServiceError, StaleClaimError
-from relayllm_service.store.sqlite_file import SQLiteFile
+from relayllm_service.store.database import Connection, Database
 
 logger = logging.getLogger(__name__)
 
@@ -66,10 +67,23 @@ CREATE TABLE usage_marks (
 }
 
 
-def migrate(db: sqlite3.Connection, part: str, version: int, steps: dict[int, str]) -> None:
+def _same(statement: str) -> str:
+    return statement
+
+
+def migrate(
+    db: Connection,
+    part: str,
+    version: int,
+    steps: dict[int, str],
+    ddl: Callable[[str], str] = _same,
+) -> None:
     """Bring the tables of ``part`` to ``version`` (inside the caller's write transaction):
-    each part of the state beside the store keeps its version in ``schema_parts``."""
-    db.execute("CREATE TABLE IF NOT EXISTS schema_parts (part TEXT PRIMARY KEY, version INTEGER)")
+    each part of the state beside the store keeps its version in ``schema_parts``. ``ddl``:
+    the database's words for each statement (:meth:`Database.ddl`; SQLite's as written)."""
+    db.execute(
+        ddl("CREATE TABLE IF NOT EXISTS schema_parts (part TEXT PRIMARY KEY, version INTEGER)")
+    )
     row = db.execute("SELECT version FROM schema_parts WHERE part = ?", (part,)).fetchone()
     have = 0 if row is None else int(row[0])
     if have > version:
@@ -80,8 +94,12 @@ def migrate(db: sqlite3.Connection, part: str, version: int, steps: dict[int, st
     for step in range(have + 1, version + 1):
         for statement in steps[step].split(";"):
             if statement.strip():
-                db.execute(statement)
-    db.execute("INSERT OR REPLACE INTO schema_parts (part, version) VALUES (?, ?)", (part, version))
+                db.execute(ddl(statement))
+    db.execute(
+        "INSERT INTO schema_parts (part, version) VALUES (?, ?) "
+        "ON CONFLICT (part) DO UPDATE SET version = excluded.version",
+        (part, version),
+    )
 
 
 @dataclass(frozen=True)
@@ -145,31 +163,53 @@ def line_use(text: str, now: int) -> tuple[str, int, Use] | None:
     return str(body.get("model") or "unknown"), at - at % MINUTE, body_use(body)
 
 
-class UsageLedger(SQLiteFile):
-    """The ledger in the job store's SQLite file (its own connection; WAL and SQLite's write
-    lock make it safe beside the store's, in any process). ``recording=False``
+class UsageLedger:
+    """The ledger in the job store's database at ``location`` (an SQLite file's path or a
+    ``postgresql://`` URL, as the store's; its own connection, whose write transactions go
+    one at a time with the store's, in any process). ``recording=False``
     (``ServiceSettings.record_usage``, a service that does no accounting): nothing is
     recorded or charged, and what was recorded before is read as ever."""
 
     def __init__(
         self,
-        path: str,
+        location: str,
         *,
         clock: Callable[[], float] = time.time,
         timeout_s: float = 30.0,
         recording: bool = True,
     ) -> None:
-        super().__init__(path, clock=clock, timeout_s=timeout_s)
+        from relayllm_service.store.location import open_database
+
+        self.database: Database = open_database(location, clock=clock, timeout_s=timeout_s)
+        self.path = self.database.path
         self.recording = recording
         try:
             with self.write() as db:
-                migrate(db, "usage", _SCHEMA_VERSION, _MIGRATIONS)
+                migrate(db, "usage", _SCHEMA_VERSION, _MIGRATIONS, self.database.ddl)
         except BaseException:
-            self._db.close()
+            self.database.close()
             raise
 
     def __repr__(self) -> str:
         return f"UsageLedger({self.path!r})"
+
+    def now(self) -> int:
+        return self.database.now()
+
+    def close(self) -> None:
+        self.database.close()
+
+    @contextmanager
+    def write(self) -> Iterator[Connection]:
+        """A write transaction on the ledger's database (one writer at a time)."""
+        with self.database.write() as db:
+            yield db
+
+    @contextmanager
+    def read(self) -> Iterator[Connection]:
+        """A read transaction on the ledger's database (a snapshot)."""
+        with self.database.read() as db:
+            yield db
 
     # -- recording -------------------------------------------------------------------------
 
@@ -223,8 +263,9 @@ class UsageLedger(SQLiteFile):
             for (model, minute), use in sums.items():
                 _add(db, str(row["project"]), batch_id, model, minute, use)
             db.execute(
-                "INSERT OR REPLACE INTO usage_marks (batch_id, charged_bytes, charged_lines) "
-                "VALUES (?, ?, ?)",
+                "INSERT INTO usage_marks (batch_id, charged_bytes, charged_lines) "
+                "VALUES (?, ?, ?) ON CONFLICT (batch_id) DO UPDATE SET "
+                "charged_bytes = excluded.charged_bytes, charged_lines = excluded.charged_lines",
                 (batch_id, start + len(whole), lines + charged),
             )
         return charged
@@ -239,7 +280,7 @@ class UsageLedger(SQLiteFile):
         projects: list[str] | None = None,
         models: list[str] | None = None,
         batch: bool | None = None,
-    ) -> list[sqlite3.Row]:
+    ) -> list[Any]:
         """The ledger's minute rows in ``[start, end)``, filtered (``batch``: True batch lines
         only, False online requests only)."""
         where: list[str] = ["minute >= ?", "minute < ?"]
@@ -269,16 +310,17 @@ class UsageLedger(SQLiteFile):
         }
 
 
-def _add(db: sqlite3.Connection, project: str, batch_id: str, model: str, minute: int, use: Use):
+def _add(db: Connection, project: str, batch_id: str, model: str, minute: int, use: Use):
+    # The columns named by their table: PostgreSQL finds a bare one ambiguous with excluded's.
     db.execute(
         "INSERT INTO usage (project, batch_id, model, minute, requests, input_tokens, "
         "cached_tokens, output_tokens, engine_s) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
         "ON CONFLICT (project, batch_id, model, minute) DO UPDATE SET "
-        "requests = requests + excluded.requests, "
-        "input_tokens = input_tokens + excluded.input_tokens, "
-        "cached_tokens = cached_tokens + excluded.cached_tokens, "
-        "output_tokens = output_tokens + excluded.output_tokens, "
-        "engine_s = engine_s + excluded.engine_s",
+        "requests = usage.requests + excluded.requests, "
+        "input_tokens = usage.input_tokens + excluded.input_tokens, "
+        "cached_tokens = usage.cached_tokens + excluded.cached_tokens, "
+        "output_tokens = usage.output_tokens + excluded.output_tokens, "
+        "engine_s = usage.engine_s + excluded.engine_s",
         (
             project,
             batch_id,
