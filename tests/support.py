@@ -144,6 +144,13 @@ def _started(attempts: int, start: Callable[[], Any]) -> Any:
             ray.shutdown()
 
 
+#: The echo deployment (echo's defaults) that modules share: a module whose ``ECHO`` is this
+#: dict reuses the one running (``relayllm.deploy`` finds it by name and config) and leaves it
+#: running for the next (``echo`` in tests/conftest.py); it starts again after a module that
+#: shut everything down.
+SHARED_ECHO = {"name": "session-echo"}
+
+
 @contextlib.contextmanager
 def echo_deployment(name: str, **fields: Any) -> Iterator[Any]:
     """The echo backend (a real Serve deployment) deployed as ``name`` on the connected
