@@ -29,12 +29,18 @@ def echo_backend():
 def echo(request, ray_session):
     """The module's echo deployment (a real Serve deployment), deployed once for the module
     and shut down after it: the ``DeploymentConfig`` fields in the module's ``ECHO`` dict
-    (``name`` at least). Yields its ``DeploymentRef``. A deployment of another scope or on
-    another cluster uses the same ``support.echo_deployment`` in a fixture of its own."""
-    from support import echo_deployment
+    (``name`` at least); ``ECHO = support.SHARED_ECHO``, the session's, is left running. Yields its
+    ``DeploymentRef``. A deployment of another scope or on another cluster uses the same
+    ``support.echo_deployment`` in a fixture of its own."""
+    from support import SHARED_ECHO, echo_deployment
 
     fields = getattr(request.module, "ECHO", None)
     assert fields, f"{request.module.__name__} asks for `echo`: give it an ECHO dict (its name)"
+    if fields == SHARED_ECHO:
+        import relayllm
+
+        yield relayllm.deploy(relayllm.DeploymentConfig(backend="echo", **fields))
+        return
     with echo_deployment(**fields) as ref:
         yield ref
 

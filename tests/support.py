@@ -144,6 +144,39 @@ def _started(attempts: int, start: Callable[[], Any]) -> Any:
             ray.shutdown()
 
 
+#: The echo deployment (echo's defaults) that modules share: a module whose ``ECHO`` is this
+#: dict reuses the one running (``relayllm.deploy`` finds it by name and config) and leaves it
+#: running for the next (``echo`` in tests/conftest.py); it starts again after a module that
+#: shut everything down.
+SHARED_ECHO = {"name": "session-echo"}
+
+#: Serve's one HTTP proxy for the session: the modules that talk to an HTTP front put their
+#: deployments' ``http.port`` here, so the proxy starts once and stays for the next module,
+#: instead of Serve being restarted with a proxy on each module's own port.
+HTTP_PORT = free_port()
+
+
+def serve_proxy_on_http_port() -> int:
+    """:data:`HTTP_PORT`, where Serve's proxy listens or will. When Serve runs without a proxy
+    or with one on another port, every deployment is shut down and Serve stopped, so the next
+    deployment with an ``http`` section starts Serve with its proxy on this port (Serve fixes
+    its proxy when it starts); the modules sharing :data:`SHARED_ECHO` start it again when they
+    next need it."""
+    from ray import serve
+
+    import relayllm
+    from relayllm import compat
+
+    try:
+        running, _, port = compat.serve_proxy()
+    except Exception:  # Serve is not running: the next deployment starts it
+        return HTTP_PORT
+    if not (running and port == HTTP_PORT):
+        relayllm.shutdown()
+        serve.shutdown()
+    return HTTP_PORT
+
+
 @contextlib.contextmanager
 def echo_deployment(name: str, **fields: Any) -> Iterator[Any]:
     """The echo backend (a real Serve deployment) deployed as ``name`` on the connected

@@ -8,7 +8,7 @@ import io
 import json
 
 import pytest
-from support import echo_deployment
+from support import SHARED_ECHO, echo_deployment
 
 import relayllm
 from relayllm.batch import ray_job
@@ -19,8 +19,8 @@ from relayllm.errors import ConfigError
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
-NAME = "bf-echo"
-ECHO = {"name": NAME}  # the `echo` fixture's deployment
+ECHO = SHARED_ECHO  # the `echo` fixture's deployment: the session's, shared
+NAME = ECHO["name"]
 
 
 def chat(i: int, **body) -> str:

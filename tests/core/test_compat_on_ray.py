@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from support import SHARED_ECHO
 
 import relayllm
 from relayllm import compat
@@ -14,35 +15,29 @@ from relayllm.rows import build_request
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
+ECHO = SHARED_ECHO  # the `echo` fixture's deployment: the session's, shared
 
-def test_handle_on_this_loop_over_grpc_answers_a_call():
+
+def test_handle_on_this_loop_over_grpc_answers_a_call(echo):
     from ray.serve._private.handle_options import InitHandleOptions
 
     assert "_run_router_in_separate_loop" in InitHandleOptions.__dataclass_fields__, (
         "DeploymentHandle._init options changed; relayllm.compat.handle_on_this_loop needs updating"
     )
-    relayllm.deploy(relayllm.DeploymentConfig(name="compat-echo", backend="echo"))
     request = build_request("completion", "one two", {}, None, None, "compat-1")
 
     async def call():
-        handle = compat.handle_on_this_loop("compat-echo", app_name("compat-echo"))
+        handle = compat.handle_on_this_loop(echo.name, app_name(echo.name))
         fast = compat.grpc_transport(handle)
         assert fast.handle_options._by_reference is False
         return await fast.process_batch.remote([request])
 
-    try:
-        (result,) = asyncio.run(call())
-    finally:
-        relayllm.shutdown("compat-echo")
+    (result,) = asyncio.run(call())
     assert result["generated_text"] == "one two" and not result.get("error")
 
 
-def test_serve_proxy_reports_whether_serve_has_an_http_proxy():
-    relayllm.deploy(relayllm.DeploymentConfig(name="compat-proxy", backend="echo"))
-    try:
-        running, host, port = compat.serve_proxy()
-    finally:
-        relayllm.shutdown("compat-proxy")
+def test_serve_proxy_reports_whether_serve_has_an_http_proxy(echo):
+    running, host, port = compat.serve_proxy()  # Serve runs: the echo deployment is up
     assert isinstance(running, bool) and isinstance(host, str) and host
     assert isinstance(port, int) and port > 0, (
         "Serve's controller proxy location or http_config changed; "

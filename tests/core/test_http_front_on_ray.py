@@ -12,7 +12,8 @@ import urllib.error
 import urllib.request
 
 import pytest
-from support import REPO, echo_deployment, free_port, session_logs_holding
+import support
+from support import REPO, echo_deployment, serve_proxy_on_http_port, session_logs_holding
 
 import relayllm
 from relayllm import DeploymentConfig, ProcessorConfig, build_processor
@@ -32,7 +33,8 @@ ADMIN = os.environ.setdefault(ADMIN_ENV, secrets.token_hex(16))
 NAME = "httpfront"
 
 
-PORT = free_port()  # Serve's one proxy: every deployment here shares it
+#: Serve's one proxy, the session's: every deployment here and in test_http_shapes shares it.
+PORT = support.HTTP_PORT
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +49,7 @@ def sources(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def front(sources):
-    relayllm.shutdown()  # Serve gets its HTTP proxy only while no application runs
+    serve_proxy_on_http_port()  # Serve gets its HTTP proxy only while no application runs
     http = {
         "route_prefix": "/echo",
         "port": PORT,

@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 from openai_shapes import answer_problems, answers, error_problems, refusals
-from support import echo_deployment, free_port
+from support import HTTP_PORT, echo_deployment, serve_proxy_on_http_port
 
 import relayllm
 
@@ -19,21 +19,17 @@ pytestmark = pytest.mark.usefixtures("ray_session")
 openai = pytest.importorskip("openai")
 
 NAME = "shapes"
-PORT = free_port()
+PORT = HTTP_PORT  # the session's one proxy, shared with test_http_front_on_ray
 FEATURES = ["logprobs", "n", "structured_outputs.json", "structured_outputs.choice"]
 
 
 @pytest.fixture(scope="module")
 def url():
-    from ray import serve
-
-    relayllm.shutdown()
-    serve.shutdown()  # its proxy too: an earlier module's proxy listens on that module's port
+    serve_proxy_on_http_port()  # after test_http_front_on_ray: its proxy, already on the port
     options = {"fail_marker": "POISON", "features": FEATURES}
     http = {"route_prefix": "/shapes", "port": PORT}
     with echo_deployment(NAME, options=options, http=http) as ref:
         yield ref.handle().info.remote().result(timeout_s=60)["http"]["url"]
-    serve.shutdown()  # a module after this one starts Serve on its own port
 
 
 def send(url, method, path, body=None):

@@ -12,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import ray
 from samples import IMAGES_PIPELINE, chat, png
+from support import SHARED_ECHO
 
 import relayllm
 from relayllm import ProcessorConfig, build_processor
@@ -19,7 +20,7 @@ from relayllm.stage.images import ImageLimits, checked_data_url, prepare_images
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
-ECHO = {"name": "image-echo"}  # the `echo` fixture's deployment
+ECHO = SHARED_ECHO  # the `echo` fixture's deployment: the session's, shared
 
 
 GOOD = png(7, 5)
@@ -98,7 +99,7 @@ def test_images_reach_the_deployment_and_bad_ones_fail_their_row(echo, server, t
     rows.append({"id": 5, "messages": [{"role": "user", "content": "plain text"}]})
     ray.data.DataContext.get_current().execution_options.preserve_order = True
     # One block: string and list contents differ in shape (see docs/architecture.md).
-    out = build_processor(ProcessorConfig(deployment="image-echo"))(
+    out = build_processor(ProcessorConfig(deployment=ECHO["name"]))(
         ray.data.from_items(rows, override_num_blocks=1)
     ).take_all()
     assert [r["id"] for r in out] == [0, 1, 2, 3, 4, 5]

@@ -8,6 +8,7 @@ import json
 import pytest
 import ray
 from samples import POOLING_PIPELINE
+from support import SHARED_ECHO
 
 import relayllm
 from relayllm import DeploymentConfig, ProcessorConfig, build_processor
@@ -15,13 +16,13 @@ from relayllm.pipelines import parse_pipeline, run_pipeline
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
-ECHO = {"name": "pool-echo"}  # the `echo` fixture's deployment
+ECHO = SHARED_ECHO  # the `echo` fixture's deployment: the session's, shared
 
 
 def test_classify_and_score_through_the_stage_with_per_row_errors(echo):
     ray.data.DataContext.get_current().execution_options.preserve_order = True
     texts = ["one two", "one two three four five six", None, "a b c d e f g h i j"]
-    out = build_processor(ProcessorConfig(deployment="pool-echo", task="classify"))(
+    out = build_processor(ProcessorConfig(deployment=ECHO["name"], task="classify"))(
         ray.data.from_items([{"id": i, "text": t} for i, t in enumerate(texts)])
     ).take_all()
     assert [r["label"] for r in out] == ["short", "long", None, "long"]
@@ -33,7 +34,7 @@ def test_classify_and_score_through_the_stage_with_per_row_errors(echo):
         {"query": "red apple pie", "document": "blue sky"},
         {"query": "red apple pie", "document": None},
     ]
-    scored = build_processor(ProcessorConfig(deployment="pool-echo", task="score"))(
+    scored = build_processor(ProcessorConfig(deployment=ECHO["name"], task="score"))(
         ray.data.from_items(pairs)
     ).take_all()
     assert [r["score"] for r in scored[:2]] == [1.0, 0.0]
@@ -70,7 +71,7 @@ def test_relayllm_batch_runs_score_and_rerank_lines(echo, tmp_path):
     path = tmp_path / "in.jsonl"
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     out, err = tmp_path / "out.jsonl", tmp_path / "err.jsonl"
-    counts = relayllm.run_batch_file(path, deployment="pool-echo", output=out, errors=err)
+    counts = relayllm.run_batch_file(path, deployment=ECHO["name"], output=out, errors=err)
     counts = counts.request_counts()
     assert counts == {"total": 3, "completed": 2, "failed": 1}
     done = {r["custom_id"]: r["response"]["body"] for r in map(json.loads, out.open())}

@@ -266,20 +266,19 @@ def test_http_requests_of_one_session_keep_their_replica():
     """X-Session-ID: Serve's proxy puts it in the request's session_id, the router's key."""
     import urllib.request
 
-    from support import free_port
+    from support import serve_proxy_on_http_port
 
     name = "aff-http"
-    try:  # Serve has one proxy: take its port if it runs
-        has_proxy, _, port = compat.serve_proxy()
-    except Exception:  # Serve is not running yet
-        has_proxy, port = False, 0
+    # Serve has one proxy, the session's: a shared deployment left running without one (the
+    # session's echo) is shut down first, so Serve can be started with it.
+    port = serve_proxy_on_http_port()
     relayllm.deploy(
         DeploymentConfig(
             name=name,
             backend="echo",
             num_replicas=3,
             routing="affinity",
-            http={"route_prefix": "/aff-http", "port": port if has_proxy else free_port()},
+            http={"route_prefix": "/aff-http", "port": port},
         )
     )
     try:

@@ -3,13 +3,14 @@ actor calls and every row is still answered, once and in order."""
 
 import pytest
 import ray
+from support import SHARED_ECHO
 
 import relayllm
 from relayllm import ProcessorConfig, build_processor
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
-ECHO = {"name": "transport-echo"}  # the `echo` fixture's deployment
+ECHO = SHARED_ECHO  # the `echo` fixture's deployment: the session's, shared
 
 
 def test_a_call_larger_than_grpc_allows_is_resent_over_actor_calls(echo):
@@ -17,7 +18,7 @@ def test_a_call_larger_than_grpc_allows_is_resent_over_actor_calls(echo):
     big = "word " * (1_100_000)  # 5.5 MB: over gRPC's 4 MiB on its own
     rows = [{"id": i, "prompt": big if i == 3 else f"row {i}"} for i in range(8)]
     proc = build_processor(
-        ProcessorConfig(deployment="transport-echo", task="completion", batch_size=4, max_retries=0)
+        ProcessorConfig(deployment=ECHO["name"], task="completion", batch_size=4, max_retries=0)
     )
     out = proc(ray.data.from_items(rows, override_num_blocks=1)).take_all()
     assert [r["id"] for r in out] == list(range(8))
@@ -35,7 +36,7 @@ def test_the_stage_really_falls_back_and_only_on_the_call_too_large_for_grpc(ech
 
     from relayllm.stage.udf import ServeStage
 
-    config = ProcessorConfig(deployment="transport-echo", task="completion", max_retries=0)
+    config = ProcessorConfig(deployment=ECHO["name"], task="completion", max_retries=0)
     stage = ServeStage(config, "fallback-test")
     big = "word " * 1_100_000
 
@@ -53,10 +54,10 @@ def test_the_stage_really_falls_back_and_only_on_the_call_too_large_for_grpc(ech
 def test_the_transport_is_a_config_field_whose_default_is_the_environment(echo, monkeypatch):
     from relayllm.stage.udf import ServeStage
 
-    config = ProcessorConfig(deployment="transport-echo", task="completion")
+    config = ProcessorConfig(deployment=ECHO["name"], task="completion")
     assert config.transport == "grpc"
     monkeypatch.setenv("RELAYLLM_SERVE_TRANSPORT", "actor")
-    actor = ProcessorConfig(deployment="transport-echo", task="completion")
+    actor = ProcessorConfig(deployment=ECHO["name"], task="completion")
     assert actor.transport == "actor"
     assert ProcessorConfig(deployment="d", transport="grpc").transport == "grpc"
     with pytest.raises(relayllm.ConfigError, match="transport"):
