@@ -23,12 +23,12 @@ ROWS = 400
 CUT_AT = ROWS // 5
 
 
-def pipeline_file(tmp_path):
+def pipeline_file(tmp_path, rows: int = ROWS):
     """Two echo steps on one replica per worker host (each worker has one ``engine`` slot,
     the head none), called as actors with retries (as tests/cluster/test_run_node_lost.py,
     whose docstring says why the actor transport)."""
     data = tmp_path / "rows.jsonl"
-    data.write_text("".join(json.dumps({"id": i, "q": f"row {i}"}) + "\n" for i in range(ROWS)))
+    data.write_text("".join(json.dumps({"id": i, "q": f"row {i}"}) + "\n" for i in range(rows)))
     step = """
     deployment: spread
     batch_size: 20
@@ -61,6 +61,45 @@ steps:
 
 def lines(path: Path) -> int:
     return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def run_job(hosts, tmp_path, rows: int = ROWS) -> subprocess.Popen:
+    """``relayllm run`` in host0 (the driver beside the head), writing ``out.jsonl``."""
+    relayllm = str(Path(sys.executable).with_name("relayllm"))
+    spec = pipeline_file(tmp_path, rows)
+    return hosts.head.popen(
+        [relayllm, "run", str(spec), "--output", str(tmp_path / "out.jsonl"), "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def check_rows(out: Path, rows: int = ROWS) -> None:
+    found = [json.loads(line) for line in out.read_text().splitlines()]
+    ids = [r["id"] for r in found]
+    assert len(ids) == rows and set(ids) == set(range(rows)), "every row exactly once"
+    failed = [r["error"] for r in found if r.get("error")]
+    assert not failed, (len(failed), sorted(set(failed))[:3])
+    assert all(r["again"] == f"again row {r['id']}" for r in found), "both steps answered"
+
+
+@pytest.mark.timeout(400)
+def test_a_slow_lossy_link_loses_no_row_and_no_node(hosts, tmp_path):
+    """host2's link delays every packet 50 ms each way and loses 3 %: the job finishes whole
+    and Ray keeps the node (the health checks tolerate this link). Before the partition test,
+    which leaves host1's node dead."""
+    slow = hosts.hosts[2]
+    slow.slow(delay_ms=50, loss_pct=3)
+    try:
+        job = run_job(hosts, tmp_path, rows=100)
+        output, _ = job.communicate(timeout=300)
+        assert job.returncode == 0, output[-3000:]
+        check_rows(tmp_path / "out.jsonl", rows=100)
+        by_ip = {n["ip"]: n["alive"] for n in hosts.nodes()}
+        assert by_ip[slow.address], "the slow host's node stayed alive"
+    finally:
+        slow.unslow()
 
 
 @pytest.mark.timeout(600)
