@@ -1,0 +1,317 @@
+"""The hosts tier's fixture: several hosts on this one machine, each a network namespace with
+its own address, a Ray head in the first and a worker node in each of the others.
+
+Unlike the cluster tier (nodes sharing loopback), a host here can be cut off its network, as a
+machine is: every host has a veth whose other end sits on a bridge, and the bridge lives in a
+namespace of its own. So every packet between nodes crosses a link a test can take down
+(:meth:`Host.partition`), slow or make lossy (:meth:`Host.slow`, tc netem), and a run's
+subnet never meets the machine's own network or another run's (each run's bridge namespace is
+its own world, so two parallel runs may use the same subnet).
+
+The driver (``relayllm run``, a node watcher) runs inside host0's namespace, beside the head,
+rather than in pytest's process: a Ray driver must sit on a node of the cluster (its address
+one a raylet has), and giving the root namespace an address on the bridge would route the
+machine's traffic into the test network. Partitions are of worker hosts only, so the driver
+keeps its head. pytest talks to the hosts through files and ``ip netns exec``.
+
+Names carry a prefix and pytest's pid (``rlh<pid>``): a previous run that crashed leaves
+namespaces whose pid is dead, and the fixture removes them (their processes SIGKILLed first).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from support import NODE_HEALTH_CHECKS
+
+PREFIX = "rlh"
+SUBNET = "10.213.0"
+HEAD_PORT = 6379
+#: Each host's logical CPUs: the machine has two cores, the echo replicas ask for fractions.
+HOST_CPUS = 1
+ROOT = Path(__file__).resolve().parents[2]
+PYTHONPATH = os.pathsep.join(
+    str(ROOT / p) for p in ("packages/core/src", "packages/service/src", "tests")
+)
+
+
+def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(["ip", *args], check=check, capture_output=True, text=True)
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def _unavailable() -> str | None:
+    if shutil.which("ip") is None or shutil.which("tc") is None:
+        return "the hosts tier needs iproute2's ip and tc: python .ci/iproute2.py installs it"
+    if os.geteuid() != 0:
+        return "the hosts tier needs root (network namespaces, veth, tc)"
+    return None
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _kill_namespace(ns: str) -> int:
+    """SIGKILL every process in namespace ``ns``; returns how many there were."""
+    pids = [int(p) for p in ip("netns", "pids", ns, check=False).stdout.split()]
+    for pid in pids:
+        try:
+            os.kill(pid, 9)
+        except ProcessLookupError:
+            pass
+    return len(pids)
+
+
+def remove_leftovers() -> list[str]:
+    """Namespaces of runs whose pytest is gone (crashed or killed): their processes killed,
+    the namespaces deleted. A live run's namespaces are left alone."""
+    removed = []
+    for line in ip("netns", "list").stdout.splitlines():
+        ns = line.split()[0] if line.split() else ""
+        if not ns.startswith(PREFIX):
+            continue
+        owner = ns[len(PREFIX) :].split("-")[0]
+        if owner.isdigit() and not _pid_alive(int(owner)):
+            _kill_namespace(ns)
+            ip("netns", "delete", ns, check=False)
+            removed.append(ns)
+    return removed
+
+
+class Host:
+    """One host: a namespace with loopback and ``eth0`` (its address), the other end of
+    ``eth0`` on the run's bridge."""
+
+    def __init__(self, net: Network, index: int) -> None:
+        self.net = net
+        self.index = index
+        self.name = f"host{index}"
+        self.ns = f"{net.tag}-{self.name}"
+        self.address = f"{SUBNET}.{10 + index}"
+        #: The bridge's end of this host's cable (in the bridge's namespace).
+        self.port = f"p{index}"
+
+    def env(self, **extra: str) -> dict[str, str]:
+        return {
+            **os.environ,
+            "PYTHONPATH": PYTHONPATH,
+            "RAY_ADDRESS": self.net.head_address,
+            "RAY_TMPDIR": str(self.net.temp),
+            "RELAYLLM_ECHO_BACKEND": "1",
+            "RAY_USAGE_STATS_ENABLED": "0",
+            # Ray 2.60 clusters use token auth: the run's own token, never the user's file.
+            "RAY_AUTH_MODE": "token",
+            "RAY_AUTH_TOKEN": self.net.token,
+            # A raylet waits this long for its agent's ports: on a loaded 2-core machine the
+            # agent takes more than Ray's default to import.
+            "RAY_agent_register_timeout_ms": "180000",
+            **extra,
+        }
+
+    def command(self, cmd: list[str]) -> list[str]:
+        return ["ip", "netns", "exec", self.ns, *cmd]
+
+    def run(self, cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
+        """``cmd`` inside this host (its network only), to the end."""
+        kwargs.setdefault("env", self.env())
+        kwargs.setdefault("capture_output", True)
+        kwargs.setdefault("text", True)
+        return subprocess.run(self.command(cmd), **kwargs)
+
+    def popen(self, cmd: list[str], **kwargs) -> subprocess.Popen:
+        """``cmd`` inside this host, in the background."""
+        kwargs.setdefault("env", self.env())
+        return subprocess.Popen(self.command(cmd), **kwargs)
+
+    def partition(self) -> None:
+        """The cable pulled: the bridge's end of the link down (the host sees no carrier and
+        keeps its own configuration, as a machine whose switch port died)."""
+        ip("-n", self.net.bridge_ns, "link", "set", self.port, "down")
+
+    def restore(self) -> None:
+        ip("-n", self.net.bridge_ns, "link", "set", self.port, "up")
+
+    def slow(self, delay_ms: int = 0, loss_pct: float = 0.0) -> None:
+        """Every packet the host sends waits ``delay_ms`` and ``loss_pct`` % of them are lost
+        (tc netem on its eth0; the bridge's end gets the same, so both directions suffer)."""
+        spec = ["netem", "delay", f"{delay_ms}ms", "loss", f"{loss_pct}%"]
+        for ns, dev in ((self.ns, "eth0"), (self.net.bridge_ns, self.port)):
+            done = subprocess.run(
+                ["tc", "-n", ns, "qdisc", "replace", "dev", dev, "root", *spec],
+                capture_output=True,
+                text=True,
+            )
+            if "kind is unknown" in done.stderr:
+                # The kernel has no sch_netem (a container's kernel may not): say so.
+                why = "tc netem: this kernel has no netem qdisc (modprobe sch_netem)"
+                pytest.fail(why) if _in_ci() else pytest.skip(why)
+            assert done.returncode == 0, done.stderr
+
+    def unslow(self) -> None:
+        for ns, dev in ((self.ns, "eth0"), (self.net.bridge_ns, self.port)):
+            subprocess.run(["tc", "-n", ns, "qdisc", "del", "dev", dev, "root"], check=False)
+
+    def kill(self) -> int:
+        """SIGKILL every process in the host at once (a machine losing power); returns how
+        many there were."""
+        return _kill_namespace(self.ns)
+
+
+class Network:
+    """The run's bridge (in its own namespace) and its hosts."""
+
+    def __init__(self, count: int, temp: Path) -> None:
+        self.tag = f"{PREFIX}{os.getpid()}"
+        self.bridge_ns = f"{self.tag}-br"
+        self.temp = temp
+        self.token = secrets.token_hex(32)
+        self.hosts = [Host(self, i) for i in range(count)]
+
+    @property
+    def head(self) -> Host:
+        return self.hosts[0]
+
+    @property
+    def head_address(self) -> str:
+        return f"{self.head.address}:{HEAD_PORT}"
+
+    def build(self) -> None:
+        ip("netns", "add", self.bridge_ns)
+        ip("-n", self.bridge_ns, "link", "set", "lo", "up")
+        ip("-n", self.bridge_ns, "link", "add", "br0", "type", "bridge")
+        ip("-n", self.bridge_ns, "link", "set", "br0", "up")
+        for host in self.hosts:
+            ip("netns", "add", host.ns)
+            ip("-n", host.ns, "link", "set", "lo", "up")
+            # Both ends made in the host's namespace, then one moved to the bridge's.
+            ip("-n", host.ns, "link", "add", "eth0", "type", "veth", "peer", "name", host.port)
+            ip("-n", host.ns, "link", "set", host.port, "netns", self.bridge_ns)
+            ip("-n", host.ns, "addr", "add", f"{host.address}/24", "dev", "eth0")
+            ip("-n", host.ns, "link", "set", "eth0", "up")
+            ip("-n", self.bridge_ns, "link", "set", host.port, "master", "br0")
+            ip("-n", self.bridge_ns, "link", "set", host.port, "up")
+
+    def destroy(self) -> None:
+        for ns in [h.ns for h in self.hosts] + [self.bridge_ns]:
+            _kill_namespace(ns)
+            ip("netns", "delete", ns, check=False)
+
+    def ray(self) -> str:
+        """The ``ray`` executable beside this Python."""
+        return str(Path(sys.executable).with_name("ray"))
+
+    def start_ray(self) -> None:
+        head = self.head
+        common = ["--num-cpus", str(HOST_CPUS), "--object-store-memory", str(80 * 1024 * 1024)]
+        started = head.run(
+            [
+                self.ray(),
+                "start",
+                "--head",
+                "--node-ip-address",
+                head.address,
+                "--port",
+                str(HEAD_PORT),
+                "--include-dashboard=false",
+                "--disable-usage-stats",
+                "--temp-dir",
+                str(self.temp / "head"),
+                "--resources",
+                json.dumps({"host0": 100}),
+                # A partitioned node is declared dead in seconds (as in the cluster tier).
+                "--system-config",
+                json.dumps(NODE_HEALTH_CHECKS),
+                *common,
+            ]
+        )
+        self._started(started)
+        self.wait_nodes(1)  # a worker's `ray start` needs the head registered
+        for host in self.hosts[1:]:
+            started = host.run(
+                [
+                    self.ray(),
+                    "start",
+                    "--address",
+                    self.head_address,
+                    "--node-ip-address",
+                    host.address,
+                    "--disable-usage-stats",
+                    "--resources",
+                    json.dumps({host.name: 100, "engine": 1}),
+                    *common,
+                ]
+            )
+            self._started(started)
+        self.wait_nodes(len(self.hosts))
+
+    @staticmethod
+    def _started(started: subprocess.CompletedProcess) -> None:
+        """``ray start`` gives a raylet 30 s (fixed in Ray) to register, less than it takes on
+        a loaded 2-core machine; its processes keep starting, and :meth:`wait_nodes` is the
+        check that they did."""
+        late = "timed out during startup" in started.stderr
+        assert started.returncode == 0 or late, started.stdout + started.stderr[-3000:]
+
+    def nodes(self) -> list[dict]:
+        """Ray's node table as the head sees it (a short driver in host0)."""
+        script = (
+            "import json, ray; ray.init(logging_level='ERROR');"
+            "print(json.dumps([{'id': n['NodeID'], 'ip': n['NodeManagerAddress'],"
+            " 'alive': n['Alive']} for n in ray.nodes()]))"
+        )
+        out = self.head.run([sys.executable, "-c", script], timeout=120)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    def wait_nodes(self, count: int, timeout_s: float = 90) -> None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            alive = [n for n in self.nodes() if n["alive"]]
+            if len(alive) >= count:
+                return
+            assert time.monotonic() < deadline, f"never happened: {count} nodes alive: {alive}"
+            time.sleep(1)
+
+
+HOSTS = 3
+
+
+@pytest.fixture(scope="module")
+def hosts():
+    """A head in host0 and worker nodes in host1 and host2, each host with its own address on
+    the run's bridge; torn down (every process in each namespace SIGKILLed, the namespaces
+    deleted) after the module."""
+    why = _unavailable()
+    if why:
+        if _in_ci():
+            pytest.fail(why)
+        pytest.skip(why)
+    remove_leftovers()
+    # Short: Ray's socket paths live under it (pytest's tmp_path is too long for them).
+    net = Network(HOSTS, Path(tempfile.mkdtemp(prefix=PREFIX)))
+    try:
+        net.build()
+        net.start_ray()
+        yield net
+    finally:
+        net.destroy()
+        shutil.rmtree(net.temp, ignore_errors=True)
