@@ -31,8 +31,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from support import REPO
-from vllm_support import HTTP_PORT, cli_env
+from support import REPO, wait_for
+from vllm_support import HTTP_PORT, cli_env, only_replica_info
 
 PAGE = REPO / "docs" / "batch-service.md"
 
@@ -81,6 +81,16 @@ def terminal(demo_deployed, address, tmp_path_factory):
     served = bash("\n".join(lines), env, REPO)  # the page's paths are the clone's
     yield env, folder, served.stdout
     bash(f"relayllm unserve --address {address}", env, folder)
+    # The engine is shared with the demo group's next modules, which count its rows: the calls
+    # of the cancelled batch that waited at the paused replica end before they start.
+    import relayllm
+
+    engine = relayllm.control("smollm")
+    wait_for(
+        lambda: only_replica_info(engine)["ongoing"] == 0,
+        "the shared engine has no call of this page's batches left",
+        timeout_s=300,
+    )
 
 
 def test_the_pages_commands_start_serve_operate_and_show_a_batch(terminal):
