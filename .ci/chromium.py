@@ -9,12 +9,12 @@ missing fails the run; elsewhere the test skips with the same message.
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import sys
 
+from debian_package import how, install, still_missing
+
 CHROMIUM = "/usr/bin/chromium"
-HOW = "sudo apt-get install -y --no-install-recommends chromium"
+HOW = how("chromium")
 #: Another tox environment may be installing a package at the same moment (PostgreSQL's
 #: server, .ci/postgresql.py): wait for apt's lock rather than fail.
 APT = ["apt-get", "-o", "DPkg::Lock::Timeout=300"]
@@ -24,18 +24,11 @@ def main() -> int:
     if os.path.exists(CHROMIUM):
         print(f"chromium: {CHROMIUM}")
         return 0
-    if os.geteuid() == 0 and shutil.which("apt-get"):
-        print("chromium: not installed; installing Debian's package", flush=True)
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        subprocess.run([*APT, "update"], check=True, env=env)
-        subprocess.run(
-            [*APT, "install", "-y", "--no-install-recommends", "chromium"], check=True, env=env
-        )
-        if os.path.exists(CHROMIUM):
-            return 0
-    message = f"chromium: {CHROMIUM} is missing; the console's browser test needs it: {HOW}"
-    print(message, file=sys.stderr)
-    return 1 if os.environ.get("CI", "").lower() in ("1", "true", "yes") else 0
+    if install("chromium") and os.path.exists(CHROMIUM):
+        return 0
+    return still_missing(
+        f"chromium: {CHROMIUM} is missing; the console's browser test needs it: {HOW}"
+    )
 
 
 if __name__ == "__main__":

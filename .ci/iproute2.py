@@ -8,13 +8,13 @@ is still missing fails the run; elsewhere the tier's tests skip with the same me
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
 import sys
 
+from debian_package import how, install, still_missing
+
 TOOLS = ("ip", "tc")
-HOW = "sudo apt-get install -y --no-install-recommends iproute2"
+HOW = how("iproute2")
 
 
 def missing() -> list[str]:
@@ -25,18 +25,11 @@ def main() -> int:
     if not missing():
         print("iproute2: " + ", ".join(str(shutil.which(tool)) for tool in TOOLS))
         return 0
-    if os.geteuid() == 0 and shutil.which("apt-get"):
-        print("iproute2: not installed; installing Debian's package", flush=True)
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        subprocess.run(["apt-get", "update"], check=True, env=env)
-        subprocess.run(
-            ["apt-get", "install", "-y", "--no-install-recommends", "iproute2"], check=True, env=env
-        )
-        if not missing():
-            return 0
-    message = f"iproute2: {', '.join(missing())} missing; the hosts tier needs them: {HOW}"
-    print(message, file=sys.stderr)
-    return 1 if os.environ.get("CI", "").lower() in ("1", "true", "yes") else 0
+    if install("iproute2") and not missing():
+        return 0
+    return still_missing(
+        f"iproute2: {', '.join(missing())} missing; the hosts tier needs them: {HOW}"
+    )
 
 
 if __name__ == "__main__":

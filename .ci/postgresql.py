@@ -13,16 +13,13 @@ from __future__ import annotations
 import glob
 import os
 import pwd
-import shutil
-import subprocess
 import sys
 
-HOW = "sudo apt-get install -y --no-install-recommends postgresql"
+from debian_package import how, install, still_missing
+
+HOW = how("postgresql")
 #: The server's programs the tests run, in Debian's versioned directory.
 PROGRAMS = ("initdb", "pg_ctl", "postgres")
-#: Another tox environment may be installing a package at the same moment (the console's
-#: Chromium): wait for apt's lock rather than fail.
-APT = ["apt-get", "-o", "DPkg::Lock::Timeout=300"]
 
 
 def missing() -> list[str]:
@@ -43,22 +40,14 @@ def main() -> int:
         found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))[-1]
         print(f"postgresql: {os.path.dirname(found)}")
         return 0
-    if os.geteuid() == 0 and shutil.which("apt-get"):
-        print(f"postgresql: {', '.join(lacking)} missing; installing Debian's package", flush=True)
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        subprocess.run([*APT, "update"], check=True, env=env)
-        subprocess.run(
-            [*APT, "install", "-y", "--no-install-recommends", "postgresql"], check=True, env=env
-        )
+    if install("postgresql"):
         lacking = missing()
         if not lacking:
             return 0
-    message = (
+    return still_missing(
         f"postgresql: {', '.join(lacking)} missing; the job store's PostgreSQL tests need "
         f"Debian's server: {HOW}"
     )
-    print(message, file=sys.stderr)
-    return 1 if os.environ.get("CI", "").lower() in ("1", "true", "yes") else 0
 
 
 if __name__ == "__main__":
