@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 from support import REPO, wait_for
-from vllm_support import HTTP_PORT, cli_env, only_replica_info
+from vllm_support import HTTP_PORT, cli_env, is_quiet, only_replica_info
 
 PAGE = REPO / "docs" / "batch-service.md"
 
@@ -81,14 +81,14 @@ def terminal(demo_deployed, address, tmp_path_factory):
     served = bash("\n".join(lines), env, REPO)  # the page's paths are the clone's
     yield env, folder, served.stdout
     bash(f"relayllm unserve --address {address}", env, folder)
-    # The engine is shared with the demo group's next modules, which count its rows: the calls
-    # of the cancelled batch that waited at the paused replica end before they start.
+    # The engine is shared with the demo group's next modules, which count its rows: the rows
+    # of the cancelled batch, computed on after their caller left, end before they start.
     import relayllm
 
     engine = relayllm.control("smollm")
     wait_for(
-        lambda: only_replica_info(engine)["ongoing"] == 0,
-        "the shared engine has no call of this page's batches left",
+        lambda: is_quiet(only_replica_info(engine)),
+        "the shared engine has no call or row of this page's batches left",
         timeout_s=300,
     )
 

@@ -10,7 +10,15 @@ import json
 from typing import Any
 
 import pytest
-from vllm_support import CONTEXT_LENGTH, DEPLOYMENT_NAME, HTTP_NAME, http_key
+from support import wait_for
+from vllm_support import (
+    CONTEXT_LENGTH,
+    DEPLOYMENT_NAME,
+    HTTP_NAME,
+    http_key,
+    is_quiet,
+    only_replica_info,
+)
 
 import relayllm
 
@@ -58,6 +66,12 @@ def test_multi_turn_on_one_engine(deployment):
     import ray
 
     handle = deployment.handle()
+    # The rows of an earlier module's calls would count as this test's.
+    wait_for(
+        lambda: is_quiet(only_replica_info(relayllm.control(DEPLOYMENT_NAME))),
+        "a quiet engine",
+        timeout_s=300,
+    )
     before = handle.info.remote().result(timeout_s=120)
     n = 24
     rows = [{"id": i, "question": QUESTIONS[i % len(QUESTIONS)]} for i in range(n)]

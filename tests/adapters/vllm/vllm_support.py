@@ -111,6 +111,12 @@ def only_replica_info(controller) -> dict[str, Any]:
     return info
 
 
+def is_quiet(info: dict[str, Any]) -> bool:
+    """Whether a replica has no call in progress and no row left to compute (a cancelled
+    caller's rows are computed on, and counted, after it left)."""
+    return info["ongoing"] == 0 and info["computing_rows"] == 0
+
+
 def prefix_hits(controller) -> tuple[int, float]:
     """(prefix-cache queries, hits) of the one replica, in tokens (the engine's step stats)."""
     metrics = only_replica_info(controller)["metrics"]

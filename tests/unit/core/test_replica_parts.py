@@ -67,6 +67,27 @@ def test_a_retry_joins_the_work_its_cancelled_first_try_started():
     asyncio.run(scenario())
 
 
+def test_rows_a_cancelled_caller_left_are_still_counted_as_computing_until_they_end():
+    async def scenario():
+        cache, compute = RowCache(), Counting()
+        compute.release.clear()
+        caller = asyncio.create_task(cache.run(_rows("a", "b", "c"), compute))
+        await asyncio.sleep(0.01)
+        caller.cancel()  # the batch was cancelled: its caller is gone, the rows are not
+        await asyncio.sleep(0.01)
+        assert cache.computing == 3
+        compute.release.set()
+        while cache.computing:
+            await asyncio.sleep(0.01)
+        assert compute.computed == ["a", "b", "c"]
+        compute.fail = EngineFailedError("dead")
+        with pytest.raises(EngineFailedError):
+            await cache.run(_rows("d"), compute)
+        assert cache.computing == 0
+
+    asyncio.run(scenario())
+
+
 @pytest.mark.parametrize("error", [EngineFailedError("dead"), CallFailedError("again")])
 def test_a_failed_call_is_remembered_nowhere_and_computed_again(error):
     async def scenario():
@@ -152,7 +173,13 @@ def test_info_keeps_the_keys_status_and_tests_read():
         info = await replica.info()
         for key in ("backend", "deployment", "replica_id", "node_id", "pid", "calls", "rows"):
             assert key in info, key
-        for key in ("ongoing", "peak_ongoing", "seconds_without_answer", "paused"):
+        for key in (
+            "ongoing",
+            "peak_ongoing",
+            "computing_rows",
+            "seconds_without_answer",
+            "paused",
+        ):
             assert key in info, key
         for key in ("weight_version", "weight_updates", "model", "rows_by_class", "metrics"):
             assert key in info, key

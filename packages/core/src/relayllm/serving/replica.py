@@ -181,6 +181,8 @@ class Replica:
             "rows": self.rows,
             "ongoing": self.ongoing,
             "peak_ongoing": self.peak_ongoing,
+            # Rows still being computed, those of callers that gave up (cancelled) included.
+            "computing_rows": self.cache.computing,
             # How long calls have been waiting with no row answered: a stall when long
             # (``relayllm status`` shows it); 0 when idle.
             "seconds_without_answer": self.watch.seconds_without_answer(bool(self.ongoing)),

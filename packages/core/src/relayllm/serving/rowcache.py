@@ -33,6 +33,9 @@ class RowCache:
         self._inflight: dict[str, tuple[asyncio.Future[list[Result]], int]] = {}
         self._finished: OrderedDict[str, Result] = OrderedDict()
         self._tasks: set[asyncio.Task[None]] = set()
+        #: Rows being computed now, including those whose every caller has left: their work
+        #: goes on (a retry picks it up) and ends in the engine's row counts.
+        self.computing = 0
 
     def __len__(self) -> int:
         return len(self._finished)
@@ -57,6 +60,7 @@ class RowCache:
                 sources.append(source)
                 fresh.append(request)
         if fresh:
+            self.computing += len(fresh)
             task = loop.create_task(self._compute(fresh, batch_future, compute))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -88,6 +92,7 @@ class RowCache:
         try:
             results = await compute(fresh)
         except BaseException as exc:  # the call fails, not its rows: nothing is remembered
+            self.computing -= len(fresh)
             for request in fresh:
                 self._inflight.pop(request.get("request_id") or "", None)
             if not future.done():
@@ -95,6 +100,7 @@ class RowCache:
             if not isinstance(exc, Exception):
                 raise
             return
+        self.computing -= len(fresh)
         for request, result in zip(fresh, results, strict=True):
             rid = request.get("request_id")
             if rid is not None:
