@@ -197,12 +197,12 @@ def ray_head_node(
 ) -> Iterator[tuple[subprocess.Popen[bytes], Path, dict[str, str]]]:
     """A cluster of the test's own, as a user starts one: ``ray start --head --block`` in a
     private temp dir (no other ``ray.init()`` on the machine finds it) and its own process
-    group. Yields (the process, its log, the environment of a driver: RAY_ADDRESS and the echo
-    backend). Stopped at the end of the block; ``kill=True`` SIGKILLs the whole group, as a
-    lost machine would, with no graceful stop."""
+    group. Yields, once it runs (or its last try exited: :func:`wait_started` says why), (the
+    process, its log, the environment of a driver: RAY_ADDRESS and the echo backend). Stopped
+    at the end of the block; ``kill=True`` SIGKILLs the whole group, as a lost machine would,
+    with no graceful stop."""
     bin_dir = Path(sys.executable).parent
     temp = tempfile.mkdtemp(prefix=prefix)  # short: Ray's socket paths live under it
-    port = free_port()
     # Ray 2.60 clusters use token auth; drivers that pass an address must opt in to send it.
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RELAYLLM_ECHO_BACKEND": "1"}
     subprocess.run(
@@ -212,32 +212,40 @@ def ray_head_node(
         timeout=120,
     )  # writes Ray's token file only if there is none yet
     log_path = Path(temp, "head.log")
-    log = open(log_path, "w")  # noqa: SIM115 (the head's log, open while it runs)
-    head = subprocess.Popen(
-        [
-            str(bin_dir / "ray"),
-            "start",
-            "--head",
-            "--block",
-            f"--port={port}",
-            "--node-ip-address=127.0.0.1",
-            "--num-cpus=2",
-            "--include-dashboard=false",
-            "--disable-usage-stats",
-            f"--temp-dir={temp}",
-            f"--ray-client-server-port={free_port()}",
-            f"--dashboard-agent-listen-port={free_port()}",
-            f"--dashboard-agent-grpc-port={free_port()}",
-            f"--runtime-env-agent-port={free_port()}",
-            f"--metrics-export-port={free_port()}",
-        ],
-        # On SIGTERM Ray drains the node first, up to 30 s, for traffic to move elsewhere: a
-        # test's cluster has nowhere to move it, so it stops at once.
-        env={**env, "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"},
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    # The ports are free when picked, not when Ray binds them (another test's process may
+    # take one meanwhile): a head that exits before it starts is started again on new ones.
+    for attempt in range(1, 4):
+        port = free_port()
+        log = open(log_path, "w")  # noqa: SIM115 (the head's log, open while it runs)
+        head = subprocess.Popen(
+            [
+                str(bin_dir / "ray"),
+                "start",
+                "--head",
+                "--block",
+                f"--port={port}",
+                "--node-ip-address=127.0.0.1",
+                "--num-cpus=2",
+                "--include-dashboard=false",
+                "--disable-usage-stats",
+                f"--temp-dir={temp}",
+                f"--ray-client-server-port={free_port()}",
+                f"--dashboard-agent-listen-port={free_port()}",
+                f"--dashboard-agent-grpc-port={free_port()}",
+                f"--runtime-env-agent-port={free_port()}",
+                f"--metrics-export-port={free_port()}",
+            ],
+            # On SIGTERM Ray drains the node first, up to 30 s, for traffic to move elsewhere:
+            # a test's cluster has nowhere to move it, so it stops at once.
+            env={**env, "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        if _head_started(head, log_path) or attempt == 3:
+            break
+        log.close()
+        kill_group(head)
     try:
         yield head, log_path, {**env, "RAY_ADDRESS": f"127.0.0.1:{port}"}
     finally:
@@ -341,6 +349,16 @@ def kill_tree(root: int) -> set[int]:
                 os.kill(pid, signal.SIGKILL)
         killed |= level
     return killed
+
+
+def _head_started(head: subprocess.Popen[bytes], log: Path, timeout_s: float = 300) -> bool:
+    """Whether ``ray start`` said the cluster runs before it exited (False) or the timeout."""
+    deadline = time.monotonic() + timeout_s
+    while "Ray runtime started" not in log.read_text():
+        if head.poll() is not None or time.monotonic() > deadline:
+            return False
+        time.sleep(0.5)
+    return True
 
 
 def wait_started(head: subprocess.Popen[bytes], log: Path, timeout_s: float = 300) -> None:
