@@ -138,10 +138,21 @@ def test_a_replica_that_cannot_read_the_checkpoint_answers_failed_and_retires(tm
         update = {"txn": "t2", "source": v2, "version": "2"}
         begun = await state.begin_weights(update, 60)
         bad_answer = await _prepare(bad, state, begun, update)
-        assert bad_answer["state"] == "failed" and "Permission denied" in bad_answer["error"]
+        assert bad_answer["state"] == "retired" and "Permission denied" in bad_answer["error"]
         assert bad.watch.failure and "could not load" in bad.watch.failure
         reason = abort_reason({"good": {"state": "prepared", "digest": "d"}, "bad": bad_answer})
-        assert reason is not None and "bad: failed" in reason
+        assert reason is not None and "bad: retired" in reason
+        # A checkpoint that is not there never reaches the engine: the replica keeps its
+        # weights and serves on once the update is aborted.
+        state, missing = ControlState(), _echo()
+        update = {"txn": "t3", "source": str(tmp_path / "nowhere"), "version": "3"}
+        begun = await state.begin_weights(update, 60)
+        answer = await _prepare(missing, state, begun, update)
+        assert answer["state"] == "failed" and missing.watch.failure is None
+        await state.finish_weights("t3", False)
+        await _sync(missing, state)
+        (row,) = await missing.process_batch([_row("on")])
+        assert (row["generated_text"], row["weight_version"]) == ("on", None)
 
     asyncio.run(scenario())
 

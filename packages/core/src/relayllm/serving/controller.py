@@ -213,15 +213,17 @@ class Controller:
         self, states: dict[str, dict[str, Any]], committed: bool
     ) -> dict[str, dict[str, Any]]:
         """Each replica's state once the outcome is applied: ``committed`` (serves the new
-        version), ``rolled back`` (serves the committed one again), ``retired`` (being
-        replaced, on the committed weights), or what kept it from preparing."""
+        version), ``rolled back`` (reloaded the committed one), ``kept`` (never loaded the
+        new one: its checkpoint could not be fetched there), ``retired`` (being replaced, on
+        the committed weights), or what kept it from preparing (``refused``, ``timed out``,
+        ``gone``)."""
         settled: dict[str, dict[str, Any]] = {}
         for rid, answer in states.items():
             state = answer["state"]
             if state == "prepared":
                 state = "committed" if committed else "rolled back"
             elif state == "failed" and "replica_id" in answer:
-                state = "retired"  # its load failed: it retires itself
+                state = "kept"
             settled[rid] = {**answer, "state": state}
         try:
             now = self._fan(self._replicas(), "info", (), _ACTOR_GRACE_S)

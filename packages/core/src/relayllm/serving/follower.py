@@ -64,6 +64,7 @@ class ControlFollower:
         #: (a failed load may leave them half-written) and it cannot put them back.
         self.retire: Callable[[str], None] = retire or (lambda reason: None)
         self.retired: str | None = None
+        self._touched = False  # whether the last load reached the engine
         self._tasks: set[asyncio.Task[None]] = set()
 
     # -- the gate --------------------------------------------------------------------------------
@@ -246,8 +247,9 @@ class ControlFollower:
         """The prepare step of the update ``update`` (``txn``, ``source``, ``version``), once
         the state that began it (``state_version``) is applied: rows held, the rows in the
         engine finished, the checkpoint loaded -- and the gate kept closed until the outcome
-        (:meth:`_settle`). A load that fails retires the replica (its engine's weights are no
-        longer known). The answer is a value, never a raise: the driver decides on all."""
+        (:meth:`_settle`). A load that fails in the engine retires the replica (its engine's
+        weights are no longer known); a checkpoint that cannot be fetched leaves the engine
+        as it was. The answer is a value, never a raise: the driver decides on all."""
         await self.sync(state_version)
         txn = update["txn"]
         async with self._lock:
@@ -260,12 +262,15 @@ class ControlFollower:
             reason = self.refusal("update_weights") or self._keep_frozen()
             if reason is not None:
                 return self._report("refused", reason)
+            self._touched = False
             try:
                 digest = await self._load_weights(update["source"], update["version"], txn=txn)
             except Exception as exc:
                 why = describe_exception(exc)
+                if not self._touched:  # not fetched: the engine still holds committed weights
+                    return self._report("failed", why)
                 self._retire(f"could not load the weights of version {update['version']}: {why}")
-                return self._report("failed", why)
+                return self._report("retired", why)
             self.prepared = {**update, "digest": digest}
             return self._report("prepared")
 
@@ -336,6 +341,7 @@ class ControlFollower:
         self._loading = True  # ...and no interactive one (503, as when paused)
         try:
             await self._drained.wait()  # the rows in the engine finish with the old weights
+            self._touched = True
             await self.engine.update_weights(path, version)
             if txn is None:
                 self.weight_version = version
