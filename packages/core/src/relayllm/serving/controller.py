@@ -163,8 +163,11 @@ class Controller:
         written, committed = ray.get(
             actor.finish_weights.remote(update["txn"], reason is None), timeout=_ACTOR_GRACE_S
         )
-        # Every replica running now applies the outcome, those started meanwhile included.
-        self._fan(self._replicas(), "control_sync", (written,), _ACTOR_GRACE_S + timeout_s)
+        # Every replica running now applies the outcome, those started meanwhile included;
+        # not waited for: one still loading (timed out), which holds its rows until it has.
+        late = {rid for rid, answer in states.items() if answer["state"] == "timed out"}
+        running = [r for r in self._replicas() if r[0] not in late]
+        self._fan(running, "control_sync", (written,), _ACTOR_GRACE_S + timeout_s)
         _, state = ray.get(actor.get.remote(), timeout=_ACTOR_GRACE_S)
         now = (state.get("weights") or {}).get("version")
         settled = self._settled(states, committed)

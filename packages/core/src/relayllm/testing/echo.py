@@ -113,6 +113,7 @@ class EchoEngine(Engine):
                 f"{path} is not an echo checkpoint ({ECHO_WEIGHTS_FILE}): {exc}"
             ) from None
         replica = _replica_id()
+        await asyncio.sleep(float(data.get("load_s_by", {}).get(str(replica), 0)))
         if replica in data.get("unreadable_by", []):  # as a copy this replica cannot read
             raise PermissionError(errno.EACCES, "Permission denied (on this replica)", file)
         self.weights_tag = str(data.get("tag_by", {}).get(replica, tag))
@@ -268,18 +269,21 @@ def write_echo_checkpoint(
     *,
     unreadable_by: list[str] | tuple[str, ...] = (),
     tag_by: dict[str, str] | None = None,
+    load_s_by: dict[str, float] | None = None,
 ) -> str:
     """Write an echo checkpoint (answers after the update start with ``[tag]``) to
     ``directory``; returns its path. Faults set from outside the replicas, by replica id:
     ``unreadable_by``, the replicas that cannot read it (their load fails); ``tag_by``, a
     replica -> the tag it loads instead (weights that landed wrong there: its digest
-    differs from the others')."""
+    differs from the others'); ``load_s_by``, a replica -> the seconds its load takes."""
     os.makedirs(directory, exist_ok=True)
     data: dict[str, Any] = {"tag": tag}
     if unreadable_by:
         data["unreadable_by"] = list(unreadable_by)
     if tag_by:
         data["tag_by"] = dict(tag_by)
+    if load_s_by:
+        data["load_s_by"] = dict(load_s_by)
     with open(os.path.join(directory, ECHO_WEIGHTS_FILE), "w") as handle:
         json.dump(data, handle)
     return os.fspath(directory)
