@@ -155,9 +155,13 @@ class Controller:
         deadline = time.monotonic() + timeout_s
         # The actor's own deadline is a little later than this call's: this call decides
         # first when it can, the actor only when this process is gone.
-        begun = ray.get(
-            actor.begin_weights.remote(update, timeout_s + _ACTOR_GRACE_S), timeout=timeout_s
-        )
+        try:
+            begun = ray.get(
+                actor.begin_weights.remote(update, timeout_s + _ACTOR_GRACE_S), timeout=timeout_s
+            )
+        except ray.exceptions.RayTaskError as exc:  # another update is under way
+            why = describe_exception(exc.cause) if exc.cause is not None else str(exc)
+            raise ControlCallError("update_weights", "(none yet)", why, self.name) from None
         states = self._prepare(replicas, begun, update, deadline)
         reason = abort_reason(states)
         written, committed = ray.get(
