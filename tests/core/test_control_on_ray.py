@@ -273,6 +273,131 @@ def test_a_weight_update_mid_job_shows_in_the_version_of_every_row_after_it(tmp_
     relayllm.shutdown(name)
 
 
+def test_a_failed_load_on_one_of_two_replicas_aborts_on_both_and_no_row_sees_a_mixed_fleet(
+    tmp_path,
+):
+    """One replica cannot read the checkpoint (set from outside, in the checkpoint): the
+    update aborts on both, the other replica reloads the committed weights, the one that
+    failed retires and is replaced on them. Every row of a job running throughout says the
+    version whose weights answered it, and no row carries the aborted version."""
+    from relayllm.errors import WeightUpdateAbortedError
+    from relayllm.testing.echo import write_echo_checkpoint
+
+    name = "ctl-weights-txn"
+    relayllm.deploy(
+        DeploymentConfig(name=name, backend="echo", num_replicas=2, options={"delay_s": 0.1})
+    )
+    ctl = relayllm.control(name)
+    done = ctl.update_weights(write_echo_checkpoint(tmp_path / "one", "one"), version=1)
+    assert done["version"] == "1"
+    assert sorted(s["state"] for s in done["replicas"].values()) == ["committed", "committed"]
+    proc = build_processor(
+        ProcessorConfig(deployment=name, task="completion", batch_size=10, max_in_flight_batches=4)
+    )
+    n = 1000
+    rows = [{"id": i, "prompt": f"row {i}"} for i in range(n)]
+    # A job across the failed update.
+    job = Job(proc, rows, blocks=8)
+    wait_for(lambda: _rows(ctl) >= 100, "the job got going")
+    bad, good = sorted(ctl.replicas())
+    two = write_echo_checkpoint(tmp_path / "two", "two", unreadable_by=[bad])
+    with pytest.raises(WeightUpdateAbortedError, match="Permission denied") as caught:
+        ctl.update_weights(two, version=2)
+    aborted = caught.value
+    assert aborted.committed_version == "1"
+    assert aborted.replicas[bad]["state"] == "retired", aborted.replicas
+    assert aborted.replicas[good]["state"] == "rolled back", aborted.replicas
+    good_at_abort = ctl.replicas()[good]["rows"]
+    out = job.finish()
+    assert ctl.replicas()[good]["rows"] > good_at_abort, "the rolled-back replica served on"
+    _every_row_once_and_by_the_weights_it_says(out, n, {"1": "[one]"})
+    wait_for(lambda: len(set(ctl.replicas()) - {bad}) == 2, "Serve replaced the retired replica")
+    assert ctl.weight_version() == "1", "the replacement came up on the committed weights"
+    # A job across an update that commits, on the replaced fleet.
+    job = Job(proc, rows, blocks=8)
+    before = _rows(ctl)
+    wait_for(lambda: _rows(ctl) >= before + 100, "the second job got going")
+    done = ctl.update_weights(write_echo_checkpoint(tmp_path / "three", "three"), version=3)
+    assert done["version"] == "3"
+    assert [s["state"] for s in done["replicas"].values()] == ["committed", "committed"]
+    out = job.finish()
+    counted = _every_row_once_and_by_the_weights_it_says(out, n, {"1": "[one]", "3": "[three]"})
+    assert counted["1"] >= 100 and counted["3"] > 0, counted
+    assert [i["weight_version"] for i in ctl.replicas().values()] == ["3", "3"]
+    relayllm.shutdown(name)
+
+
+def _every_row_once_and_by_the_weights_it_says(out, n, versions) -> dict[str, int]:
+    """Every row once, none failed, each answered by the weights its ``weight_version``
+    names (echo's answer starts with the checkpoint's tag), and no other version (an
+    aborted one) on any row. Returns the rows of each version."""
+    assert sorted(r["id"] for r in out) == list(range(n)), "every row, once"
+    assert not [r for r in out if r["error"]]
+    for row in out:
+        assert row["weight_version"] in versions, row
+        tag = versions[row["weight_version"]]
+        assert row["generated_text"] == f"{tag} row {row['id']}", "the version that answered"
+    return {v: sum(r["weight_version"] == v for r in out) for v in versions}
+
+
+def test_replicas_that_loaded_different_weights_abort_the_update(tmp_path):
+    """Checked weights: each replica reports a digest of what it loaded (echo's checker: the
+    tag it holds); one whose weights landed wrong disagrees, and both go back."""
+    from relayllm.errors import WeightUpdateAbortedError
+    from relayllm.testing.echo import write_echo_checkpoint
+
+    name = "ctl-weights-digest"
+    relayllm.deploy(DeploymentConfig(name=name, backend="echo", num_replicas=2))
+    ctl = relayllm.control(name)
+    ctl.update_weights(write_echo_checkpoint(tmp_path / "one", "one"), version=1)
+    first, second = sorted(ctl.replicas())
+    bent = write_echo_checkpoint(tmp_path / "two", "two", tag_by={second: "bent"})
+    with pytest.raises(WeightUpdateAbortedError, match="different weights") as caught:
+        ctl.update_weights(bent, version=2)
+    states = caught.value.replicas
+    assert {r: s["state"] for r, s in states.items()} == {
+        first: "rolled back",
+        second: "rolled back",
+    }
+    assert states[first]["digest"] != states[second]["digest"]
+    assert ctl.weight_version() == "1"
+    handle = relayllm.get_deployment(name).handle()
+    rows = [{"task": "completion", "prompt": f"r{i}"} for i in range(20)]
+    out = handle.process_batch.remote(rows).result(timeout_s=60)
+    assert {(r["generated_text"][:5], r["weight_version"]) for r in out} == {("[one]", "1")}
+    same = ctl.update_weights(write_echo_checkpoint(tmp_path / "two-ok", "two"), version=2)
+    digests = {s["digest"] for s in same["replicas"].values()}
+    assert same["version"] == "2" and len(digests) == 1, same
+    relayllm.shutdown(name)
+
+
+def test_an_update_not_prepared_in_time_fails_closed(tmp_path):
+    """A replica whose load outlasts ``timeout_s`` aborts the update; it holds its rows until
+    its load ends, then goes back to the committed weights: the row waiting meanwhile is
+    answered by them, with their version."""
+    from relayllm.errors import WeightUpdateAbortedError
+    from relayllm.testing.echo import write_echo_checkpoint
+
+    name = "ctl-weights-timeout"
+    relayllm.deploy(DeploymentConfig(name=name, backend="echo"))
+    ctl = relayllm.control(name)
+    ctl.update_weights(write_echo_checkpoint(tmp_path / "one", "one"), version=1)
+    (rid,) = ctl.replicas()
+    slow = write_echo_checkpoint(tmp_path / "two", "two", load_s_by={rid: 8})
+    with pytest.raises(WeightUpdateAbortedError, match="timed out") as caught:
+        ctl.update_weights(slow, version=2, timeout_s=2)
+    assert caught.value.replicas[rid]["state"] == "timed out"
+    assert caught.value.committed_version == "1"
+    assert ctl.replicas()[rid]["weight_version"] == "1"
+    handle = relayllm.get_deployment(name).handle()
+    (row,) = handle.process_batch.remote([{"task": "completion", "prompt": "x"}]).result(
+        timeout_s=120
+    )
+    assert (row["generated_text"], row["weight_version"]) == ("[one] x", "1")
+    assert set(ctl.replicas()) == {rid}, "rolled back, not replaced"
+    relayllm.shutdown(name)
+
+
 def test_a_replacement_replica_comes_up_with_the_current_weights(tmp_path):
     from relayllm import compat
     from relayllm.testing.echo import write_echo_checkpoint
@@ -321,10 +446,18 @@ def test_update_weights_from_the_command_line(tmp_path):
     env = {**os.environ, "RELAYLLM_ECHO_BACKEND": "1", "RAY_AUTH_MODE": "token"}
     path = write_echo_checkpoint(tmp_path / "c", "cli")
     args = ("--address", address)
-    cli("control", name, "update_weights", path, "3", *args, env=env, check=0)
+    done = cli("control", name, "update_weights", path, "3", *args, env=env, check=0)
+    answer = json.loads(done.stdout)
+    assert answer["version"] == "3"
+    assert [s["state"] for s in answer["replicas"].values()] == ["committed"]
     done = cli("control", name, "weight_version", *args, env=env, check=0)
     assert done.stdout == '"3"\n'
+    ctl = relayllm.control(name)
+    (old_id,) = ctl.replicas()
     done = cli("control", name, "update_weights", str(tmp_path), "4", *args, env=env, check=1)
     assert "not an echo checkpoint" in done.stderr and "Traceback" not in done.stderr
-    assert relayllm.control(name).weight_version() == "3", "the failed update recorded nothing"
+    assert "aborted" in done.stderr and "serves version '3'" in done.stderr
+    # The engine failed its load: the replica retired, its replacement is on version 3.
+    wait_for(lambda: set(ctl.replicas()) - {old_id}, "Serve replaced the retired replica")
+    assert ctl.weight_version() == "3", "the failed update committed nothing"
     relayllm.shutdown(name)

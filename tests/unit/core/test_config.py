@@ -118,6 +118,7 @@ def test_the_public_names_are_pinned():
         "RowError",
         "RunSummary",
         "UnknownBackendError",
+        "WeightUpdateAbortedError",
         "build_processor",
         "configure_logging",
         "control",

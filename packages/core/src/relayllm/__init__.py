@@ -31,6 +31,7 @@ from relayllm.errors import (
     ResourceFitError,
     RowError,
     UnknownBackendError,
+    WeightUpdateAbortedError,
 )
 from relayllm.logs import configure_logging
 from relayllm.plugin import NAME, hookimpl
@@ -99,6 +100,7 @@ __all__ = [
     "RowError",
     "RunSummary",
     "UnknownBackendError",
+    "WeightUpdateAbortedError",
     "build_processor",
     "configure_logging",
     "control",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class RelayLLMError(Exception):
     """Base class of every relayllm error."""
@@ -89,6 +91,32 @@ class ControlCallError(RelayLLMError):
         where = f" of deployment {self.deployment!r}" if self.deployment else ""
         return (
             f"the control call {self.call!r} failed on replica {self.replica}{where}: {self.reason}"
+        )
+
+
+class WeightUpdateAbortedError(ControlCallError):
+    """A weight update that was aborted on every replica (a replica that could not load the
+    checkpoint, digests that disagree, no decision in time): the deployment serves the
+    committed version, :attr:`committed_version`; :attr:`replicas` is each replica's state
+    after the abort (``rolled back``, ``retired``...)."""
+
+    def __init__(
+        self,
+        version: str,
+        committed_version: str | None,
+        replicas: dict[str, dict[str, Any]],
+        reason: str,
+        deployment: str | None = None,
+    ):
+        super().__init__("update_weights", "(every replica)", reason, deployment)
+        self.args = (version, committed_version, replicas, reason, deployment)
+        self.version, self.committed_version, self.replicas = version, committed_version, replicas
+
+    def __str__(self) -> str:
+        where = f" of deployment {self.deployment!r}" if self.deployment else ""
+        return (
+            f"the weight update to version {self.version!r}{where} was aborted on every "
+            f"replica: {self.reason}; it serves version {self.committed_version!r}"
         )
 
 

@@ -74,7 +74,8 @@ def resume(name, address, verbose):
 def control_command(name, call, args, address, verbose):
     """Run a control CALL on every replica of the deployment NAME and print its answer as
     JSON. A call the backend or device cannot do is refused, naming both, before anything
-    changes.
+    changes. update_weights commits on every replica or aborts on every one: it prints the
+    committed version and each replica's state, or fails saying why it aborted.
 
     \b
     CALL is one of:

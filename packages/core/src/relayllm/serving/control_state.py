@@ -46,16 +46,31 @@ def state_actor_name(deployment: str) -> str:
 class ControlState:
     """The durable control state of one deployment (a detached actor, no CPU): the state as a
     dict (``paused``: None or the pause mode; ``adapters``: LoRA adapter name -> path, loaded
-    at runtime; ``weights``: None, or the last weight update's ``source`` and ``version``)
-    and a version that grows with every change. When the last change was is kept on this
-    actor's own monotonic clock and told only as a duration (:meth:`since_change`): no other
-    process, on another node, compares its clock with it."""
+    at runtime; ``weights``: None, or the last committed weight update's ``source``,
+    ``version`` and ``txn``; ``weights_pending``: the weight update under way, None when none
+    is) and a version that grows with every change.
+
+    A weight update is a transaction this actor decides (:meth:`begin_weights`,
+    :meth:`finish_weights`): while one is pending every replica holds its rows, and its
+    outcome is one write that every replica, including one that starts meanwhile, applies.
+    The actor aborts a pending update itself once its deadline passes, so a driver that
+    vanishes mid-update leaves the deployment on its committed weights, not held forever.
+
+    When the last change was is kept on this actor's own monotonic clock and told only as a
+    duration (:meth:`since_change`): no other process, on another node, compares its clock
+    with it."""
 
     def __init__(self) -> None:
         self.version = 0
-        self.state: dict[str, Any] = {"paused": None, "adapters": {}, "weights": None}
+        self.state: dict[str, Any] = {
+            "paused": None,
+            "adapters": {},
+            "weights": None,
+            "weights_pending": None,
+        }
         self._changed = asyncio.Event()
         self._changed_mono: float | None = None  # time.monotonic() of the last change
+        self._deadlines: dict[str, asyncio.Task[None]] = {}
 
     async def set_adapter(self, name: str, path: str | None) -> int:
         """Record a loaded adapter (``path``) or forget it (None), in one step: two drivers
@@ -66,6 +81,43 @@ class ControlState:
         else:
             adapters[name] = path
         return await self.update({"adapters": adapters})
+
+    async def begin_weights(self, update: dict[str, str], timeout_s: float) -> int:
+        """Start the weight update ``update`` (``txn``, ``source``, ``version``): every replica
+        holds its rows from this state on. One at a time: a second update while one is
+        pending is refused. Aborted here if not finished within ``timeout_s``."""
+        pending = self.state.get("weights_pending")
+        if pending is not None:
+            raise RuntimeError(
+                f"a weight update (version {pending['version']!r}) is under way: wait for it"
+            )
+        txn = update["txn"]
+        task = asyncio.get_running_loop().create_task(self._expire(txn, timeout_s))
+        self._deadlines[txn] = task
+        return await self.update({"weights_pending": dict(update)})
+
+    async def finish_weights(self, txn: str, commit: bool) -> tuple[int, bool]:
+        """Decide the update ``txn``: committed (its weights become the deployment's) or
+        aborted (the committed weights stay). Returns the state version and whether it was
+        committed: False also when it had expired (or is unknown) -- a late commit fails
+        closed."""
+        pending = self.state.get("weights_pending")
+        task = self._deadlines.pop(txn, None)
+        if task is not None:
+            task.cancel()
+        if pending is None or pending["txn"] != txn:
+            return self.version, False
+        changes: dict[str, Any] = {"weights_pending": None}
+        if commit:
+            changes["weights"] = dict(pending)
+        return await self.update(changes), commit
+
+    async def _expire(self, txn: str, timeout_s: float) -> None:
+        await asyncio.sleep(timeout_s)
+        self._deadlines.pop(txn, None)
+        pending = self.state.get("weights_pending")
+        if pending is not None and pending["txn"] == txn:
+            await self.update({"weights_pending": None})
 
     async def get(self) -> tuple[int, dict[str, Any]]:
         return self.version, dict(self.state)

@@ -19,6 +19,7 @@ routes) alike.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from relayllm.errors import (
@@ -34,6 +35,24 @@ from relayllm.serving.control_state import PAUSE_MODES, PauseMode, state_actor
 #: How long a control call waits for every replica to answer (a ``wait`` pause waits for the
 #: rows already in the engines).
 DEFAULT_TIMEOUT_S = 600.0
+#: How long the steps around a weight update's prepare may take (write its outcome, have every
+#: replica apply it), and how much later than the call the state actor aborts it by itself.
+_ACTOR_GRACE_S = 60.0
+
+
+def abort_reason(states: dict[str, dict[str, Any]]) -> str | None:
+    """Why a weight update whose prepare step ended in ``states`` (replica id -> its answer)
+    must abort, None when it commits: every replica prepared and their digests agree."""
+    failed = {rid: s for rid, s in states.items() if s.get("state") != "prepared"}
+    if failed:
+        return "; ".join(
+            f"replica {rid}: {s.get('state')}: {s.get('error', '')}" for rid, s in failed.items()
+        )
+    digests = {rid: s.get("digest") for rid, s in states.items()}
+    if len(set(digests.values())) > 1:
+        said = ", ".join(f"{rid}: {digest}" for rid, digest in digests.items())
+        return f"the replicas loaded different weights (digests {said})"
+    return None
 
 
 class Controller:
@@ -91,33 +110,139 @@ class Controller:
         answers = list(self._each("adapters", timeout_s=timeout_s).values())
         return {k: v for k, v in answers[0].items() if all(a.get(k) == v for a in answers)}
 
-    # -- weight updates: every replica, then kept for the ones to come -------------------------
+    # -- weight updates: a transaction over every replica ------------------------------------
 
     def update_weights(
         self, source: str, *, version: str | int, timeout_s: float = DEFAULT_TIMEOUT_S
-    ) -> None:
+    ) -> dict[str, Any]:
         """Load the checkpoint ``source`` into every replica's engine and name it ``version``
         (a string; an int is written as its decimal string): every row answered from then on
         carries it in its ``weight_version`` column (and every HTTP or batch-file answer in
         its body). ``source``: a directory each replica's node can read, or a filesystem URI
         (``s3://...``: copied to a local temporary directory by each replica first).
 
-        On each replica: new rows wait (they do not fail; HTTP requests get 503 with
-        Retry-After), the rows in the engine finish on the old weights with the old version,
-        the engine loads the new ones, the waiting rows run on them. Returns once every
-        replica has; a replica that starts later loads the same checkpoint. A failed load
-        records nothing (replicas that loaded already keep the new weights: update again)."""
+        A transaction, so that no row is served by a fleet of mixed weights: the update is
+        begun in the deployment's control state (every replica holds its rows: they wait,
+        HTTP requests get 503), each replica prepares (the rows in its engine finish on the
+        old weights, it loads the new ones and reports their digest), then the outcome is
+        written once and every replica applies it -- committed if every replica loaded and
+        their digests agree, aborted otherwise: a replica that failed its load retires (Serve
+        replaces it, on the committed weights), the others reload the committed checkpoint
+        (or retire, when the committed weights are the deployment's own). A replica that
+        starts meanwhile holds its rows and adopts the outcome. Past ``timeout_s`` the update
+        aborts (also if this process is gone: the state actor keeps the deadline).
+
+        Returns ``{"version": the committed version, "replicas": {replica id: its state}}``;
+        an aborted update raises :class:`~relayllm.errors.WeightUpdateAbortedError`, which
+        carries the same."""
+        import uuid
+
         import ray
+
+        from relayllm.errors import WeightUpdateAbortedError
 
         if isinstance(version, bool) or not isinstance(version, (str, int)) or version == "":
             raise ConfigError(f"version {version!r}: give a non-empty string or an int")
         version = str(version)
-        self._each("update_weights", source, version, timeout_s=timeout_s)  # fails first
+        replicas = self._replicas()
+        if not replicas:
+            raise DeploymentNotFoundError(
+                f"deployment {self.name!r} has no running replica to update yet"
+            )
+        self._check("update_weights", replicas, timeout_s)
         actor = state_actor(self.name, create=True)
-        ray.get(
-            actor.update.remote({"weights": {"source": source, "version": version}}),
-            timeout=timeout_s,
+        update = {"txn": uuid.uuid4().hex, "source": source, "version": version}
+        deadline = time.monotonic() + timeout_s
+        # The actor's own deadline is a little later than this call's: this call decides
+        # first when it can, the actor only when this process is gone.
+        try:
+            begun = ray.get(
+                actor.begin_weights.remote(update, timeout_s + _ACTOR_GRACE_S), timeout=timeout_s
+            )
+        except ray.exceptions.RayTaskError as exc:  # another update is under way
+            why = describe_exception(exc.cause) if exc.cause is not None else str(exc)
+            raise ControlCallError("update_weights", "(none yet)", why, self.name) from None
+        states = self._prepare(replicas, begun, update, deadline)
+        reason = abort_reason(states)
+        written, committed = ray.get(
+            actor.finish_weights.remote(update["txn"], reason is None), timeout=_ACTOR_GRACE_S
         )
+        # Every replica running now applies the outcome, those started meanwhile included;
+        # not waited for: one still loading (timed out), which holds its rows until it has.
+        late = {rid for rid, answer in states.items() if answer["state"] == "timed out"}
+        running = [r for r in self._replicas() if r[0] not in late]
+        self._fan(running, "control_sync", (written,), _ACTOR_GRACE_S + timeout_s)
+        _, state = ray.get(actor.get.remote(), timeout=_ACTOR_GRACE_S)
+        now = (state.get("weights") or {}).get("version")
+        settled = self._settled(states, committed)
+        if committed:
+            return {"version": now, "replicas": settled}
+        if reason is None:  # every replica prepared, but the state actor's deadline passed
+            reason = f"it was not decided within {timeout_s:g}s"
+        raise WeightUpdateAbortedError(version, now, settled, reason, self.name)
+
+    def _prepare(
+        self,
+        replicas: list[tuple[str, str]],
+        begun: int,
+        update: dict[str, str],
+        deadline: float,
+    ) -> dict[str, dict[str, Any]]:
+        """Every replica's answer to the prepare step, by replica id: a replica that does not
+        answer by ``deadline`` counts as ``timed out``, one that died as ``gone`` -- either
+        aborts the update."""
+        import ray
+
+        from relayllm import compat
+
+        refs = {
+            rid: compat.call_replica(actor, self.app_name, "weights_prepare", begun, update)
+            for rid, actor in replicas
+        }
+        states: dict[str, dict[str, Any]] = {}
+        for rid, ref in refs.items():
+            if ref is None:
+                states[rid] = {"state": "gone", "error": "the replica is gone"}
+                continue
+            try:
+                left = max(0.0, deadline - time.monotonic())
+                states[rid] = dict(ray.get(ref, timeout=left))
+            except ray.exceptions.GetTimeoutError:
+                states[rid] = {"state": "timed out", "error": "no answer in time"}
+            except (ray.exceptions.ActorDiedError, ray.exceptions.ActorUnavailableError) as exc:
+                states[rid] = {"state": "gone", "error": describe_exception(exc)}
+            except ray.exceptions.RayTaskError as exc:
+                cause = exc.cause if exc.cause is not None else exc
+                states[rid] = {"state": "failed", "error": describe_exception(cause)}
+        return states
+
+    def _settled(
+        self, states: dict[str, dict[str, Any]], committed: bool
+    ) -> dict[str, dict[str, Any]]:
+        """Each replica's state once the outcome is applied: ``committed`` (serves the new
+        version), ``rolled back`` (reloaded the committed one), ``kept`` (never loaded the
+        new one: its checkpoint could not be fetched there), ``retired`` (being replaced, on
+        the committed weights), or what kept it from preparing (``refused``, ``timed out``,
+        ``gone``)."""
+        settled: dict[str, dict[str, Any]] = {}
+        for rid, answer in states.items():
+            state = answer["state"]
+            if state == "prepared":
+                state = "committed" if committed else "rolled back"
+            elif state == "failed" and "replica_id" in answer:
+                state = "kept"
+            settled[rid] = {**answer, "state": state}
+        try:
+            now = self._fan(self._replicas(), "info", (), _ACTOR_GRACE_S)
+        except RelayLLMError:
+            now = {}
+        for rid, info in now.items():
+            entry = settled.setdefault(rid, {"state": "started during the update"})
+            entry["weight_version"] = info.get("weight_version")
+        for rid, entry in settled.items():
+            if rid not in now and entry["state"] in ("committed", "rolled back"):
+                entry["state"] = "retired"  # it could not reload the committed weights
+        return settled
 
     def weight_version(self, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> str | None:
         """The version of the weights every running replica serves (None: never updated).
@@ -220,4 +345,4 @@ class Controller:
         return answers
 
 
-__all__ = ["DEFAULT_TIMEOUT_S", "Controller"]
+__all__ = ["DEFAULT_TIMEOUT_S", "Controller", "abort_reason"]

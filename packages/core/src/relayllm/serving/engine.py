@@ -204,6 +204,12 @@ class Engine:
         ``version`` it ran on."""
         raise NotImplementedError
 
+    async def weights_digest(self) -> str | None:
+        """A digest of the weights the engine holds now, from the engine's own checker
+        (called after :meth:`update_weights`): replicas whose digests differ abort the
+        update. None (the default): the replica digests the checkpoint's files instead."""
+        return None
+
     @_optional
     async def reset_prefix_cache(self) -> None:
         raise NotImplementedError

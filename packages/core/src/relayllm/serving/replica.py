@@ -3,7 +3,7 @@
 The stage calls three methods on it: ``process_batch(requests, job=...)`` (one call, many rows,
 one result per row in order, errors as values; ``job`` names the processor run the rows belong
 to), ``health()`` and ``info()``. The driver's control plane calls ``control_refusals``,
-``control_sync`` and ``control``; the HTTP front calls ``serve_http_row`` and
+``control_sync``, ``weights_prepare`` and ``control``; the HTTP front calls ``serve_http_row`` and
 ``stream_http_row``. The replica is composed of parts, each its own module: the row cache
 (:mod:`.rowcache`: a retried call computed once), the control follower (:mod:`.follower`: the
 pause gate, adapters, weights, the control-state actor), health and retirement
@@ -87,7 +87,11 @@ class Replica:
         """The parts that act on the engine (built once :attr:`engine` exists)."""
         engine = self._engine
         self.follower = ControlFollower(
-            engine, self.backend_name, self._name(), self.context.adapters
+            engine,
+            self.backend_name,
+            self._name(),
+            self.context.adapters,
+            retire=lambda reason: self.engine_failed(reason),
         )
         self.watch = EngineWatch(
             type(engine).__name__,
@@ -240,6 +244,14 @@ class Replica:
             "paused": self.follower.paused,
             "version": self.follower.version,
         }
+
+    async def weights_prepare(self, state_version: int, update: dict[str, str]) -> dict[str, Any]:
+        """The prepare step of a weight-update transaction on this replica (the driver's
+        :meth:`~relayllm.serving.controller.Controller.update_weights`): held, drained,
+        loaded, and held until the outcome. Answers this replica's state, never raises."""
+        self.watch.serving_loop = asyncio.get_running_loop()
+        answer = await self.follower.prepare_weights(state_version, update)
+        return {"replica_id": _replica_id(), **answer}
 
     async def control(self, call: str, *args: Any) -> Any:
         """A control call on this replica (:data:`~relayllm.serving.engine.CAPABILITIES`)."""

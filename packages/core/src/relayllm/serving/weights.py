@@ -11,6 +11,7 @@ Nothing here imports pyarrow at module level: this module is imported by every r
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import tempfile
@@ -48,6 +49,26 @@ def fetch_checkpoint(source: str) -> tuple[str, Callable[[], None]]:
     return local, lambda: shutil.rmtree(local, ignore_errors=True)
 
 
+def checkpoint_digest(path: str) -> str:
+    """relayllm's digest of the checkpoint in the local directory ``path``: SHA-256 over
+    every file's relative path and bytes, in path order. Replicas that read the same
+    checkpoint agree on it; one whose copy differs (a partial transfer, another node's
+    directory of the same name) does not. Blocking: run it in a thread."""
+    digest = hashlib.sha256()
+    files = []
+    for root, dirs, names in os.walk(path):
+        dirs.sort()
+        files += [os.path.join(root, name) for name in names]
+    for file in sorted(files):
+        relative = os.path.relpath(file, path).replace(os.sep, "/")
+        digest.update(relative.encode() + b"\0")
+        with open(file, "rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+        digest.update(b"\0")
+    return f"sha256:{digest.hexdigest()}"
+
+
 def _filesystem(source: str):  # -> (pyarrow.fs.FileSystem, path inside it)
     import pyarrow.fs as pafs
 
@@ -66,4 +87,4 @@ def _filesystem(source: str):  # -> (pyarrow.fs.FileSystem, path inside it)
     return pafs.PyFileSystem(pafs.FSSpecHandler(fs)), path
 
 
-__all__ = ["fetch_checkpoint", "is_uri"]
+__all__ = ["checkpoint_digest", "fetch_checkpoint", "is_uri"]

@@ -15,6 +15,8 @@ a presence or frequency penalty drops repeated words. With the ``sampling`` opti
 from __future__ import annotations
 
 import asyncio
+import errno
+import hashlib
 import json
 import os
 import time
@@ -104,12 +106,23 @@ class EchoEngine(Engine):
         file = os.path.join(path, ECHO_WEIGHTS_FILE)
         try:
             with open(file) as handle:
-                tag = json.load(handle)["tag"]
+                data = json.load(handle)
+            tag = data["tag"]
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise ValueError(
                 f"{path} is not an echo checkpoint ({ECHO_WEIGHTS_FILE}): {exc}"
             ) from None
-        self.weights_tag = str(tag)
+        replica = _replica_id()
+        await asyncio.sleep(float(data.get("load_s_by", {}).get(str(replica), 0)))
+        if replica in data.get("unreadable_by", []):  # as a copy this replica cannot read
+            raise PermissionError(errno.EACCES, "Permission denied (on this replica)", file)
+        self.weights_tag = str(data.get("tag_by", {}).get(replica, tag))
+
+    async def weights_digest(self) -> str:
+        """Echo's weight checker: a digest of the tag it holds (a checkpoint whose ``tag_by``
+        gives this replica another tag makes it disagree with the others)."""
+        tag = "" if self.weights_tag is None else self.weights_tag
+        return "echo:" + hashlib.sha256(tag.encode()).hexdigest()
 
     def stop(self) -> None:
         """What the conformance kit calls to check that health() reports a stopped engine
@@ -250,13 +263,39 @@ class EchoBackend(Backend):
         return {"ray_actor_options": {"num_cpus": 0}}
 
 
-def write_echo_checkpoint(directory: str | os.PathLike[str], tag: str) -> str:
+def write_echo_checkpoint(
+    directory: str | os.PathLike[str],
+    tag: str,
+    *,
+    unreadable_by: list[str] | tuple[str, ...] = (),
+    tag_by: dict[str, str] | None = None,
+    load_s_by: dict[str, float] | None = None,
+) -> str:
     """Write an echo checkpoint (answers after the update start with ``[tag]``) to
-    ``directory``; returns its path."""
+    ``directory``; returns its path. Faults set from outside the replicas, by replica id:
+    ``unreadable_by``, the replicas that cannot read it (their load fails); ``tag_by``, a
+    replica -> the tag it loads instead (weights that landed wrong there: its digest
+    differs from the others'); ``load_s_by``, a replica -> the seconds its load takes."""
     os.makedirs(directory, exist_ok=True)
+    data: dict[str, Any] = {"tag": tag}
+    if unreadable_by:
+        data["unreadable_by"] = list(unreadable_by)
+    if tag_by:
+        data["tag_by"] = dict(tag_by)
+    if load_s_by:
+        data["load_s_by"] = dict(load_s_by)
     with open(os.path.join(directory, ECHO_WEIGHTS_FILE), "w") as handle:
-        json.dump({"tag": tag}, handle)
+        json.dump(data, handle)
     return os.fspath(directory)
+
+
+def _replica_id() -> str | None:
+    try:
+        from ray import serve
+
+        return serve.get_replica_context().replica_id.unique_id
+    except Exception:  # not inside a replica (a unit test calling the class directly)
+        return None
 
 
 @hookimpl
