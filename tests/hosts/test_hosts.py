@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import wait_for
+from support import check_two_step_rows, two_step_echo_pipeline, wait_for
 
 
 def test_each_node_runs_at_its_hosts_address(hosts):
@@ -23,42 +23,6 @@ ROWS = 400
 CUT_AT = ROWS // 5
 
 
-def pipeline_file(tmp_path, rows: int = ROWS):
-    """Two echo steps on one replica per worker host (each worker has one ``engine`` slot,
-    the head none), called as actors with retries (as tests/cluster/test_run_node_lost.py,
-    whose docstring says why the actor transport)."""
-    data = tmp_path / "rows.jsonl"
-    data.write_text("".join(json.dumps({"id": i, "q": f"row {i}"}) + "\n" for i in range(rows)))
-    step = """
-    deployment: spread
-    batch_size: 20
-    max_retries: 8
-    timeout_s: 30
-    transport: actor"""
-    spec = tmp_path / "pipeline.yaml"
-    spec.write_text(
-        f"""
-deployments:
-  - name: spread
-    backend: echo
-    num_replicas: 2
-    options: {{delay_s: 0.05}}
-    ray_actor_options: {{num_cpus: 0.1, resources: {{engine: 1}}}}
-input:
-  path: {data}
-  id_column: id
-steps:
-  - name: answer
-    prompt: "{{q}}"
-    output_column: answer{step}
-  - name: again
-    prompt: "again {{answer}}"
-    output_column: again{step}
-"""
-    )
-    return spec
-
-
 def lines(path: Path) -> int:
     return len(path.read_text().splitlines()) if path.exists() else 0
 
@@ -66,7 +30,7 @@ def lines(path: Path) -> int:
 def run_job(hosts, tmp_path, rows: int = ROWS) -> subprocess.Popen:
     """``relayllm run`` in host0 (the driver beside the head), writing ``out.jsonl``."""
     relayllm = str(Path(sys.executable).with_name("relayllm"))
-    spec = pipeline_file(tmp_path, rows)
+    spec = two_step_echo_pipeline(tmp_path, rows)
     return hosts.head.popen(
         [relayllm, "run", str(spec), "--output", str(tmp_path / "out.jsonl"), "--json"],
         stdout=subprocess.PIPE,
@@ -76,12 +40,7 @@ def run_job(hosts, tmp_path, rows: int = ROWS) -> subprocess.Popen:
 
 
 def check_rows(out: Path, rows: int = ROWS) -> None:
-    found = [json.loads(line) for line in out.read_text().splitlines()]
-    ids = [r["id"] for r in found]
-    assert len(ids) == rows and set(ids) == set(range(rows)), "every row exactly once"
-    failed = [r["error"] for r in found if r.get("error")]
-    assert not failed, (len(failed), sorted(set(failed))[:3])
-    assert all(r["again"] == f"again row {r['id']}" for r in found), "both steps answered"
+    check_two_step_rows([json.loads(line) for line in out.read_text().splitlines()], rows)
 
 
 @pytest.mark.timeout(400)
@@ -105,12 +64,7 @@ def test_a_slow_lossy_link_loses_no_row_and_no_node(hosts, tmp_path):
 @pytest.mark.timeout(600)
 def test_a_worker_host_partitioned_past_the_node_timeout_loses_no_row(hosts, tmp_path):
     out = tmp_path / "out.jsonl"
-    relayllm = str(Path(sys.executable).with_name("relayllm"))
-    job = hosts.head.popen(
-        [relayllm, "run", str(pipeline_file(tmp_path)), "--output", str(out), "--json"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
+    job = run_job(hosts, tmp_path)
     victim = hosts.hosts[1]
     node = next(n["id"] for n in hosts.nodes() if n["ip"] == victim.address and n["alive"])
     wait_for(lambda: lines(out) >= CUT_AT or job.poll() is not None, f"{CUT_AT} rows out")
@@ -128,9 +82,4 @@ def test_a_worker_host_partitioned_past_the_node_timeout_loses_no_row(hosts, tmp
         victim.restore()
     output, _ = job.communicate(timeout=400)
     assert job.returncode == 0, output[-3000:]
-    rows = [json.loads(line) for line in out.read_text().splitlines()]
-    ids = [r["id"] for r in rows]
-    assert len(ids) == ROWS and set(ids) == set(range(ROWS)), "every row exactly once"
-    failed = [r["error"] for r in rows if r.get("error")]
-    assert not failed, (len(failed), sorted(set(failed))[:3])
-    assert all(r["again"] == f"again row {r['id']}" for r in rows), "both steps answered"
+    check_rows(out)
