@@ -31,13 +31,14 @@ import time
 from pathlib import Path
 
 import pytest
-from support import NODE_HEALTH_CHECKS
+from support import NODE_HEALTH_CHECKS, wait_for
 
 PREFIX = "rlh"
 SUBNET = "10.213.0"
 HEAD_PORT = 6379
 #: Each host's logical CPUs: the machine has two cores, the echo replicas ask for fractions.
 HOST_CPUS = 1
+NODE_OPTIONS = ["--num-cpus", str(HOST_CPUS), "--object-store-memory", str(80 * 1024 * 1024)]
 ROOT = Path(__file__).resolve().parents[2]
 PYTHONPATH = os.pathsep.join(
     str(ROOT / p) for p in ("packages/core/src", "packages/service/src", "tests")
@@ -221,7 +222,6 @@ class Network:
 
     def start_ray(self) -> None:
         head = self.head
-        common = ["--num-cpus", str(HOST_CPUS), "--object-store-memory", str(80 * 1024 * 1024)]
         started = head.run(
             [
                 self.ray(),
@@ -240,28 +240,31 @@ class Network:
                 # A partitioned node is declared dead in seconds (as in the cluster tier).
                 "--system-config",
                 json.dumps(NODE_HEALTH_CHECKS),
-                *common,
+                *NODE_OPTIONS,
             ]
         )
         self._started(started)
         self.wait_nodes(1)  # a worker's `ray start` needs the head registered
         for host in self.hosts[1:]:
-            started = host.run(
-                [
-                    self.ray(),
-                    "start",
-                    "--address",
-                    self.head_address,
-                    "--node-ip-address",
-                    host.address,
-                    "--disable-usage-stats",
-                    "--resources",
-                    json.dumps({host.name: 100, "engine": 1}),
-                    *common,
-                ]
-            )
-            self._started(started)
+            self._start_worker(host)
         self.wait_nodes(len(self.hosts))
+
+    def _start_worker(self, host: Host) -> None:
+        started = host.run(
+            [
+                self.ray(),
+                "start",
+                "--address",
+                self.head_address,
+                "--node-ip-address",
+                host.address,
+                "--disable-usage-stats",
+                "--resources",
+                json.dumps({host.name: 100, "engine": 1}),
+                *NODE_OPTIONS,
+            ]
+        )
+        self._started(started)
 
     @staticmethod
     def _started(started: subprocess.CompletedProcess) -> None:
@@ -281,6 +284,73 @@ class Network:
         out = self.head.run([sys.executable, "-c", script], timeout=120)
         assert out.returncode == 0, out.stderr[-2000:]
         return json.loads(out.stdout.strip().splitlines()[-1])
+
+    def node_of(self, host: Host) -> str | None:
+        """The id of the live node at ``host``'s address (None: none alive there)."""
+        return next((n["id"] for n in self.nodes() if n["ip"] == host.address and n["alive"]), None)
+
+    def host_at(self, address: str) -> Host:
+        return next(h for h in self.hosts if h.address == address)
+
+    def cut(self, host: Host, node: str | None = None) -> tuple[float, float]:
+        """``host`` (whose live node is ``node``, when the caller knows it) partitioned until
+        Ray's GCS declares the node dead (the event, not a clock), then restored. Returns
+        when it was cut and when the node was seen dead (``time.monotonic``; seen by a poll
+        of the node table, so up to one poll late)."""
+        node = node or self.node_of(host)
+        assert node is not None, f"{host.name} has no live node to partition"
+        host.partition()
+        cut = time.monotonic()
+        try:
+            wait_for(
+                lambda: not any(n["alive"] for n in self.nodes() if n["id"] == node),
+                f"Ray declared {host.name}'s node dead",
+                timeout_s=90,
+                period_s=0.2,
+            )
+            return cut, time.monotonic()
+        finally:
+            host.restore()
+
+    def rejoin(self) -> list[str]:
+        """Every worker host without a live node (one partitioned past the node timeout: its
+        raylet, told it is dead, exits when the link returns) starts one again, as an
+        operator restarts a machine's raylet: whatever is left in the host killed, then
+        ``ray start`` with the same resources. Returns the hosts' names."""
+        back = []
+        for host in self.hosts[1:]:
+            if self.node_of(host) is None:
+                host.kill()
+                self._start_worker(host)
+                back.append(host.name)
+        if back:
+            self.wait_nodes(len(self.hosts), timeout_s=180)
+        return back
+
+    def replicas(self, deployment: str) -> list[dict]:
+        """Each running replica of the relayllm deployment ``deployment``: its own ``info``
+        (its node's address, its calls in flight, the rows it answered), asked on it by a
+        driver in host0."""
+        script = (
+            "import json, ray, relayllm;"
+            "ray.init(namespace='relayllm', logging_level='ERROR');"
+            f"print(json.dumps(list(relayllm.control({deployment!r}).replicas().values())))"
+        )
+        out = self.head.run([sys.executable, "-c", script], timeout=120)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    def busy_replica(self, deployment: str, busy=lambda info: info["ongoing"] > 0):
+        """A worker host whose replica of ``deployment`` is ``busy`` now (default: it has
+        batch calls in flight), and that replica's ``info`` (asked until one is)."""
+        found: list[dict] = []
+
+        def any_busy() -> bool:
+            found[:] = [r for r in self.replicas(deployment) if busy(r)]
+            return bool(found)
+
+        wait_for(any_busy, f"a busy replica of {deployment}", period_s=0.1)
+        return self.host_at(found[0]["node_ip"]), found[0]
 
     def wait_nodes(self, count: int, timeout_s: float = 90) -> None:
         deadline = time.monotonic() + timeout_s
