@@ -20,6 +20,7 @@ namespaces whose pid is dead, and the fixture removes them (their processes SIGK
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import secrets
@@ -27,11 +28,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 import pytest
-from support import NODE_HEALTH_CHECKS, wait_for
+from support import NODE_HEALTH_CHECKS
 
 PREFIX = "rlh"
 SUBNET = "10.213.0"
@@ -40,6 +42,7 @@ HEAD_PORT = 6379
 HOST_CPUS = 1
 NODE_OPTIONS = ["--num-cpus", str(HOST_CPUS), "--object-store-memory", str(80 * 1024 * 1024)]
 ROOT = Path(__file__).resolve().parents[2]
+CLIENTS_PY = str(Path(__file__).with_name("clients.py"))
 PYTHONPATH = os.pathsep.join(
     str(ROOT / p) for p in ("packages/core/src", "packages/service/src", "tests")
 )
@@ -177,6 +180,84 @@ class Host:
         return _kill_namespace(self.ns)
 
 
+@dataclasses.dataclass
+class Cut:
+    """A partition: the host cut, the replica picked on it (its ``info`` then; None when the
+    host was named), when the cut began and when its node was seen dead."""
+
+    host: Host
+    replica: dict | None
+    at: float
+    dead_at: float
+
+    @property
+    def seconds(self) -> float:
+        return self.dead_at - self.at
+
+
+class Watch:
+    """A driver in host0 (``clients.py watch``), connected before the cut: it picks the host
+    to cut (one whose replica is busy right then) and sees the node die. A context manager:
+    the driver is stopped at the end of the block."""
+
+    def __init__(self, net: Network, deployment: str | None, busy: str) -> None:
+        self.net = net
+        args = [] if deployment is None else [deployment, busy]
+        self.process = net.head.popen(
+            [sys.executable, CLIENTS_PY, "watch", *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.nodes: dict[str, str] = json.loads(self._said("ready"))
+
+    def _said(self, word: str) -> str:
+        """The rest of the watcher's next line that starts with ``word`` (Ray's own lines
+        skipped)."""
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            if line.startswith(word + " "):
+                return line[len(word) + 1 :].strip()
+        raise AssertionError(f"the watcher ended before saying {word!r}: {self.process.wait()}")
+
+    def _tell(self, command: str) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(command + "\n")
+        self.process.stdin.flush()
+
+    def cut(self, host: Host | None = None) -> Cut:
+        """A worker host partitioned until Ray's GCS declares its node dead (the event, not a
+        clock), then restored: ``host``, or the host of a replica that is busy right before
+        the cut. Times are ``time.monotonic`` (one clock for the machine's processes)."""
+        replica = None
+        if host is None:
+            self._tell("pick")
+            replica = json.loads(self._said("busy"))
+            host = self.net.host_at(replica["node_ip"])
+        node = self.nodes[host.address]
+        host.partition()
+        at = time.monotonic()
+        # Past 90 s the watcher is stopped: the test fails saying the node never died.
+        limit = threading.Timer(90, self.process.kill)
+        limit.start()
+        try:
+            self._tell("cut")
+            seen, *dead = self._said("dead").split()
+        finally:
+            limit.cancel()
+            host.restore()
+        assert dead == [node], f"the node that died: {dead}, not {host.name}'s {node}"
+        return Cut(host, replica, at, float(seen))
+
+    def __enter__(self) -> Watch:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+
+
 class Network:
     """The run's bridge (in its own namespace) and its hosts."""
 
@@ -292,25 +373,11 @@ class Network:
     def host_at(self, address: str) -> Host:
         return next(h for h in self.hosts if h.address == address)
 
-    def cut(self, host: Host, node: str | None = None) -> tuple[float, float]:
-        """``host`` (whose live node is ``node``, when the caller knows it) partitioned until
-        Ray's GCS declares the node dead (the event, not a clock), then restored. Returns
-        when it was cut and when the node was seen dead (``time.monotonic``; seen by a poll
-        of the node table, so up to one poll late)."""
-        node = node or self.node_of(host)
-        assert node is not None, f"{host.name} has no live node to partition"
-        host.partition()
-        cut = time.monotonic()
-        try:
-            wait_for(
-                lambda: not any(n["alive"] for n in self.nodes() if n["id"] == node),
-                f"Ray declared {host.name}'s node dead",
-                timeout_s=90,
-                period_s=0.2,
-            )
-            return cut, time.monotonic()
-        finally:
-            host.restore()
+    def watch(self, deployment: str | None = None, busy: str = "calls") -> Watch:
+        """A watcher connected now (``clients.py watch``) that picks the victim (a worker
+        host whose replica of ``deployment`` is ``busy``) and sees its node die: what
+        :meth:`Watch.cut` cuts by."""
+        return Watch(self, deployment, busy)
 
     def rejoin(self) -> list[str]:
         """Every worker host without a live node (one partitioned past the node timeout: its
@@ -339,18 +406,6 @@ class Network:
         out = self.head.run([sys.executable, "-c", script], timeout=120)
         assert out.returncode == 0, out.stderr[-2000:]
         return json.loads(out.stdout.strip().splitlines()[-1])
-
-    def busy_replica(self, deployment: str, busy=lambda info: info["ongoing"] > 0):
-        """A worker host whose replica of ``deployment`` is ``busy`` now (default: it has
-        batch calls in flight), and that replica's ``info`` (asked until one is)."""
-        found: list[dict] = []
-
-        def any_busy() -> bool:
-            found[:] = [r for r in self.replicas(deployment) if busy(r)]
-            return bool(found)
-
-        wait_for(any_busy, f"a busy replica of {deployment}", period_s=0.1)
-        return self.host_at(found[0]["node_ip"]), found[0]
 
     def wait_nodes(self, count: int, timeout_s: float = 90) -> None:
         deadline = time.monotonic() + timeout_s

@@ -65,10 +65,10 @@ def test_a_slow_lossy_link_loses_no_row_and_no_node(hosts, tmp_path):
 def test_a_worker_host_partitioned_past_the_node_timeout_loses_no_row(hosts, tmp_path):
     out = tmp_path / "out.jsonl"
     job = run_job(hosts, tmp_path)
-    victim = hosts.hosts[1]
-    wait_for(lambda: lines(out) >= CUT_AT or job.poll() is not None, f"{CUT_AT} rows out")
-    assert job.poll() is None, f"the job ended before the cut: {job.stdout.read()[-3000:]!r}"
-    hosts.cut(victim)
+    with hosts.watch() as watch:
+        wait_for(lambda: lines(out) >= CUT_AT or job.poll() is not None, f"{CUT_AT} rows out")
+        assert job.poll() is None, f"the job ended before the cut: {job.stdout.read()[-3000:]!r}"
+        watch.cut(hosts.hosts[1])
     output, _ = job.communicate(timeout=400)
     assert job.returncode == 0, output[-3000:]
     check_rows(out)
@@ -78,7 +78,12 @@ def test_a_worker_host_partitioned_past_the_node_timeout_loses_no_row(hosts, tmp
 
 #: Where Serve's HTTP proxy listens, on host0's loopback (the namespace is the run's own).
 PORT = 8000
-LINES = 400
+LINES = 800
+#: Lines done (of the batch's) when a host is cut.
+LINES_CUT = LINES // 5
+#: Seconds of each echo call of the batch doors: the batch runs long enough (tens of
+#: seconds) for the victim to be picked and cut before it ends.
+CALL_S = 1.0
 CLIENTS_PY = str(Path(__file__).with_name("clients.py"))
 
 
@@ -129,7 +134,7 @@ def test_relayllm_batch_through_a_partition_every_custom_id_once(hosts, tmp_path
     relayllm = str(Path(sys.executable).with_name("relayllm"))
     job = hosts.head.popen(
         [relayllm, "batch", str(tmp_path / "in.jsonl"), "--output", str(out), "--batch-size", "10"]
-        + ["--config", str(deployments_file(tmp_path, "spread", 0.2))],
+        + ["--config", str(deployments_file(tmp_path, "spread", CALL_S))],
         # Actor calls: the gRPC transport re-sends a failed call once by itself, which would
         # hide a stage without retries (tests/cluster/test_batch_node_lost.py).
         env=hosts.head.env(RELAYLLM_SERVE_TRANSPORT="actor"),
@@ -138,14 +143,14 @@ def test_relayllm_batch_through_a_partition_every_custom_id_once(hosts, tmp_path
         text=True,
     )
     try:
-        wait_for(
-            lambda: len(jsonl_lines(out)) >= CUT_AT or job.poll() is not None,
-            f"{CUT_AT} lines written",
-            timeout_s=300,
-        )
-        assert job.poll() is None, f"the batch ended before the cut: {job.communicate()}"
-        victim, replica = hosts.busy_replica("spread")
-        cut, dead = hosts.cut(victim, replica["node_id"])
+        with hosts.watch("spread") as watch:
+            wait_for(
+                lambda: len(jsonl_lines(out)) >= LINES_CUT or job.poll() is not None,
+                f"{LINES_CUT} lines written",
+                timeout_s=300,
+            )
+            assert job.poll() is None, f"the batch ended before the cut: {job.communicate()}"
+            cut = watch.cut()
         stdout, stderr = job.communicate(timeout=400)
     finally:
         if job.poll() is None:
@@ -165,6 +170,171 @@ def test_relayllm_batch_through_a_partition_every_custom_id_once(hosts, tmp_path
         answer = line["response"]["body"]["choices"][0]["message"]["content"]
         assert answer == f"line {line['custom_id'][1:]} words", line
     print(
-        f"{victim.name} cut at {CUT_AT}/{LINES} lines, its replica in {replica['ongoing']} "
-        f"calls; its node seen dead {dead - cut:.1f} s after the cut"
+        f"{cut.host.name} cut at {LINES_CUT}/{LINES} lines, its replica in "
+        f"{cut.replica['ongoing']} calls; its node seen dead {cut.seconds:.1f} s after the cut"
+    )
+
+
+def outcomes_in(path: Path) -> list[tuple[float, float, object]]:
+    return [tuple(line) for line in jsonl_lines(path)]
+
+
+#: What a client may get from a request the partition interrupted: what an OpenAI client
+#: retries by itself (every 5xx status, a dropped connection or a timeout).
+RETRYABLE = ("APIConnectionError", "APITimeoutError")
+
+
+@pytest.mark.timeout(900)
+def test_the_http_front_through_a_partition_answers_or_fails_retryably(hosts, tmp_path):
+    """A deployment with an HTTP front (Serve's proxy in host0), one replica per worker host,
+    4 ``openai`` clients in host0 sending requests one after another with no retries of their
+    own; the host of a replica with calls in flight is partitioned past the node timeout and
+    restored. Every request is answered or fails with a status the client retries, and the
+    requests sent once the node is seen dead are answered (by the replica left) from then on.
+    Counted: the requests failed, those in flight at the cut, and how long the longest request
+    sent between the cut and the node seen dead took (the bound calls move off within)."""
+    print(f"\nhosts back: {hosts.rejoin()}")
+    spec = deployments_file(
+        tmp_path,
+        "front",
+        0.2,
+        http={"port": PORT},
+        health_check_period_s=1,
+        health_check_timeout_s=5,
+    )
+    relayllm_in_host0(hosts, "deploy", spec)
+    outcomes, stop = tmp_path / "outcomes.jsonl", tmp_path / "stop"
+    clients = hosts.head.popen(
+        [sys.executable, CLIENTS_PY, "http", f"http://127.0.0.1:{PORT}/front/v1"]
+        + [str(outcomes), str(stop)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        ok = lambda after=0.0: sum(  # noqa: E731
+            1 for s, _, o in outcomes_in(outcomes) if s > after and o == 200
+        )
+        # HTTP requests are not batch calls (``ongoing``): a replica that has answered some,
+        # of the two the 4 clients keep busy.
+        with hosts.watch("front", "http") as watch:
+            wait_for(lambda: ok() >= 20 or clients.poll() is not None, "requests answered")
+            assert clients.poll() is None, clients.communicate()[0][-3000:]
+            cut = watch.cut()
+        wait_for(lambda: ok(cut.dead_at) >= 40, "requests answered after the node was seen dead")
+        left = {hosts.host_at(r["node_ip"]).name for r in hosts.replicas("front")}
+    finally:
+        stop.touch()
+        try:
+            clients.wait(timeout=120)
+        finally:
+            if clients.poll() is None:
+                clients.kill()
+            relayllm_in_host0(hosts, "shutdown", "front")
+    seen = outcomes_in(outcomes)
+    failed = [(s, e, o) for s, e, o in seen if o != 200]
+    assert all(o in RETRYABLE or (isinstance(o, int) and o >= 500) for *_, o in failed), failed
+    in_flight = [o for s, e, o in seen if s <= cut.at <= e]
+    last = [o for *_, o in sorted(seen)[-20:]]
+    assert all(o == 200 for o in last), f"the last 20 requests answered: {last}"
+    longest = max(e - s for s, e, _ in seen if cut.at <= s <= cut.dead_at or s <= cut.at <= e)
+    print(
+        f"{cut.host.name} cut (its replica had answered {cut.replica['http']['rows']}), its "
+        f"node seen dead {cut.seconds:.1f} s after: {len(seen)} requests, {len(failed)} failed "
+        f"({sorted({str(o) for *_, o in failed})}), {len(in_flight)} in flight at the cut; "
+        f"the longest request around the cut {longest:.1f} s; replicas then on {sorted(left)}"
+    )
+
+
+KEY = "alpha-key-" + "a" * 24
+
+
+@pytest.mark.timeout(900)
+def test_the_batch_api_through_a_partition_every_custom_id_once(hosts, tmp_path):
+    """``relayllm serve`` (its gateway and runner on the head, in host0) runs a batch an
+    ``openai`` client in host0 submitted; at 20 % of its lines the host of a replica with
+    calls in flight is partitioned past the node timeout and restored. The batch completes,
+    every ``custom_id`` once, no error line; and once the host has a node again (its raylet
+    started anew, the deployment's replica back on it), the batch's files are what they were:
+    nothing the host computed meanwhile was written later."""
+    print(f"\nhosts back: {hosts.rejoin()}")
+    spec = deployments_file(tmp_path, "spread", CALL_S)
+    state = tmp_path / "state"
+    relayllm_in_host0(
+        hosts,
+        "serve",
+        spec,
+        "--port",
+        PORT,
+        "--direct-port",
+        "off",
+        "--state-dir",
+        state,
+        "--batch-size",
+        10,
+        RELAYLLM_API_KEYS=f"alpha={KEY}",
+    )
+    url = f"http://127.0.0.1:{PORT}/v1"
+    progress, result = tmp_path / "progress.json", tmp_path / "result.json"
+    client = hosts.head.popen(
+        [sys.executable, CLIENTS_PY, "batch-api", url, KEY, str(LINES)]
+        + [str(progress), str(result)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+    def completed() -> int:
+        try:
+            return (json.loads(progress.read_text())["counts"] or {}).get("completed", 0)
+        except (OSError, ValueError):
+            return 0
+
+    try:
+        with hosts.watch("spread") as watch:
+            wait_for(
+                lambda: completed() >= LINES_CUT or client.poll() is not None,
+                f"{LINES_CUT} lines completed",
+                timeout_s=300,
+            )
+            assert client.poll() is None, client.communicate()[0][-3000:]
+            cut = watch.cut()
+        client.wait(timeout=400)
+        assert client.returncode == 0, client.communicate()[0][-3000:]
+        done = json.loads(result.read_text())
+        assert done["batch"]["status"] == "completed", done["batch"]
+        ids = [line["custom_id"] for line in done["output"]]
+        assert sorted(ids) == sorted(f"r{i}" for i in range(LINES)), "every custom_id once"
+        assert not done["errors"], (len(done["errors"]), done["errors"][:2])
+        assert done["batch"]["request_counts"] == {
+            "total": LINES,
+            "completed": LINES,
+            "failed": 0,
+        }
+        # The host comes back: a node again, and the deployment's replica on it.
+        assert hosts.rejoin() == [cut.host.name]
+        wait_for(
+            lambda: (
+                {r["node_ip"] for r in hosts.replicas("spread")}
+                == {h.address for h in hosts.hosts[1:]}
+            ),
+            "a replica on each worker host again",
+            timeout_s=180,
+            period_s=1,
+        )
+        again = tmp_path / "again.json"
+        fetched = hosts.head.run(
+            [sys.executable, CLIENTS_PY, "download", url, KEY, done["batch"]["id"], str(again)],
+            timeout=120,
+        )
+        assert fetched.returncode == 0, fetched.stderr[-3000:]
+        assert json.loads(again.read_text()) == done, "the batch's files, unchanged"
+    finally:
+        if client.poll() is None:
+            client.kill()
+        relayllm_in_host0(hosts, "unserve")
+        relayllm_in_host0(hosts, "shutdown")
+    print(
+        f"{cut.host.name} cut at {LINES_CUT}/{LINES} lines (its replica in "
+        f"{cut.replica['ongoing']} calls), its node seen dead {cut.seconds:.1f} s after the cut"
     )
