@@ -1,6 +1,8 @@
 """Ray across hosts with addresses of their own (tests/hosts/conftest.py): the cluster is
-up on those addresses, then a worker host is partitioned mid-job for longer than Ray's node
-timeout and restored. One cluster for the module; the tests run in order on it."""
+up on those addresses, then, in each front door (``relayllm run``, ``relayllm batch``, the
+HTTP front, the Batch API), a worker host is partitioned mid-job for longer than Ray's node
+timeout and restored. One cluster for the module; the tests run in order on it, each door's
+test first starting the raylet again on a host a cut before left without a node."""
 
 from __future__ import annotations
 
