@@ -264,7 +264,7 @@ def test_the_batch_api_through_a_partition_every_custom_id_once(hosts, tmp_path)
     The runner calls on the default (gRPC) transport: with the stage's retries off and its
     fall-back re-send to actor calls off too, this still passed (1 call in flight on the cut
     replica, no error line), so what re-sends that call here is below the stage and not
-    pinned down yet."""
+    pinned down yet; a no-op partition (the link left up) fails it."""
     print(f"\nhosts back: {hosts.rejoin()}")
     spec = deployments_file(tmp_path, "spread", CALL_S)
     state = tmp_path / "state"
