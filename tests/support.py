@@ -285,6 +285,58 @@ def job_result(stdout: str) -> dict:
     return json.loads(line)
 
 
+def two_step_echo_pipeline(tmp_path: Path, rows: int) -> Path:
+    """A pipeline file (and its ``rows`` input rows) of two echo steps on one replica per
+    worker node (each worker node has one ``engine`` slot, the head none), the steps calling
+    the replicas as actors with retries: the job the node-loss and partition tests run
+    (``relayllm run``). Check its output with :func:`check_two_step_rows`.
+
+    The actor transport: the default gRPC transport, on a failure, falls back to actor calls
+    and re-sends the call once by itself, which would let a stage without retries pass
+    (tried: 0 error rows with the stage's retries off; 40 error rows with them off and this
+    transport)."""
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps({"id": i, "q": f"row {i}"}) + "\n" for i in range(rows)))
+    step = """
+    deployment: spread
+    batch_size: 20
+    max_retries: 8
+    timeout_s: 30
+    transport: actor"""
+    spec = tmp_path / "pipeline.yaml"
+    spec.write_text(
+        f"""
+deployments:
+  - name: spread
+    backend: echo
+    num_replicas: 2
+    options: {{delay_s: 0.05}}
+    ray_actor_options: {{num_cpus: 0.1, resources: {{engine: 1}}}}
+input:
+  path: {data}
+  id_column: id
+steps:
+  - name: answer
+    prompt: "{{q}}"
+    output_column: answer{step}
+  - name: again
+    prompt: "again {{answer}}"
+    output_column: again{step}
+"""
+    )
+    return spec
+
+
+def check_two_step_rows(rows: list[dict], count: int) -> None:
+    """The output of :func:`two_step_echo_pipeline`'s job on ``count`` rows: every row exactly
+    once, no error row, both steps' answers."""
+    ids = [r["id"] for r in rows]
+    assert len(ids) == count and set(ids) == set(range(count)), "every row exactly once"
+    failed = [r["error"] for r in rows if r.get("error")]
+    assert not failed, (len(failed), sorted(set(failed))[:3])
+    assert all(r["again"] == f"again row {r['id']}" for r in rows), "both steps answered"
+
+
 def wait_for(condition, what: str, timeout_s: float = 120, period_s: float = 0.2) -> None:
     """Until ``condition()`` is true; past ``timeout_s`` the test fails saying ``what`` never
     happened."""

@@ -2,10 +2,8 @@
 mid-job: every row comes out once, with no error. Then a node is lost while a new one joins:
 the lost replica's replacement starts on the new node and the job finishes the same way.
 
-The steps call the replicas as actors (``transport: actor``): the default gRPC transport,
-on a failure, falls back to actor calls and re-sends the call once by itself, which would let
-a stage without retries pass here (tried: 0 error rows with the stage's retries off; 40 error
-rows with them off and this transport).
+The pipeline (support.two_step_echo_pipeline, shared with the hosts tier) calls the replicas
+as actors with retries; its docstring says why the actor transport.
 
 The two tests share the module's cluster and run in order: the first leaves node1 lost (its
 replica's replacement waits for an ``engine`` slot), the second loses node2 as node3 joins.
@@ -13,55 +11,16 @@ replica's replacement waits for an ``engine`` slot), the second loses node2 as n
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 import traceback
 
 import pytest
-from support import wait_for
+from support import check_two_step_rows, two_step_echo_pipeline, wait_for
 
 ROWS = 1000
 #: The job's progress (rows out of both steps) at which a node is lost.
 KILL_AT = ROWS // 5
-
-
-def pipeline_file(tmp_path, rows: int = ROWS):
-    data = tmp_path / "rows.jsonl"
-    data.write_text("".join(json.dumps({"id": i, "q": f"row {i}"}) + "\n" for i in range(rows)))
-    spec = tmp_path / "pipeline.yaml"
-    spec.write_text(
-        f"""
-deployments:
-  - name: spread
-    backend: echo
-    num_replicas: 2
-    options: {{delay_s: 0.05}}
-    # One replica per worker node: each node has one `engine` slot, the head none.
-    ray_actor_options: {{num_cpus: 0.1, resources: {{engine: 1}}}}
-input:
-  path: {data}
-  id_column: id
-steps:
-  - name: answer
-    deployment: spread
-    prompt: "{{q}}"
-    batch_size: 20
-    max_retries: 8
-    timeout_s: 30
-    transport: actor
-    output_column: answer
-  - name: again
-    deployment: spread
-    prompt: "again {{answer}}"
-    batch_size: 20
-    max_retries: 8
-    timeout_s: 30
-    transport: actor
-    output_column: again
-"""
-    )
-    return spec
 
 
 class PipelineJob:
@@ -103,16 +62,12 @@ def replica_nodes(nodes) -> dict[str, str]:
 
 
 def check_rows(rows: list[dict]) -> None:
-    ids = [r["id"] for r in rows]
-    assert len(ids) == ROWS and set(ids) == set(range(ROWS)), "every row exactly once"
-    failed = [r["error"] for r in rows if r.get("error")]
-    assert not failed, (len(failed), sorted(set(failed))[:3])
-    assert all(r["again"] == f"again row {r['id']}" for r in rows), "both steps answered"
+    check_two_step_rows(rows, ROWS)
 
 
 @pytest.mark.timeout(600)
 def test_a_node_lost_mid_job_loses_no_row(nodes, tmp_path, record_result):
-    job = PipelineJob(pipeline_file(tmp_path))
+    job = PipelineJob(two_step_echo_pipeline(tmp_path, ROWS))
     job.wait_for_rows(KILL_AT)
     killed = nodes.kill("node1")
     rows = job.finish()
@@ -126,7 +81,7 @@ def test_a_node_lost_mid_job_loses_no_row(nodes, tmp_path, record_result):
 
 @pytest.mark.timeout(600)
 def test_a_node_lost_as_a_new_one_joins(nodes, tmp_path):
-    job = PipelineJob(pipeline_file(tmp_path))
+    job = PipelineJob(two_step_echo_pipeline(tmp_path, ROWS))
     job.wait_for_rows(KILL_AT)
     nodes.kill("node2")  # node1 is gone too: no replica runs until node3 joins
     nodes.add("node3")

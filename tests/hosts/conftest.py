@@ -20,6 +20,7 @@ namespaces whose pid is dead, and the fixture removes them (their processes SIGK
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import secrets
@@ -27,6 +28,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -38,7 +40,9 @@ SUBNET = "10.213.0"
 HEAD_PORT = 6379
 #: Each host's logical CPUs: the machine has two cores, the echo replicas ask for fractions.
 HOST_CPUS = 1
+NODE_OPTIONS = ["--num-cpus", str(HOST_CPUS), "--object-store-memory", str(80 * 1024 * 1024)]
 ROOT = Path(__file__).resolve().parents[2]
+CLIENTS_PY = str(Path(__file__).with_name("clients.py"))
 PYTHONPATH = os.pathsep.join(
     str(ROOT / p) for p in ("packages/core/src", "packages/service/src", "tests")
 )
@@ -176,6 +180,84 @@ class Host:
         return _kill_namespace(self.ns)
 
 
+@dataclasses.dataclass
+class Cut:
+    """A partition: the host cut, the replica picked on it (its ``info`` then; None when the
+    host was named), when the cut began and when its node was seen dead."""
+
+    host: Host
+    replica: dict | None
+    at: float
+    dead_at: float
+
+    @property
+    def seconds(self) -> float:
+        return self.dead_at - self.at
+
+
+class Watch:
+    """A driver in host0 (``clients.py watch``), connected before the cut: it picks the host
+    to cut (one whose replica is busy right then) and sees the node die. A context manager:
+    the driver is stopped at the end of the block."""
+
+    def __init__(self, net: Network, deployment: str | None, busy: str) -> None:
+        self.net = net
+        args = [] if deployment is None else [deployment, busy]
+        self.process = net.head.popen(
+            [sys.executable, CLIENTS_PY, "watch", *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.nodes: dict[str, str] = json.loads(self._said("ready"))
+
+    def _said(self, word: str) -> str:
+        """The rest of the watcher's next line that starts with ``word`` (Ray's own lines
+        skipped)."""
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            if line.startswith(word + " "):
+                return line[len(word) + 1 :].strip()
+        raise AssertionError(f"the watcher ended before saying {word!r}: {self.process.wait()}")
+
+    def _tell(self, command: str) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(command + "\n")
+        self.process.stdin.flush()
+
+    def cut(self, host: Host | None = None) -> Cut:
+        """A worker host partitioned until Ray's GCS declares its node dead (the event, not a
+        clock), then restored: ``host``, or the host of a replica that is busy right before
+        the cut. Times are ``time.monotonic`` (one clock for the machine's processes)."""
+        replica = None
+        if host is None:
+            self._tell("pick")
+            replica = json.loads(self._said("busy"))
+            host = self.net.host_at(replica["node_ip"])
+        node = self.nodes[host.address]
+        host.partition()
+        at = time.monotonic()
+        # Past 90 s the watcher is stopped: the test fails saying the node never died.
+        limit = threading.Timer(90, self.process.kill)
+        limit.start()
+        try:
+            self._tell("cut")
+            seen, *dead = self._said("dead").split()
+        finally:
+            limit.cancel()
+            host.restore()
+        assert dead == [node], f"the node that died: {dead}, not {host.name}'s {node}"
+        return Cut(host, replica, at, float(seen))
+
+    def __enter__(self) -> Watch:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+
+
 class Network:
     """The run's bridge (in its own namespace) and its hosts."""
 
@@ -221,7 +303,6 @@ class Network:
 
     def start_ray(self) -> None:
         head = self.head
-        common = ["--num-cpus", str(HOST_CPUS), "--object-store-memory", str(80 * 1024 * 1024)]
         started = head.run(
             [
                 self.ray(),
@@ -240,28 +321,31 @@ class Network:
                 # A partitioned node is declared dead in seconds (as in the cluster tier).
                 "--system-config",
                 json.dumps(NODE_HEALTH_CHECKS),
-                *common,
+                *NODE_OPTIONS,
             ]
         )
         self._started(started)
         self.wait_nodes(1)  # a worker's `ray start` needs the head registered
         for host in self.hosts[1:]:
-            started = host.run(
-                [
-                    self.ray(),
-                    "start",
-                    "--address",
-                    self.head_address,
-                    "--node-ip-address",
-                    host.address,
-                    "--disable-usage-stats",
-                    "--resources",
-                    json.dumps({host.name: 100, "engine": 1}),
-                    *common,
-                ]
-            )
-            self._started(started)
+            self._start_worker(host)
         self.wait_nodes(len(self.hosts))
+
+    def _start_worker(self, host: Host) -> None:
+        started = host.run(
+            [
+                self.ray(),
+                "start",
+                "--address",
+                self.head_address,
+                "--node-ip-address",
+                host.address,
+                "--disable-usage-stats",
+                "--resources",
+                json.dumps({host.name: 100, "engine": 1}),
+                *NODE_OPTIONS,
+            ]
+        )
+        self._started(started)
 
     @staticmethod
     def _started(started: subprocess.CompletedProcess) -> None:
@@ -277,6 +361,47 @@ class Network:
             "import json, ray; ray.init(logging_level='ERROR');"
             "print(json.dumps([{'id': n['NodeID'], 'ip': n['NodeManagerAddress'],"
             " 'alive': n['Alive']} for n in ray.nodes()]))"
+        )
+        out = self.head.run([sys.executable, "-c", script], timeout=120)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    def node_of(self, host: Host) -> str | None:
+        """The id of the live node at ``host``'s address (None: none alive there)."""
+        return next((n["id"] for n in self.nodes() if n["ip"] == host.address and n["alive"]), None)
+
+    def host_at(self, address: str) -> Host:
+        return next(h for h in self.hosts if h.address == address)
+
+    def watch(self, deployment: str | None = None, busy: str = "calls") -> Watch:
+        """A watcher connected now (``clients.py watch``) that picks the victim (a worker
+        host whose replica of ``deployment`` is ``busy``) and sees its node die: what
+        :meth:`Watch.cut` cuts by."""
+        return Watch(self, deployment, busy)
+
+    def rejoin(self) -> list[str]:
+        """Every worker host without a live node (one partitioned past the node timeout: its
+        raylet, told it is dead, exits when the link returns) starts one again, as an
+        operator restarts a machine's raylet: whatever is left in the host killed, then
+        ``ray start`` with the same resources. Returns the hosts' names."""
+        back = []
+        for host in self.hosts[1:]:
+            if self.node_of(host) is None:
+                host.kill()
+                self._start_worker(host)
+                back.append(host.name)
+        if back:
+            self.wait_nodes(len(self.hosts), timeout_s=180)
+        return back
+
+    def replicas(self, deployment: str) -> list[dict]:
+        """Each running replica of the relayllm deployment ``deployment``: its own ``info``
+        (its node's address, its calls in flight, the rows it answered), asked on it by a
+        driver in host0."""
+        script = (
+            "import json, ray, relayllm;"
+            "ray.init(namespace='relayllm', logging_level='ERROR');"
+            f"print(json.dumps(list(relayllm.control({deployment!r}).replicas().values())))"
         )
         out = self.head.run([sys.executable, "-c", script], timeout=120)
         assert out.returncode == 0, out.stderr[-2000:]
