@@ -6,7 +6,8 @@ machine is: every host has a veth whose other end sits on a bridge, and the brid
 namespace of its own. So every packet between nodes crosses a link a test can take down
 (:meth:`Host.partition`), slow or make lossy (:meth:`Host.slow`, tc netem), and a run's
 subnet never meets the machine's own network or another run's (each run's bridge namespace is
-its own world, so two parallel runs may use the same subnet).
+its own world). Parallel runs still take subnets of their own: Ray's `ray start` looks for a
+running cluster at its address among every process of the machine, whatever its namespace.
 
 The driver (``relayllm run``, a node watcher) runs inside host0's namespace, beside the head,
 rather than in pytest's process: a Ray driver must sit on a node of the cluster (its address
@@ -36,10 +37,14 @@ import pytest
 from support import NODE_HEALTH_CHECKS
 
 PREFIX = "rlh"
-SUBNET = "10.213.0"
+#: This run's /24 (by pytest's pid: see the module's docstring).
+SUBNET = f"10.213.{os.getpid() % 256}"
 HEAD_PORT = 6379
+#: The GCS store's Redis port, on the bridge's address.
+REDIS_PORT = 6380
 #: Each host's logical CPUs: the machine has two cores, the echo replicas ask for fractions.
 HOST_CPUS = 1
+#: Every node's `ray start` options besides its role.
 NODE_OPTIONS = ["--num-cpus", str(HOST_CPUS), "--object-store-memory", str(80 * 1024 * 1024)]
 ROOT = Path(__file__).resolve().parents[2]
 CLIENTS_PY = str(Path(__file__).with_name("clients.py"))
@@ -128,6 +133,12 @@ class Host:
             # A raylet waits this long for its agent's ports: on a loaded 2-core machine the
             # agent takes more than Ray's default to import.
             "RAY_agent_register_timeout_ms": "180000",
+            # How long a node waits for a lost GCS to come back before it exits: a new head
+            # takes more than Ray's 60 s to start on a loaded 2-core machine.
+            "RAY_gcs_rpc_server_reconnect_timeout_s": "300",
+            # How long Serve's controller waits for a new proxy to say it is ready before it
+            # replaces it: a proxy's start on a loaded 2-core machine takes more than 15 s.
+            "RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "120",
             **extra,
         }
 
@@ -259,14 +270,18 @@ class Watch:
 
 
 class Network:
-    """The run's bridge (in its own namespace) and its hosts."""
+    """The run's bridge (in its own namespace) and its hosts; with ``gcs_store``, a Redis
+    server on the bridge that the head's GCS keeps the cluster's state in (Ray's GCS fault
+    tolerance), so a new head started after the first one is lost finds the cluster."""
 
-    def __init__(self, count: int, temp: Path) -> None:
+    def __init__(self, count: int, temp: Path, *, gcs_store: bool = False) -> None:
         self.tag = f"{PREFIX}{os.getpid()}"
         self.bridge_ns = f"{self.tag}-br"
         self.temp = temp
         self.token = secrets.token_hex(32)
         self.hosts = [Host(self, i) for i in range(count)]
+        self.gcs_store = gcs_store
+        self.redis_password = secrets.token_hex(16)
 
     @property
     def head(self) -> Host:
@@ -275,6 +290,28 @@ class Network:
     @property
     def head_address(self) -> str:
         return f"{self.head.address}:{HEAD_PORT}"
+
+    @property
+    def redis_address(self) -> str:
+        """Where the GCS store listens: the bridge's own address, on no host, so it outlives
+        any host's loss."""
+        return f"{SUBNET}.2:{REDIS_PORT}"
+
+    def start_redis(self) -> None:
+        """Debian's ``redis-server`` in the bridge's namespace, nothing written to disk (the
+        state lives as long as the run)."""
+        ip("-n", self.bridge_ns, "addr", "add", f"{SUBNET}.2/24", "dev", "br0")
+        log = open(self.temp / "redis.log", "w")  # noqa: SIM115 (open while it runs)
+        subprocess.Popen(
+            ["ip", "netns", "exec", self.bridge_ns, "redis-server", "--bind", f"{SUBNET}.2",
+             "--port", str(REDIS_PORT), "--requirepass", self.redis_password, "--save", "",
+             "--appendonly", "no"],
+            stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while "Ready to accept connections" not in (self.temp / "redis.log").read_text():
+            assert time.monotonic() < deadline, (self.temp / "redis.log").read_text()[-2000:]
+            time.sleep(0.2)
 
     def build(self) -> None:
         ip("netns", "add", self.bridge_ns)
@@ -302,7 +339,25 @@ class Network:
         return str(Path(sys.executable).with_name("ray"))
 
     def start_ray(self) -> None:
+        if self.gcs_store:
+            self.start_redis()
+        self.start_head()
+        self.wait_nodes(1)  # a worker's `ray start` needs the head registered
+        for host in self.hosts[1:]:
+            self._start_worker(host)
+        self.wait_nodes(len(self.hosts))
+
+    def start_head(self) -> None:
+        """``ray start --head`` in host0 (again, after :meth:`lose_head`: with a GCS store the
+        new head loads the cluster's state from it and the worker nodes reconnect)."""
         head = self.head
+        store = []
+        env = head.env()
+        if self.gcs_store:
+            env["RAY_REDIS_ADDRESS"] = self.redis_address
+            # The key of this cluster's state in the store: the same for every head of it.
+            env["RAY_external_storage_namespace"] = self.tag
+            store = ["--redis-password", self.redis_password]
         started = head.run(
             [
                 self.ray(),
@@ -321,14 +376,21 @@ class Network:
                 # A partitioned node is declared dead in seconds (as in the cluster tier).
                 "--system-config",
                 json.dumps(NODE_HEALTH_CHECKS),
+                *store,
                 *NODE_OPTIONS,
-            ]
+            ],
+            env=env,
         )
         self._started(started)
-        self.wait_nodes(1)  # a worker's `ray start` needs the head registered
-        for host in self.hosts[1:]:
-            self._start_worker(host)
-        self.wait_nodes(len(self.hosts))
+
+    def lose_head(self) -> int:
+        """Every process of host0 SIGKILLed (the GCS, the head's raylet, Serve's controller and
+        whatever else ran there); returns how many there were. The address file `ray start`
+        left goes too, as with the machine: a new head finds none (Ray reads it, with every
+        GCS process of this machine, whatever its namespace, to refuse a second head)."""
+        killed = self.head.kill()
+        (self.temp / "head" / "ray_current_cluster").unlink(missing_ok=True)
+        return killed
 
     def _start_worker(self, host: Host) -> None:
         started = host.run(
@@ -355,14 +417,17 @@ class Network:
         late = "timed out during startup" in started.stderr
         assert started.returncode == 0 or late, started.stdout + started.stderr[-3000:]
 
-    def nodes(self) -> list[dict]:
-        """Ray's node table as the head sees it (a short driver in host0)."""
+    def _nodes(self) -> subprocess.CompletedProcess:
         script = (
             "import json, ray; ray.init(logging_level='ERROR');"
             "print(json.dumps([{'id': n['NodeID'], 'ip': n['NodeManagerAddress'],"
             " 'alive': n['Alive']} for n in ray.nodes()]))"
         )
-        out = self.head.run([sys.executable, "-c", script], timeout=120)
+        return self.head.run([sys.executable, "-c", script], timeout=120)
+
+    def nodes(self) -> list[dict]:
+        """Ray's node table as the head sees it (a short driver in host0)."""
+        out = self._nodes()
         assert out.returncode == 0, out.stderr[-2000:]
         return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -407,32 +472,39 @@ class Network:
         assert out.returncode == 0, out.stderr[-2000:]
         return json.loads(out.stdout.strip().splitlines()[-1])
 
-    def wait_nodes(self, count: int, timeout_s: float = 90) -> None:
+    def wait_nodes(self, count: int, timeout_s: float = 300) -> None:
+        """Until ``count`` nodes are alive; a head still starting (a driver cannot join it
+        yet) is waited for, and named with the driver's last error if it never comes."""
         deadline = time.monotonic() + timeout_s
         while True:
-            alive = [n for n in self.nodes() if n["alive"]]
-            if len(alive) >= count:
-                return
-            assert time.monotonic() < deadline, f"never happened: {count} nodes alive: {alive}"
+            out = self._nodes()
+            if out.returncode == 0:
+                alive = [n for n in json.loads(out.stdout.strip().splitlines()[-1]) if n["alive"]]
+                if len(alive) >= count:
+                    return
+                why = f"alive: {alive}"
+            else:
+                why = out.stderr[-2000:]
+            assert time.monotonic() < deadline, f"never happened: {count} nodes alive; {why}"
             time.sleep(1)
 
 
 HOSTS = 3
 
 
-@pytest.fixture(scope="module")
-def hosts():
-    """A head in host0 and worker nodes in host1 and host2, each host with its own address on
-    the run's bridge; torn down (every process in each namespace SIGKILLed, the namespaces
-    deleted) after the module."""
-    why = _unavailable()
+def _network(*, gcs_store: bool = False):
+    why = _unavailable() or (
+        "the head-loss tests need Debian's redis-server: python .ci/redis.py installs it"
+        if gcs_store and shutil.which("redis-server") is None
+        else None
+    )
     if why:
         if _in_ci():
             pytest.fail(why)
         pytest.skip(why)
     remove_leftovers()
     # Short: Ray's socket paths live under it (pytest's tmp_path is too long for them).
-    net = Network(HOSTS, Path(tempfile.mkdtemp(prefix=PREFIX)))
+    net = Network(HOSTS, Path(tempfile.mkdtemp(prefix=PREFIX)), gcs_store=gcs_store)
     try:
         net.build()
         net.start_ray()
@@ -440,3 +512,18 @@ def hosts():
     finally:
         net.destroy()
         shutil.rmtree(net.temp, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def hosts():
+    """A head in host0 and worker nodes in host1 and host2, each host with its own address on
+    the run's bridge; torn down (every process in each namespace SIGKILLed, the namespaces
+    deleted) after the module."""
+    yield from _network()
+
+
+@pytest.fixture(scope="module")
+def hosts_with_gcs_store():
+    """:func:`hosts` whose head keeps the cluster's state in a Redis server on the bridge
+    (Ray's GCS fault tolerance): the head can be lost and a new one started."""
+    yield from _network(gcs_store=True)
