@@ -47,7 +47,7 @@ def test_the_state_actor_tells_durations_on_its_own_clock():
     assert never == math.inf, "no change yet: no pause can have held a call"
     assert 0 <= ago < 60 and state["paused"] == "wait"
     # Nothing in the state a follower reads is a time: nothing to compare with another clock.
-    assert set(shared) == {"paused", "adapters", "weights"}
+    assert set(shared) == {"paused", "adapters", "weights", "weights_pending"}
 
 
 def test_code_that_runs_on_any_node_reads_no_wall_clock():

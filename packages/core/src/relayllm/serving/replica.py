@@ -32,6 +32,7 @@ from relayllm.serving.admission_config import AdmissionConfig
 from relayllm.serving.engine import Engine, EngineContext
 from relayllm.serving.follower import ControlFollower
 from relayllm.serving.health import EngineWatch
+from relayllm.serving.identity import node_id, node_ip, replica_id
 from relayllm.serving.metrics import ReplicaMetrics, split_by_tokens
 from relayllm.serving.rowcache import RowCache
 
@@ -67,7 +68,7 @@ class Replica:
         self.http_rows = 0  # rows that came through the HTTP front (interactive traffic)
         #: Rows and tokens by traffic class (counted here, for every backend) and the engine's
         #: figures (fed by the engine): exported through Ray's metrics, summarised in info().
-        self.metrics = ReplicaMetrics(self._name(), backend, _replica_id())
+        self.metrics = ReplicaMetrics(self._name(), backend, replica_id())
         self.context = EngineContext(deployment, self.metrics)
         self.cache = RowCache()
         self.http_front: Any = None
@@ -99,7 +100,7 @@ class Replica:
             self.cache.fail_inflight,
             engine.stop,
             retire_when_hung=engine.retire_when_hung,
-            retire=_replica_id() is not None,  # not inside Serve: a test calling the class
+            retire=replica_id() is not None,  # not inside Serve: a test calling the class
         )
         self.context.answered = self.watch.answered
 
@@ -168,7 +169,7 @@ class Replica:
             "ok": True,
             "backend": self.backend_name,
             "deployment": self.deployment.get("name"),
-            "replica_id": _replica_id(),  # which replica answered: Serve may have replaced one
+            "replica_id": replica_id(),  # which replica answered: Serve may have replaced one
             **(facts or {}),
         }
 
@@ -177,9 +178,9 @@ class Replica:
         return {
             "backend": self.backend_name,
             "deployment": self.deployment.get("name"),
-            "replica_id": _replica_id(),
-            "node_id": _node_id(),
-            "node_ip": _node_ip(),
+            "replica_id": replica_id(),
+            "node_id": node_id(),
+            "node_ip": node_ip(),
             "pid": os.getpid(),
             "calls": self.calls,
             "rows": self.rows,
@@ -240,7 +241,7 @@ class Replica:
         self.watch.serving_loop = asyncio.get_running_loop()
         await self.follower.sync(version)
         return {
-            "replica_id": _replica_id(),
+            "replica_id": replica_id(),
             "paused": self.follower.paused,
             "version": self.follower.version,
         }
@@ -251,7 +252,7 @@ class Replica:
         loaded, and held until the outcome. Answers this replica's state, never raises."""
         self.watch.serving_loop = asyncio.get_running_loop()
         answer = await self.follower.prepare_weights(state_version, update)
-        return {"replica_id": _replica_id(), **answer}
+        return {"replica_id": replica_id(), **answer}
 
     async def control(self, call: str, *args: Any) -> Any:
         """A control call on this replica (:data:`~relayllm.serving.engine.CAPABILITIES`)."""
@@ -277,7 +278,7 @@ class Replica:
 
     def _follow_control(self) -> None:
         """Inside a Serve replica, follow the deployment's control state."""
-        if _replica_id() is None:  # a test calling the class: no deployment to follow
+        if replica_id() is None:  # a test calling the class: no deployment to follow
             return
         try:
             asyncio.get_running_loop()  # Serve runs the constructor on the user loop
@@ -375,33 +376,6 @@ class Replica:
             "rows": self.http_rows,
             "requests": dict(front.requests),
         }
-
-
-def _replica_id() -> str | None:
-    try:
-        from ray import serve
-
-        return serve.get_replica_context().replica_id.unique_id
-    except Exception:  # not inside a replica (a unit test calling the class directly)
-        return None
-
-
-def _node_id() -> str | None:
-    try:
-        import ray
-
-        return ray.get_runtime_context().get_node_id()
-    except Exception:
-        return None
-
-
-def _node_ip() -> str | None:
-    try:
-        import ray
-
-        return str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
-    except Exception:
-        return None
 
 
 __all__ = ["Replica"]

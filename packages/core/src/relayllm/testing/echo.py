@@ -36,6 +36,7 @@ from relayllm.rows import (
     request_text,
 )
 from relayllm.serving.engine import Engine
+from relayllm.serving.identity import replica_id
 from relayllm.serving.replica import Replica
 from relayllm.stage.images import has_images, image_sizes
 from relayllm.testing.echo_cache import PrefixCache
@@ -112,7 +113,7 @@ class EchoEngine(Engine):
             raise ValueError(
                 f"{path} is not an echo checkpoint ({ECHO_WEIGHTS_FILE}): {exc}"
             ) from None
-        replica = _replica_id()
+        replica = replica_id()
         await asyncio.sleep(float(data.get("load_s_by", {}).get(str(replica), 0)))
         if replica in data.get("unreadable_by", []):  # as a copy this replica cannot read
             raise PermissionError(errno.EACCES, "Permission denied (on this replica)", file)
@@ -287,15 +288,6 @@ def write_echo_checkpoint(
     with open(os.path.join(directory, ECHO_WEIGHTS_FILE), "w") as handle:
         json.dump(data, handle)
     return os.fspath(directory)
-
-
-def _replica_id() -> str | None:
-    try:
-        from ray import serve
-
-        return serve.get_replica_context().replica_id.unique_id
-    except Exception:  # not inside a replica (a unit test calling the class directly)
-        return None
 
 
 @hookimpl
