@@ -92,7 +92,6 @@ class RowCache:
         try:
             results = await compute(fresh)
         except BaseException as exc:  # the call fails, not its rows: nothing is remembered
-            self.computing -= len(fresh)
             for request in fresh:
                 self._inflight.pop(request.get("request_id") or "", None)
             if not future.done():
@@ -100,7 +99,8 @@ class RowCache:
             if not isinstance(exc, Exception):
                 raise
             return
-        self.computing -= len(fresh)
+        finally:
+            self.computing -= len(fresh)
         for request, result in zip(fresh, results, strict=True):
             rid = request.get("request_id")
             if rid is not None:
